@@ -1,0 +1,45 @@
+//! The `lowtide` command: thin wrappers over the libraries.
+
+mod netem;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "lowtide",
+    version,
+    about = "Low-latency adaptive streaming over TCP, and the lab that measures it"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The emulated network: check it, clean up after killed runs, run a command behind it.
+    #[command(subcommand)]
+    Netem(netem::NetemCommand),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,rattan_core=error,rattan_env=error")
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Netem(cmd) => netem::run(cmd),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

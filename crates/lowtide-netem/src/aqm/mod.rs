@@ -1,0 +1,124 @@
+//! Active queue management: the control laws that decide, for each packet, whether the
+//! bottleneck queue takes it, marks it (ECN CE) or drops it.
+//!
+//! Each law is a pure state machine fed with the queue's state, the packet's ECN capability
+//! and `now`; it makes no system call and reads no clock, so every law is unit-tested in
+//! simulated time. [`crate::queue::LinkQueue`] applies the verdicts to real packets and counts
+//! every drop and mark by its [`Reason`] (the ns-3 `DropBeforeEnqueue`/`Mark(item, reason)`
+//! idea).
+//!
+//! Why our own and not rattan-core's queues: rattan 0.1.1 has drop-tail, drop-head and CoDel,
+//! but no RED, no DRD, no ECN marking, and its queues drop silently (no reason, no counter).
+//! We keep rattan's bandwidth cell and plug these laws in through its `PacketQueue` trait.
+
+mod codel;
+mod drd;
+mod red;
+
+use std::time::{Duration, Instant};
+
+pub use codel::Codel;
+pub use drd::Drd;
+pub use red::Red;
+
+/// What the queue holds when a decision is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueState {
+    pub packets: usize,
+    pub bytes: usize,
+}
+
+/// A control law's decision for one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Mark(Reason),
+    Drop(Reason),
+}
+
+/// Why a packet was dropped or marked; reports count every drop and mark by one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// The queue limit (packets or bytes) was reached: the only drop of a drop-tail queue.
+    QueueFull,
+    /// RED's probabilistic drop or mark between the thresholds.
+    RedEarly,
+    /// RED above max_th (or above 2*max_th in gentle mode).
+    RedForced,
+    /// DRD's probabilistic drop or mark between drdmin and drdcongest.
+    DrdEarly,
+    /// DRD above drdcongest.
+    DrdCongest,
+    /// CoDel's control law (sojourn above target for an interval).
+    Codel,
+    /// The link's configured random loss.
+    RandomLoss,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 7] = [
+        Reason::QueueFull,
+        Reason::RedEarly,
+        Reason::RedForced,
+        Reason::DrdEarly,
+        Reason::DrdCongest,
+        Reason::Codel,
+        Reason::RandomLoss,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::QueueFull => "queue_full",
+            Reason::RedEarly => "red_early",
+            Reason::RedForced => "red_forced",
+            Reason::DrdEarly => "drd_early",
+            Reason::DrdCongest => "drd_congest",
+            Reason::Codel => "codel",
+            Reason::RandomLoss => "random_loss",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A control law. The queue limit itself is enforced by the queue, not here.
+pub trait Aqm: Send {
+    /// A packet arrives at `now` to a queue in state `queue` (not counting the packet).
+    fn on_arrival(&mut self, queue: QueueState, ecn_capable: bool, now: Instant) -> Verdict;
+
+    /// The head packet leaves at `now` after `sojourn` in the queue, leaving `queue` behind.
+    fn on_departure(
+        &mut self,
+        _sojourn: Duration,
+        _queue: QueueState,
+        _ecn_capable: bool,
+        _now: Instant,
+    ) -> Verdict {
+        Verdict::Pass
+    }
+
+    fn name(&self) -> &'static str;
+}
+
+/// Drop-tail: the queue limit alone decides.
+pub struct DropTail;
+
+impl Aqm for DropTail {
+    fn on_arrival(&mut self, _: QueueState, _: bool, _: Instant) -> Verdict {
+        Verdict::Pass
+    }
+    fn name(&self) -> &'static str {
+        "drop_tail"
+    }
+}
+
+/// Mark when the packet and the law allow it, else drop.
+fn mark_or_drop(ecn: bool, ecn_capable: bool, reason: Reason) -> Verdict {
+    if ecn && ecn_capable {
+        Verdict::Mark(reason)
+    } else {
+        Verdict::Drop(reason)
+    }
+}

@@ -1,0 +1,646 @@
+//! Typed topology configuration (TOML), checked when it is built.
+//!
+//! ```toml
+//! senders = 2            # hosts on the left of the bottleneck
+//! receivers = 2          # hosts on the right
+//! [hosts]
+//! ecn = false
+//! congestion = "cubic"   # explicit: the machine's default is BBR
+//! [forward]              # left -> right
+//! rate_mbps = 30
+//! delay_ms = 50          # one-way propagation delay
+//! queue = { bdp = 1.0 }  # or { packets = 125 } or { bytes = 187500 }
+//! aqm = { kind = "red" } # drop_tail (default), red, drd, codel
+//! loss = 0.0
+//! # trace = "cell.mahi" # mahimahi capacity trace, replaces rate_mbps
+//! [reverse]              # right -> left
+//! rate_mbps = 30
+//! delay_ms = 50
+//! ```
+//!
+//! Every check names the field, the value and what is allowed, so a bad scenario file fails
+//! with one sentence before any namespace exists.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// IPv4 MTU of every emulated link; queue limits in BDP multiples count packets of this size.
+pub const MTU: usize = 1500;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyConfig {
+    #[serde(default = "one")]
+    pub senders: usize,
+    #[serde(default = "one")]
+    pub receivers: usize,
+    #[serde(default)]
+    pub hosts: HostConfig,
+    pub forward: LinkConfig,
+    pub reverse: LinkConfig,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// Settings every host gets.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// Negotiate ECN on TCP connections (`net.ipv4.tcp_ecn` inside the host).
+    #[serde(default)]
+    pub ecn: bool,
+    /// Congestion control that tools running on this host set per socket.
+    #[serde(default = "default_congestion")]
+    pub congestion: String,
+}
+
+fn default_congestion() -> String {
+    "cubic".to_string()
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            ecn: false,
+            congestion: default_congestion(),
+        }
+    }
+}
+
+/// One direction of the bottleneck.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Bottleneck rate in Mbit/s of IP packets (a 1500-byte packet takes 1500*8/rate).
+    #[serde(default)]
+    pub rate_mbps: Option<f64>,
+    /// One-way propagation delay added after the queue.
+    pub delay_ms: f64,
+    #[serde(default)]
+    pub queue: QueueLimit,
+    #[serde(default)]
+    pub aqm: AqmConfig,
+    /// Probability that a packet is lost at random, before the queue.
+    #[serde(default)]
+    pub loss: f64,
+    /// A mahimahi capacity trace (one line per 1500-byte delivery opportunity, in ms).
+    #[serde(default)]
+    pub trace: Option<PathBuf>,
+}
+
+impl LinkConfig {
+    /// A link of `rate_mbps` and `delay_ms` with a drop-tail queue of one BDP.
+    pub fn new(rate_mbps: f64, delay_ms: f64) -> Self {
+        Self {
+            rate_mbps: Some(rate_mbps),
+            delay_ms,
+            queue: QueueLimit::default(),
+            aqm: AqmConfig::DropTail,
+            loss: 0.0,
+            trace: None,
+        }
+    }
+}
+
+/// How much the bottleneck queue holds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum QueueLimit {
+    Packets(usize),
+    Bytes(usize),
+    /// A multiple of the bandwidth-delay product (rate x base RTT of both directions).
+    Bdp(f64),
+}
+
+impl Default for QueueLimit {
+    fn default() -> Self {
+        QueueLimit::Bdp(1.0)
+    }
+}
+
+/// Active queue management at the bottleneck.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AqmConfig {
+    /// Drop only when the queue is full.
+    #[default]
+    DropTail,
+    /// RED (Floyd and Jacobson 1993), thresholds in packets of the averaged queue.
+    Red {
+        /// Averaged queue (packets) where marking starts; default limit/4.
+        #[serde(default)]
+        min_th: Option<f64>,
+        /// Averaged queue (packets) where the probability reaches max_p; default limit/2.
+        #[serde(default)]
+        max_th: Option<f64>,
+        #[serde(default = "red_max_p")]
+        max_p: f64,
+        #[serde(default = "red_weight")]
+        weight: f64,
+        /// Between max_th and 2*max_th the probability rises from max_p to 1 instead of jumping.
+        #[serde(default = "yes")]
+        gentle: bool,
+        /// Mark ECN-capable packets instead of dropping them.
+        #[serde(default = "yes")]
+        ecn: bool,
+    },
+    /// Derivative random drop, as in nistnet (Goel et al. 2008, Section 4.1): no averaging.
+    Drd {
+        #[serde(default = "drd_min")]
+        min_bdp: f64,
+        #[serde(default = "drd_max")]
+        max_bdp: f64,
+        #[serde(default = "drd_max")]
+        congest_bdp: f64,
+        #[serde(default = "yes")]
+        ecn: bool,
+    },
+    /// CoDel (RFC 8289).
+    Codel {
+        #[serde(default = "codel_target")]
+        target_ms: f64,
+        #[serde(default = "codel_interval")]
+        interval_ms: f64,
+        #[serde(default)]
+        ecn: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+fn red_max_p() -> f64 {
+    0.1
+}
+fn red_weight() -> f64 {
+    0.002
+}
+fn drd_min() -> f64 {
+    1.0
+}
+fn drd_max() -> f64 {
+    2.0
+}
+fn codel_target() -> f64 {
+    5.0
+}
+fn codel_interval() -> f64 {
+    100.0
+}
+
+impl AqmConfig {
+    pub fn name(&self) -> &'static str {
+        match self {
+            AqmConfig::DropTail => "drop_tail",
+            AqmConfig::Red { .. } => "red",
+            AqmConfig::Drd { .. } => "drd",
+            AqmConfig::Codel { .. } => "codel",
+        }
+    }
+}
+
+impl TopologyConfig {
+    /// A dumbbell of one sender and one receiver, both directions at `rate_mbps`.
+    pub fn symmetric(rate_mbps: f64, one_way_delay_ms: f64) -> Self {
+        Self {
+            senders: 1,
+            receivers: 1,
+            hosts: HostConfig::default(),
+            forward: LinkConfig::new(rate_mbps, one_way_delay_ms),
+            reverse: LinkConfig::new(rate_mbps, one_way_delay_ms),
+        }
+    }
+
+    /// Parses and validates a TOML document.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let cfg: TopologyConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads, parses and validates a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Self::from_toml(&text)
+    }
+
+    /// The base round-trip time: both propagation delays, no queueing.
+    pub fn base_rtt(&self) -> Duration {
+        Duration::from_secs_f64((self.forward.delay_ms + self.reverse.delay_ms) / 1000.0)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range("senders", self.senders as f64, 1.0, 32.0, "1 to 32 hosts")?;
+        check_range(
+            "receivers",
+            self.receivers as f64,
+            1.0,
+            32.0,
+            "1 to 32 hosts",
+        )?;
+        check_congestion_name("hosts.congestion", &self.hosts.congestion)?;
+        self.forward.validate("forward")?;
+        self.reverse.validate("reverse")?;
+        let rtt = self.base_rtt();
+        for (name, link) in [("forward", &self.forward), ("reverse", &self.reverse)] {
+            if let AqmConfig::Red { .. } | AqmConfig::Drd { .. } = link.aqm {
+                // Thresholds derive from the queue limit and the BDP: they must be computable.
+                link.aqm_thresholds(name, rtt)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LinkConfig {
+    /// The rate the BDP is computed from: the configured rate, or the trace's mean rate.
+    pub fn nominal_rate_bps(&self) -> f64 {
+        match (self.rate_mbps, &self.trace) {
+            (Some(r), _) => r * 1e6,
+            (None, Some(path)) => mahimahi_mean_rate_bps(path).unwrap_or(0.0),
+            (None, None) => 0.0,
+        }
+    }
+
+    /// Bytes in one bandwidth-delay product for a base RTT.
+    pub fn bdp_bytes(&self, base_rtt: Duration) -> f64 {
+        self.nominal_rate_bps() * base_rtt.as_secs_f64() / 8.0
+    }
+
+    /// The queue limit as (packets, bytes); one of them may be unlimited (None).
+    pub fn queue_limit(&self, base_rtt: Duration) -> (Option<usize>, Option<usize>) {
+        match self.queue {
+            QueueLimit::Packets(p) => (Some(p), None),
+            QueueLimit::Bytes(b) => (None, Some(b)),
+            QueueLimit::Bdp(m) => {
+                let bytes = (m * self.bdp_bytes(base_rtt)).round().max(MTU as f64) as usize;
+                (None, Some(bytes))
+            }
+        }
+    }
+
+    /// The queue limit in packets of MTU size (used for thresholds and reports).
+    pub fn queue_limit_packets(&self, base_rtt: Duration) -> f64 {
+        match self.queue_limit(base_rtt) {
+            (Some(p), _) => p as f64,
+            (None, Some(b)) => b as f64 / MTU as f64,
+            (None, None) => f64::INFINITY,
+        }
+    }
+
+    /// AQM thresholds in packets: (min, max, hard) for RED and DRD.
+    pub fn aqm_thresholds(
+        &self,
+        field: &str,
+        base_rtt: Duration,
+    ) -> Result<(f64, f64, f64), ConfigError> {
+        let limit = self.queue_limit_packets(base_rtt);
+        let bdp_pkts = self.bdp_bytes(base_rtt) / MTU as f64;
+        let (min, max, hard, names) = match &self.aqm {
+            AqmConfig::Red { min_th, max_th, .. } => {
+                let min = min_th.unwrap_or(limit / 4.0);
+                let max = max_th.unwrap_or(limit / 2.0);
+                (min, max, 2.0 * max, ["aqm.min_th", "aqm.max_th"])
+            }
+            AqmConfig::Drd {
+                min_bdp,
+                max_bdp,
+                congest_bdp,
+                ..
+            } => {
+                if congest_bdp < max_bdp {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.aqm.congest_bdp"),
+                        congest_bdp,
+                        format!("at least aqm.max_bdp ({max_bdp})"),
+                    ));
+                }
+                (
+                    min_bdp * bdp_pkts,
+                    max_bdp * bdp_pkts,
+                    congest_bdp * bdp_pkts,
+                    ["aqm.min_bdp", "aqm.max_bdp"],
+                )
+            }
+            _ => return Ok((0.0, 0.0, 0.0)),
+        };
+        if !(min > 0.0 && min.is_finite()) {
+            return Err(ConfigError::invalid(
+                format!("{field}.{}", names[0]),
+                min,
+                "a threshold above 0 packets (set it, or give the link a finite queue)",
+            ));
+        }
+        if !(max > min && max.is_finite()) {
+            return Err(ConfigError::invalid(
+                format!("{field}.{}", names[1]),
+                max,
+                format!("a threshold above the minimum ({min:.1} packets)"),
+            ));
+        }
+        Ok((min, max, hard))
+    }
+
+    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        match (self.rate_mbps, &self.trace) {
+            (Some(rate), None) => check_range(
+                &format!("{name}.rate_mbps"),
+                rate,
+                1e-3,
+                10_000.0,
+                "a rate from 0.001 to 10000 Mbit/s",
+            )?,
+            (None, Some(path)) => {
+                let rate = mahimahi_mean_rate_bps(path).map_err(|reason| {
+                    ConfigError::invalid(
+                        format!("{name}.trace"),
+                        path.display(),
+                        format!("a readable mahimahi trace file ({reason})"),
+                    )
+                })?;
+                if rate <= 0.0 {
+                    return Err(ConfigError::invalid(
+                        format!("{name}.trace"),
+                        path.display(),
+                        "a mahimahi trace with at least one delivery opportunity",
+                    ));
+                }
+            }
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    format!("{name}.trace"),
+                    "set together with rate_mbps",
+                    "either rate_mbps or trace, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(ConfigError::invalid(
+                    format!("{name}.rate_mbps"),
+                    "missing",
+                    "a rate from 0.001 to 10000 Mbit/s, or a trace file",
+                ))
+            }
+        }
+        check_range(
+            &format!("{name}.delay_ms"),
+            self.delay_ms,
+            0.0,
+            10_000.0,
+            "a one-way delay from 0 to 10000 ms",
+        )?;
+        check_range(
+            &format!("{name}.loss"),
+            self.loss,
+            0.0,
+            0.99,
+            "a probability from 0 to 0.99",
+        )?;
+        match self.queue {
+            QueueLimit::Packets(p) if p == 0 || p > 1_000_000 => {
+                return Err(ConfigError::invalid(
+                    format!("{name}.queue.packets"),
+                    p,
+                    "1 to 1000000 packets",
+                ))
+            }
+            QueueLimit::Bytes(b) if !(MTU..=1_500_000_000).contains(&b) => {
+                return Err(ConfigError::invalid(
+                    format!("{name}.queue.bytes"),
+                    b,
+                    "1500 (one packet) to 1500000000 bytes",
+                ))
+            }
+            QueueLimit::Bdp(m) => check_range(
+                &format!("{name}.queue.bdp"),
+                m,
+                0.01,
+                100.0,
+                "0.01 to 100 bandwidth-delay products",
+            )?,
+            _ => {}
+        }
+        match &self.aqm {
+            AqmConfig::DropTail => {}
+            AqmConfig::Red { max_p, weight, .. } => {
+                check_range(
+                    &format!("{name}.aqm.max_p"),
+                    *max_p,
+                    1e-6,
+                    1.0,
+                    "a probability above 0, at most 1",
+                )?;
+                check_range(
+                    &format!("{name}.aqm.weight"),
+                    *weight,
+                    1e-6,
+                    1.0,
+                    "an averaging weight above 0, at most 1",
+                )?;
+            }
+            AqmConfig::Drd {
+                min_bdp, max_bdp, ..
+            } => {
+                check_range(
+                    &format!("{name}.aqm.min_bdp"),
+                    *min_bdp,
+                    0.01,
+                    100.0,
+                    "0.01 to 100 BDP",
+                )?;
+                check_range(
+                    &format!("{name}.aqm.max_bdp"),
+                    *max_bdp,
+                    *min_bdp + 1e-9,
+                    100.0,
+                    format!("above aqm.min_bdp ({min_bdp}), at most 100 BDP"),
+                )?;
+            }
+            AqmConfig::Codel {
+                target_ms,
+                interval_ms,
+                ..
+            } => {
+                check_range(
+                    &format!("{name}.aqm.target_ms"),
+                    *target_ms,
+                    0.1,
+                    10_000.0,
+                    "0.1 to 10000 ms",
+                )?;
+                check_range(
+                    &format!("{name}.aqm.interval_ms"),
+                    *interval_ms,
+                    *target_ms,
+                    100_000.0,
+                    "at least aqm.target_ms, at most 100000 ms",
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_range(
+    field: &str,
+    value: f64,
+    min: f64,
+    max: f64,
+    allowed: impl Into<String>,
+) -> Result<(), ConfigError> {
+    if value.is_finite() && value >= min && value <= max {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(field, value, allowed))
+    }
+}
+
+/// Congestion control names are kernel module names: short, lowercase, no path characters.
+fn check_congestion_name(field: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() < 16
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            field,
+            name,
+            "a kernel congestion control name such as cubic, reno or bbr",
+        ))
+    }
+}
+
+/// The mean rate of a mahimahi trace: each line is a millisecond timestamp at which one
+/// 1500-byte packet may leave; the trace repeats after its last timestamp.
+pub fn mahimahi_mean_rate_bps(path: &Path) -> Result<f64, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let mut count = 0u64;
+    let mut last = 0u64;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let t: u64 = line
+            .parse()
+            .map_err(|_| format!("line {} is {line:?}, not a whole number of ms", i + 1))?;
+        if t < last {
+            return Err(format!("line {} goes back in time ({t} < {last})", i + 1));
+        }
+        last = t;
+        count += 1;
+    }
+    if count == 0 || last == 0 {
+        return Ok(0.0);
+    }
+    Ok(count as f64 * MTU as f64 * 8.0 / (last as f64 / 1000.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        senders = 2
+        receivers = 2
+        [hosts]
+        ecn = true
+        congestion = "reno"
+        [forward]
+        rate_mbps = 30
+        delay_ms = 50
+        queue = { packets = 125 }
+        aqm = { kind = "drd" }
+        [reverse]
+        rate_mbps = 30
+        delay_ms = 50
+    "#;
+
+    #[test]
+    fn parses_a_full_dumbbell() {
+        let cfg = TopologyConfig::from_toml(GOOD).unwrap();
+        assert_eq!(cfg.senders, 2);
+        assert!(cfg.hosts.ecn);
+        assert_eq!(cfg.forward.queue, QueueLimit::Packets(125));
+        assert_eq!(cfg.reverse.queue, QueueLimit::Bdp(1.0));
+        assert_eq!(cfg.base_rtt(), Duration::from_millis(100));
+        // 30 Mbit/s x 100 ms = 375000 bytes = 250 packets.
+        let (min, max, hard) = cfg
+            .forward
+            .aqm_thresholds("forward", cfg.base_rtt())
+            .unwrap();
+        assert!((min - 250.0).abs() < 1e-6 && (max - 500.0).abs() < 1e-6 && hard == max);
+    }
+
+    fn err(text: &str) -> String {
+        TopologyConfig::from_toml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_values_name_field_value_and_range() {
+        let e = err(&GOOD.replace(
+            "rate_mbps = 30\n        delay_ms = 50\n        queue",
+            "rate_mbps = 0\n        delay_ms = 50\n        queue",
+        ));
+        assert!(
+            e.contains("forward.rate_mbps") && e.contains('0') && e.contains("0.001"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace("packets = 125", "packets = 0"));
+        assert!(
+            e.contains("forward.queue.packets") && e.contains("1 to"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace(
+            "delay_ms = 50\n        queue",
+            "delay_ms = -5\n        queue",
+        ));
+        assert!(e.contains("forward.delay_ms") && e.contains("-5"), "{e}");
+        let e = err(&GOOD.replace("\"drd\"", "\"wred\""));
+        assert!(e.contains("wred") && e.contains("drop_tail"), "{e}");
+        let e = err(&GOOD.replace("\"reno\"", "\"../x\""));
+        assert!(e.contains("hosts.congestion"), "{e}");
+        let e = err(&GOOD.replace(
+            "queue = { packets = 125 }",
+            "trace = \"/nonexistent/trace\"",
+        ));
+        assert!(
+            e.contains("forward.trace") && e.contains("/nonexistent/trace"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn drd_congest_below_max_is_refused() {
+        let e = err(&GOOD.replace(
+            "{ kind = \"drd\" }",
+            "{ kind = \"drd\", max_bdp = 2.0, congest_bdp = 1.5 }",
+        ));
+        assert!(e.contains("congest_bdp") && e.contains("1.5"), "{e}");
+    }
+
+    #[test]
+    fn mahimahi_rate_of_a_12_mbit_trace() {
+        let dir = std::env::temp_dir().join(format!("lowtide-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("one-per-ms.mahi");
+        // One packet per ms: 1500*8*1000 = 12 Mbit/s.
+        let text: String = (1..=1000).map(|t| format!("{t}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let rate = mahimahi_mean_rate_bps(&path).unwrap();
+        assert!((rate - 12e6).abs() < 1.0, "{rate}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

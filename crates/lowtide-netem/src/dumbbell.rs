@@ -1,0 +1,540 @@
+//! The dumbbell: sender hosts on the left, receiver hosts on the right, one emulator
+//! namespace in the middle that every packet crosses.
+//!
+//! ```text
+//!  lt-ID-s1 ─veth─┐                                                        ┌─veth─ lt-ID-r1
+//!  lt-ID-s2 ─veth─┤ lt-ID-emu: forward  queue+AQM → delay → tap → router  ├─veth─ lt-ID-r2
+//!     …           │            reverse  router ← tap ← delay ← queue+AQM   │        …
+//! ```
+//!
+//! Each direction is a chain of rattan-core cells: rattan's bandwidth cell (or its trace
+//! replay cell) with our [`LinkQueue`](crate::queue::LinkQueue), rattan's delay cell, our
+//! [`LinkTap`](crate::tap::LinkTap) (random loss, counters, lateness, pcap), and rattan's
+//! router to the destination host's veth. Frames cross unchanged: each host has static
+//! neighbour entries with the far hosts' MAC addresses, as rattan's own environments do.
+//! Senders are 10.1.i.1, receivers 10.2.j.1, inside namespaces this process made.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::distributions::{Alphanumeric, DistString};
+use rattan_core::cells::bandwidth::{BwCell, BwReplayCell, BwType};
+use rattan_core::cells::external::{VirtualEthernet, VirtualEthernetId};
+use rattan_core::cells::router::{RouterCell, RoutingEntry, SimpleRoutingTable};
+use rattan_core::cells::StdPacket;
+use rattan_core::config::{BwReplayQueueConfig, DelayCellBuildConfig};
+use rattan_core::core::RattanCore;
+use rattan_core::metal::io::af_packet::AfPacketDriver;
+use rattan_env::{add_arp_entry_with_netns, add_route_with_netns, NetNs, NetNsGuard};
+use rattan_env::{VethPair, VethPairBuilder};
+use rtnetlink::packet_route::route::RouteScope;
+use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
+
+use crate::aqm::{Aqm, Codel, Drd, DropTail, Red};
+use crate::cleanup;
+use crate::config::{AqmConfig, LinkConfig, TopologyConfig};
+use crate::error::NetemError;
+use crate::host::Host;
+use crate::queue::{LinkQueue, LinkQueueLimits};
+use crate::stats::LinkStats;
+use crate::tap::LinkTap;
+
+type Core = RattanCore<AfPacketDriver>;
+
+/// Options that are about a run, not about the network.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Write `forward.pcap` and `reverse.pcap` into this folder.
+    pub pcap_dir: Option<PathBuf>,
+    /// Seed for the AQMs' and the loss's random numbers.
+    pub seed: u64,
+}
+
+/// A running dumbbell. Dropping it stops the emulator and removes every namespace and device.
+pub struct Dumbbell {
+    config: TopologyConfig,
+    senders: Vec<Host>,
+    receivers: Vec<Host>,
+    forward: Arc<LinkStats>,
+    reverse: Arc<LinkStats>,
+    start: Instant,
+    // Teardown order matters: the emulator, then the devices, then the namespaces.
+    core: Option<Core>,
+    runtime_thread: Option<std::thread::JoinHandle<()>>,
+    runtime_cancel: CancellationToken,
+    veths: Vec<Arc<VethPair>>,
+    namespaces: Vec<(String, Arc<NetNs>)>,
+}
+
+impl Dumbbell {
+    /// Validates `config`, builds the namespaces, devices and emulator, and starts it.
+    pub fn new(config: TopologyConfig, options: RunOptions) -> Result<Self, NetemError> {
+        config.validate()?;
+        check_privileges()?;
+        check_congestion_available(&config.hosts.congestion)?;
+        let id = Alphanumeric
+            .sample_string(&mut rand::thread_rng(), 5)
+            .to_lowercase();
+        let start = Instant::now();
+        let mut net = Dumbbell {
+            forward: Arc::new(LinkStats::new(start)),
+            reverse: Arc::new(LinkStats::new(start)),
+            config,
+            senders: vec![],
+            receivers: vec![],
+            start,
+            core: None,
+            runtime_thread: None,
+            runtime_cancel: CancellationToken::new(),
+            veths: vec![],
+            namespaces: vec![],
+        };
+        // On any error below, dropping `net` removes what was made so far.
+        net.build(&id, &options)?;
+        Ok(net)
+    }
+
+    fn build(&mut self, id: &str, options: &RunOptions) -> Result<(), NetemError> {
+        let emu = self.namespace(&format!("lt-{id}-emu"))?;
+        for (side, count) in [
+            (Side::Sender, self.config.senders),
+            (Side::Receiver, self.config.receivers),
+        ] {
+            for i in 1..=count {
+                let host_ns = self.namespace(&format!("lt-{id}-{}{i}", side.letter()))?;
+                let pair = VethPairBuilder::new()
+                    .name(
+                        format!("lt{id}{}{i}h", side.letter()),
+                        format!("lt{id}{}{i}e", side.letter()),
+                    )
+                    .namespace(Some(host_ns.clone()), Some(emu.clone()))
+                    .mac_addr(side.mac(i, 1).into(), side.mac(i, 2).into())
+                    .ip_addr(
+                        (IpAddr::V4(side.addr(i, 1)), 32),
+                        (IpAddr::V4(side.addr(i, 2)), 32),
+                    )
+                    .build(i)
+                    .map_err(|e| {
+                        NetemError::setup(format!("creating the veth pair of host {i}"), e)
+                    })?;
+                self.veths.push(pair);
+                let host = Host {
+                    name: format!("lt-{id}-{}{i}", side.letter()),
+                    addr: side.addr(i, 1),
+                    ns: host_ns,
+                    congestion: self.config.hosts.congestion.clone(),
+                    ecn: self.config.hosts.ecn,
+                };
+                match side {
+                    Side::Sender => self.senders.push(host),
+                    Side::Receiver => self.receivers.push(host),
+                }
+            }
+        }
+        self.route_hosts()?;
+        for host in self.senders.iter().chain(&self.receivers) {
+            host.sysctl("net.ipv4.tcp_ecn", if host.ecn { "1" } else { "0" })?;
+            // Each run starts from scratch, not from the previous connection's ssthresh.
+            host.sysctl("net.ipv4.tcp_no_metrics_save", "1")?;
+        }
+        self.start_emulator(emu, options)
+    }
+
+    fn namespace(&mut self, name: &str) -> Result<Arc<NetNs>, NetemError> {
+        cleanup::register(name);
+        let ns = NetNs::new(name).map_err(|e| {
+            cleanup::unregister(name);
+            NetemError::setup(format!("creating network namespace {name}"), e)
+        })?;
+        self.namespaces.push((name.to_string(), ns.clone()));
+        Ok(ns)
+    }
+
+    /// Every host reaches every host on the other side through its one veth.
+    fn route_hosts(&self) -> Result<(), NetemError> {
+        let pairs = &self.veths;
+        let (senders, receivers) = pairs.split_at(self.senders.len());
+        for (near, far) in [(senders, receivers), (receivers, senders)] {
+            for local in near {
+                for remote in far {
+                    let dest = remote.left.ip_addr;
+                    let ns = local.left.namespace.clone();
+                    let what = || format!("routing {} to {}", local.left.name, dest.0);
+                    add_route_with_netns(
+                        dest,
+                        None,
+                        local.left.index,
+                        ns.clone(),
+                        RouteScope::Link,
+                    )
+                    .map_err(|e| NetemError::setup(what(), e))?;
+                    add_arp_entry_with_netns(dest.0, remote.left.mac_addr, local.left.index, ns)
+                        .map_err(|e| NetemError::setup(what(), e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn start_emulator(&mut self, emu: Arc<NetNs>, options: &RunOptions) -> Result<(), NetemError> {
+        let (runtime, thread) = emulator_runtime(emu.clone(), self.runtime_cancel.clone())?;
+        self.runtime_thread = Some(thread);
+        let mut core = Core::new(
+            runtime.clone(),
+            CancellationToken::new(),
+            self.runtime_cancel.clone(),
+        );
+        let rtt = self.config.base_rtt();
+        let what = |s: &str| format!("building the emulator's {s}");
+        for (n, pair) in self.veths.iter().enumerate() {
+            let (side, i) = if n < self.senders.len() {
+                (1, n + 1)
+            } else {
+                (2, n + 1 - self.senders.len())
+            };
+            let cell = pair.right.clone();
+            let ns = emu.clone();
+            let mut vid = VirtualEthernetId::new();
+            vid.set_ns_id(side);
+            vid.set_veth_id(i as u8);
+            core.build_cell(veth_cell_id(side, i), move |rt: &tokio::runtime::Handle| {
+                let _rt = rt.enter();
+                let _ns = NetNsGuard::new(ns)?;
+                VirtualEthernet::<AfPacketDriver>::new(cell, vid)
+            })
+            .map_err(|e| NetemError::setup(what("interfaces"), e))?;
+        }
+        let directions = [
+            (
+                "forward",
+                &self.config.forward,
+                &self.forward,
+                1u8,
+                self.senders.len(),
+                2u8,
+                self.receivers.len(),
+            ),
+            (
+                "reverse",
+                &self.config.reverse,
+                &self.reverse,
+                2u8,
+                self.receivers.len(),
+                1u8,
+                self.senders.len(),
+            ),
+        ];
+        for (k, (name, link, stats, from, n_from, to, n_to)) in directions.into_iter().enumerate() {
+            let seed = options.seed.wrapping_add(k as u64 * 1_000_003);
+            build_link(&mut core, name, link, rtt, stats.clone(), seed)
+                .map_err(|e| NetemError::setup(what(name), e))?;
+            let tap_stats = stats.clone();
+            let pcap = options
+                .pcap_dir
+                .as_ref()
+                .map(|d| d.join(format!("{name}.pcap")));
+            let loss = link.loss;
+            let mut tap_err = None;
+            core.build_cell(format!("{name}_tap"), |rt: &tokio::runtime::Handle| {
+                let _rt = rt.enter();
+                LinkTap::<StdPacket>::new(loss, seed ^ 0x7a9, tap_stats, pcap.as_deref()).map_err(
+                    |e| {
+                        tap_err = Some(e.to_string());
+                        rattan_core::error::Error::ConfigError(e.to_string())
+                    },
+                )
+            })
+            .map_err(|e| NetemError::setup(what(name), tap_err.clone().unwrap_or(e.to_string())))?;
+            let receivers = (1..=n_to)
+                .map(|j| core.get_receiver(&veth_cell_id(to, j)))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| NetemError::setup(what(name), e))?;
+            let table = (1..=n_to)
+                .map(|j| {
+                    let addr = if to == 1 {
+                        Side::Sender
+                    } else {
+                        Side::Receiver
+                    }
+                    .addr(j, 1);
+                    RoutingEntry::new(ipnet::IpNet::from(IpAddr::V4(addr)), Some(j - 1))
+                })
+                .collect();
+            core.build_cell(
+                format!("{name}_router"),
+                move |rt: &tokio::runtime::Handle| {
+                    let _rt = rt.enter();
+                    RouterCell::<StdPacket, SimpleRoutingTable>::new(receivers, table)
+                },
+            )
+            .map_err(|e| NetemError::setup(what(name), e))?;
+            for i in 1..=n_from {
+                core.link_cell(veth_cell_id(from, i), format!("{name}_bw"));
+            }
+            core.link_cell(format!("{name}_bw"), format!("{name}_delay"));
+            core.link_cell(format!("{name}_delay"), format!("{name}_tap"));
+            core.link_cell(format!("{name}_tap"), format!("{name}_router"));
+        }
+        core.spawn_rattan()
+            .map_err(|e| NetemError::setup(what("tasks"), e))?;
+        core.start_rattan()
+            .map_err(|e| NetemError::setup("starting the emulator", e))?;
+        self.core = Some(core);
+        Ok(())
+    }
+
+    pub fn config(&self) -> &TopologyConfig {
+        &self.config
+    }
+
+    /// Sender host `i` (0-based).
+    pub fn sender(&self, i: usize) -> &Host {
+        &self.senders[i]
+    }
+
+    /// Receiver host `j` (0-based).
+    pub fn receiver(&self, j: usize) -> &Host {
+        &self.receivers[j]
+    }
+
+    pub fn senders(&self) -> &[Host] {
+        &self.senders
+    }
+
+    pub fn receivers(&self) -> &[Host] {
+        &self.receivers
+    }
+
+    /// Measurements of the left-to-right bottleneck.
+    pub fn forward(&self) -> &Arc<LinkStats> {
+        &self.forward
+    }
+
+    /// Measurements of the right-to-left bottleneck.
+    pub fn reverse(&self) -> &Arc<LinkStats> {
+        &self.reverse
+    }
+
+    /// When the network started: the zero of every time series.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+}
+
+impl Drop for Dumbbell {
+    fn drop(&mut self) {
+        if let Some(mut core) = self.core.take() {
+            core.cancel_rattan();
+        }
+        self.runtime_cancel.cancel();
+        if let Some(thread) = self.runtime_thread.take() {
+            let _ = thread.join();
+        }
+        self.senders.clear();
+        self.receivers.clear();
+        // rattan deletes each pair through netlink while its namespaces still exist.
+        self.veths.clear();
+        // The last handle on a namespace removes it; `ip netns delete` is the fallback.
+        for (name, ns) in self.namespaces.drain(..).rev() {
+            drop(ns);
+            if cleanup::leftover_namespaces().contains(&name) {
+                cleanup::delete_namespace(&name);
+            }
+            cleanup::unregister(&name);
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    Sender,
+    Receiver,
+}
+
+impl Side {
+    fn letter(self) -> char {
+        match self {
+            Side::Sender => 's',
+            Side::Receiver => 'r',
+        }
+    }
+    fn group(self) -> u8 {
+        match self {
+            Side::Sender => 1,
+            Side::Receiver => 2,
+        }
+    }
+    fn addr(self, i: usize, end: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.group(), i as u8, end)
+    }
+    fn mac(self, i: usize, end: u8) -> [u8; 6] {
+        [0x38, 0x7e, 0x58, self.group(), i as u8, end]
+    }
+}
+
+fn veth_cell_id(side: u8, i: usize) -> String {
+    format!("{}{i}", if side == 1 { "s" } else { "r" })
+}
+
+/// The emulator's tokio runtime runs on its own thread inside the emulator namespace.
+fn emulator_runtime(
+    emu: Arc<NetNs>,
+    cancel: CancellationToken,
+) -> Result<(Arc<Runtime>, std::thread::JoinHandle<()>), NetemError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("lowtide-emulator".into())
+        .spawn(move || {
+            if let Err(e) = emu.enter() {
+                let _ = tx.send(Err(format!("entering the emulator namespace: {e}")));
+                return;
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("lowtide-emulator-worker")
+                .enable_all()
+                .build()
+                .map(Arc::new);
+            match runtime {
+                Ok(rt) => {
+                    let _ = tx.send(Ok(rt.clone()));
+                    rt.block_on(cancel.cancelled());
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(format!("building the emulator runtime: {e}")));
+                }
+            }
+        })
+        .map_err(|e| NetemError::setup("spawning the emulator thread", e))?;
+    let runtime = rx
+        .recv()
+        .map_err(|e| NetemError::setup("starting the emulator thread", e))?
+        .map_err(|e| NetemError::setup("starting the emulator", e))?;
+    Ok((runtime, thread))
+}
+
+fn aqm_for(
+    link: &LinkConfig,
+    name: &str,
+    rtt: Duration,
+    seed: u64,
+) -> Result<Box<dyn Aqm>, NetemError> {
+    let (min, max, hard) = link.aqm_thresholds(name, rtt)?;
+    Ok(match &link.aqm {
+        AqmConfig::DropTail => Box::new(DropTail),
+        AqmConfig::Red {
+            max_p,
+            weight,
+            gentle,
+            ecn,
+            ..
+        } => Box::new(Red::new(
+            min,
+            max,
+            *max_p,
+            *weight,
+            *gentle,
+            *ecn,
+            link.nominal_rate_bps(),
+            seed,
+        )),
+        AqmConfig::Drd { ecn, .. } => Box::new(Drd::new(min, max, hard, *ecn, seed)),
+        AqmConfig::Codel {
+            target_ms,
+            interval_ms,
+            ecn,
+        } => Box::new(Codel::new(
+            Duration::from_secs_f64(target_ms / 1000.0),
+            Duration::from_secs_f64(interval_ms / 1000.0),
+            *ecn,
+        )),
+    })
+}
+
+/// The queue, rate and delay cells of one direction: `{name}_bw` and `{name}_delay`.
+fn build_link(
+    core: &mut Core,
+    name: &str,
+    link: &LinkConfig,
+    rtt: Duration,
+    stats: Arc<LinkStats>,
+    seed: u64,
+) -> Result<(), NetemError> {
+    let (packets, bytes) = link.queue_limit(rtt);
+    let queue = LinkQueue::<StdPacket>::new(
+        LinkQueueLimits { packets, bytes },
+        aqm_for(link, name, rtt, seed)?,
+        stats,
+    );
+    let err =
+        |e: rattan_core::error::Error| NetemError::setup(format!("building the {name} link"), e);
+    match (&link.trace, link.rate_mbps) {
+        (Some(trace), _) => {
+            let trace = BwReplayQueueConfig::<StdPacket, LinkQueue<StdPacket>>::new(
+                trace.display().to_string(),
+                None,
+                BwType::NetworkLayer,
+            )
+            .get_trace()
+            .map_err(err)?;
+            core.build_cell(format!("{name}_bw"), move |rt: &tokio::runtime::Handle| {
+                let _rt = rt.enter();
+                BwReplayCell::new(trace, queue, BwType::NetworkLayer)
+            })
+            .map_err(err)?;
+        }
+        (None, rate) => {
+            let bps = (rate.unwrap_or(0.0) * 1e6).round() as u64;
+            core.build_cell(format!("{name}_bw"), move |rt: &tokio::runtime::Handle| {
+                let _rt = rt.enter();
+                BwCell::new(
+                    rattan_core::netem_trace::Bandwidth::from_bps(bps),
+                    queue,
+                    BwType::NetworkLayer,
+                )
+            })
+            .map_err(err)?;
+        }
+    }
+    let delay = Duration::from_secs_f64(link.delay_ms / 1000.0);
+    core.build_cell(
+        format!("{name}_delay"),
+        DelayCellBuildConfig::new(delay).into_factory(),
+    )
+    .map_err(err)?;
+    Ok(())
+}
+
+/// Namespaces need CAP_SYS_ADMIN and devices CAP_NET_ADMIN; say so before trying.
+fn check_privileges() -> Result<(), NetemError> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(NetemError::NotPrivileged {
+            what: "building an emulated network (network namespaces and veth devices)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The congestion controls the kernel offers to sockets.
+pub fn available_congestion() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn check_congestion_available(name: &str) -> Result<(), NetemError> {
+    let available = available_congestion();
+    if available.split_whitespace().any(|c| c == name) {
+        Ok(())
+    } else {
+        Err(NetemError::Congestion {
+            name: name.to_string(),
+            available,
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! An emulated host: a network namespace with one veth into the emulator and one address.
+//! Code runs there as threads that `setns` into the namespace, so every host of a run shares
+//! one process and one CLOCK_MONOTONIC: one-way latency is exact, without NTP.
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rattan_env::NetNs;
+
+use crate::error::NetemError;
+
+pub struct Host {
+    pub(crate) name: String,
+    pub(crate) addr: Ipv4Addr,
+    pub(crate) ns: Arc<NetNs>,
+    pub(crate) congestion: String,
+    pub(crate) ecn: bool,
+}
+
+impl Host {
+    /// The namespace name, usable with `ip netns exec`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn addr(&self) -> Ipv4Addr {
+        self.addr
+    }
+
+    /// The congestion control tools on this host set per socket.
+    pub fn congestion(&self) -> &str {
+        &self.congestion
+    }
+
+    pub fn ecn(&self) -> bool {
+        self.ecn
+    }
+
+    /// Runs `f` on a new thread inside this host.
+    pub fn spawn<F, R>(&self, thread_name: &str, f: F) -> Result<JoinHandle<R>, NetemError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let ns = self.ns.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name(thread_name.to_string())
+            .spawn(move || {
+                let entered = ns.enter().map(|_| ()).map_err(|e| e.to_string());
+                let ok = entered.is_ok();
+                let _ = ready_tx.send(entered);
+                if !ok {
+                    // The caller gets the error from `spawn`; `f` must never run outside the
+                    // host, so unwind silently (no panic message: the error is reported).
+                    std::panic::resume_unwind(Box::new(()));
+                }
+                f()
+            })
+            .map_err(|e| NetemError::setup(format!("spawning thread {thread_name}"), e))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(handle),
+            Ok(Err(e)) => Err(NetemError::setup(
+                format!("entering namespace {} for thread {thread_name}", self.name),
+                e,
+            )),
+            Err(e) => Err(NetemError::setup(
+                format!("starting thread {thread_name}"),
+                e,
+            )),
+        }
+    }
+
+    /// Runs `f` inside this host and waits for it.
+    pub fn run<F, R>(&self, f: F) -> Result<R, NetemError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.spawn("lowtide-host", f)?
+            .join()
+            .map_err(|_| NetemError::setup(format!("a task in host {}", self.name), "it panicked"))
+    }
+
+    /// A command that runs `program` inside this host (`ip netns exec`).
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name, program]);
+        cmd
+    }
+
+    /// Sets a sysctl of this host's network stack (`net.ipv4.tcp_ecn` → /proc/sys/net/ipv4/tcp_ecn).
+    pub fn sysctl(&self, key: &str, value: &str) -> Result<(), NetemError> {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let value = value.to_string();
+        let what = format!("setting {key} in host {}", self.name);
+        self.run(move || std::fs::write(&path, value))?
+            .map_err(|e| NetemError::setup(what, e))
+    }
+}

@@ -1,0 +1,234 @@
+//! The bottleneck queue: a FIFO with a packet or byte limit, an AQM control law, and a
+//! counter for every drop and mark. It plugs into rattan-core's bandwidth cell through the
+//! `PacketQueue` trait, so rattan keeps doing what it does well (logical-time serialisation at
+//! the link rate, capacity traces) and we own the queueing policy.
+//!
+//! Semantics (as ns-2 and mahimahi): an arriving packet is dropped if the queue is full,
+//! else the AQM may drop or mark it, else it is queued; CoDel decides again at dequeue.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rattan_core::cells::bandwidth::queue::PacketQueue;
+use rattan_core::cells::Packet;
+
+use crate::aqm::{Aqm, QueueState, Reason, Verdict};
+use crate::ecn;
+use crate::stats::LinkStats;
+
+pub struct LinkQueue<P> {
+    packets: VecDeque<P>,
+    bytes: usize,
+    limit_packets: Option<usize>,
+    limit_bytes: Option<usize>,
+    aqm: Box<dyn Aqm>,
+    stats: Arc<LinkStats>,
+}
+
+/// rattan asks every queue for a configuration type it can send at run time; ours is fixed
+/// when the topology is built, so the only run-time change is a new pair of limits.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkQueueLimits {
+    pub packets: Option<usize>,
+    pub bytes: Option<usize>,
+}
+
+impl<P: Packet> LinkQueue<P> {
+    pub fn new(limits: LinkQueueLimits, aqm: Box<dyn Aqm>, stats: Arc<LinkStats>) -> Self {
+        Self {
+            packets: VecDeque::new(),
+            bytes: 0,
+            limit_packets: limits.packets,
+            limit_bytes: limits.bytes,
+            aqm,
+            stats,
+        }
+    }
+
+    fn state(&self) -> QueueState {
+        QueueState {
+            packets: self.packets.len(),
+            bytes: self.bytes,
+        }
+    }
+
+    fn would_overflow(&self, size: usize) -> bool {
+        self.limit_packets.is_some_and(|l| self.packets.len() >= l)
+            || self.limit_bytes.is_some_and(|l| self.bytes + size > l)
+    }
+
+    fn mark(&self, packet: &mut P, reason: Reason) {
+        if ecn::set_ce(packet.as_raw_buffer()) {
+            self.stats.marked(reason);
+        }
+    }
+}
+
+impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
+    type Config = LinkQueueLimits;
+
+    fn configure(&mut self, limits: Self::Config) {
+        self.limit_packets = limits.packets;
+        self.limit_bytes = limits.bytes;
+    }
+
+    fn enqueue(&mut self, mut packet: P) {
+        let size = packet.l3_length();
+        self.stats.arrived(packet.l2_length());
+        if self.would_overflow(size) {
+            self.stats.dropped(Reason::QueueFull);
+            return;
+        }
+        // The packet's timestamp is the logical time it reached the queue.
+        let ect = ecn::is_ecn_capable(packet.as_slice());
+        match self
+            .aqm
+            .on_arrival(self.state(), ect, packet.get_timestamp().into_std())
+        {
+            Verdict::Pass => {}
+            Verdict::Mark(reason) => self.mark(&mut packet, reason),
+            Verdict::Drop(reason) => {
+                self.stats.dropped(reason);
+                return;
+            }
+        }
+        self.bytes += size;
+        self.packets.push_back(packet);
+    }
+
+    fn dequeue(&mut self) -> Option<P> {
+        // rattan calls this when the link is free; the wall clock is within the emulator's
+        // lateness of the logical departure time.
+        let now = tokio::time::Instant::now();
+        while let Some(mut packet) = self.packets.pop_front() {
+            self.bytes -= packet.l3_length();
+            let sojourn = now.saturating_duration_since(packet.get_timestamp());
+            let now = now.into_std();
+            let ect = ecn::is_ecn_capable(packet.as_slice());
+            match self.aqm.on_departure(sojourn, self.state(), ect, now) {
+                Verdict::Pass => {}
+                Verdict::Mark(reason) => self.mark(&mut packet, reason),
+                Verdict::Drop(reason) => {
+                    self.stats.dropped(reason);
+                    continue;
+                }
+            }
+            self.stats
+                .dequeued(now, self.packets.len(), self.bytes, sojourn);
+            return Some(packet);
+        }
+        None
+    }
+
+    fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    fn get_front_size(&self) -> Option<usize> {
+        self.packets.front().map(|p| p.l3_length())
+    }
+
+    fn length(&self) -> usize {
+        self.packets.len()
+    }
+
+    fn retain<F>(&mut self, mut f: F)
+    where
+        F: FnMut(&P) -> bool,
+    {
+        self.packets.retain(|p| f(p));
+        self.bytes = self.packets.iter().map(|p| p.l3_length()).sum();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aqm::DropTail;
+    use rattan_core::cells::StdPacket;
+    use std::time::Instant;
+
+    /// A 1514-byte Ethernet frame carrying a 1500-byte IPv4 packet, ECT(0) if `ect`.
+    fn frame(ect: bool) -> StdPacket {
+        let mut f = vec![0u8; 1514];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        f[15] = if ect { 0b10 } else { 0 };
+        f[16] = 0x05;
+        f[17] = 0xdc;
+        StdPacket::from_raw_buffer(&f)
+    }
+
+    fn queue(
+        packets: Option<usize>,
+        bytes: Option<usize>,
+    ) -> (LinkQueue<StdPacket>, Arc<LinkStats>) {
+        let stats = Arc::new(LinkStats::new(Instant::now()));
+        let q = LinkQueue::new(
+            LinkQueueLimits { packets, bytes },
+            Box::new(DropTail),
+            stats.clone(),
+        );
+        (q, stats)
+    }
+
+    #[test]
+    fn drop_tail_drops_only_at_the_packet_limit() {
+        let (mut q, stats) = queue(Some(3), None);
+        for _ in 0..5 {
+            q.enqueue(frame(false));
+        }
+        assert_eq!(q.length(), 3);
+        let r = stats.report();
+        assert_eq!(r.drops.get("queue_full"), Some(&2));
+        assert_eq!(r.arrived_packets, 5);
+        while q.dequeue().is_some() {}
+        assert_eq!(q.bytes, 0);
+        assert_eq!(stats.report().max_queue_packets, 2);
+    }
+
+    #[test]
+    fn byte_limit_counts_ip_bytes() {
+        let (mut q, stats) = queue(None, Some(3000));
+        for _ in 0..3 {
+            q.enqueue(frame(false));
+        }
+        assert_eq!(q.length(), 2);
+        assert_eq!(stats.report().total_drops(), 1);
+    }
+
+    struct AlwaysMark;
+    impl Aqm for AlwaysMark {
+        fn on_arrival(&mut self, _: QueueState, ect: bool, _: Instant) -> Verdict {
+            if ect {
+                Verdict::Mark(Reason::RedEarly)
+            } else {
+                Verdict::Drop(Reason::RedEarly)
+            }
+        }
+        fn name(&self) -> &'static str {
+            "always"
+        }
+    }
+
+    #[test]
+    fn marks_set_ce_on_the_wire_and_are_counted() {
+        let stats = Arc::new(LinkStats::new(Instant::now()));
+        let mut q = LinkQueue::new(
+            LinkQueueLimits {
+                packets: Some(10),
+                bytes: None,
+            },
+            Box::new(AlwaysMark),
+            stats.clone(),
+        );
+        q.enqueue(frame(true));
+        q.enqueue(frame(false));
+        let out = q.dequeue().unwrap();
+        assert_eq!(out.as_slice()[15] & 0b11, 0b11);
+        assert!(q.dequeue().is_none());
+        let r = stats.report();
+        assert_eq!(r.marks.get("red_early"), Some(&1));
+        assert_eq!(r.drops.get("red_early"), Some(&1));
+    }
+}

@@ -1,0 +1,251 @@
+//! Per-link measurements: packets and bytes in and out, drops and marks by reason, queue
+//! occupancy and sojourn time as a time series, and the emulator's lateness against its own
+//! schedule. Written by the emulator's cells, read by reports at any time.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::aqm::Reason;
+
+/// At most this many samples per series are kept (about 12 MB for the queue series); later
+/// samples are counted in `samples_skipped` so a report says it is truncated.
+const MAX_SAMPLES: usize = 1_000_000;
+
+/// One dequeue at the bottleneck.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct QueueSample {
+    /// Microseconds since the network started.
+    pub t_us: u64,
+    /// Packets and bytes left in the queue after this dequeue.
+    pub packets: u32,
+    pub bytes: u32,
+    /// How long the dequeued packet waited, in microseconds.
+    pub sojourn_us: u32,
+}
+
+pub struct LinkStats {
+    start: Instant,
+    arrived_packets: AtomicU64,
+    arrived_bytes: AtomicU64,
+    delivered_packets: AtomicU64,
+    delivered_bytes: AtomicU64,
+    max_frame: AtomicU64,
+    drops: [AtomicU64; Reason::ALL.len()],
+    marks: [AtomicU64; Reason::ALL.len()],
+    queue: Mutex<Vec<QueueSample>>,
+    lateness_us: Mutex<Vec<u32>>,
+    samples_skipped: AtomicU64,
+}
+
+impl LinkStats {
+    pub fn new(start: Instant) -> Self {
+        Self {
+            start,
+            arrived_packets: AtomicU64::new(0),
+            arrived_bytes: AtomicU64::new(0),
+            delivered_packets: AtomicU64::new(0),
+            delivered_bytes: AtomicU64::new(0),
+            max_frame: AtomicU64::new(0),
+            drops: Default::default(),
+            marks: Default::default(),
+            queue: Mutex::new(Vec::new()),
+            lateness_us: Mutex::new(Vec::new()),
+            samples_skipped: AtomicU64::new(0),
+        }
+    }
+
+    pub fn arrived(&self, bytes: usize) {
+        self.arrived_packets.fetch_add(1, Relaxed);
+        self.arrived_bytes.fetch_add(bytes as u64, Relaxed);
+        self.max_frame.fetch_max(bytes as u64, Relaxed);
+    }
+
+    pub fn dropped(&self, reason: Reason) {
+        self.drops[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    pub fn marked(&self, reason: Reason) {
+        self.marks[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    pub fn dequeued(&self, now: Instant, packets: usize, bytes: usize, sojourn: Duration) {
+        let sample = QueueSample {
+            t_us: now.saturating_duration_since(self.start).as_micros() as u64,
+            packets: packets as u32,
+            bytes: bytes as u32,
+            sojourn_us: sojourn.as_micros().min(u32::MAX as u128) as u32,
+        };
+        push_bounded(&self.queue, sample, &self.samples_skipped);
+    }
+
+    /// A packet left the link at `now`; it was due to leave at `due`.
+    pub fn delivered(&self, bytes: usize, now: Instant, due: Instant) {
+        self.delivered_packets.fetch_add(1, Relaxed);
+        self.delivered_bytes.fetch_add(bytes as u64, Relaxed);
+        let late = now
+            .saturating_duration_since(due)
+            .as_micros()
+            .min(u32::MAX as u128) as u32;
+        push_bounded(&self.lateness_us, late, &self.samples_skipped);
+    }
+
+    /// A copy of the queue time series.
+    pub fn queue_samples(&self) -> Vec<QueueSample> {
+        self.queue.lock().map(|q| q.clone()).unwrap_or_default()
+    }
+
+    /// Forgets everything measured so far (e.g. after a warm-up).
+    pub fn reset(&self) {
+        for c in [
+            &self.arrived_packets,
+            &self.arrived_bytes,
+            &self.delivered_packets,
+            &self.delivered_bytes,
+            &self.max_frame,
+            &self.samples_skipped,
+        ] {
+            c.store(0, Relaxed);
+        }
+        for c in self.drops.iter().chain(self.marks.iter()) {
+            c.store(0, Relaxed);
+        }
+        if let Ok(mut q) = self.queue.lock() {
+            q.clear();
+        }
+        if let Ok(mut l) = self.lateness_us.lock() {
+            l.clear();
+        }
+    }
+
+    pub fn report(&self) -> LinkReport {
+        let by_reason = |counters: &[AtomicU64]| -> BTreeMap<&'static str, u64> {
+            Reason::ALL
+                .iter()
+                .map(|r| (r.as_str(), counters[r.index()].load(Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .collect()
+        };
+        let samples = self.queue_samples();
+        let mut sojourn: Vec<u32> = samples.iter().map(|s| s.sojourn_us).collect();
+        let mut lateness = self
+            .lateness_us
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
+        LinkReport {
+            arrived_packets: self.arrived_packets.load(Relaxed),
+            arrived_bytes: self.arrived_bytes.load(Relaxed),
+            delivered_packets: self.delivered_packets.load(Relaxed),
+            delivered_bytes: self.delivered_bytes.load(Relaxed),
+            largest_frame_bytes: self.max_frame.load(Relaxed),
+            drops: by_reason(&self.drops),
+            marks: by_reason(&self.marks),
+            max_queue_packets: samples.iter().map(|s| s.packets).max().unwrap_or(0),
+            sojourn_ms: Percentiles::of_micros(&mut sojourn),
+            lateness_ms: Percentiles::of_micros(&mut lateness),
+            samples_skipped: self.samples_skipped.load(Relaxed),
+        }
+    }
+}
+
+fn push_bounded<T>(series: &Mutex<Vec<T>>, item: T, skipped: &AtomicU64) {
+    if let Ok(mut s) = series.lock() {
+        if s.len() < MAX_SAMPLES {
+            s.push(item);
+            return;
+        }
+    }
+    skipped.fetch_add(1, Relaxed);
+}
+
+/// What a link did, for reports and checks.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkReport {
+    pub arrived_packets: u64,
+    pub arrived_bytes: u64,
+    pub delivered_packets: u64,
+    pub delivered_bytes: u64,
+    /// The largest frame seen; above 1514 means segmentation offload leaked into the link.
+    pub largest_frame_bytes: u64,
+    pub drops: BTreeMap<&'static str, u64>,
+    pub marks: BTreeMap<&'static str, u64>,
+    pub max_queue_packets: u32,
+    pub sojourn_ms: Percentiles,
+    /// How late packets left the link against the emulator's own schedule.
+    pub lateness_ms: Percentiles,
+    pub samples_skipped: u64,
+}
+
+impl LinkReport {
+    pub fn total_drops(&self) -> u64 {
+        self.drops.values().sum()
+    }
+    pub fn total_marks(&self) -> u64 {
+        self.marks.values().sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq)]
+pub struct Percentiles {
+    pub count: usize,
+    pub min: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Percentiles (in ms) of samples in microseconds; sorts the slice.
+    pub fn of_micros(samples: &mut [u32]) -> Self {
+        if samples.is_empty() {
+            return Self::default();
+        }
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let i = ((samples.len() - 1) as f64 * q).round() as usize;
+            samples[i] as f64 / 1000.0
+        };
+        Self {
+            count: samples.len(),
+            min: at(0.0),
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: at(1.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_counts_by_reason_and_summarises_series() {
+        let start = Instant::now();
+        let s = LinkStats::new(start);
+        for _ in 0..3 {
+            s.arrived(1514);
+        }
+        s.dropped(Reason::QueueFull);
+        s.marked(Reason::RedEarly);
+        s.marked(Reason::RedEarly);
+        for i in 0..100u64 {
+            s.dequeued(start, 1, 1500, Duration::from_micros(i * 100));
+            s.delivered(1500, start + Duration::from_micros(i), start);
+        }
+        let r = s.report();
+        assert_eq!(r.arrived_packets, 3);
+        assert_eq!(r.drops.get("queue_full"), Some(&1));
+        assert_eq!(r.total_marks(), 2);
+        assert_eq!(r.sojourn_ms.max, 9.9);
+        assert_eq!(r.lateness_ms.count, 100);
+        s.reset();
+        assert_eq!(s.report().arrived_packets, 0);
+    }
+}

@@ -1,0 +1,173 @@
+//! Typed, validated configuration. Every limit is checked when a [`Connection`] is built
+//! ([`Config::validate`]), and the error names the field and its allowed range.
+//!
+//! [`Connection`]: crate::Connection
+
+use serde::{Deserialize, Serialize};
+
+use crate::controller::ControllerConfig;
+
+/// How a stream's virtual time grows when it sends (Paceline, "Stream Fairness").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fairness {
+    /// Virtual time grows with bytes sent (resource fairness).
+    #[default]
+    Resource,
+    /// Virtual time grows with the message's cost, spread over its bytes (quality fairness).
+    Quality,
+}
+
+/// Channel configuration (both directions).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Largest message accepted, in either direction (bytes).
+    pub max_message_size: u64,
+    /// Most concurrent streams accepted from the peer (and opened locally).
+    pub max_streams: u32,
+    /// Receive memory per channel: partial reassemblies plus complete messages not yet read.
+    pub max_reassembly_bytes: u64,
+    /// Chunk payload as a fraction of the MSS.
+    pub chunk_fraction: f64,
+    /// Largest chunk payload accepted from the peer; also caps our own chunks.
+    pub max_chunk_len: u64,
+    /// Most bytes handed to one write (one `writev`).
+    pub max_batch: u64,
+    /// Most bytes queued in all send queues; `send` fails beyond it.
+    pub max_queued_bytes: u64,
+    /// Resource or quality fairness between streams.
+    pub fairness: Fairness,
+    /// The receiver sends a P-ACK once this many new bytes arrived ...
+    pub pack_every_bytes: u64,
+    /// ... or this long (µs) after unacknowledged bytes arrived.
+    pub pack_interval_us: u64,
+    /// Report `Acked` events per message.
+    pub ack_events: bool,
+    /// Latency controller.
+    pub controller: ControllerConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_message_size: 16 << 20,
+            max_streams: 256,
+            max_reassembly_bytes: 64 << 20,
+            chunk_fraction: 0.5,
+            max_chunk_len: 64 << 10,
+            max_batch: 256 << 10,
+            max_queued_bytes: 256 << 20,
+            fairness: Fairness::Resource,
+            pack_every_bytes: 16 << 10,
+            pack_interval_us: 1000,
+            ack_events: true,
+            controller: ControllerConfig::default(),
+        }
+    }
+}
+
+/// A configuration value outside its allowed range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("config field `{field}` = {value} is outside the allowed range {allowed}")]
+#[non_exhaustive]
+pub struct ConfigError {
+    /// Field path, e.g. `controller.min_buf.a`.
+    pub field: &'static str,
+    /// The value given, rendered.
+    pub value: String,
+    /// The allowed range, rendered.
+    pub allowed: &'static str,
+}
+
+impl ConfigError {
+    /// An error for `field` holding `value`, allowed `allowed`.
+    pub fn new(field: &'static str, value: impl ToString, allowed: &'static str) -> Self {
+        Self { field, value: value.to_string(), allowed }
+    }
+}
+
+pub(crate) fn check_range<T: PartialOrd + ToString + Copy>(
+    field: &'static str,
+    v: T,
+    lo: T,
+    hi: T,
+    allowed: &'static str,
+) -> Result<(), ConfigError> {
+    if v >= lo && v <= hi {
+        Ok(())
+    } else {
+        Err(ConfigError::new(field, v, allowed))
+    }
+}
+
+impl Config {
+    /// Checks every field; the first violation is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range("max_message_size", self.max_message_size, 1, 1 << 32, "1..=4294967296")?;
+        check_range("max_streams", self.max_streams, 1, 1 << 16, "1..=65536")?;
+        check_range("max_chunk_len", self.max_chunk_len, 64, 1 << 20, "64..=1048576")?;
+        check_range(
+            "max_reassembly_bytes",
+            self.max_reassembly_bytes,
+            self.max_chunk_len,
+            1 << 40,
+            "max_chunk_len..=2^40",
+        )?;
+        if !(self.chunk_fraction > 0.0 && self.chunk_fraction <= 16.0) {
+            return Err(ConfigError::new("chunk_fraction", self.chunk_fraction, "(0, 16]"));
+        }
+        check_range("max_batch", self.max_batch, 64, 64 << 20, "64..=67108864")?;
+        check_range("max_queued_bytes", self.max_queued_bytes, 1, 1 << 40, "1..=2^40")?;
+        check_range("pack_every_bytes", self.pack_every_bytes, 1, 1 << 30, "1..=2^30")?;
+        check_range("pack_interval_us", self.pack_interval_us, 1, 10_000_000, "1..=10000000")?;
+        self.controller.validate()
+    }
+
+    /// Chunk payload for a given MSS.
+    pub(crate) fn chunk_len(&self, mss: u32) -> usize {
+        let c = (f64::from(mss.max(64)) * self.chunk_fraction) as u64;
+        c.clamp(64, self.max_chunk_len) as usize
+    }
+}
+
+/// Per-stream settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    /// Share of the channel relative to other streams (weighted fair queuing).
+    pub weight: f64,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self { weight: 1.0 }
+    }
+}
+
+impl StreamConfig {
+    /// Checks the weight.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.weight >= 0.001 && self.weight <= 1e6) {
+            return Err(ConfigError::new("stream.weight", self.weight, "0.001..=1000000"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_errors_name_the_field() {
+        Config::default().validate().unwrap();
+        let bad = Config { max_streams: 0, ..Config::default() };
+        let e = bad.validate().unwrap_err();
+        assert_eq!(e.field, "max_streams");
+        assert!(e.to_string().contains("1..=65536"), "{e}");
+        let bad = Config { chunk_fraction: f64::NAN, ..Config::default() };
+        assert_eq!(bad.validate().unwrap_err().field, "chunk_fraction");
+        assert_eq!(StreamConfig { weight: 0.0 }.validate().unwrap_err().field, "stream.weight");
+    }
+}

@@ -1,0 +1,939 @@
+//! The channel state machine: one TCP connection's worth of lowtide, without any I/O.
+//!
+//! # Call order (the driver's loop)
+//! 1. [`Connection::new`] queues our handshake.
+//! 2. Bytes read from the socket go to [`handle_bytes`](Connection::handle_bytes).
+//! 3. At each write opportunity: sample the kernel into a [`TcpState`] (if
+//!    [`needs_tcp_state`](Connection::needs_tcp_state)), call
+//!    [`poll_transmit`](Connection::poll_transmit), write
+//!    [`transmit_segments`](Connection::transmit_segments) with one `writev`, and report how
+//!    many bytes the kernel took with [`handle_written`](Connection::handle_written). The
+//!    returned [`Decision`] says how to wait when blocked.
+//! 4. When [`poll_timeout`](Connection::poll_timeout) passes, call
+//!    [`handle_timeout`](Connection::handle_timeout) (expiries, delayed P-ACKs).
+//! 5. Drain [`poll_event`](Connection::poll_event) and [`poll_message`](Connection::poll_message).
+//!
+//! Sources: Paceline (`/work/shared/papers/002_87fc88a8f1af51dc.txt`, "Data Service Model" to
+//! "Latency Controller") for streams, messages, chunking, cancellation and P-ACKs. Modelled on
+//! quinn-proto's `Connection` (`handle_*` inputs, `poll_*` outputs, `now` passed in).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::config::{Config, ConfigError, Fairness, StreamConfig};
+use crate::controller::{AppProgress, Decision, LatencyController, PAckSample, TcpState, Wake};
+use crate::error::{ProtocolError, SendError, StreamError};
+use crate::reassembly::{PeerCancelled, Reassembly, Received};
+use crate::scheduler::Scheduler;
+use crate::stream::{Pending, SendStream};
+use crate::wire::{CancelReason, DataFrame, FirstChunk, Frame, Hello, HelloOption, MAX_HEADER_LEN, VERSION};
+
+/// Which end of the TCP connection we are; decides stream-id parity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The connecting end (even stream ids).
+    Client,
+    /// The accepting end (odd stream ids).
+    Server,
+}
+
+/// Identifies a message of ours: stream and sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId {
+    /// Stream id.
+    pub stream: u64,
+    /// Sequence number within the stream.
+    pub seq: u64,
+    importance: u8,
+}
+
+impl MessageId {
+    /// Importance the message was sent with.
+    pub fn importance(&self) -> u8 {
+        self.importance
+    }
+}
+
+/// A message to send.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Payload.
+    pub data: Bytes,
+    /// Importance: higher preempts lower within a stream.
+    pub importance: u8,
+    /// Cost for quality fairness (defaults to the length).
+    pub cost: Option<f64>,
+    /// Cancel if not completely written to the kernel by then.
+    pub deadline: Option<Instant>,
+}
+
+impl Message {
+    /// A message of importance 0, no deadline.
+    pub fn new(data: impl Into<Bytes>) -> Self {
+        Self { data: data.into(), importance: 0, cost: None, deadline: None }
+    }
+    /// Sets the importance.
+    pub fn importance(mut self, i: u8) -> Self {
+        self.importance = i;
+        self
+    }
+    /// Sets the deadline.
+    pub fn deadline(mut self, d: Instant) -> Self {
+        self.deadline = Some(d);
+        self
+    }
+    /// Sets the quality-fairness cost.
+    pub fn cost(mut self, c: f64) -> Self {
+        self.cost = Some(c);
+        self
+    }
+}
+
+/// Observability timestamps of one message on the sender (sender clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageTimes {
+    /// `send` was called.
+    pub enqueued: Instant,
+    /// First byte handed to the kernel.
+    pub first_write: Option<Instant>,
+    /// Last byte handed to the kernel.
+    pub last_write: Option<Instant>,
+    /// P-ACK covering the last byte processed.
+    pub acked: Option<Instant>,
+}
+
+/// What happened to a message, stream or the channel.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The whole message is in the kernel.
+    Written {
+        /// Message.
+        id: MessageId,
+        /// Timestamps so far.
+        times: MessageTimes,
+    },
+    /// The receiver acknowledged the message (P-ACK).
+    Acked {
+        /// Message.
+        id: MessageId,
+        /// Timestamps.
+        times: MessageTimes,
+        /// Receiver clock in the P-ACK, µs since its epoch.
+        peer_recv_time_us: u64,
+    },
+    /// We withdrew the message (application or deadline).
+    Cancelled {
+        /// Message.
+        id: MessageId,
+        /// Why.
+        reason: CancelReason,
+        /// Bytes that had been staged for the kernel (>0: the receiver was told to abort).
+        sent: u64,
+    },
+    /// The peer withdrew one of its messages.
+    PeerCancelled(PeerCancelled),
+    /// The peer opened a stream.
+    StreamOpened {
+        /// Stream id.
+        stream: u64,
+        /// Its weight.
+        weight: f64,
+    },
+    /// The peer closed a stream.
+    StreamClosed {
+        /// Stream id.
+        stream: u64,
+    },
+    /// The channel is closed.
+    Closed {
+        /// Closed by the peer's CLOSE frame.
+        by_peer: bool,
+        /// Close code.
+        code: u64,
+        /// Reason.
+        reason: String,
+    },
+}
+
+/// Counters, by reason, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// Messages accepted by `send`.
+    pub messages_queued: u64,
+    /// Messages completely written to the kernel.
+    pub messages_written: u64,
+    /// Messages acknowledged by P-ACK.
+    pub messages_acked: u64,
+    /// Cancelled by the application before any byte was staged.
+    pub cancelled_unsent: u64,
+    /// Cancelled by the application after some bytes were staged (abort sent).
+    pub cancelled_partial: u64,
+    /// Expired before any byte was staged.
+    pub expired_unsent: u64,
+    /// Expired after some bytes were staged.
+    pub expired_partial: u64,
+    /// Chunks staged.
+    pub chunks_sent: u64,
+    /// Bytes handed to the kernel.
+    pub bytes_written: u64,
+    /// Write opportunities at which the controller blocked.
+    pub controller_blocked: u64,
+    /// Messages delivered to the application.
+    pub messages_received: u64,
+    /// Peer cancellations received.
+    pub peer_cancelled: u64,
+    /// P-ACKs sent.
+    pub packs_sent: u64,
+}
+
+/// A controller decision with the state it was taken on, for plots.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct DecisionRecord {
+    /// µs since the connection's epoch.
+    pub at_us: u64,
+    /// Kernel snapshot.
+    pub tcp: TcpState,
+    /// Application progress.
+    pub app: AppProgress,
+    /// Decision.
+    pub decision: Decision,
+}
+
+#[derive(Debug)]
+struct Marker {
+    start: u64,
+    end: u64,
+    id: MessageId,
+    enqueued: Instant,
+    first: bool,
+    last: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Open,
+    Closed,
+}
+
+/// Payloads at most this long are copied into the staging buffer; longer ones are staged by
+/// reference (a separate `writev` segment).
+const COPY_THRESHOLD: usize = 2048;
+
+/// One lowtide channel, sans IO.
+#[derive(Debug)]
+pub struct Connection {
+    config: Config,
+    side: Side,
+    epoch: Instant,
+    state: State,
+    controller: Box<dyn LatencyController>,
+    // handshake
+    peer_hello: bool,
+    peer_max_message: u64,
+    peer_max_chunk: u64,
+    peer_max_streams: u64,
+    // send side
+    streams: BTreeMap<u64, SendStream>,
+    sched: Scheduler,
+    next_stream: u64,
+    deadlines: BTreeSet<(Instant, MessageId)>,
+    queued_bytes: u64,
+    control: Vec<u8>,
+    scratch: Vec<u8>,
+    small: BytesMut,
+    staged: VecDeque<Bytes>,
+    staged_len: u64,
+    markers: VecDeque<Marker>,
+    first_writes: HashMap<MessageId, Instant>,
+    unacked: VecDeque<(u64, MessageId, Instant, Instant, Instant)>,
+    written: u64,
+    acked: u64,
+    last_decision: Option<Decision>,
+    decisions: Option<(usize, VecDeque<DecisionRecord>)>,
+    // receive side
+    inbuf: Vec<u8>,
+    consumed: u64,
+    reasm: Reassembly,
+    peer_streams: HashSet<u64>,
+    last_pack_bytes: u64,
+    pack_needed: bool,
+    pack_due: Option<Instant>,
+    // both
+    events: VecDeque<Event>,
+    stats: Stats,
+    error: Option<ProtocolError>,
+}
+
+impl Connection {
+    /// A new channel; `now` becomes its epoch (wire timestamps count µs from it).
+    pub fn new(config: Config, side: Side, now: Instant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let controller = config.controller.build()?;
+        let max_frame = config.max_chunk_len + MAX_HEADER_LEN as u64;
+        let reasm = Reassembly::new(config.max_message_size, config.max_reassembly_bytes, max_frame);
+        let mut c = Self {
+            side,
+            epoch: now,
+            state: State::Open,
+            controller,
+            peer_hello: false,
+            peer_max_message: config.max_message_size,
+            peer_max_chunk: config.max_chunk_len,
+            peer_max_streams: u64::from(config.max_streams),
+            streams: BTreeMap::new(),
+            sched: Scheduler::new(),
+            next_stream: 0,
+            deadlines: BTreeSet::new(),
+            queued_bytes: 0,
+            control: Vec::new(),
+            scratch: Vec::with_capacity(MAX_HEADER_LEN),
+            small: BytesMut::new(),
+            staged: VecDeque::new(),
+            staged_len: 0,
+            markers: VecDeque::new(),
+            first_writes: HashMap::new(),
+            unacked: VecDeque::new(),
+            written: 0,
+            acked: 0,
+            last_decision: None,
+            decisions: None,
+            inbuf: Vec::new(),
+            consumed: 0,
+            reasm,
+            peer_streams: HashSet::new(),
+            last_pack_bytes: 0,
+            pack_needed: false,
+            pack_due: None,
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            error: None,
+            config,
+        };
+        Hello {
+            version: VERSION,
+            options: vec![
+                HelloOption::MaxMessageSize(c.config.max_message_size),
+                HelloOption::MaxChunkLen(c.config.max_chunk_len),
+                HelloOption::MaxStreams(u64::from(c.config.max_streams)),
+            ],
+        }
+        .encode(&mut c.control);
+        Ok(c)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The clock origin of this side's wire timestamps.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Name of the latency controller.
+    pub fn controller_name(&self) -> &'static str {
+        self.controller.name()
+    }
+
+    /// Whether the controller reads [`TcpState`] (else the driver may pass a default one).
+    pub fn needs_tcp_state(&self) -> bool {
+        self.controller.needs_tcp_state()
+    }
+
+    /// The error that closed the channel, if any.
+    pub fn error(&self) -> Option<&ProtocolError> {
+        self.error.as_ref()
+    }
+
+    /// Whether the channel is closed (by us, the peer, or an error).
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// Whether the peer's handshake arrived.
+    pub fn is_established(&self) -> bool {
+        self.peer_hello
+    }
+
+    /// Keep the last `capacity` controller decisions (0 disables).
+    pub fn record_decisions(&mut self, capacity: usize) {
+        self.decisions = (capacity > 0).then(|| (capacity, VecDeque::new()));
+    }
+
+    /// Takes the recorded decisions.
+    pub fn drain_decisions(&mut self) -> Vec<DecisionRecord> {
+        match &mut self.decisions {
+            Some((_, d)) => d.drain(..).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn us_since_epoch(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_micros() as u64
+    }
+
+    // ---------------------------------------------------------------- streams and messages
+
+    fn stream_limit(&self) -> u64 {
+        u64::from(self.config.max_streams).min(self.peer_max_streams)
+    }
+
+    /// Opens a stream of ours and announces it.
+    pub fn open_stream(&mut self, cfg: StreamConfig) -> Result<u64, StreamError> {
+        cfg.validate()?;
+        if self.is_closed() {
+            return Err(StreamError::Closed);
+        }
+        let max = self.stream_limit();
+        if self.streams.len() as u64 >= max {
+            return Err(StreamError::TooManyStreams { max });
+        }
+        let id = self.next_stream * 2 + u64::from(self.side == Side::Server);
+        self.next_stream += 1;
+        self.streams.insert(id, SendStream::new());
+        self.sched.add(id, cfg.weight);
+        Frame::StreamOpen { stream: id, weight_milli: (cfg.weight * 1000.0).round() as u64 }.encode(&mut self.control);
+        Ok(id)
+    }
+
+    /// Closes our direction of a stream once its queue is empty.
+    pub fn close_stream(&mut self, stream: u64) -> Result<(), StreamError> {
+        let s = self.streams.get_mut(&stream).ok_or(StreamError::UnknownStream(stream))?;
+        s.closing = true;
+        if s.queue.is_empty() {
+            self.finish_stream(stream);
+        }
+        Ok(())
+    }
+
+    fn finish_stream(&mut self, stream: u64) {
+        self.streams.remove(&stream);
+        self.sched.remove(stream);
+        Frame::StreamClose { stream }.encode(&mut self.control);
+    }
+
+    /// Queues a message. Fails on closed channels, unknown or closing streams, size and queue
+    /// limits.
+    pub fn send(&mut self, now: Instant, stream: u64, msg: Message) -> Result<MessageId, SendError> {
+        if self.is_closed() {
+            return Err(SendError::Closed);
+        }
+        let size = msg.data.len() as u64;
+        let max = self.config.max_message_size.min(self.peer_max_message);
+        if size > max {
+            return Err(SendError::MessageTooLarge { size, max });
+        }
+        if self.queued_bytes + size > self.config.max_queued_bytes {
+            return Err(SendError::QueueFull { queued: self.queued_bytes, max: self.config.max_queued_bytes });
+        }
+        if !self.streams.contains_key(&stream) {
+            if !self.peer_streams.contains(&stream) {
+                return Err(SendError::UnknownStream(stream));
+            }
+            // Answering on a stream the peer opened: it knows the id already.
+            self.streams.insert(stream, SendStream::new());
+            self.sched.add(stream, 1.0);
+        }
+        let send_time_us = self.us_since_epoch(now);
+        let s = self.streams.get_mut(&stream).expect("inserted above");
+        if s.closing {
+            return Err(SendError::StreamClosing(stream));
+        }
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        let was_empty = s.queue.is_empty();
+        let id = MessageId { stream, seq, importance: msg.importance };
+        s.queue.insert(
+            (Reverse(msg.importance), seq),
+            Pending {
+                cost: msg.cost.unwrap_or(size as f64),
+                data: msg.data,
+                sent: 0,
+                deadline: msg.deadline,
+                enqueued: now,
+                send_time_us,
+            },
+        );
+        if was_empty {
+            self.sched.set_active(stream, true);
+        }
+        if let Some(d) = msg.deadline {
+            self.deadlines.insert((d, id));
+        }
+        self.queued_bytes += size;
+        self.stats.messages_queued += 1;
+        Ok(id)
+    }
+
+    /// Bytes waiting in send queues (not yet staged).
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued_bytes
+    }
+
+    /// Whether any stream has data queued.
+    pub fn has_queued(&self) -> bool {
+        self.queued_bytes > 0 || self.streams.values().any(|s| !s.queue.is_empty())
+    }
+
+    /// Withdraws a message that is not yet completely staged. Returns `false` if it is no longer
+    /// queued (already written, cancelled, or unknown).
+    pub fn cancel(&mut self, id: MessageId) -> bool {
+        self.withdraw(id, CancelReason::Application)
+    }
+
+    fn withdraw(&mut self, id: MessageId, reason: CancelReason) -> bool {
+        let Some(s) = self.streams.get_mut(&id.stream) else { return false };
+        let Some(p) = s.queue.remove(&(Reverse(id.importance), id.seq)) else { return false };
+        let now_empty = s.queue.is_empty();
+        let closing = s.closing;
+        self.queued_bytes -= (p.data.len() - p.sent) as u64;
+        if let Some(d) = p.deadline {
+            self.deadlines.remove(&(d, id));
+        }
+        let partial = p.sent > 0;
+        match (reason, partial) {
+            (CancelReason::Application, false) => self.stats.cancelled_unsent += 1,
+            (CancelReason::Application, true) => self.stats.cancelled_partial += 1,
+            (CancelReason::Expired, false) => self.stats.expired_unsent += 1,
+            (CancelReason::Expired, true) => self.stats.expired_partial += 1,
+        }
+        tracing::trace!(stream = id.stream, seq = id.seq, ?reason, sent = p.sent, "message withdrawn");
+        Frame::Cancel { stream: id.stream, seq: id.seq, reason }.encode(&mut self.control);
+        self.events.push_back(Event::Cancelled { id, reason, sent: p.sent as u64 });
+        if now_empty {
+            self.sched.set_active(id.stream, false);
+            if closing {
+                self.finish_stream(id.stream);
+            }
+        }
+        true
+    }
+
+    /// Closes the channel: a CLOSE frame is staged and nothing else will be.
+    pub fn close(&mut self, code: u64, reason: &str) {
+        if self.is_closed() {
+            return;
+        }
+        Frame::Close { code, reason }.encode(&mut self.control);
+        self.state = State::Closed;
+        self.events.push_back(Event::Closed { by_peer: false, code, reason: reason.to_owned() });
+    }
+
+    // ---------------------------------------------------------------- time
+
+    /// The earliest time at which [`handle_timeout`](Self::handle_timeout) has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let deadline = self.deadlines.first().map(|(t, _)| *t);
+        let wake = match self.last_decision {
+            Some(Decision { wake: Wake::At(t), .. }) if self.has_queued() => Some(t),
+            _ => None,
+        };
+        [deadline, self.pack_due, wake].into_iter().flatten().min()
+    }
+
+    /// Expires messages whose deadline passed and sends due P-ACKs.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(t, id)) = self.deadlines.first() {
+            if t > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            self.withdraw(id, CancelReason::Expired);
+        }
+        if self.pack_due.is_some_and(|t| t <= now) {
+            self.send_pack(now);
+        }
+    }
+
+    // ---------------------------------------------------------------- transmit
+
+    /// Stages bytes for the kernel as far as the controller allows and returns its decision.
+    /// The bytes are in [`transmit_segments`](Self::transmit_segments).
+    pub fn poll_transmit(&mut self, now: Instant, tcp: &TcpState) -> Decision {
+        self.handle_timeout(now);
+        self.flush_control();
+        let app = AppProgress { written: self.written, acked: self.acked, staged: self.staged_len };
+        let d = self.controller.decide(tcp, &app, now);
+        if let Some((cap, rec)) = &mut self.decisions {
+            if rec.len() == *cap {
+                rec.pop_front();
+            }
+            rec.push_back(DecisionRecord { at_us: now.saturating_duration_since(self.epoch).as_micros() as u64, tcp: *tcp, app, decision: d });
+        }
+        if self.state == State::Open {
+            if d.blocked() {
+                if self.has_queued() {
+                    self.stats.controller_blocked += 1;
+                }
+            } else {
+                let room = self.config.max_batch.saturating_sub(self.staged_len);
+                self.stage_data(d.allowance.min(room), tcp.mss_or_default());
+            }
+        }
+        self.seal_small();
+        self.last_decision = Some(d);
+        d
+    }
+
+    fn flush_control(&mut self) {
+        if self.control.is_empty() {
+            return;
+        }
+        let n = self.control.len() as u64;
+        self.small.extend_from_slice(&self.control);
+        self.control.clear();
+        self.staged_len += n;
+    }
+
+    fn seal_small(&mut self) {
+        if !self.small.is_empty() {
+            self.staged.push_back(self.small.split().freeze());
+        }
+    }
+
+    fn stage_data(&mut self, mut budget: u64, mss: u32) {
+        let chunk = (self.config.chunk_len(mss) as u64).min(self.peer_max_chunk) as usize;
+        while let Some(sid) = self.sched.pick() {
+            let s = self.streams.get_mut(&sid).expect("scheduler lists only live streams");
+            let mut entry = s.queue.first_entry().expect("active streams have data");
+            let seq = entry.key().1;
+            let importance = (entry.key().0).0;
+            let p = entry.get_mut();
+            let total = p.data.len();
+            let remaining = total - p.sent;
+            let first = (p.sent == 0).then_some(FirstChunk {
+                importance,
+                send_time_us: p.send_time_us,
+                total_len: total as u64,
+            });
+            let p = entry.get_mut();
+            let want = remaining.min(chunk);
+            let hdr = Frame::data_header_len(sid, seq, first, p.sent as u64, want as u64) as u64;
+            let len = if hdr + want as u64 <= budget {
+                want
+            } else {
+                // Fill the budget exactly, but do not cut a message into slivers.
+                let fit = budget.saturating_sub(hdr) as usize;
+                if fit < want.min(64) {
+                    break;
+                }
+                fit
+            };
+            let hdr = Frame::data_header_len(sid, seq, first, p.sent as u64, len as u64) as u64;
+            let payload = p.data.slice(p.sent..p.sent + len);
+            let start = self.written + self.staged_len;
+            let df = DataFrame { stream: sid, seq, offset: p.sent as u64, first, payload: &payload };
+            self.scratch.clear();
+            Frame::encode_data_header(&mut self.scratch, &df);
+            debug_assert_eq!(self.scratch.len() as u64, hdr);
+            self.small.extend_from_slice(&self.scratch);
+            if len <= COPY_THRESHOLD {
+                self.small.extend_from_slice(&payload);
+            } else {
+                if !self.small.is_empty() {
+                    self.staged.push_back(self.small.split().freeze());
+                }
+                self.staged.push_back(payload);
+            }
+            let frame_len = hdr + len as u64;
+            self.staged_len += frame_len;
+            budget -= frame_len;
+            p.sent += len;
+            let done = p.sent == total;
+            let cost_share = p.cost * len as f64 / total.max(1) as f64;
+            let (enqueued, deadline) = (p.enqueued, p.deadline);
+            let id = MessageId { stream: sid, seq, importance };
+            self.markers.push_back(Marker {
+                start,
+                end: start + frame_len,
+                id,
+                enqueued,
+                first: first.is_some(),
+                last: done,
+            });
+            self.queued_bytes -= len as u64;
+            self.stats.chunks_sent += 1;
+            if done {
+                entry.remove();
+                if let Some(d) = deadline {
+                    self.deadlines.remove(&(d, id));
+                }
+            }
+            let charge = match self.config.fairness {
+                Fairness::Resource => len as f64,
+                Fairness::Quality => cost_share,
+            };
+            self.sched.charge(sid, charge);
+            if s_is_empty(&self.streams, sid) {
+                self.sched.set_active(sid, false);
+                if self.streams[&sid].closing {
+                    self.finish_stream(sid);
+                    self.flush_control();
+                }
+            }
+        }
+    }
+
+    /// The staged bytes, in order, for one `writev`.
+    pub fn transmit_segments(&self) -> impl Iterator<Item = &[u8]> {
+        self.staged.iter().map(|b| &b[..])
+    }
+
+    /// Number of staged bytes.
+    pub fn staged_len(&self) -> u64 {
+        self.staged_len
+    }
+
+    /// Bytes handed to the kernel so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Bytes the peer acknowledged by P-ACK.
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    /// The kernel accepted the first `n` staged bytes at `now`.
+    pub fn handle_written(&mut self, now: Instant, n: usize) {
+        let n = (n as u64).min(self.staged_len);
+        self.staged_len -= n;
+        self.written += n;
+        self.stats.bytes_written += n;
+        let mut left = n as usize;
+        while left > 0 {
+            let front = self.staged.front_mut().expect("staged_len counts these bytes");
+            if front.len() <= left {
+                left -= front.len();
+                self.staged.pop_front();
+            } else {
+                front.advance(left);
+                left = 0;
+            }
+        }
+        while let Some(m) = self.markers.front() {
+            if m.start >= self.written {
+                break;
+            }
+            if m.first && !self.first_writes.contains_key(&m.id) && !(m.last && m.end <= self.written) {
+                self.first_writes.insert(m.id, now);
+            }
+            if m.end > self.written {
+                break;
+            }
+            let m = self.markers.pop_front().expect("front exists");
+            if m.last {
+                let first = if m.first { now } else { self.first_writes.remove(&m.id).unwrap_or(now) };
+                self.stats.messages_written += 1;
+                self.events.push_back(Event::Written {
+                    id: m.id,
+                    times: MessageTimes { enqueued: m.enqueued, first_write: Some(first), last_write: Some(now), acked: None },
+                });
+                if self.config.ack_events {
+                    self.unacked.push_back((m.end, m.id, m.enqueued, first, now));
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- receive
+
+    /// Memory held for the receive side: unparsed bytes, partial and unread messages.
+    pub fn recv_memory(&self) -> u64 {
+        self.inbuf.len() as u64 + self.reasm.partial_bytes() + self.reasm.delivered_bytes
+    }
+
+    /// How many bytes the driver may read from the socket now without exceeding
+    /// `max_reassembly_bytes`. Zero means: wait until the application reads messages.
+    pub fn recv_budget(&self) -> u64 {
+        self.config.max_reassembly_bytes.saturating_sub(self.recv_memory())
+    }
+
+    /// Number of partial messages being reassembled.
+    pub fn partial_messages(&self) -> usize {
+        self.reasm.partial_count()
+    }
+
+    /// Feeds bytes read from the socket. On a protocol violation the channel closes (a CLOSE
+    /// frame naming the violation is staged) and the error is returned.
+    pub fn handle_bytes(&mut self, now: Instant, data: &[u8]) -> Result<(), ProtocolError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let mut buf = std::mem::take(&mut self.inbuf);
+        let res = if buf.is_empty() {
+            let r = self.parse(now, data);
+            if let Ok(used) = r {
+                buf.extend_from_slice(&data[used..]);
+            }
+            r
+        } else {
+            buf.extend_from_slice(data);
+            let r = self.parse(now, &buf);
+            if let Ok(used) = r {
+                buf.drain(..used);
+            }
+            r
+        };
+        self.inbuf = buf;
+        match res {
+            Ok(_) => {
+                if !self.pack_needed {
+                    // only P-ACKs arrived: acknowledging them would ping-pong forever
+                } else if self.consumed - self.last_pack_bytes >= self.config.pack_every_bytes {
+                    self.send_pack(now);
+                } else if self.pack_due.is_none() {
+                    self.pack_due = Some(now + Duration::from_micros(self.config.pack_interval_us));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "protocol error, closing channel");
+                self.inbuf = Vec::new();
+                if self.state == State::Open {
+                    Frame::Close { code: e.code(), reason: &e.to_string() }.encode(&mut self.control);
+                    self.state = State::Closed;
+                    self.events.push_back(Event::Closed { by_peer: false, code: e.code(), reason: e.to_string() });
+                }
+                self.error = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    fn send_pack(&mut self, now: Instant) {
+        self.pack_due = None;
+        if !self.pack_needed || self.state != State::Open {
+            return;
+        }
+        self.pack_needed = false;
+        self.last_pack_bytes = self.consumed;
+        self.stats.packs_sent += 1;
+        Frame::PAck { bytes: self.consumed, recv_time_us: self.us_since_epoch(now) }.encode(&mut self.control);
+    }
+
+    /// Parses as many whole frames as `buf` holds; returns the bytes used.
+    fn parse(&mut self, now: Instant, buf: &[u8]) -> Result<usize, ProtocolError> {
+        let mut pos = 0;
+        if !self.peer_hello {
+            let Some((hello, n)) = Hello::decode(buf)? else { return Ok(0) };
+            for o in hello.options {
+                match o {
+                    HelloOption::MaxMessageSize(v) => self.peer_max_message = v,
+                    HelloOption::MaxChunkLen(v) => self.peer_max_chunk = v.max(64),
+                    HelloOption::MaxStreams(v) => self.peer_max_streams = v,
+                    _ => {}
+                }
+            }
+            self.peer_hello = true;
+            self.pack_needed = true;
+            pos = n;
+            self.consumed += n as u64;
+        }
+        while pos < buf.len() && self.peer_hello {
+            if self.state == State::Closed && self.error.is_none() && self.peer_closed() {
+                // nothing after CLOSE is meaningful
+                return Ok(buf.len());
+            }
+            let Some((frame, n)) = Frame::decode(&buf[pos..], self.config.max_chunk_len)? else { break };
+            self.pack_needed |= !matches!(frame, Frame::PAck { .. });
+            self.on_frame(now, frame)?;
+            pos += n;
+            self.consumed += n as u64;
+        }
+        Ok(pos)
+    }
+
+    fn peer_closed(&self) -> bool {
+        self.events.iter().any(|e| matches!(e, Event::Closed { by_peer: true, .. }))
+    }
+
+    fn note_peer_stream(&mut self, stream: u64) -> Result<bool, ProtocolError> {
+        if self.peer_streams.contains(&stream) || self.streams.contains_key(&stream) {
+            return Ok(false);
+        }
+        if self.peer_streams.len() as u64 >= u64::from(self.config.max_streams) {
+            return Err(ProtocolError::TooManyStreams { max: self.config.max_streams });
+        }
+        self.peer_streams.insert(stream);
+        Ok(true)
+    }
+
+    fn on_frame(&mut self, now: Instant, frame: Frame<'_>) -> Result<(), ProtocolError> {
+        match frame {
+            Frame::StreamOpen { stream, weight_milli } => {
+                if self.note_peer_stream(stream)? {
+                    self.events.push_back(Event::StreamOpened { stream, weight: weight_milli as f64 / 1000.0 });
+                }
+            }
+            Frame::StreamClose { stream } => {
+                self.peer_streams.remove(&stream);
+                self.reasm.drop_stream(stream);
+                self.events.push_back(Event::StreamClosed { stream });
+            }
+            Frame::Data(d) => {
+                self.note_peer_stream(d.stream)?;
+                let before = self.reasm.delivered.len();
+                self.reasm.on_data(&d, now)?;
+                self.stats.messages_received += (self.reasm.delivered.len() - before) as u64;
+            }
+            Frame::Cancel { stream, seq, reason } => {
+                let freed = self.reasm.on_cancel(stream, seq);
+                self.stats.peer_cancelled += 1;
+                self.events.push_back(Event::PeerCancelled(PeerCancelled { stream, seq, reason, freed }));
+            }
+            Frame::PAck { bytes, recv_time_us } => self.on_pack(now, bytes, recv_time_us),
+            Frame::Close { code, reason } => {
+                self.state = State::Closed;
+                self.events.push_back(Event::Closed { by_peer: true, code, reason: reason.to_owned() });
+            }
+        }
+        Ok(())
+    }
+
+    fn on_pack(&mut self, now: Instant, bytes: u64, recv_time_us: u64) {
+        if bytes <= self.acked {
+            return;
+        }
+        self.acked = bytes.min(self.written);
+        let mut covered = None;
+        while let Some(&(end, id, enqueued, first, last)) = self.unacked.front() {
+            if end > self.acked {
+                break;
+            }
+            self.unacked.pop_front();
+            covered = Some(last);
+            self.stats.messages_acked += 1;
+            self.events.push_back(Event::Acked {
+                id,
+                times: MessageTimes { enqueued, first_write: Some(first), last_write: Some(last), acked: Some(now) },
+                peer_recv_time_us: recv_time_us,
+            });
+        }
+        self.controller.on_pack(&PAckSample { now, bytes: self.acked, recv_time_us, covered_write_time: covered });
+    }
+
+    /// Next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Next complete message, in arrival order.
+    pub fn poll_message(&mut self) -> Option<Received> {
+        self.reasm.pop()
+    }
+}
+
+fn s_is_empty(streams: &BTreeMap<u64, SendStream>, sid: u64) -> bool {
+    streams.get(&sid).is_none_or(|s| s.queue.is_empty())
+}

@@ -1,0 +1,209 @@
+//! Latency controllers: how many bytes may enter the kernel now?
+//!
+//! Paceline (`/work/shared/papers/002_87fc88a8f1af51dc.txt`, "Latency Controller: How Many
+//! Chunks to Send?") keeps the kernel's send buffer filled to about `cwnd + 3·MSS` so that the
+//! sender's data waits in lowtide's priority queues, where it can still be reordered, cancelled
+//! or expired, instead of in the kernel's FIFO. Each controller here is a pure function of a
+//! [`TcpState`] snapshot, the application's own progress ([`AppProgress`]) and `now`; none makes a
+//! system call, so every control law is unit-tested.
+//!
+//! | controller | law | wake-up when blocked |
+//! | --- | --- | --- |
+//! | [`Unlimited`] | write whatever the kernel takes (plain TCP) | kernel writability |
+//! | [`NotsentLowatController`] | the kernel's `TCP_NOTSENT_LOWAT` | kernel writability with the option set |
+//! | [`MinBuf`] | `(a·cwnd + min(b, cwnd) + sacked)·mss − outq` (Goel et al. §6, §6.1) | `TCP_NOTSENT_LOWAT` = blocked part |
+//! | [`PaceA`] | `latency × bandwidth` from P-ACKs, `+ b·mss`, minus unacknowledged bytes | next P-ACK |
+//!
+//! See `docs/transport.md` for how the wake-up maps onto `TCP_NOTSENT_LOWAT` and where the
+//! mapping is inexact.
+
+mod min_buf;
+mod notsent_lowat;
+mod pace_a;
+mod unlimited;
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+pub use min_buf::MinBuf;
+pub use notsent_lowat::NotsentLowatController;
+pub use pace_a::{PAckSample, PaceA};
+pub use unlimited::Unlimited;
+
+use crate::config::{check_range, ConfigError};
+
+/// MSS assumed before the driver reports one (Ethernet, timestamps on).
+pub const DEFAULT_MSS: u32 = 1448;
+
+/// A snapshot of the kernel's TCP sender, as the driver reads it (`TCP_INFO`, `SIOCOUTQ`).
+/// Segment counts are in MSS-sized segments, as the kernel keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct TcpState {
+    /// Congestion window, segments (`tcpi_snd_cwnd`).
+    pub cwnd: u32,
+    /// Sender MSS, bytes (`tcpi_snd_mss`).
+    pub mss: u32,
+    /// Selectively acknowledged segments (`tcpi_sacked`).
+    pub sacked: u32,
+    /// Segments sent and not yet acknowledged (`tcpi_unacked`).
+    pub unacked: u32,
+    /// Smoothed round-trip time (`tcpi_rtt`).
+    pub rtt: Duration,
+    /// Minimum round-trip time seen (`tcpi_min_rtt`).
+    pub min_rtt: Duration,
+    /// Bytes in the send queue not yet sent (`tcpi_notsent_bytes`, `SIOCOUTQNSD`).
+    pub notsent: u32,
+    /// Bytes in the send queue, sent or not, not yet acknowledged (`SIOCOUTQ`).
+    pub outq: u32,
+    /// The kernel's delivery-rate estimate, bytes per second (`tcpi_delivery_rate`).
+    pub delivery_rate: u64,
+}
+
+impl TcpState {
+    /// MSS, or [`DEFAULT_MSS`] when unknown.
+    pub fn mss_or_default(&self) -> u32 {
+        if self.mss == 0 {
+            DEFAULT_MSS
+        } else {
+            self.mss
+        }
+    }
+}
+
+/// What the application side knows without the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct AppProgress {
+    /// Bytes handed to the kernel so far (all of the channel, handshake included).
+    pub written: u64,
+    /// Bytes the peer acknowledged with P-ACKs.
+    pub acked: u64,
+    /// Bytes encoded and waiting for the next write (already committed).
+    pub staged: u64,
+}
+
+/// How the driver should learn that the controller's allowance has grown again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Wake {
+    /// The kernel's ordinary writability (`EPOLLOUT`).
+    Writable,
+    /// Set `TCP_NOTSENT_LOWAT` to this many bytes and wait for writability.
+    NotsentBelow(u32),
+    /// No kernel event expresses the condition: check again at this time.
+    At(#[serde(skip)] Instant),
+    /// Wait for the peer's next P-ACK (read side).
+    PAck,
+}
+
+/// One decision of a controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// Bytes that may be staged for the kernel now, beyond what is already staged.
+    pub allowance: u64,
+    /// Target fill of kernel queue plus staging, bytes (`u64::MAX` for none).
+    pub limit: u64,
+    /// Smallest write worth a system call, bytes.
+    pub min_write: u64,
+    /// How to be woken when blocked (`allowance < min_write`).
+    pub wake: Wake,
+    /// `TCP_NOTSENT_LOWAT` the driver must keep set, independent of blocking (NotsentLowat).
+    pub fixed_lowat: Option<u32>,
+}
+
+impl Decision {
+    /// Whether the controller currently forbids a write.
+    pub fn blocked(&self) -> bool {
+        self.allowance < self.min_write
+    }
+}
+
+/// A latency controller. Implementations are deterministic functions of their inputs.
+pub trait LatencyController: Send + std::fmt::Debug {
+    /// Short name for logs and reports.
+    fn name(&self) -> &'static str;
+    /// Whether [`decide`](Self::decide) reads the kernel snapshot (the driver may skip sampling
+    /// `TCP_INFO` otherwise).
+    fn needs_tcp_state(&self) -> bool;
+    /// The decision for this write opportunity.
+    fn decide(&mut self, tcp: &TcpState, app: &AppProgress, now: Instant) -> Decision;
+    /// A P-ACK arrived (only [`PaceA`] uses it).
+    fn on_pack(&mut self, _sample: &PAckSample) {}
+}
+
+/// Controller choice, as found in configuration files.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ControllerConfig {
+    /// Plain TCP.
+    Unlimited,
+    /// The kernel's `TCP_NOTSENT_LOWAT` with this many bytes.
+    NotsentLowat {
+        /// Threshold, bytes.
+        bytes: u32,
+    },
+    /// Goel et al.'s MIN_BUF(a, b) with the SACK correction (Paceline's PaceK).
+    MinBuf {
+        /// Multiple of cwnd.
+        a: u32,
+        /// Extra segments, capped at cwnd.
+        b: u32,
+    },
+    /// Paceline's PaceA: cwnd' = latency × bandwidth from P-ACKs.
+    PaceA {
+        /// Extra segments beyond cwnd'.
+        b: u32,
+    },
+}
+
+impl Default for ControllerConfig {
+    /// MIN_BUF(1, 3), the paper's best trade-off.
+    fn default() -> Self {
+        ControllerConfig::MinBuf { a: 1, b: 3 }
+    }
+}
+
+impl ControllerConfig {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match *self {
+            ControllerConfig::Unlimited => Ok(()),
+            ControllerConfig::NotsentLowat { bytes } => check_range(
+                "controller.notsent_lowat.bytes",
+                bytes,
+                1,
+                1 << 30,
+                "1..=1073741824",
+            ),
+            ControllerConfig::MinBuf { a, b } => {
+                check_range("controller.min_buf.a", a, 1, 64, "1..=64")?;
+                check_range("controller.min_buf.b", b, 0, 1024, "0..=1024")
+            }
+            ControllerConfig::PaceA { b } => check_range("controller.pace_a.b", b, 0, 1024, "0..=1024"),
+        }
+    }
+
+    /// Builds the controller after validating it.
+    pub fn build(&self) -> Result<Box<dyn LatencyController>, ConfigError> {
+        self.validate()?;
+        Ok(match *self {
+            ControllerConfig::Unlimited => Box::new(Unlimited),
+            ControllerConfig::NotsentLowat { bytes } => Box::new(NotsentLowatController::new(bytes)),
+            ControllerConfig::MinBuf { a, b } => Box::new(MinBuf::new(a, b)),
+            ControllerConfig::PaceA { b } => Box::new(PaceA::new(b)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_name_the_parameter() {
+        let e = ControllerConfig::MinBuf { a: 0, b: 3 }.build().unwrap_err();
+        assert_eq!(e.field, "controller.min_buf.a");
+        let e = ControllerConfig::NotsentLowat { bytes: 0 }.build().unwrap_err();
+        assert_eq!(e.field, "controller.notsent_lowat.bytes");
+        assert_eq!(ControllerConfig::default().build().unwrap().name(), "min_buf");
+    }
+}

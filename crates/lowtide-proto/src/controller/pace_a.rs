@@ -1,0 +1,153 @@
+//! PaceA: Paceline's purely user-level controller (`/work/shared/papers/002_87fc88a8f1af51dc.txt`,
+//! "Latency Controller"): no kernel information; estimate `cwnd' = latency × bandwidth` from
+//! application-level acknowledgements (P-ACKs) and keep `cwnd' + b·MSS` bytes unacknowledged.
+//!
+//! The paper defers PaceA's details to another publication, so the estimators are ours:
+//! - bandwidth: bytes acknowledged per unit of the *receiver's* clock between P-ACKs at least
+//!   [`RATE_INTERVAL`] apart (no clock offset enters), max over the last [`RATE_SAMPLES`] samples
+//!   (like BBR's bottleneck-bandwidth filter);
+//! - latency: sender time from writing a message's last byte to the P-ACK that covers it, min
+//!   over [`LATENCY_WINDOW`] (round trip through both kernels, without the sender-side queue
+//!   the controller itself builds, as BBR's min-RTT filter);
+//! - before the first estimate, [`INITIAL_WINDOW`] bytes may be unacknowledged.
+//!
+//! When blocked the controller waits for the next P-ACK ([`Wake::PAck`]).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::{AppProgress, Decision, LatencyController, TcpState, Wake};
+
+/// Unacknowledged bytes allowed before any estimate.
+pub const INITIAL_WINDOW: u64 = 64 << 10;
+/// Minimum receiver-clock interval for one bandwidth sample.
+pub const RATE_INTERVAL: Duration = Duration::from_millis(2);
+/// Bandwidth samples kept for the max filter.
+pub const RATE_SAMPLES: usize = 10;
+/// Window of the latency min filter.
+pub const LATENCY_WINDOW: Duration = Duration::from_secs(10);
+
+/// What the connection learned from one P-ACK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PAckSample {
+    /// Sender clock when the P-ACK was processed.
+    pub now: Instant,
+    /// Cumulative bytes the receiver consumed.
+    pub bytes: u64,
+    /// Receiver clock, µs since its epoch.
+    pub recv_time_us: u64,
+    /// Sender clock when the newest byte this P-ACK covers was written, if known.
+    pub covered_write_time: Option<Instant>,
+}
+
+/// The PaceA controller.
+#[derive(Debug, Clone)]
+pub struct PaceA {
+    b: u32,
+    anchor: Option<(u64, u64)>,
+    rates: VecDeque<f64>,
+    min_latency: Option<(Duration, Instant)>,
+}
+
+impl PaceA {
+    /// PaceA keeping `cwnd' + b·MSS` bytes unacknowledged.
+    pub fn new(b: u32) -> Self {
+        Self { b, anchor: None, rates: VecDeque::new(), min_latency: None }
+    }
+
+    /// Current bandwidth estimate, bytes per second.
+    pub fn bandwidth(&self) -> Option<f64> {
+        self.rates.iter().copied().reduce(f64::max)
+    }
+
+    /// Current latency estimate.
+    pub fn latency(&self) -> Option<Duration> {
+        self.min_latency.map(|(d, _)| d)
+    }
+
+    /// `cwnd'` in bytes, if both estimates exist.
+    pub fn cwnd_estimate(&self) -> Option<u64> {
+        Some((self.bandwidth()? * self.latency()?.as_secs_f64()) as u64)
+    }
+}
+
+impl LatencyController for PaceA {
+    fn name(&self) -> &'static str {
+        "pace_a"
+    }
+    fn needs_tcp_state(&self) -> bool {
+        false
+    }
+    fn decide(&mut self, tcp: &TcpState, app: &AppProgress, _now: Instant) -> Decision {
+        let mss = u64::from(tcp.mss_or_default());
+        let limit = match self.cwnd_estimate() {
+            Some(c) => c.max(2 * mss) + u64::from(self.b) * mss,
+            None => INITIAL_WINDOW,
+        };
+        let outstanding = (app.written + app.staged).saturating_sub(app.acked);
+        let allowance = limit.saturating_sub(outstanding);
+        let min_write = mss.min(limit);
+        let wake = if allowance >= min_write { Wake::Writable } else { Wake::PAck };
+        Decision { allowance, limit, min_write, wake, fixed_lowat: None }
+    }
+
+    fn on_pack(&mut self, s: &PAckSample) {
+        if let Some(w) = s.covered_write_time {
+            let lat = s.now.saturating_duration_since(w);
+            let replace = match self.min_latency {
+                None => true,
+                Some((m, at)) => lat <= m || s.now.saturating_duration_since(at) > LATENCY_WINDOW,
+            };
+            if replace {
+                self.min_latency = Some((lat, s.now));
+            }
+        }
+        match self.anchor {
+            None => self.anchor = Some((s.bytes, s.recv_time_us)),
+            Some((b0, t0)) => {
+                let dt = s.recv_time_us.saturating_sub(t0);
+                if dt >= RATE_INTERVAL.as_micros() as u64 {
+                    let rate = s.bytes.saturating_sub(b0) as f64 / (dt as f64 / 1e6);
+                    if self.rates.len() == RATE_SAMPLES {
+                        self.rates.pop_front();
+                    }
+                    self.rates.push_back(rate);
+                    self.anchor = Some((s.bytes, s.recv_time_us));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimates_cwnd_as_latency_times_bandwidth() {
+        let mut p = PaceA::new(3);
+        let t0 = Instant::now();
+        let app = AppProgress::default();
+        let tcp = TcpState { mss: 1000, ..Default::default() };
+        assert_eq!(p.decide(&tcp, &app, t0).limit, INITIAL_WINDOW);
+        // 1 MB/s on the receiver's clock (1000 bytes per ms); 20 ms from write to P-ACK.
+        for i in 0..20u64 {
+            let now = t0 + Duration::from_millis(20 + i);
+            p.on_pack(&PAckSample {
+                now,
+                bytes: i * 1000,
+                recv_time_us: 5_000_000 + i * 1000,
+                covered_write_time: Some(now - Duration::from_millis(20)),
+            });
+        }
+        assert_eq!(p.latency(), Some(Duration::from_millis(20)));
+        let bw = p.bandwidth().unwrap();
+        assert!((bw - 1e6).abs() < 1.0, "{bw}");
+        let d = p.decide(&tcp, &AppProgress { written: 30_000, acked: 10_000, staged: 0 }, t0);
+        assert_eq!(d.limit, 20_000 + 3_000);
+        assert_eq!(d.allowance, 3_000);
+        let d = p.decide(&tcp, &AppProgress { written: 40_000, acked: 10_000, staged: 0 }, t0);
+        assert!(d.blocked());
+        assert_eq!(d.wake, Wake::PAck);
+    }
+}

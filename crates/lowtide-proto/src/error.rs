@@ -1,0 +1,147 @@
+//! Error enums, one per operation. Public ones are `#[non_exhaustive]`.
+
+use crate::wire::DecodeError;
+
+/// The peer violated the protocol or a configured limit; the channel closes with a CLOSE
+/// frame carrying [`ProtocolError::code`] and the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// Bytes that do not parse.
+    #[error("malformed input: {0}")]
+    Decode(#[from] DecodeError),
+    /// A message longer than `max_message_size`.
+    #[error("message {stream}/{seq} declares {size} bytes, limit is {max}")]
+    MessageTooLarge {
+        /// Stream id.
+        stream: u64,
+        /// Sequence number.
+        seq: u64,
+        /// Declared size.
+        size: u64,
+        /// Our limit.
+        max: u64,
+    },
+    /// More streams than `max_streams`.
+    #[error("peer opened more than {max} streams")]
+    TooManyStreams {
+        /// Our limit.
+        max: u32,
+    },
+    /// Partial reassemblies would exceed the receive memory budget.
+    #[error("partial messages would use {needed} bytes, reassembly limit is {limit}")]
+    ReassemblyMemoryExceeded {
+        /// Bytes that would be held.
+        needed: u64,
+        /// Budget for partial messages.
+        limit: u64,
+    },
+    /// A chunk did not continue its message where the previous one ended.
+    #[error("chunk of {stream}/{seq} at offset {got}, expected {expected}")]
+    OffsetMismatch {
+        /// Stream id.
+        stream: u64,
+        /// Sequence number.
+        seq: u64,
+        /// Offset expected.
+        expected: u64,
+        /// Offset received.
+        got: u64,
+    },
+    /// A chunk runs past the message's declared length.
+    #[error("chunk of {stream}/{seq} ends at {end}, message length is {total}")]
+    ChunkBeyondEnd {
+        /// Stream id.
+        stream: u64,
+        /// Sequence number.
+        seq: u64,
+        /// End offset of the chunk.
+        end: u64,
+        /// Declared length.
+        total: u64,
+    },
+    /// A continuation chunk for a message that was never started (or already finished).
+    #[error("chunk for unknown message {stream}/{seq}")]
+    UnknownMessage {
+        /// Stream id.
+        stream: u64,
+        /// Sequence number.
+        seq: u64,
+    },
+    /// A first chunk for a message that is already being reassembled.
+    #[error("message {stream}/{seq} started twice")]
+    DuplicateMessage {
+        /// Stream id.
+        stream: u64,
+        /// Sequence number.
+        seq: u64,
+    },
+}
+
+impl ProtocolError {
+    /// The close code sent to the peer (see `docs/wire.md`).
+    pub fn code(&self) -> u64 {
+        match self {
+            ProtocolError::Decode(_) => 1,
+            ProtocolError::MessageTooLarge { .. } => 2,
+            ProtocolError::TooManyStreams { .. } => 3,
+            ProtocolError::ReassemblyMemoryExceeded { .. } => 4,
+            ProtocolError::OffsetMismatch { .. }
+            | ProtocolError::ChunkBeyondEnd { .. }
+            | ProtocolError::UnknownMessage { .. }
+            | ProtocolError::DuplicateMessage { .. } => 5,
+        }
+    }
+}
+
+/// Why `send` refused a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The channel is closed.
+    #[error("channel closed")]
+    Closed,
+    /// No such stream (never opened, or closed).
+    #[error("unknown stream {0}")]
+    UnknownStream(u64),
+    /// The stream is closing.
+    #[error("stream {0} is closing")]
+    StreamClosing(u64),
+    /// Larger than our or the peer's `max_message_size`.
+    #[error("message of {size} bytes exceeds the limit of {max}")]
+    MessageTooLarge {
+        /// Message size.
+        size: u64,
+        /// Effective limit.
+        max: u64,
+    },
+    /// All send queues together hold `max_queued_bytes`.
+    #[error("send queues hold {queued} bytes, limit {max}")]
+    QueueFull {
+        /// Bytes queued.
+        queued: u64,
+        /// `max_queued_bytes`.
+        max: u64,
+    },
+}
+
+/// Why a stream could not be opened.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// The channel is closed.
+    #[error("channel closed")]
+    Closed,
+    /// Already `max_streams` streams (ours or the peer's limit).
+    #[error("stream limit of {max} reached")]
+    TooManyStreams {
+        /// Effective limit.
+        max: u64,
+    },
+    /// Invalid stream configuration.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// No such stream.
+    #[error("unknown stream {0}")]
+    UnknownStream(u64),
+}

@@ -1,0 +1,43 @@
+//! lowtide-proto: the sans-IO core of lowtide, a message transport over one TCP connection
+//! that keeps the kernel's send buffer at low tide.
+//!
+//! No sockets, no threads, no clock reads: every time-dependent call takes `now`, the next
+//! deadline comes out of [`Connection::poll_timeout`], and the kernel's state comes in as a
+//! [`TcpState`] snapshot. The tokio driver is the `lowtide` crate.
+//!
+//! ```text
+//! send(msg) ─► stream queue (importance, then position) ─► chunker ─► scheduler (WFQ, virtual
+//! time) ─► latency controller (allowance) ─► staged frames ─► driver writev ─► kernel
+//! kernel ─► driver read ─► handle_bytes ─► decoder ─► reassembly ─► poll_message
+//!                                      └► P-ACKs ─► Acked events, PaceA
+//! ```
+//!
+//! Layers, bottom up:
+//! - [`wire`]: handshake and frame codec (varints; `docs/wire.md`);
+//! - `stream`, [`scheduler`]: per-stream priority queues and weighted fair queuing with Fair
+//!   Start and Use It Or Lose It (Paceline, `/work/shared/papers/002_87fc88a8f1af51dc.txt`);
+//! - [`controller`]: latency controllers (Unlimited, NotsentLowat, MinBuf of Goel et al.,
+//!   `/work/shared/papers/000_b6e6729ee79515f7.txt`, PaceA);
+//! - `reassembly`: chunks back into messages, bounded memory;
+//! - [`Connection`]: the state machine tying them together;
+//! - [`sim`]: a deterministic two-endpoint harness with a model of the kernel's send queue.
+
+pub mod config;
+mod connection;
+pub mod controller;
+mod error;
+mod reassembly;
+pub mod scheduler;
+pub mod sim;
+mod stream;
+pub mod wire;
+
+pub use config::{Config, ConfigError, Fairness, StreamConfig};
+pub use connection::{Connection, DecisionRecord, Event, Message, MessageId, MessageTimes, Side, Stats};
+pub use controller::{AppProgress, ControllerConfig, Decision, LatencyController, TcpState, Wake};
+pub use error::{ProtocolError, SendError, StreamError};
+pub use reassembly::{PeerCancelled, Received};
+pub use wire::CancelReason;
+
+#[cfg(test)]
+mod tests;

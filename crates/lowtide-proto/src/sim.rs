@@ -1,0 +1,268 @@
+//! A deterministic test harness: two [`Connection`]s joined by two simulated kernel send
+//! queues and links, driven in simulated time (after quinn-proto's `tests/util.rs` `Pair`).
+//!
+//! The kernel model per direction: a send buffer of `sndbuf` bytes holding unsent and
+//! unacknowledged bytes; segments of at most `mss` bytes leave while in-flight bytes stay within
+//! `cwnd·mss`, serialised at `rate` bytes per second, arrive after `delay`, and are acknowledged
+//! another `delay` later. No loss, fixed cwnd: enough to exercise the latency controllers,
+//! priorities, cancellation and fairness without real sockets or clocks.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::{Config, Connection, Event, Received, Side, TcpState};
+
+/// Parameters of one direction.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkParams {
+    /// Link rate, bytes per second.
+    pub rate: u64,
+    /// One-way delay.
+    pub delay: Duration,
+    /// Congestion window, segments.
+    pub cwnd: u32,
+    /// Segment size, bytes.
+    pub mss: u32,
+    /// Kernel send buffer, bytes.
+    pub sndbuf: u64,
+}
+
+impl Default for LinkParams {
+    /// 10 MB/s, 10 ms one way, cwnd 20, MSS 1000, 1 MB send buffer.
+    fn default() -> Self {
+        Self { rate: 10_000_000, delay: Duration::from_millis(10), cwnd: 20, mss: 1000, sndbuf: 1 << 20 }
+    }
+}
+
+/// One direction: the sender's kernel queue and the link.
+#[derive(Debug)]
+pub struct SimPipe {
+    /// Parameters.
+    pub params: LinkParams,
+    unsent: VecDeque<u8>,
+    in_flight: u64,
+    link_free: Option<Instant>,
+    arrivals: VecDeque<(Instant, Vec<u8>)>,
+    acks: VecDeque<(Instant, u64)>,
+    /// Largest send-queue fill seen right after a write, bytes.
+    pub max_outq: u64,
+}
+
+impl SimPipe {
+    fn new(params: LinkParams) -> Self {
+        Self {
+            params,
+            unsent: VecDeque::new(),
+            in_flight: 0,
+            link_free: None,
+            arrivals: VecDeque::new(),
+            acks: VecDeque::new(),
+            max_outq: 0,
+        }
+    }
+
+    /// Bytes in the send queue (SIOCOUTQ).
+    pub fn outq(&self) -> u64 {
+        self.unsent.len() as u64 + self.in_flight
+    }
+
+    /// The snapshot a driver would read.
+    pub fn tcp_state(&self) -> TcpState {
+        let mss = self.params.mss;
+        TcpState {
+            cwnd: self.params.cwnd,
+            mss,
+            sacked: 0,
+            unacked: self.in_flight.div_ceil(u64::from(mss)) as u32,
+            rtt: self.params.delay * 2,
+            min_rtt: self.params.delay * 2,
+            notsent: self.unsent.len() as u32,
+            outq: self.outq() as u32,
+            delivery_rate: self.params.rate,
+        }
+    }
+
+    fn space(&self) -> u64 {
+        self.params.sndbuf.saturating_sub(self.outq())
+    }
+
+    fn advance(&mut self, now: Instant) {
+        while let Some(&(t, n)) = self.acks.front() {
+            if t > now {
+                break;
+            }
+            self.acks.pop_front();
+            self.in_flight -= n;
+        }
+        let window = u64::from(self.params.cwnd) * u64::from(self.params.mss);
+        loop {
+            let free = self.link_free.unwrap_or(now).max(now);
+            if self.unsent.is_empty() || free > now || self.in_flight >= window {
+                break;
+            }
+            let n = (self.unsent.len() as u64).min(u64::from(self.params.mss)).min(window - self.in_flight);
+            let seg: Vec<u8> = self.unsent.drain(..n as usize).collect();
+            let done = free + Duration::from_nanos(n * 1_000_000_000 / self.params.rate);
+            self.link_free = Some(done);
+            self.in_flight += n;
+            self.arrivals.push_back((done + self.params.delay, seg));
+            self.acks.push_back((done + self.params.delay * 2, n));
+        }
+    }
+
+    fn next_event(&self, now: Instant) -> Option<Instant> {
+        let window = u64::from(self.params.cwnd) * u64::from(self.params.mss);
+        let send = (!self.unsent.is_empty() && self.in_flight < window)
+            .then(|| self.link_free.unwrap_or(now).max(now));
+        [self.acks.front().map(|a| a.0), self.arrivals.front().map(|a| a.0), send].into_iter().flatten().min()
+    }
+
+    fn take_arrived(&mut self, now: Instant) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some((t, _)) = self.arrivals.front() {
+            if *t > now {
+                break;
+            }
+            out.extend(self.arrivals.pop_front().expect("front exists").1);
+        }
+        out
+    }
+}
+
+/// One endpoint: its connection and what it observed.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// The connection.
+    pub conn: Connection,
+    /// Messages received, in delivery order.
+    pub received: Vec<Received>,
+    /// Events, in order.
+    pub events: Vec<Event>,
+    /// Stop reading messages from the connection (to test receive memory bounds).
+    pub app_paused: bool,
+}
+
+/// Two endpoints and two pipes in simulated time.
+#[derive(Debug)]
+pub struct Pair {
+    /// The clock.
+    pub now: Instant,
+    /// The connecting end.
+    pub client: Endpoint,
+    /// The accepting end.
+    pub server: Endpoint,
+    /// Client to server.
+    pub c2s: SimPipe,
+    /// Server to client.
+    pub s2c: SimPipe,
+}
+
+impl Pair {
+    /// Both ends with the given configurations, the same link both ways.
+    pub fn new(client: Config, server: Config, link: LinkParams) -> Self {
+        let now = Instant::now();
+        let mk = |cfg, side| Endpoint {
+            conn: Connection::new(cfg, side, now).expect("valid config"),
+            received: Vec::new(),
+            events: Vec::new(),
+            app_paused: false,
+        };
+        Self {
+            now,
+            client: mk(client, Side::Client),
+            server: mk(server, Side::Server),
+            c2s: SimPipe::new(link),
+            s2c: SimPipe::new(link),
+        }
+    }
+
+    fn run_endpoint(now: Instant, ep: &mut Endpoint, out: &mut SimPipe, input: &mut SimPipe) -> bool {
+        let mut progress = false;
+        let data = input.take_arrived(now);
+        if !data.is_empty() {
+            progress = true;
+            // Errors are recorded in the connection (`error()`) and as a Closed event.
+            let _ = ep.conn.handle_bytes(now, &data);
+        }
+        if ep.conn.poll_timeout().is_some_and(|t| t <= now) {
+            ep.conn.handle_timeout(now);
+        }
+        let tcp = out.tcp_state();
+        ep.conn.poll_transmit(now, &tcp);
+        let space = out.space() as usize;
+        let mut n = 0;
+        for seg in ep.conn.transmit_segments() {
+            let take = seg.len().min(space - n);
+            out.unsent.extend(&seg[..take]);
+            n += take;
+            if n == space {
+                break;
+            }
+        }
+        if n > 0 {
+            progress = true;
+            ep.conn.handle_written(now, n);
+            out.max_outq = out.max_outq.max(out.outq());
+        }
+        while let Some(e) = ep.conn.poll_event() {
+            ep.events.push(e);
+        }
+        if !ep.app_paused {
+            while let Some(m) = ep.conn.poll_message() {
+                ep.received.push(m);
+            }
+        }
+        progress
+    }
+
+    /// One step at the current time, then advance the clock to the next event. Returns `false`
+    /// when nothing is left to do.
+    pub fn step(&mut self) -> bool {
+        let now = self.now;
+        self.c2s.advance(now);
+        self.s2c.advance(now);
+        let a = Self::run_endpoint(now, &mut self.client, &mut self.c2s, &mut self.s2c);
+        let b = Self::run_endpoint(now, &mut self.server, &mut self.s2c, &mut self.c2s);
+        self.c2s.advance(now);
+        self.s2c.advance(now);
+        if a || b {
+            return true;
+        }
+        let next = [
+            self.c2s.next_event(now),
+            self.s2c.next_event(now),
+            self.client.conn.poll_timeout(),
+            self.server.conn.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        match next {
+            Some(t) => {
+                self.now = t.max(now + Duration::from_nanos(1));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Steps until idle; panics after `max_steps` (a livelock).
+    pub fn drive_bounded(&mut self, max_steps: usize) -> usize {
+        for i in 0..max_steps {
+            if !self.step() {
+                return i;
+            }
+        }
+        panic!("no quiescence after {max_steps} steps");
+    }
+
+    /// Steps until the clock passes `until` or the pair is idle.
+    pub fn drive_until(&mut self, until: Instant, max_steps: usize) {
+        for _ in 0..max_steps {
+            if self.now >= until || !self.step() {
+                return;
+            }
+        }
+        panic!("clock did not reach the target after {max_steps} steps");
+    }
+}

@@ -1,0 +1,5 @@
+//! Protocol tests in simulated time ([`crate::sim::Pair`]).
+
+mod limits;
+mod props;
+mod service;

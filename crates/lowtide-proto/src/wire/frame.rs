@@ -1,0 +1,330 @@
+//! Frames: the unit of everything after the handshake.
+
+use super::{varint, DecodeError, Reader, Short};
+
+/// Longest close reason, in bytes.
+pub const MAX_CLOSE_REASON: usize = 1024;
+/// Longest possible header of a data frame (type and six varints).
+pub const MAX_HEADER_LEN: usize = 1 + 6 * varint::MAX_LEN;
+
+/// Frame type codes (the first varint of a frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameType {
+    /// `STREAM_OPEN { stream, weight_milli }`
+    StreamOpen = 0x01,
+    /// `STREAM_CLOSE { stream }`
+    StreamClose = 0x02,
+    /// `DATA_FIRST { stream, seq, importance, send_time_us, total_len, len, payload }`
+    DataFirst = 0x03,
+    /// `DATA { stream, seq, offset, len, payload }`
+    Data = 0x04,
+    /// `CANCEL { stream, seq, reason }`
+    Cancel = 0x05,
+    /// `PACK { bytes, recv_time_us }`
+    PAck = 0x06,
+    /// `CLOSE { code, reason_len, reason }`
+    Close = 0x07,
+}
+
+/// Why a message was withdrawn by its sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum CancelReason {
+    /// The application cancelled it.
+    Application,
+    /// Its deadline passed before it was completely written.
+    Expired,
+}
+
+impl CancelReason {
+    fn code(self) -> u64 {
+        match self {
+            CancelReason::Application => 0,
+            CancelReason::Expired => 1,
+        }
+    }
+}
+
+/// One chunk of a message. `first` carries the message's metadata and is present exactly when
+/// `offset == 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataFrame<'a> {
+    /// Stream id.
+    pub stream: u64,
+    /// Message sequence number within the stream.
+    pub seq: u64,
+    /// Byte offset of this chunk in the message.
+    pub offset: u64,
+    /// Metadata, in the first chunk only.
+    pub first: Option<FirstChunk>,
+    /// Chunk bytes.
+    pub payload: &'a [u8],
+}
+
+/// Metadata sent with a message's first chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstChunk {
+    /// Importance (higher is more important).
+    pub importance: u8,
+    /// Sender's clock when the message was enqueued, microseconds since its epoch.
+    pub send_time_us: u64,
+    /// Message length.
+    pub total_len: u64,
+}
+
+/// A decoded frame, borrowing its payload from the receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// The sender opened a stream.
+    StreamOpen {
+        /// Stream id.
+        stream: u64,
+        /// Weight in thousandths (informational for the receiver).
+        weight_milli: u64,
+    },
+    /// The sender will send nothing more on the stream.
+    StreamClose {
+        /// Stream id.
+        stream: u64,
+    },
+    /// A chunk of a message.
+    Data(DataFrame<'a>),
+    /// A message was withdrawn; any partial reassembly must be freed.
+    Cancel {
+        /// Stream id.
+        stream: u64,
+        /// Message sequence number.
+        seq: u64,
+        /// Why.
+        reason: CancelReason,
+    },
+    /// Application-level acknowledgement (Paceline P-ACK).
+    PAck {
+        /// Bytes of the channel (handshake included) the receiver has consumed.
+        bytes: u64,
+        /// Receiver's clock at that moment, microseconds since its epoch.
+        recv_time_us: u64,
+    },
+    /// The sender closes the channel.
+    Close {
+        /// Close code (0 = normal, see `docs/wire.md`).
+        code: u64,
+        /// Human-readable reason.
+        reason: &'a str,
+    },
+}
+
+impl<'a> Frame<'a> {
+    /// Appends the header of a data frame (everything but the payload) to `out`.
+    pub fn encode_data_header(out: &mut Vec<u8>, d: &DataFrame<'_>) {
+        match d.first {
+            Some(f) => {
+                out.push(FrameType::DataFirst as u8);
+                varint::put(out, d.stream);
+                varint::put(out, d.seq);
+                varint::put(out, u64::from(f.importance));
+                varint::put(out, f.send_time_us);
+                varint::put(out, f.total_len);
+            }
+            None => {
+                out.push(FrameType::Data as u8);
+                varint::put(out, d.stream);
+                varint::put(out, d.seq);
+                varint::put(out, d.offset);
+            }
+        }
+        varint::put(out, d.payload.len() as u64);
+    }
+
+    /// Length of a data frame header with these fields and a payload of `len` bytes.
+    pub fn data_header_len(stream: u64, seq: u64, offset_or_meta: Option<FirstChunk>, offset: u64, len: u64) -> usize {
+        1 + varint::len(stream)
+            + varint::len(seq)
+            + match offset_or_meta {
+                Some(f) => varint::len(u64::from(f.importance)) + varint::len(f.send_time_us) + varint::len(f.total_len),
+                None => varint::len(offset),
+            }
+            + varint::len(len)
+    }
+
+    /// Appends the whole frame to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match *self {
+            Frame::StreamOpen { stream, weight_milli } => {
+                out.push(FrameType::StreamOpen as u8);
+                varint::put(out, stream);
+                varint::put(out, weight_milli);
+            }
+            Frame::StreamClose { stream } => {
+                out.push(FrameType::StreamClose as u8);
+                varint::put(out, stream);
+            }
+            Frame::Data(ref d) => {
+                Self::encode_data_header(out, d);
+                out.extend_from_slice(d.payload);
+            }
+            Frame::Cancel { stream, seq, reason } => {
+                out.push(FrameType::Cancel as u8);
+                varint::put(out, stream);
+                varint::put(out, seq);
+                varint::put(out, reason.code());
+            }
+            Frame::PAck { bytes, recv_time_us } => {
+                out.push(FrameType::PAck as u8);
+                varint::put(out, bytes);
+                varint::put(out, recv_time_us);
+            }
+            Frame::Close { code, reason } => {
+                out.push(FrameType::Close as u8);
+                varint::put(out, code);
+                let r = truncate_utf8(reason, MAX_CLOSE_REASON);
+                varint::put(out, r.len() as u64);
+                out.extend_from_slice(r.as_bytes());
+            }
+        }
+    }
+
+    /// Parses one frame from the front of `buf`. `max_payload` bounds chunk payloads.
+    ///
+    /// Returns `Ok(Some((frame, bytes_used)))`, `Ok(None)` if `buf` ends inside the frame, or
+    /// the first error found.
+    pub fn decode(buf: &'a [u8], max_payload: u64) -> Result<Option<(Frame<'a>, usize)>, DecodeError> {
+        let mut r = Reader::new(buf);
+        match Self::decode_inner(&mut r, max_payload) {
+            Ok(f) => Ok(Some((f, r.pos))),
+            Err(Short::Incomplete) => Ok(None),
+            Err(Short::Bad(e)) => Err(e),
+        }
+    }
+
+    fn decode_inner(r: &mut Reader<'a>, max_payload: u64) -> Result<Frame<'a>, Short> {
+        let ty = r.var()?;
+        let frame = match ty {
+            0x01 => Frame::StreamOpen {
+                stream: r.var()?,
+                weight_milli: r.var_max("stream_open.weight_milli", u64::from(u32::MAX))?,
+            },
+            0x02 => Frame::StreamClose { stream: r.var()? },
+            0x03 | 0x04 => {
+                let stream = r.var()?;
+                let seq = r.var()?;
+                let (offset, first) = if ty == 0x03 {
+                    let importance = r.var_max("data.importance", 255)? as u8;
+                    let send_time_us = r.var()?;
+                    let total_len = r.var()?;
+                    (0, Some(FirstChunk { importance, send_time_us, total_len }))
+                } else {
+                    (r.var()?, None)
+                };
+                let len = r.var()?;
+                if len > max_payload {
+                    return Err(DecodeError::FrameTooLarge { len, max: max_payload }.into());
+                }
+                let payload = r.bytes(len as usize)?;
+                Frame::Data(DataFrame { stream, seq, offset, first, payload })
+            }
+            0x05 => {
+                let stream = r.var()?;
+                let seq = r.var()?;
+                let reason = match r.var_max("cancel.reason", 1)? {
+                    0 => CancelReason::Application,
+                    _ => CancelReason::Expired,
+                };
+                Frame::Cancel { stream, seq, reason }
+            }
+            0x06 => Frame::PAck { bytes: r.var()?, recv_time_us: r.var()? },
+            0x07 => {
+                let code = r.var()?;
+                let n = r.var_max("close.reason_len", MAX_CLOSE_REASON as u64)?;
+                let raw = r.bytes(n as usize)?;
+                let reason = std::str::from_utf8(raw).map_err(|_| DecodeError::ReasonNotUtf8)?;
+                Frame::Close { code, reason }
+            }
+            other => return Err(DecodeError::UnknownFrameType(other).into()),
+        };
+        Ok(frame)
+    }
+}
+
+fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_frames() -> Vec<Frame<'static>> {
+        vec![
+            Frame::StreamOpen { stream: 3, weight_milli: 2500 },
+            Frame::StreamClose { stream: 1 << 40 },
+            Frame::Data(DataFrame {
+                stream: 1,
+                seq: 7,
+                offset: 0,
+                first: Some(FirstChunk { importance: 200, send_time_us: 123_456, total_len: 5 }),
+                payload: b"hello",
+            }),
+            Frame::Data(DataFrame { stream: 1, seq: 8, offset: 1400, first: None, payload: b"xy" }),
+            Frame::Cancel { stream: 2, seq: 9, reason: CancelReason::Expired },
+            Frame::PAck { bytes: 1 << 33, recv_time_us: 77 },
+            Frame::Close { code: 3, reason: "limit exceeded" },
+        ]
+    }
+
+    #[test]
+    fn every_frame_round_trips_and_every_prefix_is_incomplete() {
+        for f in all_frames() {
+            let mut out = Vec::new();
+            f.encode(&mut out);
+            assert_eq!(Frame::decode(&out, 1 << 20).unwrap(), Some((f, out.len())));
+            for cut in 0..out.len() {
+                assert_eq!(Frame::decode(&out[..cut], 1 << 20).unwrap(), None, "{f:?} cut {cut}");
+            }
+            if let Frame::Data(d) = f {
+                assert_eq!(
+                    Frame::data_header_len(d.stream, d.seq, d.first, d.offset, d.payload.len() as u64),
+                    out.len() - d.payload.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn oversized_payload_is_rejected_from_the_header_alone() {
+        let mut out = Vec::new();
+        Frame::Data(DataFrame { stream: 0, seq: 0, offset: 4, first: None, payload: &[0; 100] })
+            .encode(&mut out);
+        assert_eq!(
+            Frame::decode(&out[..6], 99),
+            Err(DecodeError::FrameTooLarge { len: 100, max: 99 })
+        );
+    }
+
+    #[test]
+    fn garbage_is_rejected() {
+        assert_eq!(Frame::decode(&[0x7f], 10), Err(DecodeError::UnknownFrameType(0x7f)));
+        assert_eq!(Frame::decode(&[0x07, 0x00, 0x02, 0xff, 0xfe], 10), Err(DecodeError::ReasonNotUtf8));
+        assert!(matches!(
+            Frame::decode(&[0x05, 0x00, 0x00, 0x09], 10),
+            Err(DecodeError::FieldOutOfRange { field: "cancel.reason", .. })
+        ));
+    }
+
+    #[test]
+    fn close_reason_is_truncated_on_a_char_boundary() {
+        let long = "é".repeat(MAX_CLOSE_REASON);
+        let mut out = Vec::new();
+        Frame::Close { code: 1, reason: &long }.encode(&mut out);
+        let (f, _) = Frame::decode(&out, 0).unwrap().unwrap();
+        let Frame::Close { reason, .. } = f else { panic!("not a close: {f:?}") };
+        assert!(reason.len() <= MAX_CLOSE_REASON && reason.chars().all(|c| c == 'é'));
+    }
+}

@@ -1,0 +1,130 @@
+//! The handshake: each side sends one `Hello` first, then frames.
+
+use super::{varint, DecodeError, Reader, Short};
+
+/// First four bytes on the wire.
+pub const MAGIC: [u8; 4] = *b"LWTD";
+/// The version this code speaks.
+pub const VERSION: u8 = 1;
+/// The most options a hello may carry (bounds parsing work).
+pub const MAX_HELLO_OPTIONS: u64 = 32;
+
+/// An option announced in the handshake. Unknown keys are skipped by the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HelloOption {
+    /// Largest message (bytes) the sender of the hello accepts (key 1).
+    MaxMessageSize(u64),
+    /// Largest chunk payload (bytes) the sender of the hello accepts (key 2).
+    MaxChunkLen(u64),
+    /// Most concurrent streams the sender of the hello accepts from its peer (key 3).
+    MaxStreams(u64),
+    /// An option this version does not know: key, value.
+    Unknown(u64, u64),
+}
+
+impl HelloOption {
+    fn key_value(self) -> (u64, u64) {
+        match self {
+            HelloOption::MaxMessageSize(v) => (1, v),
+            HelloOption::MaxChunkLen(v) => (2, v),
+            HelloOption::MaxStreams(v) => (3, v),
+            HelloOption::Unknown(k, v) => (k, v),
+        }
+    }
+    fn from_key_value(k: u64, v: u64) -> Self {
+        match k {
+            1 => HelloOption::MaxMessageSize(v),
+            2 => HelloOption::MaxChunkLen(v),
+            3 => HelloOption::MaxStreams(v),
+            _ => HelloOption::Unknown(k, v),
+        }
+    }
+}
+
+/// The handshake message: magic, version, options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// Protocol version.
+    pub version: u8,
+    /// Announced options.
+    pub options: Vec<HelloOption>,
+}
+
+impl Hello {
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&MAGIC);
+        out.push(self.version);
+        varint::put(out, self.options.len() as u64);
+        for o in &self.options {
+            let (k, v) = o.key_value();
+            varint::put(out, k);
+            varint::put(out, v);
+        }
+    }
+
+    /// Parses a hello from the front of `buf`: `Ok(None)` if more bytes are needed.
+    pub fn decode(buf: &[u8]) -> Result<Option<(Hello, usize)>, DecodeError> {
+        match Self::decode_inner(buf) {
+            Ok(v) => Ok(Some(v)),
+            Err(Short::Incomplete) => Ok(None),
+            Err(Short::Bad(e)) => Err(e),
+        }
+    }
+
+    fn decode_inner(buf: &[u8]) -> Result<(Hello, usize), Short> {
+        let mut r = Reader::new(buf);
+        let magic = r.bytes(4)?;
+        if magic != MAGIC {
+            let mut m = [0u8; 4];
+            m.copy_from_slice(magic);
+            return Err(DecodeError::BadMagic(m).into());
+        }
+        let version = r.bytes(1)?[0];
+        if version != VERSION {
+            return Err(DecodeError::UnsupportedVersion(version).into());
+        }
+        let n = r.var_max("hello.option_count", MAX_HELLO_OPTIONS)?;
+        let mut options = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let k = r.var()?;
+            let v = r.var()?;
+            options.push(HelloOption::from_key_value(k, v));
+        }
+        Ok((Hello { version, options }, r.pos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trip_and_rejections() {
+        let h = Hello {
+            version: VERSION,
+            options: vec![
+                HelloOption::MaxMessageSize(1 << 20),
+                HelloOption::MaxChunkLen(65536),
+                HelloOption::Unknown(99, 7),
+            ],
+        };
+        let mut out = Vec::new();
+        h.encode(&mut out);
+        assert_eq!(Hello::decode(&out).unwrap(), Some((h, out.len())));
+        assert_eq!(Hello::decode(&out[..5]).unwrap(), None);
+        assert_eq!(
+            Hello::decode(b"HTTP/1.1"),
+            Err(DecodeError::BadMagic(*b"HTTP"))
+        );
+        assert_eq!(
+            Hello::decode(b"LWTD\x09\x00"),
+            Err(DecodeError::UnsupportedVersion(9))
+        );
+        assert!(matches!(
+            Hello::decode(b"LWTD\x01\x7f"),
+            Err(DecodeError::FieldOutOfRange { .. })
+        ));
+    }
+}

@@ -1,0 +1,110 @@
+//! Wire format: handshake and frames. The normative description is `docs/wire.md`.
+//!
+//! Everything after the handshake is a sequence of frames; every integer is a LEB128 varint
+//! ([`varint`]). A frame starts with its type, then its fields; the two data frames end with a
+//! payload whose length precedes it.
+//!
+//! # When parsing fails
+//! [`Frame::decode`] and [`Hello::decode`] never panic and never allocate on behalf of the peer:
+//! they return `Ok(None)` when the buffer ends inside a frame (the caller must keep the bytes
+//! and feed more) and an error as soon as the bytes seen so far cannot start a valid frame:
+//! an unknown frame type, a varint longer than 64 bits, a field out of its range, a payload
+//! longer than the negotiated chunk limit, or a close reason that is too long or not UTF-8.
+//! Because the length check happens on the header, a peer cannot make us buffer more than one
+//! maximal frame.
+
+mod frame;
+mod handshake;
+pub mod varint;
+
+pub use frame::{CancelReason, DataFrame, FirstChunk, Frame, FrameType, MAX_CLOSE_REASON, MAX_HEADER_LEN};
+pub use handshake::{Hello, HelloOption, MAGIC, MAX_HELLO_OPTIONS, VERSION};
+
+/// Why bytes from the peer could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// A varint did not end within 10 bytes or does not fit in 64 bits.
+    #[error("varint longer than 64 bits")]
+    VarintOverflow,
+    /// The frame type is not one this version defines.
+    #[error("unknown frame type {0:#x}")]
+    UnknownFrameType(u64),
+    /// A chunk payload is longer than the receiver allows.
+    #[error("frame payload of {len} bytes exceeds the limit of {max}")]
+    FrameTooLarge {
+        /// Declared payload length.
+        len: u64,
+        /// The receiver's limit.
+        max: u64,
+    },
+    /// A field holds a value outside its range.
+    #[error("field `{field}` out of range: {value}")]
+    FieldOutOfRange {
+        /// Field name as in `docs/wire.md`.
+        field: &'static str,
+        /// Value received.
+        value: u64,
+    },
+    /// The close reason is not UTF-8.
+    #[error("close reason is not UTF-8")]
+    ReasonNotUtf8,
+    /// The handshake did not start with the lowtide magic.
+    #[error("bad magic {0:02x?}: peer does not speak lowtide")]
+    BadMagic([u8; 4]),
+    /// The peer speaks a version we do not.
+    #[error("unsupported protocol version {0} (we speak {VERSION})")]
+    UnsupportedVersion(u8),
+}
+
+/// Internal parse outcome: either "need more bytes" or a hard error.
+#[derive(Debug)]
+pub(crate) enum Short {
+    Incomplete,
+    Bad(DecodeError),
+}
+
+impl From<DecodeError> for Short {
+    fn from(e: DecodeError) -> Self {
+        Short::Bad(e)
+    }
+}
+
+/// A cursor over received bytes.
+pub(crate) struct Reader<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+
+    pub(crate) fn var(&mut self) -> Result<u64, Short> {
+        match varint::get(&self.buf[self.pos..])? {
+            Some((v, n)) => {
+                self.pos += n;
+                Ok(v)
+            }
+            None => Err(Short::Incomplete),
+        }
+    }
+
+    pub(crate) fn var_max(&mut self, field: &'static str, max: u64) -> Result<u64, Short> {
+        let v = self.var()?;
+        if v > max {
+            return Err(DecodeError::FieldOutOfRange { field, value: v }.into());
+        }
+        Ok(v)
+    }
+
+    pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], Short> {
+        if self.buf.len() - self.pos < n {
+            return Err(Short::Incomplete);
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+}

@@ -1,0 +1,91 @@
+//! Channel configuration: the protocol's [`Config`] plus socket options.
+
+use serde::{Deserialize, Serialize};
+
+use lowtide_proto::{Config, ConfigError};
+
+/// Everything a channel needs to know, typed and validated ([`ChannelConfig::validate`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelConfig {
+    /// Protocol configuration (limits, controller, fairness).
+    pub transport: Config,
+    /// Congestion control set on the socket (`TCP_CONGESTION`), e.g. `"cubic"`, `"reno"`,
+    /// `"bbr"`. `None` keeps the system default.
+    pub congestion: Option<String>,
+    /// `TCP_NODELAY` (default on: lowtide batches writes itself).
+    pub nodelay: bool,
+    /// `TCP_CORK` (default off).
+    pub cork: bool,
+    /// `SO_SNDBUF`, bytes (`None`: autotuning).
+    pub sndbuf: Option<u32>,
+    /// `SO_RCVBUF`, bytes (`None`: autotuning).
+    pub rcvbuf: Option<u32>,
+    /// Largest single `read`, bytes.
+    pub read_chunk: usize,
+    /// Events kept for the application before the oldest are dropped (and counted).
+    pub max_events: usize,
+    /// Controller decisions kept for [`Channel::drain_decisions`](crate::Channel::drain_decisions) (0: off).
+    pub record_decisions: usize,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        Self {
+            transport: Config::default(),
+            congestion: None,
+            nodelay: true,
+            cork: false,
+            sndbuf: None,
+            rcvbuf: None,
+            read_chunk: 256 << 10,
+            max_events: 1 << 20,
+            record_decisions: 0,
+        }
+    }
+}
+
+impl ChannelConfig {
+    /// Checks every field; errors name the field and the allowed range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.transport.validate()?;
+        if let Some(cc) = &self.congestion {
+            if cc.is_empty() || cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(config_error("congestion", cc, "1..=15 ASCII letters, digits or '_' (e.g. cubic, reno, bbr)"));
+            }
+        }
+        if !(4096..=(16 << 20)).contains(&self.read_chunk) {
+            return Err(config_error("read_chunk", self.read_chunk, "4096..=16777216"));
+        }
+        if !(16..=(1 << 24)).contains(&self.max_events) {
+            return Err(config_error("max_events", self.max_events, "16..=16777216"));
+        }
+        for (field, v) in [("sndbuf", self.sndbuf), ("rcvbuf", self.rcvbuf)] {
+            if let Some(v) = v {
+                if !(4096..=(1 << 30)).contains(&v) {
+                    return Err(config_error(field, v, "4096..=1073741824"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn config_error(field: &'static str, value: impl ToString, allowed: &'static str) -> ConfigError {
+    ConfigError::new(field, value, allowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_fields() {
+        ChannelConfig::default().validate().unwrap();
+        let c = ChannelConfig { congestion: Some("cu bic".into()), ..Default::default() };
+        assert_eq!(c.validate().unwrap_err().field, "congestion");
+        let c: ChannelConfig = serde_json::from_str(r#"{"transport":{"controller":{"min_buf":{"a":0,"b":3}}}}"#).unwrap();
+        assert_eq!(c.validate().unwrap_err().field, "controller.min_buf.a");
+        assert!(serde_json::from_str::<ChannelConfig>(r#"{"nodelay":true,"bogus":1}"#).is_err());
+    }
+}

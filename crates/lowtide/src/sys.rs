@@ -1,0 +1,195 @@
+//! The operating-system surface of lowtide, Linux only, in one place (like quinn-udp's
+//! `linux.rs`): `TCP_INFO`, `SIOCOUTQ`/`SIOCOUTQNSD`, `TCP_NOTSENT_LOWAT`, `TCP_NODELAY`,
+//! `TCP_CORK`, `TCP_CONGESTION`, a zero-timeout `poll` and `writev`.
+//!
+//! Every function returns [`SysError`], which names the call that was attempted.
+
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use lowtide_proto::TcpState;
+
+/// `SIOCOUTQ`: bytes in the send queue not yet acknowledged (same value as `TIOCOUTQ`).
+const SIOCOUTQ: libc::c_ulong = 0x5411;
+/// `SIOCOUTQNSD`: bytes in the send queue not yet sent.
+const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+
+/// A failed system call, with what was attempted.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct SysError {
+    /// The call, e.g. `setsockopt(TCP_CONGESTION, "cubic")`.
+    pub what: String,
+    /// The OS error.
+    #[source]
+    pub source: io::Error,
+}
+
+fn check(ret: libc::c_int, what: impl FnOnce() -> String) -> Result<libc::c_int, SysError> {
+    if ret < 0 {
+        Err(SysError { what: what(), source: io::Error::last_os_error() })
+    } else {
+        Ok(ret)
+    }
+}
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int, name: &str) -> Result<(), SysError> {
+    // SAFETY: `v` outlives the call and the length matches its type.
+    let r = unsafe {
+        libc::setsockopt(fd, level, opt, (&v as *const libc::c_int).cast(), size_of::<libc::c_int>() as libc::socklen_t)
+    };
+    check(r, || format!("setsockopt({name}, {v}) on fd {fd}")).map(|_| ())
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, name: &str) -> Result<libc::c_int, SysError> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are valid for writes of the given length.
+    let r = unsafe { libc::getsockopt(fd, level, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    check(r, || format!("getsockopt({name}) on fd {fd}"))?;
+    Ok(v)
+}
+
+/// Sets `TCP_NOTSENT_LOWAT`.
+pub fn set_notsent_lowat(fd: RawFd, bytes: u32) -> Result<(), SysError> {
+    let v = bytes.min(i32::MAX as u32) as libc::c_int;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v, "TCP_NOTSENT_LOWAT")
+}
+
+/// Reads `TCP_NOTSENT_LOWAT` back.
+pub fn notsent_lowat(fd: RawFd) -> Result<u32, SysError> {
+    getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, "TCP_NOTSENT_LOWAT").map(|v| v as u32)
+}
+
+/// Sets `TCP_NODELAY`.
+pub fn set_nodelay(fd: RawFd, on: bool) -> Result<(), SysError> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, on.into(), "TCP_NODELAY")
+}
+
+/// Sets `TCP_CORK`.
+pub fn set_cork(fd: RawFd, on: bool) -> Result<(), SysError> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on.into(), "TCP_CORK")
+}
+
+/// Sets `SO_SNDBUF` (the kernel doubles it).
+pub fn set_sndbuf(fd: RawFd, bytes: u32) -> Result<(), SysError> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes.min(i32::MAX as u32) as libc::c_int, "SO_SNDBUF")
+}
+
+/// Sets `SO_RCVBUF` (the kernel doubles it).
+pub fn set_rcvbuf(fd: RawFd, bytes: u32) -> Result<(), SysError> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes.min(i32::MAX as u32) as libc::c_int, "SO_RCVBUF")
+}
+
+/// Sets the congestion control algorithm (`TCP_CONGESTION`), e.g. `"cubic"`.
+pub fn set_congestion(fd: RawFd, name: &str) -> Result<(), SysError> {
+    // SAFETY: the pointer and length describe `name`'s bytes.
+    let r = unsafe {
+        libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_ptr().cast(), name.len() as libc::socklen_t)
+    };
+    check(r, || format!("setsockopt(TCP_CONGESTION, {name:?}) on fd {fd}")).map(|_| ())
+}
+
+/// Reads the congestion control algorithm.
+pub fn congestion(fd: RawFd) -> Result<String, SysError> {
+    let mut buf = [0u8; 32];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` and `len` are valid for writes of the given length.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len) };
+    check(r, || format!("getsockopt(TCP_CONGESTION) on fd {fd}"))?;
+    let s = &buf[..len as usize];
+    let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
+    Ok(String::from_utf8_lossy(&s[..end]).into_owned())
+}
+
+fn ioctl_int(fd: RawFd, req: libc::c_ulong, name: &str) -> Result<u32, SysError> {
+    let mut v: libc::c_int = 0;
+    // SAFETY: both requests write one int.
+    let r = unsafe { libc::ioctl(fd, req as _, &mut v as *mut libc::c_int) };
+    check(r, || format!("ioctl({name}) on fd {fd}"))?;
+    Ok(v.max(0) as u32)
+}
+
+/// `SIOCOUTQ`: unacknowledged bytes in the send queue.
+pub fn outq(fd: RawFd) -> Result<u32, SysError> {
+    ioctl_int(fd, SIOCOUTQ, "SIOCOUTQ")
+}
+
+/// `SIOCOUTQNSD`: unsent bytes in the send queue.
+pub fn outq_notsent(fd: RawFd) -> Result<u32, SysError> {
+    ioctl_int(fd, SIOCOUTQNSD, "SIOCOUTQNSD")
+}
+
+/// Raw `TCP_INFO`.
+pub fn tcp_info(fd: RawFd) -> Result<libc::tcp_info, SysError> {
+    let mut info = MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is valid for `len` bytes; the kernel writes at most `len` and zeroed
+    // memory is a valid `tcp_info` for fields an older kernel does not fill.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    check(r, || format!("getsockopt(TCP_INFO) on fd {fd}"))?;
+    // SAFETY: zero-initialised, then (partly) written by the kernel.
+    Ok(unsafe { info.assume_init() })
+}
+
+/// The controller's snapshot: `TCP_INFO` plus `SIOCOUTQ` (two system calls).
+pub fn tcp_state(fd: RawFd) -> Result<TcpState, SysError> {
+    let i = tcp_info(fd)?;
+    let outq = outq(fd)?;
+    Ok(TcpState {
+        cwnd: i.tcpi_snd_cwnd,
+        mss: i.tcpi_snd_mss,
+        sacked: i.tcpi_sacked,
+        unacked: i.tcpi_unacked,
+        rtt: Duration::from_micros(u64::from(i.tcpi_rtt)),
+        min_rtt: Duration::from_micros(u64::from(i.tcpi_min_rtt)),
+        notsent: i.tcpi_notsent_bytes,
+        outq,
+        delivery_rate: i.tcpi_delivery_rate,
+    })
+}
+
+/// A zero-timeout `poll(POLLOUT)`: whether the socket is writable now. Besides answering, it
+/// makes the kernel note that a writer waits (`SOCK_NOSPACE`), so the next ACK that frees
+/// space (or drops the unsent bytes below `TCP_NOTSENT_LOWAT`) raises `EPOLLOUT`.
+pub fn poll_writable(fd: RawFd) -> Result<bool, SysError> {
+    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    check(r, || format!("poll(POLLOUT) on fd {fd}"))?;
+    Ok(p.revents & libc::POLLOUT != 0)
+}
+
+/// Most slices one [`writev`] passes (the rest waits for the next call).
+pub const MAX_IOV: usize = 64;
+
+/// `writev` of up to [`MAX_IOV`] slices; returns the bytes written (`WouldBlock` as an error).
+pub fn writev<'a>(fd: RawFd, bufs: impl Iterator<Item = &'a [u8]>) -> io::Result<usize> {
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_IOV];
+    let mut n = 0;
+    for b in bufs.take(MAX_IOV) {
+        iov[n] = libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() };
+        n += 1;
+    }
+    // SAFETY: the first `n` iovecs point into live slices borrowed for the call.
+    let r = unsafe { libc::writev(fd, iov.as_ptr(), n as libc::c_int) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Process CPU time (user + system) from `getrusage(RUSAGE_SELF)`.
+pub fn cpu_time() -> Result<Duration, SysError> {
+    let mut u = MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `u` is valid for writes.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+    check(r, || "getrusage(RUSAGE_SELF)".to_owned())?;
+    // SAFETY: written by the kernel.
+    let u = unsafe { u.assume_init() };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    Ok(tv(u.ru_utime) + tv(u.ru_stime))
+}
