@@ -233,7 +233,7 @@ fn lateness(cc: &str, flows: usize, duration: Duration) -> Result<Row, NetemErro
     let f = n.forward().report();
     Ok(Row::new(
         format!("{cc} emulator lateness, {flows} flows"),
-        "30 Mbit/s, 1 BDP; emulator: 1 tokio worker, unpinned".to_string(),
+        "30 Mbit/s, 1 BDP; emulator: 1 worker, SCHED_FIFO, unpinned".to_string(),
         format!(
             "p99 {:.3} ms, p99.9 {:.3} ms, max {:.2} ms over {} packets ({:.1} Mbit/s)",
             f.lateness_ms.p99,

@@ -613,8 +613,8 @@ mod tests {
         let e = err(&GOOD.replace("\"reno\"", "\"../x\""));
         assert!(e.contains("hosts.congestion"), "{e}");
         let e = err(&GOOD.replace(
-            "queue = { packets = 125 }",
-            "trace = \"/nonexistent/trace\"",
+            "rate_mbps = 30\n        delay_ms = 50\n        queue = { packets = 125 }",
+            "delay_ms = 50\n        trace = \"/nonexistent/trace\"",
         ));
         assert!(
             e.contains("forward.trace") && e.contains("/nonexistent/trace"),

@@ -17,6 +17,9 @@ pub struct ChannelConfig {
     pub nodelay: bool,
     /// `TCP_CORK` (default off).
     pub cork: bool,
+    /// `TCP_MAXSEG`, bytes (`None`: path MTU). Caps the MSS, e.g. 1448 to emulate Ethernet on
+    /// loopback.
+    pub mss: Option<u32>,
     /// `SO_SNDBUF`, bytes (`None`: autotuning).
     pub sndbuf: Option<u32>,
     /// `SO_RCVBUF`, bytes (`None`: autotuning).
@@ -36,6 +39,7 @@ impl Default for ChannelConfig {
             congestion: None,
             nodelay: true,
             cork: false,
+            mss: None,
             sndbuf: None,
             rcvbuf: None,
             read_chunk: 256 << 10,
@@ -59,6 +63,11 @@ impl ChannelConfig {
         }
         if !(16..=(1 << 24)).contains(&self.max_events) {
             return Err(config_error("max_events", self.max_events, "16..=16777216"));
+        }
+        if let Some(m) = self.mss {
+            if !(88..=65495).contains(&m) {
+                return Err(config_error("mss", m, "88..=65495"));
+            }
         }
         for (field, v) in [("sndbuf", self.sndbuf), ("rcvbuf", self.rcvbuf)] {
             if let Some(v) = v {

@@ -1,1 +1,31 @@
-//! lowtide
+//! lowtide: prioritized, cancellable messages over one TCP connection, with latency
+//! controllers that keep the kernel's send buffer at low tide.
+//!
+//! This crate is the thin tokio driver over the sans-IO core [`lowtide_proto`] (the split of
+//! quinn over quinn-proto): [`sys`] holds every system call, [`channel`] the driver loop.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lowtide::Error> {
+//! use lowtide::{ChannelConfig, Message, StreamConfig};
+//! let cfg = ChannelConfig { congestion: Some("cubic".into()), ..ChannelConfig::default() };
+//! let ch = lowtide::connect("127.0.0.1:4000".parse().unwrap(), cfg).await?;
+//! let s = ch.open_stream(StreamConfig::default())?;
+//! ch.send_when_writable(s, Message::new(vec![0u8; 1448]).importance(3)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Design notes: `docs/transport.md`; wire format: `docs/wire.md`.
+
+pub mod bench;
+pub mod channel;
+mod config;
+mod error;
+pub mod sys;
+
+pub use channel::{connect, listen, Channel, Listener};
+pub use config::ChannelConfig;
+pub use error::Error;
+pub use lowtide_proto::{
+    CancelReason, Config, ControllerConfig, DecisionRecord, Event, Fairness, Message, MessageId, MessageTimes,
+    PeerCancelled, Received, Stats, StreamConfig, TcpState,
+};

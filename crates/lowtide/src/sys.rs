@@ -73,6 +73,12 @@ pub fn set_cork(fd: RawFd, on: bool) -> Result<(), SysError> {
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on.into(), "TCP_CORK")
 }
 
+/// Sets `TCP_MAXSEG` (before connect / on the listener): caps the MSS, e.g. to emulate
+/// Ethernet segments over loopback.
+pub fn set_maxseg(fd: RawFd, bytes: u32) -> Result<(), SysError> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, bytes.min(i32::MAX as u32) as libc::c_int, "TCP_MAXSEG")
+}
+
 /// Sets `SO_SNDBUF` (the kernel doubles it).
 pub fn set_sndbuf(fd: RawFd, bytes: u32) -> Result<(), SysError> {
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes.min(i32::MAX as u32) as libc::c_int, "SO_SNDBUF")
@@ -182,12 +188,21 @@ pub fn writev<'a>(fd: RawFd, bufs: impl Iterator<Item = &'a [u8]>) -> io::Result
     }
 }
 
-/// Process CPU time (user + system) from `getrusage(RUSAGE_SELF)`.
+/// CPU time (user + system) of the calling thread, `getrusage(RUSAGE_THREAD)`.
+pub fn thread_cpu_time() -> Result<Duration, SysError> {
+    rusage(libc::RUSAGE_THREAD, "getrusage(RUSAGE_THREAD)")
+}
+
+/// CPU time (user + system) of the process, `getrusage(RUSAGE_SELF)`.
 pub fn cpu_time() -> Result<Duration, SysError> {
+    rusage(libc::RUSAGE_SELF, "getrusage(RUSAGE_SELF)")
+}
+
+fn rusage(who: libc::c_int, what: &str) -> Result<Duration, SysError> {
     let mut u = MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `u` is valid for writes.
-    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
-    check(r, || "getrusage(RUSAGE_SELF)".to_owned())?;
+    let r = unsafe { libc::getrusage(who, u.as_mut_ptr()) };
+    check(r, || what.to_owned())?;
     // SAFETY: written by the kernel.
     let u = unsafe { u.assume_init() };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);

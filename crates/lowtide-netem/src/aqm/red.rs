@@ -164,7 +164,7 @@ mod tests {
 
     #[test]
     fn between_thresholds_marks_at_the_spread_rate() {
-        // avg = 40: p_b = 0.1 * 20/40 = 0.05; uniform spacing gives 2p_b/(1+p_b) = 0.095.
+        // avg = 40: p_b = 0.1 * 20/40 = 0.05; marks 1 to 19 packets apart, uniformly: 0.1.
         let mut r = red(false, true);
         let v = feed(&mut r, 40, 40_000, true);
         let marks = v
@@ -196,14 +196,22 @@ mod tests {
 
     #[test]
     fn gentle_mode_ramps_between_max_and_twice_max() {
-        // avg = 90: p_b = 0.1 + 0.9 * 30/60 = 0.55: many marks, but not all packets.
+        // avg = 70: p_b = 0.1 + 0.9 * 10/60 = 0.25; the count spreads marks 1 to 1/p_b - 1
+        // packets apart, uniformly: one mark per 2 packets on average.
         let mut r = red(true, true);
-        let v = feed(&mut r, 90, 10_000, true);
+        let v = feed(&mut r, 70, 10_000, true);
         let marked = v[1000..]
             .iter()
             .filter(|v| matches!(v, Verdict::Mark(_)))
             .count();
-        assert!(marked > 4_000 && marked < 9_000, "{marked}");
+        assert!(marked > 4_000 && marked < 5_000, "{marked}");
+        // Without gentle the same average is a forced drop.
+        let mut r = red(false, true);
+        let v = feed(&mut r, 70, 3_000, true);
+        assert!(v[1000..]
+            .iter()
+            .all(|v| *v == Verdict::Drop(Reason::RedForced)));
+        // Above 2 * max_th even gentle RED drops everything.
         let mut r = red(true, true);
         let v = feed(&mut r, 130, 3_000, true);
         assert!(v[1000..]

@@ -1,0 +1,302 @@
+//! The emulator with real Linux TCP, in namespaces (needs root). Each test is short and
+//! holds a lock, so the timing of one is not disturbed by another on two cores.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lowtide_netem::cleanup::leftover_namespaces;
+use lowtide_netem::config::{AqmConfig, QueueLimit, TopologyConfig};
+use lowtide_netem::probe;
+use lowtide_netem::{Dumbbell, NetemError, RunOptions};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn net(cfg: TopologyConfig) -> Dumbbell {
+    Dumbbell::new(cfg, RunOptions::default()).expect("building the dumbbell (run tests as root)")
+}
+
+#[test]
+fn minimum_rtt_is_the_configured_one() {
+    let _g = serial();
+    let n = net(TopologyConfig::symmetric(50.0, 25.0));
+    let p = probe::udp_rtt(&n, 20, Duration::from_millis(15)).unwrap();
+    assert!((p.min - 50.0).abs() <= 1.0, "min RTT {} ms", p.min);
+}
+
+#[test]
+fn one_cubic_flow_fills_the_link() {
+    let _g = serial();
+    let n = net(TopologyConfig::symmetric(10.0, 10.0));
+    let r = probe::bulk(
+        &n,
+        "cubic",
+        1,
+        Duration::from_secs(5),
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let share = r.goodput_bps / (10e6 * 1448.0 / 1500.0);
+    assert!(share >= 0.93, "goodput share {share}");
+    let f = n.forward().report();
+    assert!(
+        f.largest_frame_bytes <= 1514,
+        "{} byte frame",
+        f.largest_frame_bytes
+    );
+}
+
+#[test]
+fn drop_tail_delay_is_bounded_and_drops_only_when_full() {
+    let _g = serial();
+    let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
+    cfg.forward.queue = QueueLimit::Packets(30);
+    let n = net(cfg);
+    probe::bulk(
+        &n,
+        "cubic",
+        2,
+        Duration::from_secs(4),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let f = n.forward().report();
+    assert!(f.total_drops() > 0, "two cubic flows overflow 30 packets");
+    assert_eq!(f.drops.keys().collect::<Vec<_>>(), vec![&"queue_full"]);
+    assert!(f.max_queue_packets >= 29, "{}", f.max_queue_packets);
+    // 30 packets of 1.2 ms, plus 2 ms.
+    assert!(f.sojourn_ms.max <= 38.0, "max sojourn {}", f.sojourn_ms.max);
+}
+
+#[test]
+fn red_marks_ecn_flows_instead_of_dropping() {
+    let _g = serial();
+    let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
+    cfg.hosts.ecn = true;
+    cfg.forward.queue = QueueLimit::Packets(100);
+    cfg.forward.aqm = AqmConfig::Red {
+        min_th: Some(5.0),
+        max_th: Some(15.0),
+        max_p: 0.1,
+        weight: 0.01,
+        gentle: true,
+        ecn: true,
+    };
+    let n = net(cfg);
+    let r = probe::bulk(
+        &n,
+        "cubic",
+        1,
+        Duration::from_secs(4),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let f = n.forward().report();
+    assert!(f.marks.get("red_early").copied().unwrap_or(0) > 0, "{f:?}");
+    assert_eq!(f.total_drops(), 0, "{:?}", f.drops);
+    assert_eq!(r.tcp.retransmits, 0);
+}
+
+#[test]
+fn drd_marks_from_drdmin_on() {
+    let _g = serial();
+    let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
+    cfg.hosts.ecn = true;
+    cfg.forward.queue = QueueLimit::Bdp(4.0);
+    cfg.forward.aqm = AqmConfig::Drd {
+        min_bdp: 0.5,
+        max_bdp: 1.0,
+        congest_bdp: 1.0,
+        ecn: true,
+    };
+    let n = net(cfg);
+    probe::bulk(
+        &n,
+        "cubic",
+        1,
+        Duration::from_secs(4),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let f = n.forward().report();
+    assert!(f.marks.get("drd_early").copied().unwrap_or(0) > 0, "{f:?}");
+    // 1 BDP = 20 ms at 10 Mbit/s; marks keep the queue near drdmin, never at the 4 BDP limit.
+    assert!(!f.drops.contains_key("queue_full"), "{:?}", f.drops);
+}
+
+#[test]
+fn every_sender_reaches_every_receiver_and_back() {
+    let _g = serial();
+    let mut cfg = TopologyConfig::symmetric(20.0, 5.0);
+    cfg.senders = 2;
+    cfg.receivers = 2;
+    let n = net(cfg);
+    for (j, r) in n.receivers().iter().enumerate() {
+        let port = 7000 + j as u16;
+        let server = r
+            .spawn("listen", move || -> std::io::Result<usize> {
+                let l = TcpListener::bind(("0.0.0.0", port))?;
+                let mut accepted = 0;
+                while accepted < 2 {
+                    let (mut s, _) = l.accept()?;
+                    std::io::Write::write_all(&mut s, b"pong")?;
+                    accepted += 1;
+                }
+                Ok(accepted)
+            })
+            .unwrap();
+        for s in n.senders() {
+            let dst = SocketAddr::from((r.addr(), port));
+            let got = s
+                .run(move || -> std::io::Result<Vec<u8>> {
+                    let mut c = TcpStream::connect_timeout(&dst, Duration::from_secs(3))?;
+                    let mut buf = vec![];
+                    std::io::Read::read_to_end(&mut c, &mut buf)?;
+                    Ok(buf)
+                })
+                .unwrap()
+                .unwrap();
+            assert_eq!(got, b"pong");
+        }
+        assert_eq!(server.join().unwrap().unwrap(), 2);
+    }
+    // Data went right, and the server's data came back through the reverse link.
+    assert!(n.forward().report().delivered_packets >= 8);
+    assert!(n.reverse().report().delivered_packets >= 8);
+}
+
+#[test]
+fn random_loss_is_counted_by_reason() {
+    let _g = serial();
+    let mut cfg = TopologyConfig::symmetric(50.0, 5.0);
+    cfg.forward.loss = 0.2;
+    let n = net(cfg);
+    let _ = probe::udp_rtt(&n, 200, Duration::from_millis(2));
+    let f = n.forward().report();
+    let lost = f.drops.get("random_loss").copied().unwrap_or(0);
+    // 200 echoes at 20%: 40 expected; far outside 15..70 would mean the loss is wrong.
+    assert!((15..=70).contains(&lost), "{lost} of {}", f.arrived_packets);
+}
+
+#[test]
+fn pcap_files_are_written_per_link() {
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("lowtide-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    {
+        let opts = RunOptions {
+            pcap_dir: Some(dir.clone()),
+            seed: 1,
+        };
+        let n = Dumbbell::new(TopologyConfig::symmetric(20.0, 5.0), opts).unwrap();
+        probe::udp_rtt(&n, 10, Duration::from_millis(5)).unwrap();
+    }
+    let bytes = std::fs::read(dir.join("forward.pcap")).unwrap();
+    // Classic pcap magic (either byte order), link type Ethernet, at least one packet.
+    assert!(
+        bytes.starts_with(&[0xd4, 0xc3, 0xb2, 0xa1])
+            || bytes.starts_with(&[0xa1, 0xb2, 0xc3, 0xd4])
+    );
+    assert!(bytes.len() > 24 + 16 + 42, "{} bytes", bytes.len());
+    assert!(dir.join("reverse.pcap").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_fails_clearly_and_leaves_nothing() {
+    let _g = serial();
+    let before = leftover_namespaces();
+    let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
+    cfg.forward.queue = QueueLimit::Packets(0);
+    let e = Dumbbell::new(cfg, RunOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("forward.queue.packets"), "{e}");
+    let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
+    cfg.hosts.congestion = "vegas".into();
+    match Dumbbell::new(cfg, RunOptions::default()) {
+        Err(NetemError::Congestion { name, available }) => {
+            assert_eq!(name, "vegas");
+            assert!(available.contains("cubic"));
+        }
+        other => panic!("expected a congestion error, got {:?}", other.err()),
+    }
+    let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
+    cfg.forward.trace = Some("/nonexistent/trace.mahi".into());
+    cfg.forward.rate_mbps = None;
+    let e = Dumbbell::new(cfg, RunOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("forward.trace") && e.contains("/nonexistent/trace.mahi"),
+        "{e}"
+    );
+    assert_eq!(leftover_namespaces(), before);
+}
+
+#[test]
+fn dropping_the_network_removes_its_namespaces() {
+    let _g = serial();
+    let names: Vec<String> = {
+        let n = net(TopologyConfig::symmetric(10.0, 1.0));
+        let names: Vec<String> = n
+            .senders()
+            .iter()
+            .chain(n.receivers())
+            .map(|h| h.name().to_string())
+            .collect();
+        let live = leftover_namespaces();
+        assert!(names.iter().all(|h| live.contains(h)));
+        names
+    };
+    let live = leftover_namespaces();
+    assert!(names.iter().all(|h| !live.contains(h)), "{live:?}");
+}
+
+#[test]
+fn a_panicking_run_still_cleans_up() {
+    let _g = serial();
+    let before = leftover_namespaces();
+    let result = std::panic::catch_unwind(|| {
+        let _n = net(TopologyConfig::symmetric(10.0, 1.0));
+        panic!("a test failed mid-run");
+    });
+    assert!(result.is_err());
+    assert_eq!(leftover_namespaces(), before);
+}
+
+#[test]
+fn a_mahimahi_trace_sets_the_capacity() {
+    let _g = serial();
+    let dir = std::env::temp_dir().join(format!("lowtide-trace-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("12mbit.mahi");
+    // One 1500-byte opportunity per ms: 12 Mbit/s.
+    std::fs::write(
+        &trace,
+        (1..=1000).map(|t| format!("{t}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
+    cfg.forward.rate_mbps = None;
+    cfg.forward.trace = Some(trace);
+    let n = net(cfg);
+    let r = probe::bulk(
+        &n,
+        "cubic",
+        1,
+        Duration::from_secs(5),
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let mbps = r.goodput_bps / 1e6;
+    // 12 x 1448/1500 = 11.6 Mbit/s at most.
+    assert!((10.0..=11.8).contains(&mbps), "{mbps} Mbit/s");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,654 @@
+//! A channel: one TCP connection driven by a tokio task around a [`Connection`].
+//!
+//! The application's handle ([`Channel`]) and the driver task share the connection behind a
+//! mutex; the driver owns the socket. The driver loop is: read (within the receive budget) →
+//! `handle_bytes`; sample the kernel → `poll_transmit` → `writev` → `handle_written`, repeated
+//! while the controller allows; publish events; then sleep on exactly the readiness the
+//! decision asks for (readable, writable with `TCP_NOTSENT_LOWAT`, a timer, or the app).
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::io::Interest;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::Notify;
+
+use lowtide_proto::{
+    Connection, DecisionRecord, Event, Message, MessageId, ProtocolError, Received, Side, Stats, StreamConfig,
+    TcpState, Wake,
+};
+
+use crate::config::ChannelConfig;
+use crate::error::Error;
+use crate::sys;
+
+#[derive(Debug)]
+struct Inner {
+    conn: Connection,
+    events: VecDeque<Event>,
+    events_dropped: u64,
+    /// The transport can take more now: nothing queued, nothing staged, controller open.
+    can_write: bool,
+    /// The driver has exited; `fatal` says why if it was not a clean close.
+    finished: bool,
+    fatal: Option<Error>,
+    lowat: Option<u32>,
+    last_tcp: TcpState,
+}
+
+#[derive(Debug)]
+struct Shared {
+    inner: Mutex<Inner>,
+    fd: RawFd,
+    /// Wakes the driver (app queued data, read messages, closed).
+    to_driver: Notify,
+    /// Wakes the application (messages, events, writability, end).
+    to_app: Notify,
+    max_events: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An established lowtide channel. Cheap to clone; all clones drive the same connection.
+#[derive(Debug, Clone)]
+pub struct Channel {
+    shared: Arc<Shared>,
+    local: SocketAddr,
+    peer: SocketAddr,
+}
+
+/// Connects to `addr` and starts the driver on the current tokio runtime.
+pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Error> {
+    cfg.validate()?;
+    let sock = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }
+        .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+    configure(sock.as_raw_fd(), &cfg)?;
+    let stream = sock.connect(addr).await.map_err(|e| Error::io(format!("connect({addr})"), e))?;
+    Channel::start(stream, cfg, Side::Client)
+}
+
+/// A listening socket that accepts lowtide channels.
+#[derive(Debug)]
+pub struct Listener {
+    inner: TcpListener,
+    cfg: ChannelConfig,
+}
+
+/// Binds a listener on `addr`.
+pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Error> {
+    cfg.validate()?;
+    let sock = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }
+        .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+    sock.set_reuseaddr(true).map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
+    configure(sock.as_raw_fd(), &cfg)?;
+    sock.bind(addr).map_err(|e| Error::io(format!("bind({addr})"), e))?;
+    let inner = sock.listen(128).map_err(|e| Error::io(format!("listen({addr})"), e))?;
+    Ok(Listener { inner, cfg })
+}
+
+impl Listener {
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
+        self.inner.local_addr().map_err(|e| Error::io("getsockname", e))
+    }
+
+    /// Accepts the next channel.
+    pub async fn accept(&self) -> Result<Channel, Error> {
+        let (stream, _) = self.inner.accept().await.map_err(|e| Error::io("accept", e))?;
+        configure(stream.as_raw_fd(), &self.cfg)?;
+        Channel::start(stream, self.cfg.clone(), Side::Server)
+    }
+}
+
+fn configure(fd: RawFd, cfg: &ChannelConfig) -> Result<(), Error> {
+    if let Some(cc) = &cfg.congestion {
+        sys::set_congestion(fd, cc)?;
+    }
+    sys::set_nodelay(fd, cfg.nodelay)?;
+    if let Some(m) = cfg.mss {
+        sys::set_maxseg(fd, m)?;
+    }
+    if cfg.cork {
+        sys::set_cork(fd, true)?;
+    }
+    if let Some(b) = cfg.sndbuf {
+        sys::set_sndbuf(fd, b)?;
+    }
+    if let Some(b) = cfg.rcvbuf {
+        sys::set_rcvbuf(fd, b)?;
+    }
+    Ok(())
+}
+
+impl Channel {
+    fn start(stream: TcpStream, cfg: ChannelConfig, side: Side) -> Result<Channel, Error> {
+        let now = Instant::now();
+        let mut conn = Connection::new(cfg.transport.clone(), side, now)?;
+        conn.record_decisions(cfg.record_decisions);
+        let fd = stream.as_raw_fd();
+        let last_tcp = sys::tcp_state(fd)?;
+        let local = stream.local_addr().map_err(|e| Error::io("getsockname", e))?;
+        let peer = stream.peer_addr().map_err(|e| Error::io("getpeername", e))?;
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                conn,
+                events: VecDeque::new(),
+                events_dropped: 0,
+                can_write: false,
+                finished: false,
+                fatal: None,
+                lowat: None,
+                last_tcp,
+            }),
+            fd,
+            to_driver: Notify::new(),
+            to_app: Notify::new(),
+            max_events: cfg.max_events,
+        });
+        let span = tracing::debug_span!("lowtide_channel", ?side, %local, %peer);
+        let driver = Driver { shared: shared.clone(), stream, rbuf: vec![0; cfg.read_chunk], read_eof: false };
+        tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
+        Ok(Channel { shared, local, peer })
+    }
+
+    /// Local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Peer address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The socket's file descriptor (for inspection: `TCP_INFO`, `SIOCOUTQ`).
+    pub fn raw_fd(&self) -> RawFd {
+        self.shared.fd
+    }
+
+    fn check_open(&self, inner: &Inner) -> Result<(), Error> {
+        if let Some(e) = &inner.fatal {
+            return Err(e.clone());
+        }
+        if inner.finished {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Opens a stream.
+    pub fn open_stream(&self, cfg: StreamConfig) -> Result<u64, Error> {
+        let mut g = self.shared.lock();
+        self.check_open(&g)?;
+        let id = g.conn.open_stream(cfg)?;
+        g.can_write = false;
+        drop(g);
+        self.shared.to_driver.notify_one();
+        Ok(id)
+    }
+
+    /// Queues a message without waiting (see [`writable`](Self::writable)).
+    pub fn send(&self, stream: u64, msg: Message) -> Result<MessageId, Error> {
+        let mut g = self.shared.lock();
+        self.check_open(&g)?;
+        let id = g.conn.send(Instant::now(), stream, msg)?;
+        g.can_write = false;
+        drop(g);
+        self.shared.to_driver.notify_one();
+        Ok(id)
+    }
+
+    /// Queues several messages under one lock (cheaper for small messages).
+    pub fn send_batch(&self, stream: u64, msgs: impl IntoIterator<Item = Bytes>) -> Result<usize, Error> {
+        let mut g = self.shared.lock();
+        self.check_open(&g)?;
+        let now = Instant::now();
+        let mut n = 0;
+        for data in msgs {
+            g.conn.send(now, stream, Message::new(data))?;
+            n += 1;
+        }
+        g.can_write = false;
+        drop(g);
+        self.shared.to_driver.notify_one();
+        Ok(n)
+    }
+
+    /// Waits until the transport can take more now: nothing of ours is queued or staged and
+    /// the latency controller allows a write. A sender that wants the lowest latency writes one
+    /// message each time this returns.
+    pub async fn writable(&self) -> Result<(), Error> {
+        loop {
+            let notified = self.shared.to_app.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let g = self.shared.lock();
+                self.check_open(&g)?;
+                if g.can_write {
+                    return Ok(());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// [`writable`](Self::writable), then [`send`](Self::send).
+    pub async fn send_when_writable(&self, stream: u64, msg: Message) -> Result<MessageId, Error> {
+        self.writable().await?;
+        self.send(stream, msg)
+    }
+
+    /// Waits until fewer than `bytes` are queued in lowtide (for bulk senders that keep the
+    /// queue topped up rather than writing one message per [`writable`](Self::writable)).
+    pub async fn queue_below(&self, bytes: u64) -> Result<(), Error> {
+        loop {
+            let notified = self.shared.to_app.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let g = self.shared.lock();
+                self.check_open(&g)?;
+                if g.conn.queued_bytes() < bytes {
+                    return Ok(());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Bytes queued in lowtide (not yet staged for the kernel).
+    pub fn queued_bytes(&self) -> u64 {
+        self.shared.lock().conn.queued_bytes()
+    }
+
+    /// Withdraws a message not yet completely written; `false` if too late.
+    pub fn cancel(&self, id: MessageId) -> bool {
+        let done = self.shared.lock().conn.cancel(id);
+        self.shared.to_driver.notify_one();
+        done
+    }
+
+    /// Closes our direction of a stream once its queue drains.
+    pub fn close_stream(&self, stream: u64) -> Result<(), Error> {
+        self.shared.lock().conn.close_stream(stream)?;
+        self.shared.to_driver.notify_one();
+        Ok(())
+    }
+
+    /// Next complete message; `None` once the channel is closed and drained.
+    pub async fn recv(&self) -> Option<Received> {
+        loop {
+            let notified = self.shared.to_app.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut g = self.shared.lock();
+                let budget_was_zero = g.conn.recv_budget() == 0;
+                if let Some(m) = g.conn.poll_message() {
+                    drop(g);
+                    if budget_was_zero {
+                        self.shared.to_driver.notify_one();
+                    }
+                    return Some(m);
+                }
+                if g.finished {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits for at least one message and moves up to `max` ready ones into `out` under one
+    /// lock; returns how many (0 once the channel is finished and drained).
+    pub async fn recv_many(&self, out: &mut Vec<Received>, max: usize) -> usize {
+        loop {
+            let notified = self.shared.to_app.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut g = self.shared.lock();
+                let budget_was_zero = g.conn.recv_budget() == 0;
+                let mut n = 0;
+                while n < max {
+                    match g.conn.poll_message() {
+                        Some(m) => out.push(m),
+                        None => break,
+                    }
+                    n += 1;
+                }
+                if n > 0 {
+                    drop(g);
+                    if budget_was_zero {
+                        self.shared.to_driver.notify_one();
+                    }
+                    return n;
+                }
+                if g.finished {
+                    return 0;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// A message if one is ready.
+    pub fn try_recv(&self) -> Option<Received> {
+        let mut g = self.shared.lock();
+        let budget_was_zero = g.conn.recv_budget() == 0;
+        let m = g.conn.poll_message();
+        drop(g);
+        if m.is_some() && budget_was_zero {
+            self.shared.to_driver.notify_one();
+        }
+        m
+    }
+
+    /// Next event; `None` once the channel is finished and no events are left.
+    pub async fn next_event(&self) -> Option<Event> {
+        loop {
+            let notified = self.shared.to_app.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut g = self.shared.lock();
+                if let Some(e) = g.events.pop_front() {
+                    return Some(e);
+                }
+                if g.finished {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// All events available now.
+    pub fn drain_events(&self) -> Vec<Event> {
+        self.shared.lock().events.drain(..).collect()
+    }
+
+    /// Events dropped because the application did not keep up (`max_events`).
+    pub fn events_dropped(&self) -> u64 {
+        self.shared.lock().events_dropped
+    }
+
+    /// Protocol counters.
+    pub fn stats(&self) -> Stats {
+        *self.shared.lock().conn.stats()
+    }
+
+    /// Receive-side memory held now (unparsed bytes, partial and unread messages).
+    pub fn recv_memory(&self) -> u64 {
+        self.shared.lock().conn.recv_memory()
+    }
+
+    /// The last kernel snapshot the driver took.
+    pub fn last_tcp_state(&self) -> TcpState {
+        self.shared.lock().last_tcp
+    }
+
+    /// `TCP_NOTSENT_LOWAT` the driver last set, if any.
+    pub fn notsent_lowat_set(&self) -> Option<u32> {
+        self.shared.lock().lowat
+    }
+
+    /// Recorded controller decisions (see [`ChannelConfig::record_decisions`]).
+    pub fn drain_decisions(&self) -> Vec<DecisionRecord> {
+        self.shared.lock().conn.drain_decisions()
+    }
+
+    /// The error that ended the channel, if any.
+    pub fn error(&self) -> Option<Error> {
+        self.shared.lock().fatal.clone()
+    }
+
+    /// Whether the driver has finished.
+    pub fn is_finished(&self) -> bool {
+        self.shared.lock().finished
+    }
+
+    /// Closes the channel: queued data is dropped, a CLOSE frame is sent, the write side shut
+    /// down. Waits until the driver has finished (peer closed or EOF).
+    pub async fn close(&self, code: u64, reason: &str) {
+        self.shared.lock().conn.close(code, reason);
+        self.shared.to_driver.notify_one();
+        self.finished().await;
+    }
+
+    /// Waits until the driver has finished.
+    pub async fn finished(&self) {
+        loop {
+            let notified = self.shared.to_app.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.shared.lock().finished {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+struct Driver {
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    rbuf: Vec<u8>,
+    read_eof: bool,
+}
+
+/// What the write phase found.
+struct WriteOutcome {
+    kernel_full: bool,
+    wake: Option<Wake>,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        let res = self.run_inner().await;
+        let mut g = self.shared.lock();
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "channel driver ends with an error");
+            g.fatal = Some(e);
+        }
+        g.finished = true;
+        while let Some(e) = g.conn.poll_event() {
+            g.events.push_back(e);
+        }
+        drop(g);
+        self.shared.to_app.notify_waiters();
+    }
+
+    async fn run_inner(&mut self) -> Result<(), Error> {
+        let fd = self.shared.fd;
+        loop {
+            self.read_phase()?;
+            let out = self.write_phase(fd)?;
+            let (timeout, want_read, closed, staged) = {
+                let mut g = self.shared.lock();
+                let max = self.shared.max_events;
+                while let Some(e) = g.conn.poll_event() {
+                    if g.events.len() == max {
+                        g.events.pop_front();
+                        g.events_dropped += 1;
+                    }
+                    g.events.push_back(e);
+                }
+                if let Some(e) = g.conn.error() {
+                    if g.conn.staged_len() == 0 {
+                        return Err(Error::Protocol(e.clone()));
+                    }
+                }
+                (
+                    g.conn.poll_timeout(),
+                    !self.read_eof && g.conn.recv_budget() > 0,
+                    g.conn.is_closed(),
+                    g.conn.staged_len(),
+                )
+            };
+            self.shared.to_app.notify_waiters();
+            if closed && staged == 0 {
+                sys_shutdown_write(fd);
+                if self.read_eof {
+                    return Ok(());
+                }
+            } else if self.read_eof && !closed {
+                return Err(Error::PeerGone);
+            }
+            let mut want_write = out.kernel_full;
+            let mut timer = timeout;
+            match out.wake {
+                Some(Wake::NotsentBelow(x)) => {
+                    // The kernel raises EPOLLOUT when 2·notsent < lowat (the `wake` shift in
+                    // tcp_stream_memory_free), so lowat = 2·x wakes us when notsent < x.
+                    let lowat = x.saturating_mul(2);
+                    self.set_lowat(fd, lowat)?;
+                    let _ = self.stream.try_io(Interest::WRITABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+                    if sys::poll_writable(fd)? {
+                        continue;
+                    }
+                    want_write = true;
+                }
+                Some(Wake::At(t)) => timer = Some(timer.map_or(t, |x| x.min(t))),
+                Some(Wake::Writable) => want_write = true,
+                Some(Wake::PAck) | None => {}
+            }
+            let sleep = async {
+                match timer {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = self.stream.readable(), if want_read => r.map_err(|e| Error::io("epoll(readable)", e))?,
+                r = self.stream.writable(), if want_write => r.map_err(|e| Error::io("epoll(writable)", e))?,
+                _ = self.shared.to_driver.notified() => {}
+                _ = sleep => {}
+            }
+        }
+    }
+
+    fn set_lowat(&self, fd: RawFd, lowat: u32) -> Result<(), Error> {
+        let mut g = self.shared.lock();
+        if g.lowat != Some(lowat) {
+            sys::set_notsent_lowat(fd, lowat)?;
+            g.lowat = Some(lowat);
+        }
+        Ok(())
+    }
+
+    fn read_phase(&mut self) -> Result<(), Error> {
+        if self.read_eof {
+            return Ok(());
+        }
+        for _ in 0..16 {
+            let budget = self.shared.lock().conn.recv_budget() as usize;
+            if budget == 0 {
+                return Ok(());
+            }
+            let want = budget.min(self.rbuf.len());
+            match self.stream.try_read(&mut self.rbuf[..want]) {
+                Ok(0) => {
+                    self.read_eof = true;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    let mut g = self.shared.lock();
+                    if let Err(e) = g.conn.handle_bytes(Instant::now(), &self.rbuf[..n]) {
+                        log_protocol_error(&e);
+                        // keep going: the CLOSE frame is staged and flushed by the write phase
+                        return Ok(());
+                    }
+                    if n < want {
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                    self.read_eof = true;
+                    return Ok(());
+                }
+                Err(e) => return Err(Error::io("read", e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn write_phase(&mut self, fd: RawFd) -> Result<WriteOutcome, Error> {
+        let mut g = self.shared.lock();
+        let mut wake = None;
+        let mut kernel_full = false;
+        for _ in 0..64 {
+            let tcp = if g.conn.needs_tcp_state() {
+                let t = sys::tcp_state(fd)?;
+                g.last_tcp = t;
+                t
+            } else {
+                // chunk sizing still wants the MSS
+                TcpState { mss: g.last_tcp.mss, ..TcpState::default() }
+            };
+            let d = g.conn.poll_transmit(Instant::now(), &tcp);
+            if let Some(l) = d.fixed_lowat {
+                if g.lowat != Some(l) {
+                    sys::set_notsent_lowat(fd, l)?;
+                    g.lowat = Some(l);
+                }
+            }
+            wake = d.blocked().then_some(d.wake);
+            let staged = g.conn.staged_len();
+            if staged == 0 {
+                break;
+            }
+            let conn = &g.conn;
+            let requested: usize = conn.transmit_segments().take(sys::MAX_IOV).map(<[u8]>::len).sum();
+            let r = self.stream.try_io(Interest::WRITABLE, || sys::writev(fd, conn.transmit_segments()));
+            match r {
+                Ok(n) => {
+                    g.conn.handle_written(Instant::now(), n);
+                    if n < requested {
+                        kernel_full = true;
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    kernel_full = true;
+                    break;
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset) => {
+                    return Err(Error::PeerGone);
+                }
+                Err(e) => return Err(Error::io("writev", e)),
+            }
+            if d.blocked() {
+                break;
+            }
+        }
+        g.can_write = !kernel_full && wake.is_none() && g.conn.staged_len() == 0 && !g.conn.has_queued();
+        if wake.is_none() && !kernel_full && g.conn.has_queued() {
+            // loop budget exhausted with data left: come back immediately
+            wake = Some(Wake::At(Instant::now()));
+        }
+        Ok(WriteOutcome { kernel_full, wake })
+    }
+}
+
+fn sys_shutdown_write(fd: RawFd) {
+    // SAFETY: shutting down the write half of a socket we own; errors (already shut) are fine.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_WR);
+    }
+}
+
+fn log_protocol_error(e: &ProtocolError) {
+    tracing::warn!(error = %e, code = e.code(), "peer violated the protocol; closing");
+}

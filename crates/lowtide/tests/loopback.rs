@@ -1,0 +1,230 @@
+//! Loopback tests of the tokio driver against real Linux TCP.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use lowtide::{sys, ChannelConfig, Config, ControllerConfig, Error, Event, Message, StreamConfig};
+use lowtide_proto::wire::{DataFrame, FirstChunk, Frame, Hello, VERSION};
+use lowtide_proto::ProtocolError;
+
+fn any_port() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn with_controller(c: ControllerConfig) -> ChannelConfig {
+    ChannelConfig { transport: Config { controller: c, ..Config::default() }, ..ChannelConfig::default() }
+}
+
+async fn pair(client: ChannelConfig, server: ChannelConfig) -> (lowtide::Channel, lowtide::Channel) {
+    let l = lowtide::listen(any_port(), server).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (c, s) = tokio::join!(lowtide::connect(addr, client), l.accept());
+    (c.unwrap(), s.unwrap())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn messages_round_trip_with_write_and_receive_times() {
+    let (c, s) = pair(ChannelConfig::default(), ChannelConfig::default()).await;
+    let st = c.open_stream(StreamConfig::default()).unwrap();
+    let n = 200;
+    let sender = async {
+        for i in 0..n {
+            c.send_when_writable(st, Message::new(vec![i as u8; 1448]).importance((i % 3) as u8)).await.unwrap();
+        }
+    };
+    let receiver = async {
+        let mut got = Vec::new();
+        while got.len() < n {
+            got.push(s.recv().await.unwrap());
+        }
+        got
+    };
+    let ((), got) = tokio::join!(sender, receiver);
+    let mut written = std::collections::HashMap::new();
+    for e in c.drain_events() {
+        if let Event::Written { id, times } = e {
+            written.insert(id.seq, times.last_write.unwrap());
+        }
+    }
+    assert_eq!(written.len(), n);
+    for r in &got {
+        assert_eq!(r.stream, st);
+        assert_eq!(r.data.len(), 1448);
+        assert_eq!(r.data[0], r.seq as u8);
+        let w = written[&r.seq];
+        assert!(w <= r.received_at, "protocol latency is receive time minus write time");
+    }
+    c.close(0, "done").await;
+    assert!(s.recv().await.is_none());
+}
+
+/// Sends bulk to a receiver that does not read, sampling SIOCOUTQ; returns the largest
+/// `outq - bound` seen (bound = MIN_BUF limit from TCP_INFO plus one write) and the largest outq.
+async fn flood_slow_reader(controller: ControllerConfig) -> (i64, u32) {
+    let mut client = with_controller(controller);
+    client.sndbuf = Some(2 << 20);
+    let mut server = ChannelConfig::default();
+    server.transport.max_reassembly_bytes = 1 << 20;
+    server.rcvbuf = Some(256 << 10);
+    let (c, s) = pair(client.clone(), server).await;
+    let st = c.open_stream(StreamConfig::default()).unwrap();
+    for _ in 0..200 {
+        c.send(st, Message::new(vec![7u8; 64 << 10])).unwrap();
+    }
+    let mut worst = i64::MIN;
+    let mut max_outq = 0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(400) {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let fd = c.raw_fd();
+        let i = sys::tcp_info(fd).unwrap();
+        let outq = sys::outq(fd).unwrap();
+        let limit = (u64::from(i.tcpi_snd_cwnd) + u64::from(i.tcpi_snd_cwnd.min(3)) + u64::from(i.tcpi_sacked))
+            * u64::from(i.tcpi_snd_mss);
+        let one_write = client.transport.max_batch;
+        worst = worst.max(i64::from(outq) - (limit + one_write) as i64);
+        max_outq = max_outq.max(outq);
+    }
+    assert!(s.recv_memory() <= 1 << 20);
+    (worst, max_outq)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn min_buf_keeps_siocoutq_within_allowance_plus_one_write() {
+    let (worst, max_minbuf) = flood_slow_reader(ControllerConfig::MinBuf { a: 1, b: 3 }).await;
+    assert!(worst <= 0, "SIOCOUTQ exceeded the MIN_BUF allowance + one write by {worst} bytes");
+    let (_, max_unlimited) = flood_slow_reader(ControllerConfig::Unlimited).await;
+    assert!(
+        max_unlimited > max_minbuf + (1 << 20),
+        "plain TCP should fill its send buffer: {max_unlimited} vs MinBuf {max_minbuf}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn notsent_lowat_and_congestion_control_are_set_on_the_socket() {
+    let mut cfg = with_controller(ControllerConfig::NotsentLowat { bytes: 16384 });
+    cfg.congestion = Some("reno".into());
+    let (c, s) = pair(cfg, ChannelConfig::default()).await;
+    let st = c.open_stream(StreamConfig::default()).unwrap();
+    c.send(st, Message::new(vec![1u8; 100])).unwrap();
+    assert_eq!(s.recv().await.unwrap().data.len(), 100);
+    assert_eq!(sys::notsent_lowat(c.raw_fd()).unwrap(), 16384);
+    assert_eq!(c.notsent_lowat_set(), Some(16384));
+    assert_eq!(sys::congestion(c.raw_fd()).unwrap(), "reno");
+    assert_eq!(c.stats().messages_written, 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn unknown_congestion_control_names_the_call() {
+    let cfg = ChannelConfig { congestion: Some("nosuchcc".into()), ..ChannelConfig::default() };
+    let e = lowtide::listen(any_port(), cfg).await.unwrap_err();
+    assert!(matches!(&e, Error::Io { what, .. } if what.contains("TCP_CONGESTION") && what.contains("nosuchcc")), "{e}");
+}
+
+/// A raw TCP peer that speaks the handshake and then whatever the test wants.
+async fn raw_peer(limit: u64) -> (lowtide::Channel, tokio::net::TcpStream) {
+    let mut cfg = ChannelConfig::default();
+    cfg.transport.max_reassembly_bytes = limit;
+    cfg.transport.max_message_size = 1 << 20;
+    let l = lowtide::listen(any_port(), cfg).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (raw, ch) = tokio::join!(tokio::net::TcpStream::connect(addr), l.accept());
+    let mut raw = raw.unwrap();
+    let mut hello = Vec::new();
+    Hello { version: VERSION, options: vec![] }.encode(&mut hello);
+    raw.write_all(&hello).await.unwrap();
+    (ch.unwrap(), raw)
+}
+
+/// Reads what the channel sent until EOF and returns the CLOSE frame's code and reason.
+async fn read_close(raw: &mut tokio::net::TcpStream) -> (u64, String) {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut buf)).await;
+    close_in(&buf)
+}
+
+fn close_in(buf: &[u8]) -> (u64, String) {
+    let (_, mut pos) = Hello::decode(&buf).unwrap().unwrap();
+    while let Some((f, n)) = Frame::decode(&buf[pos..], 1 << 20).unwrap() {
+        if let Frame::Close { code, reason } = f {
+            return (code, reason.to_owned());
+        }
+        pos += n;
+    }
+    panic!("no CLOSE frame in {} bytes", buf.len());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn flooding_peer_cannot_exceed_receive_memory_and_garbage_closes_with_an_error() {
+    let limit = 2 << 20;
+    let (ch, raw) = raw_peer(limit).await;
+    let (mut rd, mut wr) = raw.into_split();
+    // 200 complete 60 kB messages (12 MB), then garbage.
+    let writer = tokio::spawn(async move {
+        let payload = vec![9u8; 60_000];
+        let mut frame = Vec::new();
+        for seq in 0..200u64 {
+            frame.clear();
+            let first = FirstChunk { importance: 0, send_time_us: 0, total_len: 60_000 };
+            Frame::Data(DataFrame { stream: 0, seq, offset: 0, first: Some(first), payload: &payload })
+                .encode(&mut frame);
+            if wr.write_all(&frame).await.is_err() {
+                return;
+            }
+        }
+        let _ = wr.write_all(&[0x7f, 0x01, 0x02]).await;
+        let _ = wr.flush().await;
+        // keep the write half open until the test ends
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    // The application reads nothing for a while: the receiver must stop reading.
+    let mut peak = 0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        peak = peak.max(ch.recv_memory());
+    }
+    assert!(peak <= limit, "{peak} > {limit}");
+    assert!(peak > limit / 2, "the flood should have filled the budget: {peak}");
+    assert!(!writer.is_finished(), "the flood should be blocked by TCP flow control");
+    // Now the app drains; the flood resumes, then the garbage closes the channel.
+    let mut n = 0;
+    while tokio::time::timeout(Duration::from_secs(5), ch.recv()).await.unwrap().is_some() {
+        n += 1;
+        assert!(ch.recv_memory() <= limit);
+    }
+    assert_eq!(n, 200);
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), rd.read_to_end(&mut buf)).await;
+    let (code, reason) = close_in(&buf);
+    assert_eq!(code, 1, "{reason}");
+    assert!(reason.contains("unknown frame type"), "{reason}");
+    assert!(matches!(ch.error(), Some(Error::Protocol(ProtocolError::Decode(_)))), "{:?}", ch.error());
+    writer.abort();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn oversized_and_partial_floods_get_precise_errors() {
+    let (ch, mut raw) = raw_peer(4 << 20).await;
+    let mut f = Vec::new();
+    let first = FirstChunk { importance: 0, send_time_us: 0, total_len: 2 << 20 };
+    Frame::Data(DataFrame { stream: 0, seq: 0, offset: 0, first: Some(first), payload: b"x" }).encode(&mut f);
+    raw.write_all(&f).await.unwrap();
+    assert_eq!(read_close(&mut raw).await.0, 2);
+    ch.finished().await;
+    assert!(matches!(ch.error(), Some(Error::Protocol(ProtocolError::MessageTooLarge { size, .. })) if size == 2 << 20));
+
+    let (ch, mut raw) = raw_peer(1 << 20).await;
+    let payload = vec![1u8; 60_000];
+    let mut f = Vec::new();
+    for seq in 0..40u64 {
+        let first = FirstChunk { importance: 0, send_time_us: 0, total_len: 1 << 20 };
+        Frame::Data(DataFrame { stream: 0, seq, offset: 0, first: Some(first), payload: &payload }).encode(&mut f);
+    }
+    let _ = raw.write_all(&f).await;
+    assert_eq!(read_close(&mut raw).await.0, 4);
+    ch.finished().await;
+    assert!(matches!(ch.error(), Some(Error::Protocol(ProtocolError::ReassemblyMemoryExceeded { .. }))));
+    assert!(ch.recv_memory() <= 1 << 20);
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The two commands of the README: `bash run.sh demo` (the main job) and `bash run.sh test`.
+# Both install what the project needs on a fresh machine first (as root: network namespaces,
+# veth devices and per-socket congestion control need it).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "lowtide builds network namespaces and veth devices: run this as root (sudo bash run.sh $1)" >&2
+    exit 2
+  fi
+}
+
+install_system_packages() {
+  # ip (namespaces, veth), ping for `lowtide netem shell`.
+  local missing=()
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v ping >/dev/null || missing+=(iputils-ping)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing ${missing[*]} (apt-get)" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true
+}
+
+case "${1:-}" in
+  demo)
+    need_root demo
+    install_system_packages
+    cargo build --release --locked -p lowtide-cli
+    shift
+    exec ./target/release/lowtide demo "$@"
+    ;;
+  test)
+    need_root test
+    install_system_packages
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+    # Emulator tests build namespaces and measure timing: one test binary at a time, each
+    # test serialised inside its binary by a lock, so two cores are not oversubscribed.
+    cargo test --workspace --locked -- --test-threads=2
+    ;;
+  *)
+    echo "usage: bash run.sh demo | test" >&2
+    exit 2
+    ;;
+esac
