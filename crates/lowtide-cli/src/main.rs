@@ -1,5 +1,6 @@
 //! The `lowtide` command: thin wrappers over the libraries.
 
+mod demo;
 mod netem;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The main job: plain TCP and lowtide side by side through an emulated bottleneck with
+    /// cross traffic; prints the latency table and writes an HTML report.
+    Demo(demo::DemoArgs),
     /// The emulated network: check it, clean up after killed runs, run a command behind it.
     #[command(subcommand)]
     Netem(netem::NetemCommand),
@@ -33,6 +37,7 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Netem(cmd) => netem::run(cmd),
     };
     match result {

@@ -83,7 +83,11 @@ pub struct ConfigError {
 impl ConfigError {
     /// An error for `field` holding `value`, allowed `allowed`.
     pub fn new(field: &'static str, value: impl ToString, allowed: &'static str) -> Self {
-        Self { field, value: value.to_string(), allowed }
+        Self {
+            field,
+            value: value.to_string(),
+            allowed,
+        }
     }
 }
 
@@ -104,9 +108,21 @@ pub(crate) fn check_range<T: PartialOrd + ToString + Copy>(
 impl Config {
     /// Checks every field; the first violation is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_range("max_message_size", self.max_message_size, 1, 1 << 32, "1..=4294967296")?;
+        check_range(
+            "max_message_size",
+            self.max_message_size,
+            1,
+            1 << 32,
+            "1..=4294967296",
+        )?;
         check_range("max_streams", self.max_streams, 1, 1 << 16, "1..=65536")?;
-        check_range("max_chunk_len", self.max_chunk_len, 64, 1 << 20, "64..=1048576")?;
+        check_range(
+            "max_chunk_len",
+            self.max_chunk_len,
+            64,
+            1 << 20,
+            "64..=1048576",
+        )?;
         check_range(
             "max_reassembly_bytes",
             self.max_reassembly_bytes,
@@ -115,12 +131,34 @@ impl Config {
             "max_chunk_len..=2^40",
         )?;
         if !(self.chunk_fraction > 0.0 && self.chunk_fraction <= 16.0) {
-            return Err(ConfigError::new("chunk_fraction", self.chunk_fraction, "(0, 16]"));
+            return Err(ConfigError::new(
+                "chunk_fraction",
+                self.chunk_fraction,
+                "(0, 16]",
+            ));
         }
         check_range("max_batch", self.max_batch, 64, 64 << 20, "64..=67108864")?;
-        check_range("max_queued_bytes", self.max_queued_bytes, 1, 1 << 40, "1..=2^40")?;
-        check_range("pack_every_bytes", self.pack_every_bytes, 1, 1 << 30, "1..=2^30")?;
-        check_range("pack_interval_us", self.pack_interval_us, 1, 10_000_000, "1..=10000000")?;
+        check_range(
+            "max_queued_bytes",
+            self.max_queued_bytes,
+            1,
+            1 << 40,
+            "1..=2^40",
+        )?;
+        check_range(
+            "pack_every_bytes",
+            self.pack_every_bytes,
+            1,
+            1 << 30,
+            "1..=2^30",
+        )?;
+        check_range(
+            "pack_interval_us",
+            self.pack_interval_us,
+            1,
+            10_000_000,
+            "1..=10000000",
+        )?;
         self.controller.validate()
     }
 
@@ -149,7 +187,11 @@ impl StreamConfig {
     /// Checks the weight.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(self.weight >= 0.001 && self.weight <= 1e6) {
-            return Err(ConfigError::new("stream.weight", self.weight, "0.001..=1000000"));
+            return Err(ConfigError::new(
+                "stream.weight",
+                self.weight,
+                "0.001..=1000000",
+            ));
         }
         Ok(())
     }
@@ -162,12 +204,21 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_errors_name_the_field() {
         Config::default().validate().unwrap();
-        let bad = Config { max_streams: 0, ..Config::default() };
+        let bad = Config {
+            max_streams: 0,
+            ..Config::default()
+        };
         let e = bad.validate().unwrap_err();
         assert_eq!(e.field, "max_streams");
         assert!(e.to_string().contains("1..=65536"), "{e}");
-        let bad = Config { chunk_fraction: f64::NAN, ..Config::default() };
+        let bad = Config {
+            chunk_fraction: f64::NAN,
+            ..Config::default()
+        };
         assert_eq!(bad.validate().unwrap_err().field, "chunk_fraction");
-        assert_eq!(StreamConfig { weight: 0.0 }.validate().unwrap_err().field, "stream.weight");
+        assert_eq!(
+            StreamConfig { weight: 0.0 }.validate().unwrap_err().field,
+            "stream.weight"
+        );
     }
 }

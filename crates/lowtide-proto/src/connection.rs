@@ -29,7 +29,9 @@ use crate::error::{ProtocolError, SendError, StreamError};
 use crate::reassembly::{PeerCancelled, Reassembly, Received};
 use crate::scheduler::Scheduler;
 use crate::stream::{Pending, SendStream};
-use crate::wire::{CancelReason, DataFrame, FirstChunk, Frame, Hello, HelloOption, MAX_HEADER_LEN, VERSION};
+use crate::wire::{
+    CancelReason, DataFrame, FirstChunk, Frame, Hello, HelloOption, MAX_HEADER_LEN, VERSION,
+};
 
 /// Which end of the TCP connection we are; decides stream-id parity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +75,12 @@ pub struct Message {
 impl Message {
     /// A message of importance 0, no deadline.
     pub fn new(data: impl Into<Bytes>) -> Self {
-        Self { data: data.into(), importance: 0, cost: None, deadline: None }
+        Self {
+            data: data.into(),
+            importance: 0,
+            cost: None,
+            deadline: None,
+        }
     }
     /// Sets the importance.
     pub fn importance(mut self, i: u8) -> Self {
@@ -266,6 +273,9 @@ pub struct Connection {
     events: VecDeque<Event>,
     stats: Stats,
     error: Option<ProtocolError>,
+    peer_closed: bool,
+    /// Receive budget left for reservations while parsing the current frame.
+    spare: u64,
 }
 
 impl Connection {
@@ -274,7 +284,11 @@ impl Connection {
         config.validate()?;
         let controller = config.controller.build()?;
         let max_frame = config.max_chunk_len + MAX_HEADER_LEN as u64;
-        let reasm = Reassembly::new(config.max_message_size, config.max_reassembly_bytes, max_frame);
+        let reasm = Reassembly::new(
+            config.max_message_size,
+            config.max_reassembly_bytes,
+            max_frame,
+        );
         let mut c = Self {
             side,
             epoch: now,
@@ -311,6 +325,8 @@ impl Connection {
             events: VecDeque::new(),
             stats: Stats::default(),
             error: None,
+            peer_closed: false,
+            spare: 0,
             config,
         };
         Hello {
@@ -402,13 +418,20 @@ impl Connection {
         self.next_stream += 1;
         self.streams.insert(id, SendStream::new());
         self.sched.add(id, cfg.weight);
-        Frame::StreamOpen { stream: id, weight_milli: (cfg.weight * 1000.0).round() as u64 }.encode(&mut self.control);
+        Frame::StreamOpen {
+            stream: id,
+            weight_milli: (cfg.weight * 1000.0).round() as u64,
+        }
+        .encode(&mut self.control);
         Ok(id)
     }
 
     /// Closes our direction of a stream once its queue is empty.
     pub fn close_stream(&mut self, stream: u64) -> Result<(), StreamError> {
-        let s = self.streams.get_mut(&stream).ok_or(StreamError::UnknownStream(stream))?;
+        let s = self
+            .streams
+            .get_mut(&stream)
+            .ok_or(StreamError::UnknownStream(stream))?;
         s.closing = true;
         if s.queue.is_empty() {
             self.finish_stream(stream);
@@ -424,7 +447,12 @@ impl Connection {
 
     /// Queues a message. Fails on closed channels, unknown or closing streams, size and queue
     /// limits.
-    pub fn send(&mut self, now: Instant, stream: u64, msg: Message) -> Result<MessageId, SendError> {
+    pub fn send(
+        &mut self,
+        now: Instant,
+        stream: u64,
+        msg: Message,
+    ) -> Result<MessageId, SendError> {
         if self.is_closed() {
             return Err(SendError::Closed);
         }
@@ -434,7 +462,10 @@ impl Connection {
             return Err(SendError::MessageTooLarge { size, max });
         }
         if self.queued_bytes + size > self.config.max_queued_bytes {
-            return Err(SendError::QueueFull { queued: self.queued_bytes, max: self.config.max_queued_bytes });
+            return Err(SendError::QueueFull {
+                queued: self.queued_bytes,
+                max: self.config.max_queued_bytes,
+            });
         }
         if !self.streams.contains_key(&stream) {
             if !self.peer_streams.contains(&stream) {
@@ -452,7 +483,11 @@ impl Connection {
         let seq = s.next_seq;
         s.next_seq += 1;
         let was_empty = s.queue.is_empty();
-        let id = MessageId { stream, seq, importance: msg.importance };
+        let id = MessageId {
+            stream,
+            seq,
+            importance: msg.importance,
+        };
         s.queue.insert(
             (Reverse(msg.importance), seq),
             Pending {
@@ -492,8 +527,12 @@ impl Connection {
     }
 
     fn withdraw(&mut self, id: MessageId, reason: CancelReason) -> bool {
-        let Some(s) = self.streams.get_mut(&id.stream) else { return false };
-        let Some(p) = s.queue.remove(&(Reverse(id.importance), id.seq)) else { return false };
+        let Some(s) = self.streams.get_mut(&id.stream) else {
+            return false;
+        };
+        let Some(p) = s.queue.remove(&(Reverse(id.importance), id.seq)) else {
+            return false;
+        };
         let now_empty = s.queue.is_empty();
         let closing = s.closing;
         self.queued_bytes -= (p.data.len() - p.sent) as u64;
@@ -507,9 +546,24 @@ impl Connection {
             (CancelReason::Expired, false) => self.stats.expired_unsent += 1,
             (CancelReason::Expired, true) => self.stats.expired_partial += 1,
         }
-        tracing::trace!(stream = id.stream, seq = id.seq, ?reason, sent = p.sent, "message withdrawn");
-        Frame::Cancel { stream: id.stream, seq: id.seq, reason }.encode(&mut self.control);
-        self.events.push_back(Event::Cancelled { id, reason, sent: p.sent as u64 });
+        tracing::trace!(
+            stream = id.stream,
+            seq = id.seq,
+            ?reason,
+            sent = p.sent,
+            "message withdrawn"
+        );
+        Frame::Cancel {
+            stream: id.stream,
+            seq: id.seq,
+            reason,
+        }
+        .encode(&mut self.control);
+        self.events.push_back(Event::Cancelled {
+            id,
+            reason,
+            sent: p.sent as u64,
+        });
         if now_empty {
             self.sched.set_active(id.stream, false);
             if closing {
@@ -526,7 +580,11 @@ impl Connection {
         }
         Frame::Close { code, reason }.encode(&mut self.control);
         self.state = State::Closed;
-        self.events.push_back(Event::Closed { by_peer: false, code, reason: reason.to_owned() });
+        self.events.push_back(Event::Closed {
+            by_peer: false,
+            code,
+            reason: reason.to_owned(),
+        });
     }
 
     // ---------------------------------------------------------------- time
@@ -535,7 +593,9 @@ impl Connection {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let deadline = self.deadlines.first().map(|(t, _)| *t);
         let wake = match self.last_decision {
-            Some(Decision { wake: Wake::At(t), .. }) if self.has_queued() => Some(t),
+            Some(Decision {
+                wake: Wake::At(t), ..
+            }) if self.has_queued() => Some(t),
             _ => None,
         };
         [deadline, self.pack_due, wake].into_iter().flatten().min()
@@ -562,13 +622,22 @@ impl Connection {
     pub fn poll_transmit(&mut self, now: Instant, tcp: &TcpState) -> Decision {
         self.handle_timeout(now);
         self.flush_control();
-        let app = AppProgress { written: self.written, acked: self.acked, staged: self.staged_len };
+        let app = AppProgress {
+            written: self.written,
+            acked: self.acked,
+            staged: self.staged_len,
+        };
         let d = self.controller.decide(tcp, &app, now);
         if let Some((cap, rec)) = &mut self.decisions {
             if rec.len() == *cap {
                 rec.pop_front();
             }
-            rec.push_back(DecisionRecord { at_us: now.saturating_duration_since(self.epoch).as_micros() as u64, tcp: *tcp, app, decision: d });
+            rec.push_back(DecisionRecord {
+                at_us: now.saturating_duration_since(self.epoch).as_micros() as u64,
+                tcp: *tcp,
+                app,
+                decision: d,
+            });
         }
         if self.state == State::Open {
             if d.blocked() {
@@ -604,7 +673,10 @@ impl Connection {
     fn stage_data(&mut self, mut budget: u64, mss: u32) {
         let chunk = (self.config.chunk_len(mss) as u64).min(self.peer_max_chunk) as usize;
         while let Some(sid) = self.sched.pick() {
-            let s = self.streams.get_mut(&sid).expect("scheduler lists only live streams");
+            let s = self
+                .streams
+                .get_mut(&sid)
+                .expect("scheduler lists only live streams");
             let mut entry = s.queue.first_entry().expect("active streams have data");
             let seq = entry.key().1;
             let importance = (entry.key().0).0;
@@ -621,18 +693,22 @@ impl Connection {
             let hdr = Frame::data_header_len(sid, seq, first, p.sent as u64, want as u64) as u64;
             let len = if hdr + want as u64 <= budget {
                 want
-            } else {
+            } else if budget > hdr && (budget - hdr) as usize >= want.min(64) {
                 // Fill the budget exactly, but do not cut a message into slivers.
-                let fit = budget.saturating_sub(hdr) as usize;
-                if fit < want.min(64) {
-                    break;
-                }
-                fit
+                (budget - hdr) as usize
+            } else {
+                break;
             };
             let hdr = Frame::data_header_len(sid, seq, first, p.sent as u64, len as u64) as u64;
             let payload = p.data.slice(p.sent..p.sent + len);
             let start = self.written + self.staged_len;
-            let df = DataFrame { stream: sid, seq, offset: p.sent as u64, first, payload: &payload };
+            let df = DataFrame {
+                stream: sid,
+                seq,
+                offset: p.sent as u64,
+                first,
+                payload: &payload,
+            };
             self.scratch.clear();
             Frame::encode_data_header(&mut self.scratch, &df);
             debug_assert_eq!(self.scratch.len() as u64, hdr);
@@ -652,7 +728,11 @@ impl Connection {
             let done = p.sent == total;
             let cost_share = p.cost * len as f64 / total.max(1) as f64;
             let (enqueued, deadline) = (p.enqueued, p.deadline);
-            let id = MessageId { stream: sid, seq, importance };
+            let id = MessageId {
+                stream: sid,
+                seq,
+                importance,
+            };
             self.markers.push_back(Marker {
                 start,
                 end: start + frame_len,
@@ -712,7 +792,10 @@ impl Connection {
         self.stats.bytes_written += n;
         let mut left = n as usize;
         while left > 0 {
-            let front = self.staged.front_mut().expect("staged_len counts these bytes");
+            let front = self
+                .staged
+                .front_mut()
+                .expect("staged_len counts these bytes");
             if front.len() <= left {
                 left -= front.len();
                 self.staged.pop_front();
@@ -725,7 +808,10 @@ impl Connection {
             if m.start >= self.written {
                 break;
             }
-            if m.first && !self.first_writes.contains_key(&m.id) && !(m.last && m.end <= self.written) {
+            if m.first
+                && !self.first_writes.contains_key(&m.id)
+                && !(m.last && m.end <= self.written)
+            {
                 self.first_writes.insert(m.id, now);
             }
             if m.end > self.written {
@@ -733,14 +819,24 @@ impl Connection {
             }
             let m = self.markers.pop_front().expect("front exists");
             if m.last {
-                let first = if m.first { now } else { self.first_writes.remove(&m.id).unwrap_or(now) };
+                let first = if m.first {
+                    now
+                } else {
+                    self.first_writes.remove(&m.id).unwrap_or(now)
+                };
                 self.stats.messages_written += 1;
                 self.events.push_back(Event::Written {
                     id: m.id,
-                    times: MessageTimes { enqueued: m.enqueued, first_write: Some(first), last_write: Some(now), acked: None },
+                    times: MessageTimes {
+                        enqueued: m.enqueued,
+                        first_write: Some(first),
+                        last_write: Some(now),
+                        acked: None,
+                    },
                 });
                 if self.config.ack_events {
-                    self.unacked.push_back((m.end, m.id, m.enqueued, first, now));
+                    self.unacked
+                        .push_back((m.end, m.id, m.enqueued, first, now));
                 }
             }
         }
@@ -756,7 +852,9 @@ impl Connection {
     /// How many bytes the driver may read from the socket now without exceeding
     /// `max_reassembly_bytes`. Zero means: wait until the application reads messages.
     pub fn recv_budget(&self) -> u64 {
-        self.config.max_reassembly_bytes.saturating_sub(self.recv_memory())
+        self.config
+            .max_reassembly_bytes
+            .saturating_sub(self.recv_memory())
     }
 
     /// Number of partial messages being reassembled.
@@ -771,20 +869,7 @@ impl Connection {
             return Err(e.clone());
         }
         let mut buf = std::mem::take(&mut self.inbuf);
-        let res = if buf.is_empty() {
-            let r = self.parse(now, data);
-            if let Ok(used) = r {
-                buf.extend_from_slice(&data[used..]);
-            }
-            r
-        } else {
-            buf.extend_from_slice(data);
-            let r = self.parse(now, &buf);
-            if let Ok(used) = r {
-                buf.drain(..used);
-            }
-            r
-        };
+        let res = self.feed(now, &mut buf, data);
         self.inbuf = buf;
         match res {
             Ok(_) => {
@@ -801,14 +886,56 @@ impl Connection {
                 tracing::debug!(error = %e, "protocol error, closing channel");
                 self.inbuf = Vec::new();
                 if self.state == State::Open {
-                    Frame::Close { code: e.code(), reason: &e.to_string() }.encode(&mut self.control);
+                    Frame::Close {
+                        code: e.code(),
+                        reason: &e.to_string(),
+                    }
+                    .encode(&mut self.control);
                     self.state = State::Closed;
-                    self.events.push_back(Event::Closed { by_peer: false, code: e.code(), reason: e.to_string() });
+                    self.events.push_back(Event::Closed {
+                        by_peer: false,
+                        code: e.code(),
+                        reason: e.to_string(),
+                    });
                 }
                 self.error = Some(e.clone());
                 Err(e)
             }
         }
+    }
+
+    /// Parses `data` after the bytes already `pending` (an incomplete frame). Only the bytes
+    /// that complete the pending frame are copied; the rest is parsed in place and its
+    /// incomplete tail kept in `pending`.
+    fn feed(
+        &mut self,
+        now: Instant,
+        pending: &mut Vec<u8>,
+        mut data: &[u8],
+    ) -> Result<(), ProtocolError> {
+        if !self.peer_hello {
+            pending.extend_from_slice(data);
+            let used = self.parse(now, pending, 0)?;
+            pending.drain(..used);
+            return Ok(());
+        }
+        while !pending.is_empty() {
+            let want =
+                Frame::frame_len(pending, self.config.max_chunk_len)?.unwrap_or(pending.len() + 1);
+            let take = want.saturating_sub(pending.len()).min(data.len());
+            pending.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if pending.len() < want {
+                return Ok(());
+            }
+            if Frame::frame_len(pending, self.config.max_chunk_len)? == Some(pending.len()) {
+                let used = self.parse(now, pending, data.len() as u64)?;
+                pending.drain(..used);
+            }
+        }
+        let used = self.parse(now, data, 0)?;
+        pending.extend_from_slice(&data[used..]);
+        Ok(())
     }
 
     fn send_pack(&mut self, now: Instant) {
@@ -819,14 +946,22 @@ impl Connection {
         self.pack_needed = false;
         self.last_pack_bytes = self.consumed;
         self.stats.packs_sent += 1;
-        Frame::PAck { bytes: self.consumed, recv_time_us: self.us_since_epoch(now) }.encode(&mut self.control);
+        Frame::PAck {
+            bytes: self.consumed,
+            recv_time_us: self.us_since_epoch(now),
+        }
+        .encode(&mut self.control);
     }
 
     /// Parses as many whole frames as `buf` holds; returns the bytes used.
-    fn parse(&mut self, now: Instant, buf: &[u8]) -> Result<usize, ProtocolError> {
+    /// `beyond` counts bytes of the current read that follow `buf` (not parsed yet); they are
+    /// already inside the read budget, so reservations must leave room for them.
+    fn parse(&mut self, now: Instant, buf: &[u8], beyond: u64) -> Result<usize, ProtocolError> {
         let mut pos = 0;
         if !self.peer_hello {
-            let Some((hello, n)) = Hello::decode(buf)? else { return Ok(0) };
+            let Some((hello, n)) = Hello::decode(buf)? else {
+                return Ok(0);
+            };
             for o in hello.options {
                 match o {
                     HelloOption::MaxMessageSize(v) => self.peer_max_message = v,
@@ -841,12 +976,23 @@ impl Connection {
             self.consumed += n as u64;
         }
         while pos < buf.len() && self.peer_hello {
-            if self.state == State::Closed && self.error.is_none() && self.peer_closed() {
+            if self.peer_closed {
                 // nothing after CLOSE is meaningful
                 return Ok(buf.len());
             }
-            let Some((frame, n)) = Frame::decode(&buf[pos..], self.config.max_chunk_len)? else { break };
+            let Some((frame, n)) = Frame::decode(&buf[pos..], self.config.max_chunk_len)? else {
+                break;
+            };
             self.pack_needed |= !matches!(frame, Frame::PAck { .. });
+            // Room for reserving a partial message beyond its received bytes: the budget minus
+            // what is held, minus the rest of this read (this frame included).
+            let unparsed = (buf.len() - pos) as u64 + beyond;
+            let held =
+                self.reasm.partial_bytes() + self.reasm.delivered_bytes + self.inbuf.len() as u64;
+            self.spare = self
+                .config
+                .max_reassembly_bytes
+                .saturating_sub(held + unparsed);
             self.on_frame(now, frame)?;
             pos += n;
             self.consumed += n as u64;
@@ -854,16 +1000,14 @@ impl Connection {
         Ok(pos)
     }
 
-    fn peer_closed(&self) -> bool {
-        self.events.iter().any(|e| matches!(e, Event::Closed { by_peer: true, .. }))
-    }
-
     fn note_peer_stream(&mut self, stream: u64) -> Result<bool, ProtocolError> {
         if self.peer_streams.contains(&stream) || self.streams.contains_key(&stream) {
             return Ok(false);
         }
         if self.peer_streams.len() as u64 >= u64::from(self.config.max_streams) {
-            return Err(ProtocolError::TooManyStreams { max: self.config.max_streams });
+            return Err(ProtocolError::TooManyStreams {
+                max: self.config.max_streams,
+            });
         }
         self.peer_streams.insert(stream);
         Ok(true)
@@ -871,9 +1015,15 @@ impl Connection {
 
     fn on_frame(&mut self, now: Instant, frame: Frame<'_>) -> Result<(), ProtocolError> {
         match frame {
-            Frame::StreamOpen { stream, weight_milli } => {
+            Frame::StreamOpen {
+                stream,
+                weight_milli,
+            } => {
                 if self.note_peer_stream(stream)? {
-                    self.events.push_back(Event::StreamOpened { stream, weight: weight_milli as f64 / 1000.0 });
+                    self.events.push_back(Event::StreamOpened {
+                        stream,
+                        weight: weight_milli as f64 / 1000.0,
+                    });
                 }
             }
             Frame::StreamClose { stream } => {
@@ -884,18 +1034,35 @@ impl Connection {
             Frame::Data(d) => {
                 self.note_peer_stream(d.stream)?;
                 let before = self.reasm.delivered.len();
-                self.reasm.on_data(&d, now)?;
+                self.reasm.on_data(&d, now, self.spare)?;
                 self.stats.messages_received += (self.reasm.delivered.len() - before) as u64;
             }
-            Frame::Cancel { stream, seq, reason } => {
+            Frame::Cancel {
+                stream,
+                seq,
+                reason,
+            } => {
                 let freed = self.reasm.on_cancel(stream, seq);
                 self.stats.peer_cancelled += 1;
-                self.events.push_back(Event::PeerCancelled(PeerCancelled { stream, seq, reason, freed }));
+                self.events.push_back(Event::PeerCancelled(PeerCancelled {
+                    stream,
+                    seq,
+                    reason,
+                    freed,
+                }));
             }
-            Frame::PAck { bytes, recv_time_us } => self.on_pack(now, bytes, recv_time_us),
+            Frame::PAck {
+                bytes,
+                recv_time_us,
+            } => self.on_pack(now, bytes, recv_time_us),
             Frame::Close { code, reason } => {
                 self.state = State::Closed;
-                self.events.push_back(Event::Closed { by_peer: true, code, reason: reason.to_owned() });
+                self.peer_closed = true;
+                self.events.push_back(Event::Closed {
+                    by_peer: true,
+                    code,
+                    reason: reason.to_owned(),
+                });
             }
         }
         Ok(())
@@ -916,11 +1083,21 @@ impl Connection {
             self.stats.messages_acked += 1;
             self.events.push_back(Event::Acked {
                 id,
-                times: MessageTimes { enqueued, first_write: Some(first), last_write: Some(last), acked: Some(now) },
+                times: MessageTimes {
+                    enqueued,
+                    first_write: Some(first),
+                    last_write: Some(last),
+                    acked: Some(now),
+                },
                 peer_recv_time_us: recv_time_us,
             });
         }
-        self.controller.on_pack(&PAckSample { now, bytes: self.acked, recv_time_us, covered_write_time: covered });
+        self.controller.on_pack(&PAckSample {
+            now,
+            bytes: self.acked,
+            recv_time_us,
+            covered_write_time: covered,
+        });
     }
 
     /// Next event, if any.

@@ -33,7 +33,9 @@ mod stream;
 pub mod wire;
 
 pub use config::{Config, ConfigError, Fairness, StreamConfig};
-pub use connection::{Connection, DecisionRecord, Event, Message, MessageId, MessageTimes, Side, Stats};
+pub use connection::{
+    Connection, DecisionRecord, Event, Message, MessageId, MessageTimes, Side, Stats,
+};
 pub use controller::{AppProgress, ControllerConfig, Decision, LatencyController, TcpState, Wake};
 pub use error::{ProtocolError, SendError, StreamError};
 pub use reassembly::{PeerCancelled, Received};

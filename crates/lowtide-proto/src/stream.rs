@@ -37,6 +37,10 @@ pub(crate) struct SendStream {
 
 impl SendStream {
     pub fn new() -> Self {
-        Self { queue: BTreeMap::new(), next_seq: 0, closing: false }
+        Self {
+            queue: BTreeMap::new(),
+            next_seq: 0,
+            closing: false,
+        }
     }
 }

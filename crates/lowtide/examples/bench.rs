@@ -7,6 +7,9 @@ fn main() -> Result<(), lowtide::Error> {
         cfg.seconds = s;
     }
     let report = lowtide::bench::run(&cfg)?;
-    println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).expect("report serialises")
+    );
     Ok(())
 }

@@ -1,58 +1,54 @@
-//! The lowtide API in one screen: a receiver and a latency-stream sender on two OS threads
-//! (each with its own runtime, as the lab runs them), protocol latency from the sender's
-//! write time to the receiver's receive time.
-use std::time::Instant;
+//! The lowtide API in one screen: a receiver and a latency-stream sender on two OS threads,
+//! each with its own runtime (as the lab runs them); protocol latency is the receiver's
+//! receive time minus the sender's write-to-kernel time, both on one monotonic clock.
+use lowtide::{
+    current_thread_runtime as rt, ChannelConfig, ControllerConfig, Error, Event, Message,
+};
+use std::{collections::HashMap, sync::mpsc, thread, time::Instant};
 
-use lowtide::{ChannelConfig, Config, ControllerConfig, Event, Message, StreamConfig};
-
-fn main() -> Result<(), lowtide::Error> {
+fn main() -> Result<(), Error> {
     let cfg = ChannelConfig {
-        transport: Config { controller: ControllerConfig::MinBuf { a: 1, b: 3 }, ..Config::default() },
         congestion: Some("cubic".into()),
-        ..ChannelConfig::default()
+        mss: Some(1448), // Ethernet-sized segments even over loopback
+        ..ChannelConfig::with_controller(ControllerConfig::MinBuf { a: 1, b: 3 })
     };
-    let rt = || tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = mpsc::channel();
     let server_cfg = cfg.clone();
-    let receiver = std::thread::spawn(move || -> Vec<(u64, Instant)> {
-        rt().block_on(async move {
-            let l = lowtide::listen("127.0.0.1:0".parse().unwrap(), server_cfg).await.expect("listen");
-            tx.send(l.local_addr().expect("addr")).expect("main thread waits");
-            let ch = l.accept().await.expect("accept");
-            let mut got = Vec::new();
+    let receiver = thread::spawn(move || -> Result<Vec<(u64, Instant)>, Error> {
+        rt()?.block_on(async move {
+            let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), server_cfg).await?;
+            tx.send(listener.local_addr()?).unwrap();
+            let (ch, mut got) = (listener.accept().await?, Vec::new());
             while let Some(m) = ch.recv().await {
-                got.push((m.seq, m.received_at)); // also: m.stream, m.importance, m.data
+                got.push((m.seq, m.received_at)); // also m.stream, m.importance, m.data
             }
-            got
+            Ok(got)
         })
     });
-
-    let addr = rx.recv().expect("receiver thread sends its address");
-    let written = rt().block_on(async move {
-        let ch = lowtide::connect(addr, cfg).await?;
-        let s = ch.open_stream(StreamConfig { weight: 1.0 })?;
+    let written: HashMap<u64, Instant> = rt()?.block_on(async move {
+        let ch = lowtide::connect(rx.recv().unwrap(), cfg).await?;
+        let s = ch.open_stream(Default::default())?;
         let mss = ch.last_tcp_state().mss as usize;
         for i in 0..1000u32 {
-            // waits until the controller lets a write into the kernel
-            ch.send_when_writable(s, Message::new(vec![0u8; mss]).importance((i % 4) as u8)).await?;
+            // waits until the controller lets one more write into the kernel
+            let msg = Message::new(vec![0u8; mss]).importance((i % 4) as u8);
+            ch.send_when_writable(s, msg).await?;
         }
-        let stale = ch.send(s, Message::new(vec![0u8; 10 * mss]))?;
-        ch.cancel(stale); // dropped if unsent, aborted (receiver frees it) if partly sent
-        let mut written = std::collections::HashMap::new();
-        for e in ch.drain_events() {
-            if let Event::Written { id, times } = e {
-                written.insert(id.seq, times.last_write.expect("written"));
-            }
-        }
+        let stale = ch.send(s, Message::new(vec![0u8; 100 * mss]))?;
+        ch.cancel(stale); // dropped if unsent; aborted (receiver frees it) if partly sent
+        ch.flush().await?;
         ch.close(0, "bye").await;
-        Ok::<_, lowtide::Error>(written)
+        let written = ch.drain_events().into_iter().filter_map(|e| match e {
+            Event::Written { id, times } => Some((id.seq, times.last_write?)),
+            _ => None,
+        });
+        Ok::<_, Error>(written.collect())
     })?;
-
-    let mut lat: Vec<f64> = receiver.join().expect("receiver").iter()
-        .filter_map(|(seq, at)| written.get(seq).map(|w| (*at - *w).as_secs_f64() * 1e6))
+    let mut lat: Vec<f64> = (receiver.join().unwrap()?.iter())
+        .map(|(s, t)| (*t - written[s]).as_secs_f64() * 1e6)
         .collect();
     lat.sort_by(f64::total_cmp);
-    println!("{} messages, protocol latency median {:.0} µs, max {:.0} µs",
-        lat.len(), lat[lat.len() / 2], lat[lat.len() - 1]);
+    let (n, median, max) = (lat.len(), lat[lat.len() / 2], lat[lat.len() - 1]);
+    println!("{n} messages, protocol latency median {median:.0} µs, max {max:.0} µs");
     Ok(())
 }

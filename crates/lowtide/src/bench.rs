@@ -152,14 +152,12 @@ impl Transfer {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("tokio runtime", e))
+    crate::current_thread_runtime()
 }
 
 fn join<T>(h: thread::JoinHandle<Result<T, Error>>) -> Result<T, Error> {
-    h.join().unwrap_or_else(|_| Err(Error::io("bench thread", std::io::Error::other("panicked"))))
+    h.join()
+        .unwrap_or_else(|_| Err(Error::io("bench thread", std::io::Error::other("panicked"))))
 }
 
 fn lowtide_transfer(cfg: ChannelConfig, pattern: Pattern, secs: f64) -> Result<Transfer, Error> {
@@ -184,7 +182,11 @@ fn lowtide_transfer(cfg: ChannelConfig, pattern: Pattern, secs: f64) -> Result<T
                 }
                 msgs += buf.len() as u64;
             }
-            Ok((bytes, msgs, last.saturating_duration_since(first.unwrap_or(last))))
+            Ok((
+                bytes,
+                msgs,
+                last.saturating_duration_since(first.unwrap_or(last)),
+            ))
         })
     });
     let addr = rx.recv().map_err(|_| Error::Closed)?;
@@ -200,7 +202,12 @@ fn lowtide_transfer(cfg: ChannelConfig, pattern: Pattern, secs: f64) -> Result<T
     });
     let sender_cpu = join(sender)?;
     let (bytes, msgs, span) = join(receiver)?;
-    Ok(Transfer { bytes, msgs, span, sender_cpu })
+    Ok(Transfer {
+        bytes,
+        msgs,
+        span,
+        sender_cpu,
+    })
 }
 
 async fn drive_sender(ch: &Channel, pattern: Pattern, secs: f64) -> Result<(), Error> {
@@ -242,14 +249,21 @@ async fn drive_sender(ch: &Channel, pattern: Pattern, secs: f64) -> Result<(), E
 }
 
 /// Raw TCP: `framed` adds a 4-byte length per message (counted on the receiver).
-fn raw_transfer(congestion: Option<String>, mss: Option<u32>, pattern: Pattern, framed: bool, secs: f64) -> Result<Transfer, Error> {
+fn raw_transfer(
+    congestion: Option<String>,
+    mss: Option<u32>,
+    pattern: Pattern,
+    framed: bool,
+    secs: f64,
+) -> Result<Transfer, Error> {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
         .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
     if let Some(m) = mss {
         sys::set_maxseg(sock.as_raw_fd(), m)?;
     }
     let any: SocketAddr = "127.0.0.1:0".parse().expect("literal");
-    sock.bind(&any.into()).map_err(|e| Error::io("bind(127.0.0.1:0)", e))?;
+    sock.bind(&any.into())
+        .map_err(|e| Error::io("bind(127.0.0.1:0)", e))?;
     sock.listen(16).map_err(|e| Error::io("listen", e))?;
     let l: TcpListener = sock.into();
     let addr = l.local_addr().map_err(|e| Error::io("getsockname", e))?;
@@ -300,7 +314,11 @@ fn raw_transfer(congestion: Option<String>, mss: Option<u32>, pattern: Pattern, 
                 }
             }
         }
-        Ok((bytes, msgs, last.saturating_duration_since(first.unwrap_or(last))))
+        Ok((
+            bytes,
+            msgs,
+            last.saturating_duration_since(first.unwrap_or(last)),
+        ))
     });
     let sender = thread::spawn(move || -> Result<Duration, Error> {
         let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
@@ -311,9 +329,11 @@ fn raw_transfer(congestion: Option<String>, mss: Option<u32>, pattern: Pattern, 
         if let Some(m) = mss {
             sys::set_maxseg(sock.as_raw_fd(), m)?;
         }
-        sock.connect(&addr.into()).map_err(|e| Error::io(format!("connect({addr})"), e))?;
+        sock.connect(&addr.into())
+            .map_err(|e| Error::io(format!("connect({addr})"), e))?;
         let s: TcpStream = sock.into();
-        s.set_nodelay(true).map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
+        s.set_nodelay(true)
+            .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
         let cpu0 = sys::thread_cpu_time()?;
         let t0 = Instant::now();
         let end = t0 + Duration::from_secs_f64(secs);
@@ -326,7 +346,8 @@ fn raw_transfer(congestion: Option<String>, mss: Option<u32>, pattern: Pattern, 
         let mut sent = 0u64;
         let write_one = |w: &mut BufWriter<&TcpStream>| -> Result<(), Error> {
             if framed {
-                w.write_all(&(size as u32).to_le_bytes()).map_err(|e| Error::io("write", e))?;
+                w.write_all(&(size as u32).to_le_bytes())
+                    .map_err(|e| Error::io("write", e))?;
             }
             w.write_all(&payload).map_err(|e| Error::io("write", e))
         };
@@ -351,22 +372,34 @@ fn raw_transfer(congestion: Option<String>, mss: Option<u32>, pattern: Pattern, 
         w.flush().map_err(|e| Error::io("write", e))?;
         drop(w);
         let cpu = sys::thread_cpu_time()? - cpu0;
-        s.shutdown(std::net::Shutdown::Write).map_err(|e| Error::io("shutdown(SHUT_WR)", e))?;
+        s.shutdown(std::net::Shutdown::Write)
+            .map_err(|e| Error::io("shutdown(SHUT_WR)", e))?;
         Ok(cpu)
     });
     let sender_cpu = join(sender)?;
     let (bytes, msgs, span) = join(receiver)?;
-    Ok(Transfer { bytes, msgs, span, sender_cpu })
+    Ok(Transfer {
+        bytes,
+        msgs,
+        span,
+        sender_cpu,
+    })
 }
 
 fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_owned()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
 }
 
 fn channel_cfg(cfg: &BenchConfig, controller: ControllerConfig, mss: Option<u32>) -> ChannelConfig {
     ChannelConfig {
         mss,
-        transport: Config { controller, ack_events: false, ..Config::default() },
+        transport: Config {
+            controller,
+            ack_events: false,
+            ..Config::default()
+        },
         congestion: cfg.congestion.clone(),
         max_events: 4096,
         ..ChannelConfig::default()
@@ -380,7 +413,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Runs the variants round-robin (order rotated each round); returns, per variant, the
 /// transfers of every round.
-fn rounds(n: usize, variants: &[&dyn Fn() -> Result<Transfer, Error>]) -> Result<Vec<Vec<Transfer>>, Error> {
+fn rounds(
+    n: usize,
+    variants: &[&dyn Fn() -> Result<Transfer, Error>],
+) -> Result<Vec<Vec<Transfer>>, Error> {
     let mut out = vec![Vec::new(); variants.len()];
     for r in 0..n {
         for k in 0..variants.len() {
@@ -393,15 +429,20 @@ fn rounds(n: usize, variants: &[&dyn Fn() -> Result<Transfer, Error>]) -> Result
 
 /// Median of `f` over rounds, and median of the per-round ratio `f(a) / f(b)`.
 fn compare(a: &[Transfer], b: &[Transfer], f: impl Fn(&Transfer) -> f64) -> (f64, f64, f64) {
-    eprintln!("rounds: {:?} vs {:?}", a.iter().map(&f).collect::<Vec<_>>(), b.iter().map(&f).collect::<Vec<_>>());
     let ratios = a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect();
-    (median(a.iter().map(&f).collect()), median(b.iter().map(&f).collect()), median(ratios))
+    (
+        median(a.iter().map(&f).collect()),
+        median(b.iter().map(&f).collect()),
+        median(ratios),
+    )
 }
 
 /// Runs the three comparisons.
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
     if !(cfg.seconds > 0.0 && cfg.seconds <= 600.0) {
-        return Err(lowtide_proto::ConfigError::new("bench.seconds", cfg.seconds, "(0, 600]").into());
+        return Err(
+            lowtide_proto::ConfigError::new("bench.seconds", cfg.seconds, "(0, 600]").into(),
+        );
     }
     if !(1..=100).contains(&cfg.rounds) {
         return Err(lowtide_proto::ConfigError::new("bench.rounds", cfg.rounds, "1..=100").into());
@@ -412,27 +453,56 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
     let cc = || cfg.congestion.clone();
 
     let bulk = Pattern::Bulk(cfg.bulk_message);
-    let r = rounds(n, &[
-        &|| lowtide_transfer(channel_cfg(cfg, default_ctl, None), bulk, secs),
-        &|| raw_transfer(cc(), None, bulk, false, secs),
-    ])?;
+    let r = rounds(
+        n,
+        &[
+            &|| lowtide_transfer(channel_cfg(cfg, default_ctl, None), bulk, secs),
+            &|| raw_transfer(cc(), None, bulk, false, secs),
+        ],
+    )?;
     let (lt, raw, ratio) = compare(&r[0], &r[1], Transfer::mb_s);
-    let goodput = Goodput { lowtide_mb_s: lt, raw_tcp_mb_s: raw, ratio };
+    let goodput = Goodput {
+        lowtide_mb_s: lt,
+        raw_tcp_mb_s: raw,
+        ratio,
+    };
 
     let small = Pattern::Bulk(cfg.small_message);
-    let r = rounds(n, &[
-        &|| lowtide_transfer(channel_cfg(cfg, default_ctl, None), small, secs),
-        &|| raw_transfer(cc(), None, small, true, secs),
-    ])?;
+    let r = rounds(
+        n,
+        &[
+            &|| lowtide_transfer(channel_cfg(cfg, default_ctl, None), small, secs),
+            &|| raw_transfer(cc(), None, small, true, secs),
+        ],
+    )?;
     let (lt, raw, ratio) = compare(&r[0], &r[1], Transfer::msgs_s);
-    let small_messages = SmallMessages { lowtide_msgs_s: lt, raw_tcp_msgs_s: raw, ratio };
+    let small_messages = SmallMessages {
+        lowtide_msgs_s: lt,
+        raw_tcp_msgs_s: raw,
+        ratio,
+    };
 
     let paced = Pattern::Paced(cfg.paced_message, cfg.paced_rate);
-    let r = rounds(n, &[
-        &|| lowtide_transfer(channel_cfg(cfg, ControllerConfig::MinBuf { a: 1, b: 3 }, cfg.paced_mss), paced, secs),
-        &|| lowtide_transfer(channel_cfg(cfg, ControllerConfig::Unlimited, cfg.paced_mss), paced, secs),
-        &|| raw_transfer(cc(), cfg.paced_mss, paced, false, secs),
-    ])?;
+    let r = rounds(
+        n,
+        &[
+            &|| {
+                lowtide_transfer(
+                    channel_cfg(cfg, ControllerConfig::MinBuf { a: 1, b: 3 }, cfg.paced_mss),
+                    paced,
+                    secs,
+                )
+            },
+            &|| {
+                lowtide_transfer(
+                    channel_cfg(cfg, ControllerConfig::Unlimited, cfg.paced_mss),
+                    paced,
+                    secs,
+                )
+            },
+            &|| raw_transfer(cc(), cfg.paced_mss, paced, false, secs),
+        ],
+    )?;
     let (mb, un, ratio) = compare(&r[0], &r[1], Transfer::cpu_s_per_gb);
     let raw_cpu = median(r[2].iter().map(Transfer::cpu_s_per_gb).collect());
     let rate = |v: &[Transfer]| median(v.iter().map(Transfer::mb_s).collect());
@@ -444,7 +514,11 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
         achieved_mb_s: [rate(&r[0]), rate(&r[1]), rate(&r[2])],
     };
     Ok(BenchReport {
-        provenance: Provenance { version: env!("CARGO_PKG_VERSION"), kernel: kernel_release(), config: cfg.clone() },
+        provenance: Provenance {
+            version: env!("CARGO_PKG_VERSION"),
+            kernel: kernel_release(),
+            config: cfg.clone(),
+        },
         goodput,
         small_messages,
         cpu,

@@ -19,8 +19,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Notify;
 
 use lowtide_proto::{
-    Connection, DecisionRecord, Event, Message, MessageId, ProtocolError, Received, Side, Stats, StreamConfig,
-    TcpState, Wake,
+    Connection, DecisionRecord, Event, Message, MessageId, ProtocolError, Received, Side, Stats,
+    StreamConfig, TcpState, Wake,
 };
 
 use crate::config::ChannelConfig;
@@ -39,6 +39,8 @@ struct Inner {
     fatal: Option<Error>,
     lowat: Option<u32>,
     last_tcp: TcpState,
+    /// Times the driver woke up (readiness, timer or application).
+    wakeups: u64,
 }
 
 #[derive(Debug)]
@@ -69,10 +71,17 @@ pub struct Channel {
 /// Connects to `addr` and starts the driver on the current tokio runtime.
 pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Error> {
     cfg.validate()?;
-    let sock = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }
-        .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
     configure(sock.as_raw_fd(), &cfg)?;
-    let stream = sock.connect(addr).await.map_err(|e| Error::io(format!("connect({addr})"), e))?;
+    let stream = sock
+        .connect(addr)
+        .await
+        .map_err(|e| Error::io(format!("connect({addr})"), e))?;
     Channel::start(stream, cfg, Side::Client)
 }
 
@@ -86,24 +95,38 @@ pub struct Listener {
 /// Binds a listener on `addr`.
 pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Error> {
     cfg.validate()?;
-    let sock = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }
-        .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
-    sock.set_reuseaddr(true).map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+    sock.set_reuseaddr(true)
+        .map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
     configure(sock.as_raw_fd(), &cfg)?;
-    sock.bind(addr).map_err(|e| Error::io(format!("bind({addr})"), e))?;
-    let inner = sock.listen(128).map_err(|e| Error::io(format!("listen({addr})"), e))?;
+    sock.bind(addr)
+        .map_err(|e| Error::io(format!("bind({addr})"), e))?;
+    let inner = sock
+        .listen(128)
+        .map_err(|e| Error::io(format!("listen({addr})"), e))?;
     Ok(Listener { inner, cfg })
 }
 
 impl Listener {
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddr, Error> {
-        self.inner.local_addr().map_err(|e| Error::io("getsockname", e))
+        self.inner
+            .local_addr()
+            .map_err(|e| Error::io("getsockname", e))
     }
 
     /// Accepts the next channel.
     pub async fn accept(&self) -> Result<Channel, Error> {
-        let (stream, _) = self.inner.accept().await.map_err(|e| Error::io("accept", e))?;
+        let (stream, _) = self
+            .inner
+            .accept()
+            .await
+            .map_err(|e| Error::io("accept", e))?;
         configure(stream.as_raw_fd(), &self.cfg)?;
         Channel::start(stream, self.cfg.clone(), Side::Server)
     }
@@ -135,9 +158,13 @@ impl Channel {
         let mut conn = Connection::new(cfg.transport.clone(), side, now)?;
         conn.record_decisions(cfg.record_decisions);
         let fd = stream.as_raw_fd();
-        let last_tcp = sys::tcp_state(fd)?;
-        let local = stream.local_addr().map_err(|e| Error::io("getsockname", e))?;
-        let peer = stream.peer_addr().map_err(|e| Error::io("getpeername", e))?;
+        let last_tcp = sys::tcp_state(fd, 0)?;
+        let local = stream
+            .local_addr()
+            .map_err(|e| Error::io("getsockname", e))?;
+        let peer = stream
+            .peer_addr()
+            .map_err(|e| Error::io("getpeername", e))?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 conn,
@@ -148,6 +175,7 @@ impl Channel {
                 fatal: None,
                 lowat: None,
                 last_tcp,
+                wakeups: 0,
             }),
             fd,
             to_driver: Notify::new(),
@@ -155,9 +183,18 @@ impl Channel {
             max_events: cfg.max_events,
         });
         let span = tracing::debug_span!("lowtide_channel", ?side, %local, %peer);
-        let driver = Driver { shared: shared.clone(), stream, rbuf: vec![0; cfg.read_chunk], read_eof: false };
+        let driver = Driver {
+            shared: shared.clone(),
+            stream,
+            rbuf: vec![0; cfg.read_chunk],
+            read_eof: false,
+        };
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
-        Ok(Channel { shared, local, peer })
+        Ok(Channel {
+            shared,
+            local,
+            peer,
+        })
     }
 
     /// Local address.
@@ -208,7 +245,11 @@ impl Channel {
     }
 
     /// Queues several messages under one lock (cheaper for small messages).
-    pub fn send_batch(&self, stream: u64, msgs: impl IntoIterator<Item = Bytes>) -> Result<usize, Error> {
+    pub fn send_batch(
+        &self,
+        stream: u64,
+        msgs: impl IntoIterator<Item = Bytes>,
+    ) -> Result<usize, Error> {
         let mut g = self.shared.lock();
         self.check_open(&g)?;
         let now = Instant::now();
@@ -259,6 +300,23 @@ impl Channel {
                 let g = self.shared.lock();
                 self.check_open(&g)?;
                 if g.conn.queued_bytes() < bytes {
+                    return Ok(());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until everything queued has been handed to the kernel (or cancelled).
+    pub async fn flush(&self) -> Result<(), Error> {
+        loop {
+            let notified = self.shared.to_app.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let g = self.shared.lock();
+                self.check_open(&g)?;
+                if !g.conn.has_queued() && g.conn.staged_len() == 0 {
                     return Ok(());
                 }
             }
@@ -398,6 +456,12 @@ impl Channel {
         self.shared.lock().last_tcp
     }
 
+    /// How often the driver task woke up: a measure of system-call and scheduling overhead
+    /// (and evidence that blocked controllers wait on events, not on a polling loop).
+    pub fn driver_wakeups(&self) -> u64 {
+        self.shared.lock().wakeups
+    }
+
     /// `TCP_NOTSENT_LOWAT` the driver last set, if any.
     pub fn notsent_lowat_set(&self) -> Option<u32> {
         self.shared.lock().lowat
@@ -418,8 +482,9 @@ impl Channel {
         self.shared.lock().finished
     }
 
-    /// Closes the channel: queued data is dropped, a CLOSE frame is sent, the write side shut
-    /// down. Waits until the driver has finished (peer closed or EOF).
+    /// Closes the channel: queued data is dropped (call [`flush`](Self::flush) first to send
+    /// it), a CLOSE frame is sent, the write side shut down. Waits until the driver has
+    /// finished (peer closed or EOF).
     pub async fn close(&self, code: u64, reason: &str) {
         self.shared.lock().conn.close(code, reason);
         self.shared.to_driver.notify_one();
@@ -513,7 +578,9 @@ impl Driver {
                     // tcp_stream_memory_free), so lowat = 2·x wakes us when notsent < x.
                     let lowat = x.saturating_mul(2);
                     self.set_lowat(fd, lowat)?;
-                    let _ = self.stream.try_io(Interest::WRITABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+                    let _ = self.stream.try_io(Interest::WRITABLE, || {
+                        Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                    });
                     if sys::poll_writable(fd)? {
                         continue;
                     }
@@ -535,6 +602,7 @@ impl Driver {
                 _ = self.shared.to_driver.notified() => {}
                 _ = sleep => {}
             }
+            self.shared.lock().wakeups += 1;
         }
     }
 
@@ -588,15 +656,22 @@ impl Driver {
         let mut g = self.shared.lock();
         let mut wake = None;
         let mut kernel_full = false;
+        let needs = g.conn.needs_tcp_state();
+        // One fresh kernel sample per write phase; after each write the snapshot is advanced
+        // by the bytes written (outq and notsent grow, nothing else can make the allowance
+        // larger than it really is), and re-sampled only when that stale view blocks.
+        let mut tcp = if needs {
+            sys::tcp_state(fd, g.conn.written())?
+        } else {
+            // chunk sizing still wants the MSS
+            TcpState {
+                mss: g.last_tcp.mss,
+                ..TcpState::default()
+            }
+        };
+        let mut fresh = true;
+        g.last_tcp = tcp;
         for _ in 0..64 {
-            let tcp = if g.conn.needs_tcp_state() {
-                let t = sys::tcp_state(fd)?;
-                g.last_tcp = t;
-                t
-            } else {
-                // chunk sizing still wants the MSS
-                TcpState { mss: g.last_tcp.mss, ..TcpState::default() }
-            };
             let d = g.conn.poll_transmit(Instant::now(), &tcp);
             if let Some(l) = d.fixed_lowat {
                 if g.lowat != Some(l) {
@@ -607,14 +682,34 @@ impl Driver {
             wake = d.blocked().then_some(d.wake);
             let staged = g.conn.staged_len();
             if staged == 0 {
+                if d.blocked() && needs && !fresh {
+                    tcp = sys::tcp_state(fd, g.conn.written())?;
+                    g.last_tcp = tcp;
+                    fresh = true;
+                    continue;
+                }
                 break;
             }
             let conn = &g.conn;
-            let requested: usize = conn.transmit_segments().take(sys::MAX_IOV).map(<[u8]>::len).sum();
-            let r = self.stream.try_io(Interest::WRITABLE, || sys::writev(fd, conn.transmit_segments()));
+            let requested: usize = conn
+                .transmit_segments()
+                .take(sys::MAX_IOV)
+                .map(<[u8]>::len)
+                .sum();
+            // Bytes count as handed to the kernel when the system call starts: on loopback the
+            // peer may read them before `writev` returns.
+            let t_write = Instant::now();
+            let r = self.stream.try_io(Interest::WRITABLE, || {
+                sys::writev(fd, conn.transmit_segments())
+            });
             match r {
                 Ok(n) => {
-                    g.conn.handle_written(Instant::now(), n);
+                    g.conn.handle_written(t_write, n);
+                    if needs {
+                        tcp.outq = tcp.outq.saturating_add(n as u32);
+                        tcp.notsent = tcp.notsent.saturating_add(n as u32);
+                        fresh = false;
+                    }
                     if n < requested {
                         kernel_full = true;
                         break;
@@ -624,16 +719,19 @@ impl Driver {
                     kernel_full = true;
                     break;
                 }
-                Err(e) if matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ) =>
+                {
                     return Err(Error::PeerGone);
                 }
                 Err(e) => return Err(Error::io("writev", e)),
             }
-            if d.blocked() {
-                break;
-            }
         }
-        g.can_write = !kernel_full && wake.is_none() && g.conn.staged_len() == 0 && !g.conn.has_queued();
+        g.can_write =
+            !kernel_full && wake.is_none() && g.conn.staged_len() == 0 && !g.conn.has_queued();
         if wake.is_none() && !kernel_full && g.conn.has_queued() {
             // loop budget exhausted with data left: come back immediately
             wake = Some(Wake::At(Instant::now()));

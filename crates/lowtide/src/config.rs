@@ -50,16 +50,34 @@ impl Default for ChannelConfig {
 }
 
 impl ChannelConfig {
+    /// Defaults with the given latency controller.
+    pub fn with_controller(controller: lowtide_proto::ControllerConfig) -> Self {
+        let mut c = Self::default();
+        c.transport.controller = controller;
+        c
+    }
+
     /// Checks every field; errors name the field and the allowed range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.transport.validate()?;
         if let Some(cc) = &self.congestion {
-            if cc.is_empty() || cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                return Err(config_error("congestion", cc, "1..=15 ASCII letters, digits or '_' (e.g. cubic, reno, bbr)"));
+            if cc.is_empty()
+                || cc.len() > 15
+                || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(config_error(
+                    "congestion",
+                    cc,
+                    "1..=15 ASCII letters, digits or '_' (e.g. cubic, reno, bbr)",
+                ));
             }
         }
         if !(4096..=(16 << 20)).contains(&self.read_chunk) {
-            return Err(config_error("read_chunk", self.read_chunk, "4096..=16777216"));
+            return Err(config_error(
+                "read_chunk",
+                self.read_chunk,
+                "4096..=16777216",
+            ));
         }
         if !(16..=(1 << 24)).contains(&self.max_events) {
             return Err(config_error("max_events", self.max_events, "16..=16777216"));
@@ -91,9 +109,14 @@ mod tests {
     #[test]
     fn validation_names_fields() {
         ChannelConfig::default().validate().unwrap();
-        let c = ChannelConfig { congestion: Some("cu bic".into()), ..Default::default() };
+        let c = ChannelConfig {
+            congestion: Some("cu bic".into()),
+            ..Default::default()
+        };
         assert_eq!(c.validate().unwrap_err().field, "congestion");
-        let c: ChannelConfig = serde_json::from_str(r#"{"transport":{"controller":{"min_buf":{"a":0,"b":3}}}}"#).unwrap();
+        let c: ChannelConfig =
+            serde_json::from_str(r#"{"transport":{"controller":{"min_buf":{"a":0,"b":3}}}}"#)
+                .unwrap();
         assert_eq!(c.validate().unwrap_err().field, "controller.min_buf.a");
         assert!(serde_json::from_str::<ChannelConfig>(r#"{"nodelay":true,"bogus":1}"#).is_err());
     }

@@ -42,12 +42,18 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { what: what.into(), source: Arc::new(source) }
+        Error::Io {
+            what: what.into(),
+            source: Arc::new(source),
+        }
     }
 }
 
 impl From<SysError> for Error {
     fn from(e: SysError) -> Self {
-        Error::Io { what: e.what, source: Arc::new(e.source) }
+        Error::Io {
+            what: e.what,
+            source: Arc::new(e.source),
+        }
     }
 }

@@ -26,6 +26,18 @@ pub use channel::{connect, listen, Channel, Listener};
 pub use config::ChannelConfig;
 pub use error::Error;
 pub use lowtide_proto::{
-    CancelReason, Config, ControllerConfig, DecisionRecord, Event, Fairness, Message, MessageId, MessageTimes,
-    PeerCancelled, Received, Stats, StreamConfig, TcpState,
+    CancelReason, Config, ControllerConfig, DecisionRecord, Event, Fairness, Message, MessageId,
+    MessageTimes, PeerCancelled, Received, Stats, StreamConfig, TcpState,
 };
+
+/// A current-thread tokio runtime with I/O and timers: what each lab host thread (already in
+/// its network namespace) builds to run its channels.
+pub fn current_thread_runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io {
+            what: "building a current-thread tokio runtime".into(),
+            source: std::sync::Arc::new(e),
+        })
+}

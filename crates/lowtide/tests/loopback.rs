@@ -14,10 +14,19 @@ fn any_port() -> SocketAddr {
 }
 
 fn with_controller(c: ControllerConfig) -> ChannelConfig {
-    ChannelConfig { transport: Config { controller: c, ..Config::default() }, ..ChannelConfig::default() }
+    ChannelConfig {
+        transport: Config {
+            controller: c,
+            ..Config::default()
+        },
+        ..ChannelConfig::default()
+    }
 }
 
-async fn pair(client: ChannelConfig, server: ChannelConfig) -> (lowtide::Channel, lowtide::Channel) {
+async fn pair(
+    client: ChannelConfig,
+    server: ChannelConfig,
+) -> (lowtide::Channel, lowtide::Channel) {
     let l = lowtide::listen(any_port(), server).await.unwrap();
     let addr = l.local_addr().unwrap();
     let (c, s) = tokio::join!(lowtide::connect(addr, client), l.accept());
@@ -25,13 +34,32 @@ async fn pair(client: ChannelConfig, server: ChannelConfig) -> (lowtide::Channel
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn messages_round_trip_with_write_and_receive_times() {
-    let (c, s) = pair(ChannelConfig::default(), ChannelConfig::default()).await;
+async fn every_controller_round_trips_messages_with_write_and_receive_times() {
+    for ctl in [
+        ControllerConfig::Unlimited,
+        ControllerConfig::NotsentLowat { bytes: 8192 },
+        ControllerConfig::MinBuf { a: 1, b: 3 },
+        ControllerConfig::MinBuf { a: 1, b: 0 },
+        ControllerConfig::PaceA { b: 3 },
+    ] {
+        let mut cfg = with_controller(ctl);
+        cfg.mss = Some(1448);
+        round_trip(cfg).await;
+    }
+}
+
+async fn round_trip(cfg: ChannelConfig) {
+    let (c, s) = pair(cfg, ChannelConfig::default()).await;
     let st = c.open_stream(StreamConfig::default()).unwrap();
     let n = 200;
     let sender = async {
         for i in 0..n {
-            c.send_when_writable(st, Message::new(vec![i as u8; 1448]).importance((i % 3) as u8)).await.unwrap();
+            c.send_when_writable(
+                st,
+                Message::new(vec![i as u8; 1448]).importance((i % 3) as u8),
+            )
+            .await
+            .unwrap();
         }
     };
     let receiver = async {
@@ -43,9 +71,18 @@ async fn messages_round_trip_with_write_and_receive_times() {
     };
     let ((), got) = tokio::join!(sender, receiver);
     let mut written = std::collections::HashMap::new();
-    for e in c.drain_events() {
-        if let Event::Written { id, times } = e {
-            written.insert(id.seq, times.last_write.unwrap());
+    let mut acked = 0;
+    while acked < n {
+        match tokio::time::timeout(Duration::from_secs(5), c.next_event())
+            .await
+            .expect("events keep coming")
+        {
+            Some(Event::Written { id, times }) => {
+                written.insert(id.seq, times.last_write.unwrap());
+            }
+            Some(Event::Acked { .. }) => acked += 1,
+            Some(_) => {}
+            None => panic!("channel ended early"),
         }
     }
     assert_eq!(written.len(), n);
@@ -54,7 +91,10 @@ async fn messages_round_trip_with_write_and_receive_times() {
         assert_eq!(r.data.len(), 1448);
         assert_eq!(r.data[0], r.seq as u8);
         let w = written[&r.seq];
-        assert!(w <= r.received_at, "protocol latency is receive time minus write time");
+        assert!(
+            w <= r.received_at,
+            "protocol latency is receive time minus write time"
+        );
     }
     c.close(0, "done").await;
     assert!(s.recv().await.is_none());
@@ -65,6 +105,7 @@ async fn messages_round_trip_with_write_and_receive_times() {
 async fn flood_slow_reader(controller: ControllerConfig) -> (i64, u32) {
     let mut client = with_controller(controller);
     client.sndbuf = Some(2 << 20);
+    client.mss = Some(1448);
     let mut server = ChannelConfig::default();
     server.transport.max_reassembly_bytes = 1 << 20;
     server.rcvbuf = Some(256 << 10);
@@ -81,20 +122,37 @@ async fn flood_slow_reader(controller: ControllerConfig) -> (i64, u32) {
         let fd = c.raw_fd();
         let i = sys::tcp_info(fd).unwrap();
         let outq = sys::outq(fd).unwrap();
-        let limit = (u64::from(i.tcpi_snd_cwnd) + u64::from(i.tcpi_snd_cwnd.min(3)) + u64::from(i.tcpi_sacked))
+        let limit = (u64::from(i.tcpi_snd_cwnd)
+            + u64::from(i.tcpi_snd_cwnd.min(3))
+            + u64::from(i.tcpi_sacked))
             * u64::from(i.tcpi_snd_mss);
         let one_write = client.transport.max_batch;
         worst = worst.max(i64::from(outq) - (limit + one_write) as i64);
         max_outq = max_outq.max(outq);
     }
     assert!(s.recv_memory() <= 1 << 20);
+    // The receiver stalls for 400 ms: a blocked sender must sleep on kernel events, not poll.
+    let wakeups = c.driver_wakeups();
+    assert!(
+        wakeups < 200,
+        "{wakeups} driver wake-ups while the peer was stalled"
+    );
+    if matches!(controller, ControllerConfig::MinBuf { .. }) {
+        assert!(
+            c.notsent_lowat_set().is_some(),
+            "MinBuf waits through TCP_NOTSENT_LOWAT"
+        );
+    }
     (worst, max_outq)
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn min_buf_keeps_siocoutq_within_allowance_plus_one_write() {
     let (worst, max_minbuf) = flood_slow_reader(ControllerConfig::MinBuf { a: 1, b: 3 }).await;
-    assert!(worst <= 0, "SIOCOUTQ exceeded the MIN_BUF allowance + one write by {worst} bytes");
+    assert!(
+        worst <= 0,
+        "SIOCOUTQ exceeded the MIN_BUF allowance + one write by {worst} bytes"
+    );
     let (_, max_unlimited) = flood_slow_reader(ControllerConfig::Unlimited).await;
     assert!(
         max_unlimited > max_minbuf + (1 << 20),
@@ -118,9 +176,15 @@ async fn notsent_lowat_and_congestion_control_are_set_on_the_socket() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn unknown_congestion_control_names_the_call() {
-    let cfg = ChannelConfig { congestion: Some("nosuchcc".into()), ..ChannelConfig::default() };
+    let cfg = ChannelConfig {
+        congestion: Some("nosuchcc".into()),
+        ..ChannelConfig::default()
+    };
     let e = lowtide::listen(any_port(), cfg).await.unwrap_err();
-    assert!(matches!(&e, Error::Io { what, .. } if what.contains("TCP_CONGESTION") && what.contains("nosuchcc")), "{e}");
+    assert!(
+        matches!(&e, Error::Io { what, .. } if what.contains("TCP_CONGESTION") && what.contains("nosuchcc")),
+        "{e}"
+    );
 }
 
 /// A raw TCP peer that speaks the handshake and then whatever the test wants.
@@ -133,7 +197,11 @@ async fn raw_peer(limit: u64) -> (lowtide::Channel, tokio::net::TcpStream) {
     let (raw, ch) = tokio::join!(tokio::net::TcpStream::connect(addr), l.accept());
     let mut raw = raw.unwrap();
     let mut hello = Vec::new();
-    Hello { version: VERSION, options: vec![] }.encode(&mut hello);
+    Hello {
+        version: VERSION,
+        options: vec![],
+    }
+    .encode(&mut hello);
     raw.write_all(&hello).await.unwrap();
     (ch.unwrap(), raw)
 }
@@ -146,7 +214,7 @@ async fn read_close(raw: &mut tokio::net::TcpStream) -> (u64, String) {
 }
 
 fn close_in(buf: &[u8]) -> (u64, String) {
-    let (_, mut pos) = Hello::decode(&buf).unwrap().unwrap();
+    let (_, mut pos) = Hello::decode(buf).unwrap().unwrap();
     while let Some((f, n)) = Frame::decode(&buf[pos..], 1 << 20).unwrap() {
         if let Frame::Close { code, reason } = f {
             return (code, reason.to_owned());
@@ -167,9 +235,19 @@ async fn flooding_peer_cannot_exceed_receive_memory_and_garbage_closes_with_an_e
         let mut frame = Vec::new();
         for seq in 0..200u64 {
             frame.clear();
-            let first = FirstChunk { importance: 0, send_time_us: 0, total_len: 60_000 };
-            Frame::Data(DataFrame { stream: 0, seq, offset: 0, first: Some(first), payload: &payload })
-                .encode(&mut frame);
+            let first = FirstChunk {
+                importance: 0,
+                send_time_us: 0,
+                total_len: 60_000,
+            };
+            Frame::Data(DataFrame {
+                stream: 0,
+                seq,
+                offset: 0,
+                first: Some(first),
+                payload: &payload,
+            })
+            .encode(&mut frame);
             if wr.write_all(&frame).await.is_err() {
                 return;
             }
@@ -186,11 +264,21 @@ async fn flooding_peer_cannot_exceed_receive_memory_and_garbage_closes_with_an_e
         peak = peak.max(ch.recv_memory());
     }
     assert!(peak <= limit, "{peak} > {limit}");
-    assert!(peak > limit / 2, "the flood should have filled the budget: {peak}");
-    assert!(!writer.is_finished(), "the flood should be blocked by TCP flow control");
+    assert!(
+        peak > limit / 2,
+        "the flood should have filled the budget: {peak}"
+    );
+    assert!(
+        !writer.is_finished(),
+        "the flood should be blocked by TCP flow control"
+    );
     // Now the app drains; the flood resumes, then the garbage closes the channel.
     let mut n = 0;
-    while tokio::time::timeout(Duration::from_secs(5), ch.recv()).await.unwrap().is_some() {
+    while tokio::time::timeout(Duration::from_secs(5), ch.recv())
+        .await
+        .unwrap()
+        .is_some()
+    {
         n += 1;
         assert!(ch.recv_memory() <= limit);
     }
@@ -200,7 +288,11 @@ async fn flooding_peer_cannot_exceed_receive_memory_and_garbage_closes_with_an_e
     let (code, reason) = close_in(&buf);
     assert_eq!(code, 1, "{reason}");
     assert!(reason.contains("unknown frame type"), "{reason}");
-    assert!(matches!(ch.error(), Some(Error::Protocol(ProtocolError::Decode(_)))), "{:?}", ch.error());
+    assert!(
+        matches!(ch.error(), Some(Error::Protocol(ProtocolError::Decode(_)))),
+        "{:?}",
+        ch.error()
+    );
     writer.abort();
 }
 
@@ -208,23 +300,52 @@ async fn flooding_peer_cannot_exceed_receive_memory_and_garbage_closes_with_an_e
 async fn oversized_and_partial_floods_get_precise_errors() {
     let (ch, mut raw) = raw_peer(4 << 20).await;
     let mut f = Vec::new();
-    let first = FirstChunk { importance: 0, send_time_us: 0, total_len: 2 << 20 };
-    Frame::Data(DataFrame { stream: 0, seq: 0, offset: 0, first: Some(first), payload: b"x" }).encode(&mut f);
+    let first = FirstChunk {
+        importance: 0,
+        send_time_us: 0,
+        total_len: 2 << 20,
+    };
+    Frame::Data(DataFrame {
+        stream: 0,
+        seq: 0,
+        offset: 0,
+        first: Some(first),
+        payload: b"x",
+    })
+    .encode(&mut f);
     raw.write_all(&f).await.unwrap();
     assert_eq!(read_close(&mut raw).await.0, 2);
     ch.finished().await;
-    assert!(matches!(ch.error(), Some(Error::Protocol(ProtocolError::MessageTooLarge { size, .. })) if size == 2 << 20));
+    assert!(
+        matches!(ch.error(), Some(Error::Protocol(ProtocolError::MessageTooLarge { size, .. })) if size == 2 << 20)
+    );
 
     let (ch, mut raw) = raw_peer(1 << 20).await;
     let payload = vec![1u8; 60_000];
     let mut f = Vec::new();
     for seq in 0..40u64 {
-        let first = FirstChunk { importance: 0, send_time_us: 0, total_len: 1 << 20 };
-        Frame::Data(DataFrame { stream: 0, seq, offset: 0, first: Some(first), payload: &payload }).encode(&mut f);
+        let first = FirstChunk {
+            importance: 0,
+            send_time_us: 0,
+            total_len: 1 << 20,
+        };
+        Frame::Data(DataFrame {
+            stream: 0,
+            seq,
+            offset: 0,
+            first: Some(first),
+            payload: &payload,
+        })
+        .encode(&mut f);
     }
     let _ = raw.write_all(&f).await;
     assert_eq!(read_close(&mut raw).await.0, 4);
     ch.finished().await;
-    assert!(matches!(ch.error(), Some(Error::Protocol(ProtocolError::ReassemblyMemoryExceeded { .. }))));
+    assert!(matches!(
+        ch.error(),
+        Some(Error::Protocol(
+            ProtocolError::ReassemblyMemoryExceeded { .. }
+        ))
+    ));
     assert!(ch.recv_memory() <= 1 << 20);
 }

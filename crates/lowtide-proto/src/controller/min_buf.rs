@@ -41,8 +41,14 @@ impl MinBuf {
 
     /// The limit in bytes: `(a·cwnd + min(b, cwnd) + sacked)·mss`.
     pub fn limit(&self, tcp: &TcpState) -> u64 {
-        let cwnd = if tcp.cwnd == 0 { INITIAL_CWND } else { tcp.cwnd };
-        let segs = u64::from(self.a) * u64::from(cwnd) + u64::from(self.b.min(cwnd)) + u64::from(tcp.sacked);
+        let cwnd = if tcp.cwnd == 0 {
+            INITIAL_CWND
+        } else {
+            tcp.cwnd
+        };
+        let segs = u64::from(self.a) * u64::from(cwnd)
+            + u64::from(self.b.min(cwnd))
+            + u64::from(tcp.sacked);
         segs * u64::from(tcp.mss_or_default())
     }
 }
@@ -72,12 +78,22 @@ impl LatencyController for MinBuf {
             if room > 0 && u64::from(tcp.notsent) > room {
                 Wake::NotsentBelow((room + 1).min(u64::from(u32::MAX)) as u32)
             } else {
-                let rtt = if tcp.rtt.is_zero() { Duration::from_millis(1) } else { tcp.rtt };
+                let rtt = if tcp.rtt.is_zero() {
+                    Duration::from_millis(1)
+                } else {
+                    tcp.rtt
+                };
                 let wait = (rtt / 4).clamp(Duration::from_micros(100), Duration::from_millis(10));
                 Wake::At(now + wait)
             }
         };
-        Decision { allowance, limit, min_write, wake, fixed_lowat: None }
+        Decision {
+            allowance,
+            limit,
+            min_write,
+            wake,
+            fixed_lowat: None,
+        }
     }
 }
 
@@ -86,15 +102,31 @@ mod tests {
     use super::*;
 
     fn tcp(cwnd: u32, sacked: u32, outq: u32, notsent: u32) -> TcpState {
-        TcpState { cwnd, mss: 1000, sacked, outq, notsent, rtt: Duration::from_millis(40), ..Default::default() }
+        TcpState {
+            cwnd,
+            mss: 1000,
+            sacked,
+            outq,
+            notsent,
+            rtt: Duration::from_millis(40),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn limit_follows_the_paper_formula_with_sack_correction() {
         let m = MinBuf::new(1, 3);
         assert_eq!(m.limit(&tcp(20, 0, 0, 0)), 23_000);
-        assert_eq!(m.limit(&tcp(20, 4, 0, 0)), 27_000, "sacked segments widen the window (6.1)");
-        assert_eq!(m.limit(&tcp(2, 0, 0, 0)), 4_000, "min(b, cwnd) caps b at cwnd");
+        assert_eq!(
+            m.limit(&tcp(20, 4, 0, 0)),
+            27_000,
+            "sacked segments widen the window (6.1)"
+        );
+        assert_eq!(
+            m.limit(&tcp(2, 0, 0, 0)),
+            4_000,
+            "min(b, cwnd) caps b at cwnd"
+        );
         assert_eq!(MinBuf::new(2, 0).limit(&tcp(20, 0, 0, 0)), 40_000);
     }
 
@@ -104,7 +136,14 @@ mod tests {
         let now = Instant::now();
         let d = m.decide(&tcp(20, 0, 10_500, 0), &AppProgress::default(), now);
         assert_eq!(d.allowance, 12_000);
-        let d = m.decide(&tcp(20, 0, 10_500, 0), &AppProgress { staged: 2_000, ..Default::default() }, now);
+        let d = m.decide(
+            &tcp(20, 0, 10_500, 0),
+            &AppProgress {
+                staged: 2_000,
+                ..Default::default()
+            },
+            now,
+        );
         assert_eq!(d.allowance, 10_000, "staged bytes count as queued");
         assert!(!d.blocked());
     }
@@ -113,7 +152,11 @@ mod tests {
     fn blocked_on_unsent_bytes_wakes_through_notsent_lowat() {
         let mut m = MinBuf::new(1, 3);
         // limit 23_000; 20_000 in flight, 2_500 unsent: allowance 500 < one MSS.
-        let d = m.decide(&tcp(20, 0, 22_500, 2_500), &AppProgress::default(), Instant::now());
+        let d = m.decide(
+            &tcp(20, 0, 22_500, 2_500),
+            &AppProgress::default(),
+            Instant::now(),
+        );
         assert!(d.blocked());
         // writable again when notsent <= 23_000 - 1_000 - 20_000 = 2_000, i.e. notsent < 2_001
         assert_eq!(d.wake, Wake::NotsentBelow(2_001));

@@ -178,7 +178,9 @@ impl ControllerConfig {
                 check_range("controller.min_buf.a", a, 1, 64, "1..=64")?;
                 check_range("controller.min_buf.b", b, 0, 1024, "0..=1024")
             }
-            ControllerConfig::PaceA { b } => check_range("controller.pace_a.b", b, 0, 1024, "0..=1024"),
+            ControllerConfig::PaceA { b } => {
+                check_range("controller.pace_a.b", b, 0, 1024, "0..=1024")
+            }
         }
     }
 
@@ -187,7 +189,9 @@ impl ControllerConfig {
         self.validate()?;
         Ok(match *self {
             ControllerConfig::Unlimited => Box::new(Unlimited),
-            ControllerConfig::NotsentLowat { bytes } => Box::new(NotsentLowatController::new(bytes)),
+            ControllerConfig::NotsentLowat { bytes } => {
+                Box::new(NotsentLowatController::new(bytes))
+            }
             ControllerConfig::MinBuf { a, b } => Box::new(MinBuf::new(a, b)),
             ControllerConfig::PaceA { b } => Box::new(PaceA::new(b)),
         })
@@ -202,8 +206,13 @@ mod tests {
     fn config_errors_name_the_parameter() {
         let e = ControllerConfig::MinBuf { a: 0, b: 3 }.build().unwrap_err();
         assert_eq!(e.field, "controller.min_buf.a");
-        let e = ControllerConfig::NotsentLowat { bytes: 0 }.build().unwrap_err();
+        let e = ControllerConfig::NotsentLowat { bytes: 0 }
+            .build()
+            .unwrap_err();
         assert_eq!(e.field, "controller.notsent_lowat.bytes");
-        assert_eq!(ControllerConfig::default().build().unwrap().name(), "min_buf");
+        assert_eq!(
+            ControllerConfig::default().build().unwrap().name(),
+            "min_buf"
+        );
     }
 }

@@ -47,7 +47,11 @@ mod tests {
 
     #[test]
     fn keeps_the_option_set_and_leaves_the_rest_to_the_kernel() {
-        let d = NotsentLowatController::new(4096).decide(&TcpState::default(), &AppProgress::default(), Instant::now());
+        let d = NotsentLowatController::new(4096).decide(
+            &TcpState::default(),
+            &AppProgress::default(),
+            Instant::now(),
+        );
         assert_eq!(d.fixed_lowat, Some(4096));
         assert!(!d.blocked());
     }

@@ -52,7 +52,12 @@ pub struct PaceA {
 impl PaceA {
     /// PaceA keeping `cwnd' + b·MSS` bytes unacknowledged.
     pub fn new(b: u32) -> Self {
-        Self { b, anchor: None, rates: VecDeque::new(), min_latency: None }
+        Self {
+            b,
+            anchor: None,
+            rates: VecDeque::new(),
+            min_latency: None,
+        }
     }
 
     /// Current bandwidth estimate, bytes per second.
@@ -87,8 +92,18 @@ impl LatencyController for PaceA {
         let outstanding = (app.written + app.staged).saturating_sub(app.acked);
         let allowance = limit.saturating_sub(outstanding);
         let min_write = mss.min(limit);
-        let wake = if allowance >= min_write { Wake::Writable } else { Wake::PAck };
-        Decision { allowance, limit, min_write, wake, fixed_lowat: None }
+        let wake = if allowance >= min_write {
+            Wake::Writable
+        } else {
+            Wake::PAck
+        };
+        Decision {
+            allowance,
+            limit,
+            min_write,
+            wake,
+            fixed_lowat: None,
+        }
     }
 
     fn on_pack(&mut self, s: &PAckSample) {
@@ -128,7 +143,10 @@ mod tests {
         let mut p = PaceA::new(3);
         let t0 = Instant::now();
         let app = AppProgress::default();
-        let tcp = TcpState { mss: 1000, ..Default::default() };
+        let tcp = TcpState {
+            mss: 1000,
+            ..Default::default()
+        };
         assert_eq!(p.decide(&tcp, &app, t0).limit, INITIAL_WINDOW);
         // 1 MB/s on the receiver's clock (1000 bytes per ms); 20 ms from write to P-ACK.
         for i in 0..20u64 {
@@ -143,10 +161,26 @@ mod tests {
         assert_eq!(p.latency(), Some(Duration::from_millis(20)));
         let bw = p.bandwidth().unwrap();
         assert!((bw - 1e6).abs() < 1.0, "{bw}");
-        let d = p.decide(&tcp, &AppProgress { written: 30_000, acked: 10_000, staged: 0 }, t0);
+        let d = p.decide(
+            &tcp,
+            &AppProgress {
+                written: 30_000,
+                acked: 10_000,
+                staged: 0,
+            },
+            t0,
+        );
         assert_eq!(d.limit, 20_000 + 3_000);
         assert_eq!(d.allowance, 3_000);
-        let d = p.decide(&tcp, &AppProgress { written: 40_000, acked: 10_000, staged: 0 }, t0);
+        let d = p.decide(
+            &tcp,
+            &AppProgress {
+                written: 40_000,
+                acked: 10_000,
+                staged: 0,
+            },
+            t0,
+        );
         assert!(d.blocked());
         assert_eq!(d.wake, Wake::PAck);
     }

@@ -17,6 +17,12 @@ impl LatencyController for Unlimited {
         false
     }
     fn decide(&mut self, _tcp: &TcpState, _app: &AppProgress, _now: Instant) -> Decision {
-        Decision { allowance: u64::MAX, limit: u64::MAX, min_write: 1, wake: Wake::Writable, fixed_lowat: None }
+        Decision {
+            allowance: u64::MAX,
+            limit: u64::MAX,
+            min_write: 1,
+            wake: Wake::Writable,
+            fixed_lowat: None,
+        }
     }
 }

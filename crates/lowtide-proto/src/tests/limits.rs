@@ -12,7 +12,11 @@ fn server(cfg: Config) -> (Connection, Instant) {
 
 fn hello() -> Vec<u8> {
     let mut v = Vec::new();
-    Hello { version: VERSION, options: vec![] }.encode(&mut v);
+    Hello {
+        version: VERSION,
+        options: vec![],
+    }
+    .encode(&mut v);
     v
 }
 
@@ -22,7 +26,11 @@ fn first(stream: u64, seq: u64, total: u64, payload: &[u8]) -> Vec<u8> {
         stream,
         seq,
         offset: 0,
-        first: Some(FirstChunk { importance: 0, send_time_us: 0, total_len: total }),
+        first: Some(FirstChunk {
+            importance: 0,
+            send_time_us: 0,
+            total_len: total,
+        }),
         payload,
     })
     .encode(&mut v);
@@ -47,7 +55,13 @@ fn staged_close(c: &mut Connection, now: Instant) -> (u64, String) {
 fn garbage_instead_of_a_handshake_is_rejected() {
     let (mut c, now) = server(Config::default());
     let e = c.handle_bytes(now, b"GET / HTTP/1.1\r\n\r\n").unwrap_err();
-    assert!(matches!(e, ProtocolError::Decode(crate::wire::DecodeError::BadMagic(_))), "{e}");
+    assert!(
+        matches!(
+            e,
+            ProtocolError::Decode(crate::wire::DecodeError::BadMagic(_))
+        ),
+        "{e}"
+    );
     assert!(c.is_closed());
     let (code, reason) = staged_close(&mut c, now);
     assert_eq!(code, 1);
@@ -57,29 +71,54 @@ fn garbage_instead_of_a_handshake_is_rejected() {
 
 #[test]
 fn oversized_message_is_refused_before_any_payload() {
-    let cfg = Config { max_message_size: 1000, ..Config::default() };
+    let cfg = Config {
+        max_message_size: 1000,
+        ..Config::default()
+    };
     let (mut c, now) = server(cfg);
     let mut b = hello();
     b.extend(first(0, 0, 1001, b"x"));
     let e = c.handle_bytes(now, &b).unwrap_err();
-    assert_eq!(e, ProtocolError::MessageTooLarge { stream: 0, seq: 0, size: 1001, max: 1000 });
+    assert_eq!(
+        e,
+        ProtocolError::MessageTooLarge {
+            stream: 0,
+            seq: 0,
+            size: 1001,
+            max: 1000
+        }
+    );
     assert_eq!(staged_close(&mut c, now).0, 2);
 }
 
 #[test]
 fn too_many_streams() {
-    let cfg = Config { max_streams: 2, ..Config::default() };
+    let cfg = Config {
+        max_streams: 2,
+        ..Config::default()
+    };
     let (mut c, now) = server(cfg);
     let mut b = hello();
     for s in 0..3 {
-        Frame::StreamOpen { stream: s * 2, weight_milli: 1000 }.encode(&mut b);
+        Frame::StreamOpen {
+            stream: s * 2,
+            weight_milli: 1000,
+        }
+        .encode(&mut b);
     }
-    assert_eq!(c.handle_bytes(now, &b).unwrap_err(), ProtocolError::TooManyStreams { max: 2 });
+    assert_eq!(
+        c.handle_bytes(now, &b).unwrap_err(),
+        ProtocolError::TooManyStreams { max: 2 }
+    );
 }
 
 #[test]
 fn partial_messages_beyond_the_memory_budget_close_the_channel() {
-    let cfg = Config { max_reassembly_bytes: 200_000, max_chunk_len: 10_000, ..Config::default() };
+    let cfg = Config {
+        max_reassembly_bytes: 200_000,
+        max_chunk_len: 10_000,
+        ..Config::default()
+    };
     let (mut c, now) = server(cfg);
     c.handle_bytes(now, &hello()).unwrap();
     let chunk = vec![0u8; 10_000];
@@ -91,7 +130,10 @@ fn partial_messages_beyond_the_memory_budget_close_the_channel() {
         }
         assert!(c.recv_memory() <= 200_000);
     }
-    assert!(matches!(err, Some(ProtocolError::ReassemblyMemoryExceeded { .. })), "{err:?}");
+    assert!(
+        matches!(err, Some(ProtocolError::ReassemblyMemoryExceeded { .. })),
+        "{err:?}"
+    );
     assert_eq!(staged_close(&mut c, now).0, 4);
 }
 
@@ -100,19 +142,47 @@ fn chunk_sequence_violations() {
     let (mut c, now) = server(Config::default());
     let mut b = hello();
     b.extend(first(0, 0, 100, &[1; 10]));
-    Frame::Data(DataFrame { stream: 0, seq: 0, offset: 20, first: None, payload: &[1; 10] }).encode(&mut b);
+    Frame::Data(DataFrame {
+        stream: 0,
+        seq: 0,
+        offset: 20,
+        first: None,
+        payload: &[1; 10],
+    })
+    .encode(&mut b);
     let e = c.handle_bytes(now, &b).unwrap_err();
-    assert_eq!(e, ProtocolError::OffsetMismatch { stream: 0, seq: 0, expected: 10, got: 20 });
+    assert_eq!(
+        e,
+        ProtocolError::OffsetMismatch {
+            stream: 0,
+            seq: 0,
+            expected: 10,
+            got: 20
+        }
+    );
 
     let (mut c, now) = server(Config::default());
     let mut b = hello();
-    Frame::Data(DataFrame { stream: 0, seq: 5, offset: 3, first: None, payload: &[1; 10] }).encode(&mut b);
-    assert_eq!(c.handle_bytes(now, &b).unwrap_err(), ProtocolError::UnknownMessage { stream: 0, seq: 5 });
+    Frame::Data(DataFrame {
+        stream: 0,
+        seq: 5,
+        offset: 3,
+        first: None,
+        payload: &[1; 10],
+    })
+    .encode(&mut b);
+    assert_eq!(
+        c.handle_bytes(now, &b).unwrap_err(),
+        ProtocolError::UnknownMessage { stream: 0, seq: 5 }
+    );
 
     let (mut c, now) = server(Config::default());
     let mut b = hello();
     b.extend(first(0, 0, 5, &[1; 10]));
-    assert!(matches!(c.handle_bytes(now, &b).unwrap_err(), ProtocolError::ChunkBeyondEnd { .. }));
+    assert!(matches!(
+        c.handle_bytes(now, &b).unwrap_err(),
+        ProtocolError::ChunkBeyondEnd { .. }
+    ));
 }
 
 #[test]
@@ -120,14 +190,32 @@ fn byte_by_byte_feeding_parses_the_same() {
     let (mut c, now) = server(Config::default());
     let mut b = hello();
     b.extend(first(0, 0, 20, &[7; 12]));
-    Frame::Data(DataFrame { stream: 0, seq: 0, offset: 12, first: None, payload: &[7; 8] }).encode(&mut b);
-    Frame::Cancel { stream: 0, seq: 1, reason: CancelReason::Expired }.encode(&mut b);
-    Frame::Close { code: 0, reason: "bye" }.encode(&mut b);
+    Frame::Data(DataFrame {
+        stream: 0,
+        seq: 0,
+        offset: 12,
+        first: None,
+        payload: &[7; 8],
+    })
+    .encode(&mut b);
+    Frame::Cancel {
+        stream: 0,
+        seq: 1,
+        reason: CancelReason::Expired,
+    }
+    .encode(&mut b);
+    Frame::Close {
+        code: 0,
+        reason: "bye",
+    }
+    .encode(&mut b);
     for byte in &b {
         c.handle_bytes(now, std::slice::from_ref(byte)).unwrap();
     }
     assert_eq!(c.poll_message().unwrap().data.len(), 20);
     let evs: Vec<Event> = std::iter::from_fn(|| c.poll_event()).collect();
-    assert!(matches!(evs[0], Event::PeerCancelled(p) if p.seq == 1 && p.reason == CancelReason::Expired));
+    assert!(
+        matches!(evs[0], Event::PeerCancelled(p) if p.seq == 1 && p.reason == CancelReason::Expired)
+    );
     assert!(matches!(&evs[1], Event::Closed { by_peer: true, code: 0, reason } if reason == "bye"));
 }

@@ -7,7 +7,9 @@ use proptest::prelude::*;
 
 use crate::sim::{LinkParams, Pair};
 use crate::wire::{Frame, Hello, VERSION};
-use crate::{CancelReason, Config, Connection, ControllerConfig, Event, Message, Side, StreamConfig};
+use crate::{
+    CancelReason, Config, Connection, ControllerConfig, Event, Message, Side, StreamConfig,
+};
 
 #[derive(Debug, Clone)]
 struct Op {
@@ -19,9 +21,22 @@ struct Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    (0..3usize, 0..30_000usize, 0..4u8, proptest::option::of(0..40u64), proptest::option::of(1..80u64)).prop_map(
-        |(stream, size, importance, cancel_after_ms, deadline_ms)| Op { stream, size, importance, cancel_after_ms, deadline_ms },
+    (
+        0..3usize,
+        0..30_000usize,
+        0..4u8,
+        proptest::option::of(0..40u64),
+        proptest::option::of(1..80u64),
     )
+        .prop_map(
+            |(stream, size, importance, cancel_after_ms, deadline_ms)| Op {
+                stream,
+                size,
+                importance,
+                cancel_after_ms,
+                deadline_ms,
+            },
+        )
 }
 
 fn controller() -> impl Strategy<Value = ControllerConfig> {
@@ -34,7 +49,9 @@ fn controller() -> impl Strategy<Value = ControllerConfig> {
 }
 
 fn body(stream: usize, seq: usize, n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i ^ (seq * 7) ^ (stream * 13)) as u8).collect()
+    (0..n)
+        .map(|i| (i ^ (seq * 7) ^ (stream * 13)) as u8)
+        .collect()
 }
 
 proptest! {

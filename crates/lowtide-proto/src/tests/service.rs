@@ -9,7 +9,10 @@ use crate::sim::{LinkParams, Pair};
 use crate::{CancelReason, Config, ControllerConfig, Event, Fairness, Message, StreamConfig};
 
 fn cfg(controller: ControllerConfig) -> Config {
-    Config { controller, ..Config::default() }
+    Config {
+        controller,
+        ..Config::default()
+    }
 }
 
 fn pair(controller: ControllerConfig, link: LinkParams) -> Pair {
@@ -17,11 +20,18 @@ fn pair(controller: ControllerConfig, link: LinkParams) -> Pair {
 }
 
 fn slow() -> LinkParams {
-    LinkParams { rate: 1_000_000, cwnd: 10, ..LinkParams::default() }
+    LinkParams {
+        rate: 1_000_000,
+        cwnd: 10,
+        ..LinkParams::default()
+    }
 }
 
 fn payload(n: usize, salt: u8) -> Bytes {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt)).collect::<Vec<u8>>().into()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
+        .collect::<Vec<u8>>()
+        .into()
 }
 
 #[test]
@@ -31,7 +41,14 @@ fn messages_arrive_intact_with_metadata_and_timestamps() {
     let sizes = [0usize, 10, 5000, 100_000];
     let now = p.now;
     for (i, &n) in sizes.iter().enumerate() {
-        p.client.conn.send(now, s, Message::new(payload(n, i as u8)).importance(i as u8)).unwrap();
+        p.client
+            .conn
+            .send(
+                now,
+                s,
+                Message::new(payload(n, i as u8)).importance(i as u8),
+            )
+            .unwrap();
     }
     p.drive_bounded(100_000);
     let got = &p.server.received;
@@ -53,7 +70,11 @@ fn messages_arrive_intact_with_metadata_and_timestamps() {
         .collect();
     assert_eq!(acked.len(), sizes.len());
     for (_, t) in acked {
-        let (first, last, ack) = (t.first_write.unwrap(), t.last_write.unwrap(), t.acked.unwrap());
+        let (first, last, ack) = (
+            t.first_write.unwrap(),
+            t.last_write.unwrap(),
+            t.acked.unwrap(),
+        );
         assert!(t.enqueued <= first && first <= last && last < ack, "{t:?}");
     }
     assert_eq!(p.client.conn.stats().messages_acked, sizes.len() as u64);
@@ -67,14 +88,26 @@ fn urgent_after_bulk(controller: ControllerConfig) -> (usize, Duration) {
     let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
     let t0 = p.now;
     for i in 0..100 {
-        p.client.conn.send(t0, s, Message::new(payload(10_000, i))).unwrap();
+        p.client
+            .conn
+            .send(t0, s, Message::new(payload(10_000, i)))
+            .unwrap();
     }
     p.drive_until(t0 + Duration::from_millis(50), 1_000_000);
     let t1 = p.now;
-    let urgent = p.client.conn.send(t1, s, Message::new(payload(100, 7)).importance(9)).unwrap();
+    let urgent = p
+        .client
+        .conn
+        .send(t1, s, Message::new(payload(100, 7)).importance(9))
+        .unwrap();
     p.drive_bounded(1_000_000);
     assert_eq!(p.server.received.len(), 101);
-    let pos = p.server.received.iter().position(|r| r.seq == urgent.seq).unwrap();
+    let pos = p
+        .server
+        .received
+        .iter()
+        .position(|r| r.seq == urgent.seq)
+        .unwrap();
     (pos, p.server.received[pos].received_at - t1)
 }
 
@@ -82,7 +115,10 @@ fn urgent_after_bulk(controller: ControllerConfig) -> (usize, Duration) {
 fn important_message_preempts_queued_bulk_under_min_buf() {
     let (pos, delay) = urgent_after_bulk(ControllerConfig::MinBuf { a: 1, b: 3 });
     // cwnd 10 + 3 segments of 1000 bytes at 1 MB/s: ~13 ms of queue, 10 ms propagation.
-    assert!(delay < Duration::from_millis(40), "urgent message took {delay:?}");
+    assert!(
+        delay < Duration::from_millis(40),
+        "urgent message took {delay:?}"
+    );
     assert!(pos < 10, "urgent message delivered at position {pos}");
 }
 
@@ -98,10 +134,20 @@ fn chunks_of_a_preempted_message_interleave_and_reassemble() {
     let mut p = pair(ControllerConfig::default(), slow());
     let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
     let t0 = p.now;
-    p.client.conn.send(t0, s, Message::new(payload(200_000, 1))).unwrap();
+    p.client
+        .conn
+        .send(t0, s, Message::new(payload(200_000, 1)))
+        .unwrap();
     p.drive_until(t0 + Duration::from_millis(30), 100_000);
-    assert_eq!(p.server.conn.partial_messages(), 1, "bulk message is partly across");
-    p.client.conn.send(p.now, s, Message::new(payload(3000, 2)).importance(1)).unwrap();
+    assert_eq!(
+        p.server.conn.partial_messages(),
+        1,
+        "bulk message is partly across"
+    );
+    p.client
+        .conn
+        .send(p.now, s, Message::new(payload(3000, 2)).importance(1))
+        .unwrap();
     p.drive_bounded(1_000_000);
     let seqs: Vec<u64> = p.server.received.iter().map(|r| r.seq).collect();
     assert_eq!(seqs, vec![1, 0]);
@@ -113,18 +159,35 @@ fn cancelled_unsent_message_is_dropped_and_reported_on_both_ends() {
     let mut p = pair(ControllerConfig::default(), slow());
     let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
     let now = p.now;
-    let ids: Vec<_> = (0..50).map(|i| p.client.conn.send(now, s, Message::new(payload(10_000, i))).unwrap()).collect();
+    let ids: Vec<_> = (0..50)
+        .map(|i| {
+            p.client
+                .conn
+                .send(now, s, Message::new(payload(10_000, i)))
+                .unwrap()
+        })
+        .collect();
     p.drive_until(now + Duration::from_millis(20), 100_000);
     assert!(p.client.conn.cancel(ids[40]));
-    assert!(!p.client.conn.cancel(ids[40]), "second cancel finds nothing");
+    assert!(
+        !p.client.conn.cancel(ids[40]),
+        "second cancel finds nothing"
+    );
     p.drive_bounded(1_000_000);
     assert_eq!(p.server.received.len(), 49);
     assert!(p.server.received.iter().all(|r| r.seq != 40));
     assert!(p.server.events.iter().any(|e| matches!(e,
         Event::PeerCancelled(c) if c.seq == 40 && c.freed == 0 && c.reason == CancelReason::Application)));
-    assert!(p.client.events.iter().any(|e| matches!(e, Event::Cancelled { id, sent: 0, .. } if *id == ids[40])));
+    assert!(p
+        .client
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Cancelled { id, sent: 0, .. } if *id == ids[40])));
     assert_eq!(p.client.conn.stats().cancelled_unsent, 1);
-    assert!(!p.client.conn.cancel(ids[0]), "already written messages cannot be cancelled");
+    assert!(
+        !p.client.conn.cancel(ids[0]),
+        "already written messages cannot be cancelled"
+    );
 }
 
 #[test]
@@ -132,7 +195,11 @@ fn cancelled_partial_message_aborts_reassembly() {
     let mut p = pair(ControllerConfig::default(), slow());
     let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
     let t0 = p.now;
-    let big = p.client.conn.send(t0, s, Message::new(payload(500_000, 3))).unwrap();
+    let big = p
+        .client
+        .conn
+        .send(t0, s, Message::new(payload(500_000, 3)))
+        .unwrap();
     p.drive_until(t0 + Duration::from_millis(60), 100_000);
     assert!(p.server.conn.recv_memory() > 0);
     assert!(p.client.conn.cancel(big));
@@ -147,7 +214,10 @@ fn cancelled_partial_message_aborts_reassembly() {
     assert!(p.server.received.is_empty());
     assert_eq!(p.client.conn.stats().cancelled_partial, 1);
     // the channel goes on
-    p.client.conn.send(p.now, s, Message::new(payload(20_000, 4))).unwrap();
+    p.client
+        .conn
+        .send(p.now, s, Message::new(payload(20_000, 4)))
+        .unwrap();
     p.drive_bounded(1_000_000);
     assert_eq!(p.server.received.len(), 1);
     assert_eq!(p.server.received[0].data, payload(20_000, 4));
@@ -160,7 +230,10 @@ fn deadlines_expire_messages_not_yet_written() {
     let t0 = p.now;
     let deadline = t0 + Duration::from_millis(100);
     for i in 0..20 {
-        p.client.conn.send(t0, s, Message::new(payload(50_000, i)).deadline(deadline)).unwrap();
+        p.client
+            .conn
+            .send(t0, s, Message::new(payload(50_000, i)).deadline(deadline))
+            .unwrap();
     }
     p.drive_bounded(1_000_000);
     let expired: Vec<u64> = p
@@ -168,7 +241,11 @@ fn deadlines_expire_messages_not_yet_written() {
         .events
         .iter()
         .filter_map(|e| match e {
-            Event::Cancelled { id, reason: CancelReason::Expired, .. } => Some(id.seq),
+            Event::Cancelled {
+                id,
+                reason: CancelReason::Expired,
+                ..
+            } => Some(id.seq),
             _ => None,
         })
         .collect();
@@ -196,12 +273,20 @@ fn shares(p: &Pair, from: std::time::Instant, to: std::time::Instant) -> BTreeMa
 fn fill(p: &mut Pair, stream: u64, n: usize) {
     let now = p.now;
     for i in 0..n {
-        p.client.conn.send(now, stream, Message::new(payload(1000, i as u8))).unwrap();
+        p.client
+            .conn
+            .send(now, stream, Message::new(payload(1000, i as u8)))
+            .unwrap();
     }
 }
 
 fn fast() -> LinkParams {
-    LinkParams { rate: 2_000_000, delay: Duration::from_millis(5), cwnd: 20, ..LinkParams::default() }
+    LinkParams {
+        rate: 2_000_000,
+        delay: Duration::from_millis(5),
+        cwnd: 20,
+        ..LinkParams::default()
+    }
 }
 
 #[test]
@@ -235,18 +320,34 @@ fn use_it_or_lose_it_idle_stream_saves_no_credit() {
     p.drive_until(t1 + Duration::from_millis(100), 1_000_000);
     let s = shares(&p, t1 + Duration::from_millis(20), p.now);
     let ratio = s[&b] / (s[&a] + s[&b]);
-    assert!((ratio - 0.5).abs() < 0.05, "stream b got {ratio} right after reactivation");
+    assert!(
+        (ratio - 0.5).abs() < 0.05,
+        "stream b got {ratio} right after reactivation"
+    );
 }
 
 fn weighted_run(fairness: Fairness, weights: [f64; 3], costs: [f64; 3]) -> [f64; 3] {
-    let c = Config { fairness, ..cfg(ControllerConfig::default()) };
+    let c = Config {
+        fairness,
+        ..cfg(ControllerConfig::default())
+    };
     let mut p = Pair::new(c, Config::default(), fast());
-    let ids: Vec<u64> =
-        weights.iter().map(|&w| p.client.conn.open_stream(StreamConfig { weight: w }).unwrap()).collect();
+    let ids: Vec<u64> = weights
+        .iter()
+        .map(|&w| {
+            p.client
+                .conn
+                .open_stream(StreamConfig { weight: w })
+                .unwrap()
+        })
+        .collect();
     let now = p.now;
     for (k, &id) in ids.iter().enumerate() {
         for i in 0..2500 {
-            p.client.conn.send(now, id, Message::new(payload(1000, i as u8)).cost(costs[k])).unwrap();
+            p.client
+                .conn
+                .send(now, id, Message::new(payload(1000, i as u8)).cost(costs[k]))
+                .unwrap();
         }
     }
     let t0 = p.now + Duration::from_millis(50);
@@ -260,7 +361,10 @@ fn weighted_run(fairness: Fairness, weights: [f64; 3], costs: [f64; 3]) -> [f64;
 fn weighted_shares_within_five_percent_over_a_long_run() {
     let got = weighted_run(Fairness::Resource, [1.0, 2.0, 3.0], [1.0; 3]);
     for (g, want) in got.iter().zip([1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0]) {
-        assert!((g / want - 1.0).abs() < 0.05, "share {g} want {want} ({got:?})");
+        assert!(
+            (g / want - 1.0).abs() < 0.05,
+            "share {g} want {want} ({got:?})"
+        );
     }
 }
 
@@ -269,7 +373,10 @@ fn quality_fairness_equalises_cost_not_bytes() {
     // Equal weights; stream 0's messages cost 3x: it gets a third of the bytes of the others.
     let got = weighted_run(Fairness::Quality, [1.0; 3], [3.0, 1.0, 1.0]);
     for (g, want) in got.iter().zip([1.0 / 7.0, 3.0 / 7.0, 3.0 / 7.0]) {
-        assert!((g / want - 1.0).abs() < 0.05, "share {g} want {want} ({got:?})");
+        assert!(
+            (g / want - 1.0).abs() < 0.05,
+            "share {g} want {want} ({got:?})"
+        );
     }
 }
 
@@ -291,19 +398,34 @@ fn min_buf_bounds_the_kernel_queue_and_keeps_throughput() {
     let limit = u64::from((link.cwnd + 3) * link.mss);
     // control frames (P-ACKs, stream opens) bypass the controller: a few bytes of slack
     assert!(q_min <= limit + 64, "MinBuf(1,3) queue {q_min} > {limit}");
-    assert!(q_unl > 10 * limit, "plain TCP fills the send buffer: {q_unl}");
-    assert!(mb_min >= 0.95 * mb_unl, "throughput {mb_min} MB vs {mb_unl} MB");
+    assert!(
+        q_unl > 10 * limit,
+        "plain TCP fills the send buffer: {q_unl}"
+    );
+    assert!(
+        mb_min >= 0.95 * mb_unl,
+        "throughput {mb_min} MB vs {mb_unl} MB"
+    );
 }
 
 #[test]
 fn pace_a_learns_the_path_without_kernel_information() {
-    let link = LinkParams { rate: 2_000_000, delay: Duration::from_millis(10), cwnd: 1000, sndbuf: 4 << 20, ..LinkParams::default() };
+    let link = LinkParams {
+        rate: 2_000_000,
+        delay: Duration::from_millis(10),
+        cwnd: 1000,
+        sndbuf: 4 << 20,
+        ..LinkParams::default()
+    };
     let (q_unl, mb_unl) = bulk_outq(ControllerConfig::Unlimited, link);
     let (q_pa, mb_pa) = bulk_outq(ControllerConfig::PaceA { b: 3 }, link);
     // BDP = 2 MB/s x 20 ms = 40 kB
     assert!(q_pa < 120_000, "PaceA queue {q_pa}");
     assert!(q_unl > 1_000_000, "{q_unl}");
-    assert!(mb_pa >= 0.9 * mb_unl, "throughput {mb_pa} MB vs {mb_unl} MB");
+    assert!(
+        mb_pa >= 0.9 * mb_unl,
+        "throughput {mb_pa} MB vs {mb_unl} MB"
+    );
 }
 
 #[test]
@@ -316,4 +438,52 @@ fn decisions_are_recorded_when_asked() {
     let d = p.client.conn.drain_decisions();
     assert_eq!(d.len(), 16);
     assert!(d.iter().all(|r| r.decision.limit == 23_000));
+}
+
+#[test]
+fn closing_a_stream_flushes_its_queue_first() {
+    let mut p = pair(ControllerConfig::default(), slow());
+    let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
+    fill(&mut p, s, 20);
+    p.client.conn.close_stream(s).unwrap();
+    let now = p.now;
+    assert_eq!(
+        p.client.conn.send(now, s, Message::new(payload(10, 0))),
+        Err(crate::SendError::StreamClosing(s))
+    );
+    p.drive_bounded(1_000_000);
+    assert_eq!(p.server.received.len(), 20);
+    let opened = p
+        .server
+        .events
+        .iter()
+        .position(|e| matches!(e, Event::StreamOpened { stream, .. } if *stream == s));
+    let closed = p
+        .server
+        .events
+        .iter()
+        .position(|e| matches!(e, Event::StreamClosed { stream } if *stream == s));
+    assert!(opened.unwrap() < closed.unwrap());
+    assert_eq!(
+        p.client.conn.send(p.now, s, Message::new(payload(10, 0))),
+        Err(crate::SendError::UnknownStream(s))
+    );
+    // the server may answer on a stream the client opened, until the client closed it
+    let t = p.server.conn.open_stream(StreamConfig::default()).unwrap();
+    assert_eq!(t % 2, 1, "server streams are odd");
+}
+
+#[test]
+fn stream_limit_is_enforced_locally() {
+    let c = Config {
+        max_streams: 2,
+        ..cfg(ControllerConfig::default())
+    };
+    let mut p = Pair::new(c, Config::default(), fast());
+    p.client.conn.open_stream(StreamConfig::default()).unwrap();
+    p.client.conn.open_stream(StreamConfig::default()).unwrap();
+    assert!(matches!(
+        p.client.conn.open_stream(StreamConfig::default()),
+        Err(crate::StreamError::TooManyStreams { max: 2 })
+    ));
 }

@@ -137,11 +137,21 @@ impl<'a> Frame<'a> {
     }
 
     /// Length of a data frame header with these fields and a payload of `len` bytes.
-    pub fn data_header_len(stream: u64, seq: u64, offset_or_meta: Option<FirstChunk>, offset: u64, len: u64) -> usize {
+    pub fn data_header_len(
+        stream: u64,
+        seq: u64,
+        offset_or_meta: Option<FirstChunk>,
+        offset: u64,
+        len: u64,
+    ) -> usize {
         1 + varint::len(stream)
             + varint::len(seq)
             + match offset_or_meta {
-                Some(f) => varint::len(u64::from(f.importance)) + varint::len(f.send_time_us) + varint::len(f.total_len),
+                Some(f) => {
+                    varint::len(u64::from(f.importance))
+                        + varint::len(f.send_time_us)
+                        + varint::len(f.total_len)
+                }
                 None => varint::len(offset),
             }
             + varint::len(len)
@@ -150,7 +160,10 @@ impl<'a> Frame<'a> {
     /// Appends the whole frame to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match *self {
-            Frame::StreamOpen { stream, weight_milli } => {
+            Frame::StreamOpen {
+                stream,
+                weight_milli,
+            } => {
                 out.push(FrameType::StreamOpen as u8);
                 varint::put(out, stream);
                 varint::put(out, weight_milli);
@@ -163,13 +176,20 @@ impl<'a> Frame<'a> {
                 Self::encode_data_header(out, d);
                 out.extend_from_slice(d.payload);
             }
-            Frame::Cancel { stream, seq, reason } => {
+            Frame::Cancel {
+                stream,
+                seq,
+                reason,
+            } => {
                 out.push(FrameType::Cancel as u8);
                 varint::put(out, stream);
                 varint::put(out, seq);
                 varint::put(out, reason.code());
             }
-            Frame::PAck { bytes, recv_time_us } => {
+            Frame::PAck {
+                bytes,
+                recv_time_us,
+            } => {
                 out.push(FrameType::PAck as u8);
                 varint::put(out, bytes);
                 varint::put(out, recv_time_us);
@@ -188,10 +208,25 @@ impl<'a> Frame<'a> {
     ///
     /// Returns `Ok(Some((frame, bytes_used)))`, `Ok(None)` if `buf` ends inside the frame, or
     /// the first error found.
-    pub fn decode(buf: &'a [u8], max_payload: u64) -> Result<Option<(Frame<'a>, usize)>, DecodeError> {
+    pub fn decode(
+        buf: &'a [u8],
+        max_payload: u64,
+    ) -> Result<Option<(Frame<'a>, usize)>, DecodeError> {
         let mut r = Reader::new(buf);
         match Self::decode_inner(&mut r, max_payload) {
             Ok(f) => Ok(Some((f, r.pos))),
+            Err(Short::Incomplete | Short::NeedTotal(_)) => Ok(None),
+            Err(Short::Bad(e)) => Err(e),
+        }
+    }
+
+    /// Length of the frame at the front of `buf` as soon as its header is complete (the
+    /// payload may still be missing); `Ok(None)` while the header itself is incomplete.
+    pub fn frame_len(buf: &'a [u8], max_payload: u64) -> Result<Option<usize>, DecodeError> {
+        let mut r = Reader::new(buf);
+        match Self::decode_inner(&mut r, max_payload) {
+            Ok(_) => Ok(Some(r.pos)),
+            Err(Short::NeedTotal(n)) => Ok(Some(n)),
             Err(Short::Incomplete) => Ok(None),
             Err(Short::Bad(e)) => Err(e),
         }
@@ -212,16 +247,33 @@ impl<'a> Frame<'a> {
                     let importance = r.var_max("data.importance", 255)? as u8;
                     let send_time_us = r.var()?;
                     let total_len = r.var()?;
-                    (0, Some(FirstChunk { importance, send_time_us, total_len }))
+                    (
+                        0,
+                        Some(FirstChunk {
+                            importance,
+                            send_time_us,
+                            total_len,
+                        }),
+                    )
                 } else {
                     (r.var()?, None)
                 };
                 let len = r.var()?;
                 if len > max_payload {
-                    return Err(DecodeError::FrameTooLarge { len, max: max_payload }.into());
+                    return Err(DecodeError::FrameTooLarge {
+                        len,
+                        max: max_payload,
+                    }
+                    .into());
                 }
                 let payload = r.bytes(len as usize)?;
-                Frame::Data(DataFrame { stream, seq, offset, first, payload })
+                Frame::Data(DataFrame {
+                    stream,
+                    seq,
+                    offset,
+                    first,
+                    payload,
+                })
             }
             0x05 => {
                 let stream = r.var()?;
@@ -230,9 +282,16 @@ impl<'a> Frame<'a> {
                     0 => CancelReason::Application,
                     _ => CancelReason::Expired,
                 };
-                Frame::Cancel { stream, seq, reason }
+                Frame::Cancel {
+                    stream,
+                    seq,
+                    reason,
+                }
             }
-            0x06 => Frame::PAck { bytes: r.var()?, recv_time_us: r.var()? },
+            0x06 => Frame::PAck {
+                bytes: r.var()?,
+                recv_time_us: r.var()?,
+            },
             0x07 => {
                 let code = r.var()?;
                 let n = r.var_max("close.reason_len", MAX_CLOSE_REASON as u64)?;
@@ -263,19 +322,42 @@ mod tests {
 
     fn all_frames() -> Vec<Frame<'static>> {
         vec![
-            Frame::StreamOpen { stream: 3, weight_milli: 2500 },
+            Frame::StreamOpen {
+                stream: 3,
+                weight_milli: 2500,
+            },
             Frame::StreamClose { stream: 1 << 40 },
             Frame::Data(DataFrame {
                 stream: 1,
                 seq: 7,
                 offset: 0,
-                first: Some(FirstChunk { importance: 200, send_time_us: 123_456, total_len: 5 }),
+                first: Some(FirstChunk {
+                    importance: 200,
+                    send_time_us: 123_456,
+                    total_len: 5,
+                }),
                 payload: b"hello",
             }),
-            Frame::Data(DataFrame { stream: 1, seq: 8, offset: 1400, first: None, payload: b"xy" }),
-            Frame::Cancel { stream: 2, seq: 9, reason: CancelReason::Expired },
-            Frame::PAck { bytes: 1 << 33, recv_time_us: 77 },
-            Frame::Close { code: 3, reason: "limit exceeded" },
+            Frame::Data(DataFrame {
+                stream: 1,
+                seq: 8,
+                offset: 1400,
+                first: None,
+                payload: b"xy",
+            }),
+            Frame::Cancel {
+                stream: 2,
+                seq: 9,
+                reason: CancelReason::Expired,
+            },
+            Frame::PAck {
+                bytes: 1 << 33,
+                recv_time_us: 77,
+            },
+            Frame::Close {
+                code: 3,
+                reason: "limit exceeded",
+            },
         ]
     }
 
@@ -286,11 +368,25 @@ mod tests {
             f.encode(&mut out);
             assert_eq!(Frame::decode(&out, 1 << 20).unwrap(), Some((f, out.len())));
             for cut in 0..out.len() {
-                assert_eq!(Frame::decode(&out[..cut], 1 << 20).unwrap(), None, "{f:?} cut {cut}");
+                assert_eq!(
+                    Frame::decode(&out[..cut], 1 << 20).unwrap(),
+                    None,
+                    "{f:?} cut {cut}"
+                );
+                if let Some(n) = Frame::frame_len(&out[..cut], 1 << 20).unwrap() {
+                    assert_eq!(n, out.len(), "{f:?} cut {cut}");
+                }
             }
+            assert_eq!(Frame::frame_len(&out, 1 << 20).unwrap(), Some(out.len()));
             if let Frame::Data(d) = f {
                 assert_eq!(
-                    Frame::data_header_len(d.stream, d.seq, d.first, d.offset, d.payload.len() as u64),
+                    Frame::data_header_len(
+                        d.stream,
+                        d.seq,
+                        d.first,
+                        d.offset,
+                        d.payload.len() as u64
+                    ),
                     out.len() - d.payload.len()
                 );
             }
@@ -300,8 +396,14 @@ mod tests {
     #[test]
     fn oversized_payload_is_rejected_from_the_header_alone() {
         let mut out = Vec::new();
-        Frame::Data(DataFrame { stream: 0, seq: 0, offset: 4, first: None, payload: &[0; 100] })
-            .encode(&mut out);
+        Frame::Data(DataFrame {
+            stream: 0,
+            seq: 0,
+            offset: 4,
+            first: None,
+            payload: &[0; 100],
+        })
+        .encode(&mut out);
         assert_eq!(
             Frame::decode(&out[..6], 99),
             Err(DecodeError::FrameTooLarge { len: 100, max: 99 })
@@ -310,11 +412,20 @@ mod tests {
 
     #[test]
     fn garbage_is_rejected() {
-        assert_eq!(Frame::decode(&[0x7f], 10), Err(DecodeError::UnknownFrameType(0x7f)));
-        assert_eq!(Frame::decode(&[0x07, 0x00, 0x02, 0xff, 0xfe], 10), Err(DecodeError::ReasonNotUtf8));
+        assert_eq!(
+            Frame::decode(&[0x7f], 10),
+            Err(DecodeError::UnknownFrameType(0x7f))
+        );
+        assert_eq!(
+            Frame::decode(&[0x07, 0x00, 0x02, 0xff, 0xfe], 10),
+            Err(DecodeError::ReasonNotUtf8)
+        );
         assert!(matches!(
             Frame::decode(&[0x05, 0x00, 0x00, 0x09], 10),
-            Err(DecodeError::FieldOutOfRange { field: "cancel.reason", .. })
+            Err(DecodeError::FieldOutOfRange {
+                field: "cancel.reason",
+                ..
+            })
         ));
     }
 
@@ -322,9 +433,15 @@ mod tests {
     fn close_reason_is_truncated_on_a_char_boundary() {
         let long = "é".repeat(MAX_CLOSE_REASON);
         let mut out = Vec::new();
-        Frame::Close { code: 1, reason: &long }.encode(&mut out);
+        Frame::Close {
+            code: 1,
+            reason: &long,
+        }
+        .encode(&mut out);
         let (f, _) = Frame::decode(&out, 0).unwrap().unwrap();
-        let Frame::Close { reason, .. } = f else { panic!("not a close: {f:?}") };
+        let Frame::Close { reason, .. } = f else {
+            panic!("not a close: {f:?}")
+        };
         assert!(reason.len() <= MAX_CLOSE_REASON && reason.chars().all(|c| c == 'é'));
     }
 }

@@ -68,7 +68,7 @@ impl Hello {
     pub fn decode(buf: &[u8]) -> Result<Option<(Hello, usize)>, DecodeError> {
         match Self::decode_inner(buf) {
             Ok(v) => Ok(Some(v)),
-            Err(Short::Incomplete) => Ok(None),
+            Err(Short::Incomplete | Short::NeedTotal(_)) => Ok(None),
             Err(Short::Bad(e)) => Err(e),
         }
     }

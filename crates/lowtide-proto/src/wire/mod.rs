@@ -17,7 +17,9 @@ mod frame;
 mod handshake;
 pub mod varint;
 
-pub use frame::{CancelReason, DataFrame, FirstChunk, Frame, FrameType, MAX_CLOSE_REASON, MAX_HEADER_LEN};
+pub use frame::{
+    CancelReason, DataFrame, FirstChunk, Frame, FrameType, MAX_CLOSE_REASON, MAX_HEADER_LEN,
+};
 pub use handshake::{Hello, HelloOption, MAGIC, MAX_HELLO_OPTIONS, VERSION};
 
 /// Why bytes from the peer could not be parsed.
@@ -60,7 +62,10 @@ pub enum DecodeError {
 /// Internal parse outcome: either "need more bytes" or a hard error.
 #[derive(Debug)]
 pub(crate) enum Short {
+    /// The buffer ends inside a varint of the header.
     Incomplete,
+    /// The header is complete; the whole item is this many bytes.
+    NeedTotal(usize),
     Bad(DecodeError),
 }
 
@@ -101,7 +106,7 @@ impl<'a> Reader<'a> {
 
     pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], Short> {
         if self.buf.len() - self.pos < n {
-            return Err(Short::Incomplete);
+            return Err(Short::NeedTotal(self.pos + n));
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;

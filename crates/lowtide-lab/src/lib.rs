@@ -1,0 +1,43 @@
+//! lowtide's lab: measured streams through the emulated network, side by side with plain
+//! TCP under the same bottleneck and cross traffic, summarised with the paper's figures beside
+//! ours, and rendered as HTML reports with SVG plots.
+//!
+//! - [`clock`]: one process, one clock: timestamps that travel inside messages;
+//! - [`stream`]: the measured latency stream over a lowtide channel;
+//! - [`floor`]: the network-floor probe (small UDP packets every 10 ms);
+//! - [`summary`]: latency percentiles and shares over thresholds;
+//! - [`report`]: plots and the HTML report;
+//! - [`demo`]: `lowtide demo`, the main job.
+
+pub mod clock;
+pub mod demo;
+pub mod floor;
+pub mod report;
+pub mod stream;
+pub mod summary;
+
+/// A lab run failed; the message says which step and why.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LabError {
+    #[error(transparent)]
+    Netem(#[from] lowtide_netem::NetemError),
+    #[error("the transport failed during {what}: {source}")]
+    Transport {
+        what: String,
+        source: lowtide::Error,
+    },
+    #[error("cross traffic: {0}")]
+    Traffic(String),
+    #[error("{what}: {reason}")]
+    Io { what: String, reason: String },
+}
+
+impl LabError {
+    pub(crate) fn io(what: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        LabError::Io {
+            what: what.into(),
+            reason: reason.to_string(),
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Reports a person reads: SVG plots (plotters) and one HTML page that shows them with the
+//! table and the provenance, readable offline.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::stream::Sample;
+use crate::LabError;
+
+/// One series of a plot.
+pub struct Series<'a> {
+    pub name: &'a str,
+    pub samples: &'a [Sample],
+}
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(214, 39, 40),
+    RGBColor(31, 119, 180),
+    RGBColor(120, 120, 120),
+    RGBColor(44, 160, 44),
+];
+
+fn plot_err(what: &str) -> impl FnOnce(String) -> LabError + '_ {
+    move |e| LabError::io(format!("drawing {what}"), e)
+}
+
+/// Latency of every message against its send time, log scale, with the paper's 160 and
+/// 500 ms lines.
+pub fn latency_over_time(
+    path: &Path,
+    title: &str,
+    series: &[Series],
+    duration_s: f64,
+) -> Result<(), LabError> {
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.samples.iter().map(|x| x.latency_ms))
+        .fold(1000.0f64, f64::max)
+        * 1.2;
+    draw(path, |root| {
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..duration_s, (1f64..ymax).log_scale())
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("send time (s)")
+            .y_desc("latency (ms, log)")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, s) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(
+                    s.samples
+                        .iter()
+                        .map(|x| Circle::new((x.sent_s, x.latency_ms.max(1.0)), 1, color.filled())),
+                )
+                .map_err(|e| e.to_string())?
+                .label(s.name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 4), (x + 10, y + 4)], color.filled())
+                });
+        }
+        for t in [160.0, 500.0] {
+            chart
+                .draw_series(LineSeries::new([(0.0, t), (duration_s, t)], BLACK.mix(0.6)))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })
+    .map_err(plot_err("the latency plot"))
+}
+
+/// Cumulative distribution of latency, log x, one line per series.
+pub fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> Result<(), LabError> {
+    let xmax = series
+        .iter()
+        .flat_map(|s| s.samples.iter().map(|x| x.latency_ms))
+        .fold(1000.0f64, f64::max)
+        * 1.2;
+    draw(path, |root| {
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d((1f64..xmax).log_scale(), 0f64..1f64)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("latency (ms, log)")
+            .y_desc("share of messages at or below")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, s) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let mut v: Vec<f64> = s.samples.iter().map(|x| x.latency_ms.max(1.0)).collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            let n = v.len().max(1) as f64;
+            // At most ~2000 points per line keeps the SVG small.
+            let step = (v.len() / 2000).max(1);
+            let points = v
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| k % step == 0 || *k + 1 == v.len())
+                .map(|(k, x)| (*x, (k + 1) as f64 / n));
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(s.name)
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2))
+                });
+        }
+        for t in [160.0, 500.0] {
+            chart
+                .draw_series(LineSeries::new([(t, 0.0), (t, 1.0)], BLACK.mix(0.5)))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })
+    .map_err(plot_err("the latency distribution"))
+}
+
+fn draw(
+    path: &Path,
+    body: impl FnOnce(DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>,
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (960, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    body(root.clone())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Escapes text for HTML.
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// An HTML table from a header and rows of already-formatted cells.
+pub fn html_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut out = String::from("<table>\n<tr>");
+    for h in header {
+        out.push_str(&format!("<th>{}</th>", escape(h)));
+    }
+    out.push_str("</tr>\n");
+    for row in rows {
+        out.push_str("<tr>");
+        for c in row {
+            out.push_str(&format!("<td>{}</td>", escape(c)));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+/// The page around the parts: a title, provenance lines, and HTML sections.
+pub fn page(title: &str, provenance: &[(String, String)], sections: &[String]) -> String {
+    let prov: String = provenance
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "<tr><th>{}</th><td><code>{}</code></td></tr>\n",
+                escape(k),
+                escape(v)
+            )
+        })
+        .collect();
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\n<style>\
+         body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
+         table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #bbb;padding:4px 8px;text-align:left}}\
+         th{{background:#f2f2f2}}img{{max-width:100%}}code{{font-size:90%}}</style></head>\n<body>\n<h1>{t}</h1>\n\
+         {body}\n<h2>Provenance</h2>\n<table>\n{prov}</table>\n</body></html>\n",
+        t = escape(title),
+        body = sections.join("\n"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Sample> {
+        (0..500)
+            .map(|i| Sample {
+                sent_s: i as f64 * 0.02,
+                latency_ms: 40.0 + (i % 50) as f64 * 20.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plots_render_to_svg_from_recorded_data() {
+        let dir = std::env::temp_dir().join(format!("lowtide-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = samples();
+        let series = [Series {
+            name: "plain TCP",
+            samples: &s,
+        }];
+        latency_over_time(&dir.join("t.svg"), "latency", &series, 10.0).unwrap();
+        latency_cdf(&dir.join("c.svg"), "cdf", &series).unwrap();
+        for f in ["t.svg", "c.svg"] {
+            let svg = std::fs::read_to_string(dir.join(f)).unwrap();
+            assert!(svg.starts_with("<svg") && svg.contains("plain TCP"), "{f}");
+            assert!(svg.matches("<circle").count() >= 500 || f == "c.svg");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn html_escapes_what_it_shows() {
+        let t = html_table(&["a"], &[vec!["<b>&".into()]]);
+        assert!(t.contains("&lt;b&gt;&amp;"));
+        let p = page("x<y", &[("command".into(), "a && b".into())], &[t]);
+        assert!(p.contains("x&lt;y") && p.contains("a &amp;&amp; b"));
+    }
+}

@@ -1,0 +1,146 @@
+//! The measured stream: the sender writes one MSS-sized message each time the transport can
+//! take more (`Channel::writable`), stamped with the send time; the receiver subtracts it from
+//! the time the message was read from the socket. With the `Unlimited` controller this is
+//! plain TCP: the kernel's send buffer fills and the latency is what an application sees.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lowtide::{ChannelConfig, Message, StreamConfig};
+use serde::Serialize;
+
+use crate::clock;
+use crate::LabError;
+
+/// Payload of one message: one MSS of a 1500-byte MTU path.
+pub const MESSAGE_BYTES: usize = 1448;
+
+/// One delivered message.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    /// When it was sent, seconds since the run started.
+    pub sent_s: f64,
+    /// Send to read, ms.
+    pub latency_ms: f64,
+}
+
+/// What the receiver saw.
+#[derive(Debug, Clone, Default)]
+pub struct Received {
+    pub samples: Vec<Sample>,
+    pub bytes: u64,
+}
+
+impl Received {
+    /// Payload goodput of the messages sent in `[from_s, to_s)`, bits/s.
+    pub fn goodput_bps(&self, from_s: f64, to_s: f64) -> f64 {
+        let n = self
+            .samples
+            .iter()
+            .filter(|s| s.sent_s >= from_s && s.sent_s < to_s)
+            .count();
+        n as f64 * MESSAGE_BYTES as f64 * 8.0 / (to_s - from_s)
+    }
+
+    /// Latencies of the messages sent in `[from_s, to_s)`.
+    pub fn latencies(&self, from_s: f64, to_s: f64) -> Vec<f64> {
+        self.samples
+            .iter()
+            .filter(|s| s.sent_s >= from_s && s.sent_s < to_s)
+            .map(|s| s.latency_ms)
+            .collect()
+    }
+}
+
+fn transport(what: &str) -> impl FnOnce(lowtide::Error) -> LabError + '_ {
+    move |source| LabError::Transport {
+        what: what.to_string(),
+        source,
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, LabError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| LabError::io("building a tokio runtime", e))
+}
+
+/// Sends until `end`; blocking (builds its own runtime), for a thread inside a sender host.
+pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<u64, LabError> {
+    runtime()?.block_on(async move {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let ch = loop {
+            match lowtide::connect(dst, cfg.clone()).await {
+                Ok(ch) => break ch,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!("connect to {dst}: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(transport("connecting")(e)),
+            }
+        };
+        let stream = ch
+            .open_stream(StreamConfig::default())
+            .map_err(transport("opening a stream"))?;
+        let mut payload = vec![0x5a; MESSAGE_BYTES];
+        let mut sent = 0u64;
+        let end_t = tokio::time::Instant::from_std(end);
+        loop {
+            tokio::select! {
+                r = ch.writable() => r.map_err(transport("waiting to write"))?,
+                _ = tokio::time::sleep_until(end_t) => break,
+            }
+            payload[..8].copy_from_slice(&clock::to_wire(Instant::now()).to_be_bytes());
+            ch.send(stream, Message::new(payload.clone()))
+                .map_err(transport("sending"))?;
+            sent += 1;
+        }
+        // Plain TCP still has seconds of data queued: do not wait for it.
+        ch.close(0, "measurement over").await;
+        Ok(sent)
+    })
+}
+
+/// Accepts one channel on `addr` and reads until `end`; blocking, for a receiver host.
+pub fn receive(
+    addr: SocketAddr,
+    cfg: ChannelConfig,
+    start: Instant,
+    end: Instant,
+) -> Result<Received, LabError> {
+    runtime()?.block_on(async move {
+        let listener = lowtide::listen(addr, cfg)
+            .await
+            .map_err(transport("listening"))?;
+        let ch = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .map_err(|_| {
+                LabError::io("accepting the measured stream", "no connection within 10 s")
+            })?
+            .map_err(transport("accepting"))?;
+        let mut out = Received::default();
+        let end_t = tokio::time::Instant::from_std(end);
+        loop {
+            let msg = tokio::select! {
+                m = ch.recv() => m,
+                _ = tokio::time::sleep_until(end_t) => None,
+            };
+            let Some(msg) = msg else { break };
+            let Some(stamp) = msg.data.get(..8) else {
+                continue;
+            };
+            let sent = clock::from_wire(u64::from_be_bytes(stamp.try_into().unwrap_or_default()));
+            out.bytes += msg.data.len() as u64;
+            out.samples.push(Sample {
+                sent_s: sent.saturating_duration_since(start).as_secs_f64(),
+                latency_ms: msg
+                    .received_at
+                    .saturating_duration_since(sent)
+                    .as_secs_f64()
+                    * 1e3,
+            });
+        }
+        Ok(out)
+    })
+}
