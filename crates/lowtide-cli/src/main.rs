@@ -1,5 +1,6 @@
 //! The `lowtide` command: thin wrappers over the libraries.
 
+mod bench;
 mod demo;
 mod netem;
 
@@ -21,6 +22,8 @@ enum Command {
     /// The main job: plain TCP and lowtide side by side through an emulated bottleneck with
     /// cross traffic; prints the latency table and writes an HTML report.
     Demo(demo::DemoArgs),
+    /// Transport benchmarks over loopback against raw TCP measured in the same run.
+    Bench(bench::BenchArgs),
     /// The emulated network: check it, clean up after killed runs, run a command behind it.
     #[command(subcommand)]
     Netem(netem::NetemCommand),
@@ -37,6 +40,7 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(args) => bench::run(args).map(|()| 0),
         Command::Demo(args) => demo::run(args),
         Command::Netem(cmd) => netem::run(cmd),
     };

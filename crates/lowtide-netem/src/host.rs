@@ -84,10 +84,21 @@ impl Host {
             .map_err(|_| NetemError::setup(format!("a task in host {}", self.name), "it panicked"))
     }
 
-    /// A command that runs `program` inside this host (`ip netns exec`).
+    /// A command that runs `program` inside this host (`ip netns exec`). It is killed if
+    /// this process dies first, so no program outlives the network it ran in.
     pub fn command(&self, program: &str) -> Command {
+        use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.name, program]);
+        // SAFETY: prctl is async-signal-safe and touches only the child being started.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         cmd
     }
 

@@ -195,6 +195,8 @@ pub struct Stats {
     pub peer_cancelled: u64,
     /// P-ACKs sent.
     pub packs_sent: u64,
+    /// Written messages forgotten before their P-ACK (the peer did not acknowledge).
+    pub ack_tracking_dropped: u64,
 }
 
 /// A controller decision with the state it was taken on, for plots.
@@ -225,6 +227,9 @@ enum State {
     Open,
     Closed,
 }
+
+/// Written messages remembered for `Acked` events; beyond this the oldest are forgotten.
+const MAX_UNACKED_TRACKED: usize = 1 << 20;
 
 /// Payloads at most this long are copied into the staging buffer; longer ones are staged by
 /// reference (a separate `writev` segment).
@@ -835,6 +840,11 @@ impl Connection {
                     },
                 });
                 if self.config.ack_events {
+                    if self.unacked.len() == MAX_UNACKED_TRACKED {
+                        // a peer that never acknowledges must not grow our memory
+                        self.unacked.pop_front();
+                        self.stats.ack_tracking_dropped += 1;
+                    }
                     self.unacked
                         .push_back((m.end, m.id, m.enqueued, first, now));
                 }

@@ -96,7 +96,7 @@ impl Scheduler {
     /// Advances a stream's virtual time by `amount / weight`.
     pub fn charge(&mut self, id: u64, amount: f64) {
         if let Some(e) = self.entries.get_mut(&id) {
-            e.vtime += amount;
+            e.vtime += amount / e.weight;
         }
     }
 

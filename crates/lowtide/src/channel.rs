@@ -60,6 +60,9 @@ impl Shared {
     }
 }
 
+/// How long [`Channel::close`] waits for the peer to close too.
+pub const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// An established lowtide channel. Cheap to clone; all clones drive the same connection.
 #[derive(Debug, Clone)]
 pub struct Channel {
@@ -484,11 +487,12 @@ impl Channel {
 
     /// Closes the channel: queued data is dropped (call [`flush`](Self::flush) first to send
     /// it), a CLOSE frame is sent, the write side shut down. Waits until the driver has
-    /// finished (peer closed or EOF).
+    /// finished (the peer closed too, or EOF), at most [`CLOSE_LINGER`]; after that the driver
+    /// finishes in the background.
     pub async fn close(&self, code: u64, reason: &str) {
         self.shared.lock().conn.close(code, reason);
         self.shared.to_driver.notify_one();
-        self.finished().await;
+        let _ = tokio::time::timeout(CLOSE_LINGER, self.finished()).await;
     }
 
     /// Waits until the driver has finished.
@@ -536,6 +540,10 @@ impl Driver {
 
     async fn run_inner(&mut self) -> Result<(), Error> {
         let fd = self.shared.fd;
+        let mut write_shut = false;
+        // Consecutive rounds in which the kernel already reported writability while the
+        // controller was blocked (a stale snapshot): bounded, then we wait on a short timer.
+        let mut spins = 0u32;
         loop {
             self.read_phase()?;
             let out = self.write_phase(fd)?;
@@ -563,7 +571,10 @@ impl Driver {
             };
             self.shared.to_app.notify_waiters();
             if closed && staged == 0 {
-                sys_shutdown_write(fd);
+                if !write_shut {
+                    sys_shutdown_write(fd);
+                    write_shut = true;
+                }
                 if self.read_eof {
                     return Ok(());
                 }
@@ -581,8 +592,13 @@ impl Driver {
                     let _ = self.stream.try_io(Interest::WRITABLE, || {
                         Err::<(), _>(io::ErrorKind::WouldBlock.into())
                     });
-                    if sys::poll_writable(fd)? {
+                    if sys::poll_writable(fd)? && spins < 8 {
+                        spins += 1;
                         continue;
+                    }
+                    if spins >= 8 {
+                        let t = Instant::now() + std::time::Duration::from_millis(1);
+                        timer = Some(timer.map_or(t, |x| x.min(t)));
                     }
                     want_write = true;
                 }
@@ -603,6 +619,7 @@ impl Driver {
                 _ = sleep => {}
             }
             self.shared.lock().wakeups += 1;
+            spins = 0;
         }
     }
 

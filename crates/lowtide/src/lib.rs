@@ -25,9 +25,11 @@ pub mod sys;
 pub use channel::{connect, listen, Channel, Listener};
 pub use config::ChannelConfig;
 pub use error::Error;
+/// The sans-IO core, for types not re-exported here.
+pub use lowtide_proto as proto;
 pub use lowtide_proto::{
-    CancelReason, Config, ControllerConfig, DecisionRecord, Event, Fairness, Message, MessageId,
-    MessageTimes, PeerCancelled, Received, Stats, StreamConfig, TcpState,
+    CancelReason, Config, ControllerConfig, Decision, DecisionRecord, Event, Fairness, Message,
+    MessageId, MessageTimes, PeerCancelled, Received, Stats, StreamConfig, TcpState, Wake,
 };
 
 /// A current-thread tokio runtime with I/O and timers: what each lab host thread (already in

@@ -192,6 +192,8 @@ async fn raw_peer(limit: u64) -> (lowtide::Channel, tokio::net::TcpStream) {
     let mut cfg = ChannelConfig::default();
     cfg.transport.max_reassembly_bytes = limit;
     cfg.transport.max_message_size = 1 << 20;
+    // a small kernel receive buffer, so that back-pressure reaches the flooding peer quickly
+    cfg.rcvbuf = Some(128 << 10);
     let l = lowtide::listen(any_port(), cfg).await.unwrap();
     let addr = l.local_addr().unwrap();
     let (raw, ch) = tokio::join!(tokio::net::TcpStream::connect(addr), l.accept());
