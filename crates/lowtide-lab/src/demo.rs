@@ -142,7 +142,7 @@ pub fn run(opts: &DemoOptions, mut progress: impl FnMut(&str)) -> Result<DemoSum
     let mut receivers = vec![];
     let mut senders = vec![];
     for v in variants() {
-        let cfg = channel_config(&opts.congestion, v.controller.clone());
+        let cfg = channel_config(&opts.congestion, v.controller);
         let addr = SocketAddr::from((far, v.port));
         let rcfg = cfg.clone();
         receivers.push(receiver.spawn("stream-recv", move || {
