@@ -74,18 +74,22 @@ pub struct Channel {
 /// Connects to `addr` and starts the driver on the current tokio runtime.
 pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Error> {
     cfg.validate()?;
-    let sock = if addr.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
-    .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+    let sock = tcp_socket(addr)?;
     configure(sock.as_raw_fd(), &cfg)?;
     let stream = sock
         .connect(addr)
         .await
         .map_err(|e| Error::io(format!("connect({addr})"), e))?;
     Channel::start(stream, cfg, Side::Client)
+}
+
+fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
+    if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))
 }
 
 /// A listening socket that accepts lowtide channels.
@@ -98,12 +102,7 @@ pub struct Listener {
 /// Binds a listener on `addr`.
 pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Error> {
     cfg.validate()?;
-    let sock = if addr.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
-    .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+    let sock = tcp_socket(addr)?;
     sock.set_reuseaddr(true)
         .map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
     configure(sock.as_raw_fd(), &cfg)?;

@@ -78,10 +78,7 @@ mod tests {
     use super::*;
 
     fn q(packets: usize) -> QueueState {
-        QueueState {
-            packets,
-            bytes: packets * MTU,
-        }
+        QueueState::of_packets(packets)
     }
 
     fn share(drd: &mut Drd, packets: usize, ect: bool, want: Verdict) -> f64 {

@@ -28,6 +28,17 @@ pub struct QueueState {
     pub bytes: usize,
 }
 
+#[cfg(test)]
+impl QueueState {
+    /// A queue of `packets` MTU-sized packets.
+    pub(crate) fn of_packets(packets: usize) -> Self {
+        QueueState {
+            packets,
+            bytes: packets * crate::config::MTU,
+        }
+    }
+}
+
 /// A control law's decision for one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {

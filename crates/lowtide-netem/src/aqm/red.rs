@@ -128,10 +128,7 @@ mod tests {
     use std::time::Duration;
 
     fn q(packets: usize) -> QueueState {
-        QueueState {
-            packets,
-            bytes: packets * MTU,
-        }
+        QueueState::of_packets(packets)
     }
 
     fn red(gentle: bool, ecn: bool) -> Red {
