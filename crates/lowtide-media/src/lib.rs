@@ -1,0 +1,16 @@
+//! Adaptive media for lowtide: the application that turns the transport's timeliness into
+//! picture quality (Goel et al. 2008, Section 7: Qstream's priority-progress streaming).
+//!
+//! Everything here is pure logic with explicit time, no sockets:
+//! - [`video`]: layered video (a base layer plus enhancement layers, each needing all lower
+//!   ones), from a synthetic model or from real per-frame encoder traces (`traces/`);
+//! - [`wire`]: the header each media message carries;
+//! - [`pps`]: the priority-progress sender: windows of frames, sent in priority order,
+//!   whatever is unsent at the window's end is cancelled;
+//! - [`playout`]: the receiver: collects windows, shows each frame at its deadline, measures
+//!   shown layers, frame rate and windows that arrived whole within the latency tolerance.
+
+pub mod playout;
+pub mod pps;
+pub mod video;
+pub mod wire;
