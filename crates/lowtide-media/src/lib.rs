@@ -1,16 +1,19 @@
 //! Adaptive media for lowtide: the application that turns the transport's timeliness into
 //! picture quality (Goel et al. 2008, Section 7: Qstream's priority-progress streaming).
 //!
-//! Everything here is pure logic with explicit time, no sockets:
+//! All but [`session`] is pure logic with explicit time:
 //! - [`video`]: layered video (a base layer plus enhancement layers, each needing all lower
 //!   ones), from a synthetic model or from real per-frame encoder traces (`traces/`);
 //! - [`wire`]: the header each media message carries;
 //! - [`pps`]: the priority-progress sender: windows of frames, sent in priority order,
 //!   whatever is unsent at the window's end is cancelled;
 //! - [`playout`]: the receiver: collects windows, shows each frame at its deadline, measures
-//!   shown layers, frame rate and windows that arrived whole within the latency tolerance.
+//!   shown layers, frame rate and windows that arrived whole within the latency tolerance;
+//! - [`session`]: the two ends over a lowtide channel (the transport's events keep the
+//!   sender's ledger; no sockets of its own).
 
 pub mod playout;
 pub mod pps;
+pub mod session;
 pub mod video;
 pub mod wire;

@@ -1,0 +1,152 @@
+//! Priority-progress streaming over a lowtide channel: the sender releases each window at
+//! its time, sends its plan with importance and the window's deadline (lowtide cancels what
+//! is not written by then), keeps the ledger from the channel's events and tells the receiver
+//! how many messages of each window it wrote; the receiver feeds a [`Playout`].
+//!
+//! Both ends take the stream's start instant; in the lab both run in one process with one
+//! clock, so window latency is exact. Between two machines the receiver's start must be
+//! aligned by the caller (the `lowtide recv` tool uses the arrival of the first message).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use lowtide::{Channel, Event, Message, MessageId, StreamConfig};
+use serde::Serialize;
+
+use crate::playout::{Playout, PlayoutStats};
+use crate::pps::{Ledger, PpsSender};
+use crate::video::Video;
+use crate::wire::{MediaHeader, DATA_HEADER};
+
+/// Why a media session stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The stream cannot be planned (e.g. a bad window size).
+    #[error("{0}")]
+    Plan(String),
+    #[error(transparent)]
+    Transport(#[from] lowtide::Error),
+}
+
+/// What the sender did.
+#[derive(Debug, Clone, Serialize)]
+pub struct SenderReport {
+    pub windows: u32,
+    pub dropped_windows: f64,
+    pub bytes_written: u64,
+    pub throughput_bps: f64,
+}
+
+/// Streams `video` in windows of `window_frames` frames, starting at `start`.
+pub async fn send_video(
+    ch: &Channel,
+    video: &Video,
+    window_frames: u32,
+    start: Instant,
+) -> Result<SenderReport, SessionError> {
+    let sender = PpsSender::new(video, window_frames).map_err(SessionError::Plan)?;
+    let stream = ch.open_stream(StreamConfig::default())?;
+    let mut ledger = Ledger::default();
+    let mut pending: HashMap<MessageId, (u32, u64)> = HashMap::new();
+    let windows = sender.window_count();
+    let at = |s: f64| tokio::time::Instant::from_std(start + Duration::from_secs_f64(s));
+    for w in 0..windows {
+        let plan = sender.plan(w);
+        collect_until(ch, &mut ledger, &mut pending, at(plan.release_s)).await;
+        // Window w-2 passed its deadline a whole period ago: its count is final.
+        if let Some(done) = w.checked_sub(2) {
+            announce(ch, stream, done, &ledger)?;
+        }
+        let deadline = start + Duration::from_secs_f64(plan.deadline_s);
+        ledger.planned(w, plan.messages.len() as u32);
+        for m in &plan.messages {
+            let bytes = m.bytes as usize + DATA_HEADER;
+            let data = MediaHeader::data_message(w, m.frame, m.layer, bytes);
+            let msg = Message::new(data)
+                .importance(m.importance)
+                .deadline(deadline);
+            let id = ch.send(stream, msg)?;
+            pending.insert(id, (w, bytes as u64));
+        }
+    }
+    let last = sender.plan(windows.saturating_sub(1));
+    let settle = last.deadline_s + sender.period_s();
+    collect_until(ch, &mut ledger, &mut pending, at(settle)).await;
+    for w in windows.saturating_sub(2)..windows {
+        announce(ch, stream, w, &ledger)?;
+    }
+    ch.flush().await?;
+    let seconds = settle.max(1e-9);
+    Ok(SenderReport {
+        windows,
+        dropped_windows: ledger.dropped_share(),
+        bytes_written: ledger.bytes_written(),
+        throughput_bps: ledger.bytes_written() as f64 * 8.0 / seconds,
+    })
+}
+
+fn announce(ch: &Channel, stream: u64, window: u32, ledger: &Ledger) -> Result<(), lowtide::Error> {
+    let sent = ledger.get(window).written;
+    let msg = Message::new(MediaHeader::window_end_message(window, sent)).importance(u8::MAX);
+    ch.send(stream, msg).map(|_| ())
+}
+
+/// Applies the channel's events to the ledger until `until`.
+async fn collect_until(
+    ch: &Channel,
+    ledger: &mut Ledger,
+    pending: &mut HashMap<MessageId, (u32, u64)>,
+    until: tokio::time::Instant,
+) {
+    loop {
+        let event = tokio::select! {
+            e = ch.next_event() => e,
+            _ = tokio::time::sleep_until(until) => return,
+        };
+        match event {
+            Some(Event::Written { id, .. }) => {
+                if let Some((w, bytes)) = pending.remove(&id) {
+                    ledger.written(w, bytes);
+                }
+            }
+            Some(Event::Cancelled { id, .. }) => {
+                if let Some((w, _)) = pending.remove(&id) {
+                    ledger.cancelled(w);
+                }
+            }
+            Some(_) => {}
+            None => return,
+        }
+    }
+}
+
+/// Receives a stream sent by [`send_video`] until `end` and reports what a viewer saw.
+pub async fn receive_video(
+    ch: &Channel,
+    fps: f64,
+    window_frames: u32,
+    tolerance: Duration,
+    frames: u32,
+    start: Instant,
+    end: Instant,
+) -> PlayoutStats {
+    let mut playout = Playout::new(fps, window_frames, tolerance.as_secs_f64());
+    let end = tokio::time::Instant::from_std(end);
+    loop {
+        let msg = tokio::select! {
+            m = ch.recv() => m,
+            _ = tokio::time::sleep_until(end) => None,
+        };
+        let Some(msg) = msg else { break };
+        // A malformed message is the peer's bug; it is counted out, not fatal.
+        if let Ok(h) = MediaHeader::decode(&msg.data) {
+            let at = msg
+                .received_at
+                .saturating_duration_since(start)
+                .as_secs_f64();
+            playout.on_message(h, at);
+        }
+    }
+    playout.finish(frames)
+}
