@@ -95,6 +95,19 @@ impl Playout {
         }
     }
 
+    /// Windows with at least one message arrived so far.
+    pub fn windows_seen(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Frames up to the end of the last window seen.
+    pub fn frames_covered(&self) -> u32 {
+        self.windows
+            .keys()
+            .next_back()
+            .map_or(0, |w| (w + 1) * self.window_frames)
+    }
+
     /// The layers of `frame` shown at its deadline.
     pub fn shown_layers(&self, frame: u32) -> u32 {
         let deadline = f64::from(frame) / self.fps + self.tolerance_s;

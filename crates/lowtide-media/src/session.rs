@@ -38,12 +38,14 @@ pub struct SenderReport {
     pub throughput_bps: f64,
 }
 
-/// Streams `video` in windows of `window_frames` frames, starting at `start`.
+/// Streams `video` in windows of `window_frames` frames, starting at `start`; `progress`
+/// sees the ledger at each window's release.
 pub async fn send_video(
     ch: &Channel,
     video: &Video,
     window_frames: u32,
     start: Instant,
+    mut progress: impl FnMut(u32, &Ledger),
 ) -> Result<SenderReport, SessionError> {
     let sender = PpsSender::new(video, window_frames).map_err(SessionError::Plan)?;
     let stream = ch.open_stream(StreamConfig::default())?;
@@ -58,6 +60,7 @@ pub async fn send_video(
         if let Some(done) = w.checked_sub(2) {
             announce(ch, stream, done, &ledger)?;
         }
+        progress(w, &ledger);
         let deadline = start + Duration::from_secs_f64(plan.deadline_s);
         ledger.planned(w, plan.messages.len() as u32);
         for m in &plan.messages {
@@ -121,21 +124,30 @@ async fn collect_until(
     }
 }
 
-/// Receives a stream sent by [`send_video`] until `end` and reports what a viewer saw.
+/// Receives a stream sent by [`send_video`] until `end` (or the channel closes) and reports
+/// what a viewer saw over `frames` frames (None: up to the last window seen); `progress`
+/// sees the playout once a second.
+#[allow(clippy::too_many_arguments)]
 pub async fn receive_video(
     ch: &Channel,
     fps: f64,
     window_frames: u32,
     tolerance: Duration,
-    frames: u32,
+    frames: Option<u32>,
     start: Instant,
     end: Instant,
+    mut progress: impl FnMut(&Playout),
 ) -> PlayoutStats {
     let mut playout = Playout::new(fps, window_frames, tolerance.as_secs_f64());
     let end = tokio::time::Instant::from_std(end);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         let msg = tokio::select! {
             m = ch.recv() => m,
+            _ = tick.tick() => {
+                progress(&playout);
+                continue;
+            }
             _ = tokio::time::sleep_until(end) => None,
         };
         let Some(msg) = msg else { break };
@@ -148,5 +160,6 @@ pub async fn receive_video(
             playout.on_message(h, at);
         }
     }
+    let frames = frames.unwrap_or_else(|| playout.frames_covered());
     playout.finish(frames)
 }
