@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod media;
 mod netem;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +25,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Transport benchmarks over loopback against raw TCP measured in the same run.
     Bench(bench::BenchArgs),
+    /// Stream layered video to `lowtide recv` with priority-progress streaming.
+    Send(media::SendArgs),
+    /// Receive a `lowtide send` stream and report what a viewer saw.
+    Recv(media::RecvArgs),
     /// The emulated network: check it, clean up after killed runs, run a command behind it.
     #[command(subcommand)]
     Netem(netem::NetemCommand),
@@ -43,6 +48,8 @@ fn main() {
         Command::Bench(args) => bench::run(args).map(|()| 0),
         Command::Demo(args) => demo::run(args),
         Command::Netem(cmd) => netem::run(cmd),
+        Command::Send(args) => media::send(args),
+        Command::Recv(args) => media::recv(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

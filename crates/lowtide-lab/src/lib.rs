@@ -7,12 +7,20 @@
 //! - [`floor`]: the network-floor probe (small UDP packets every 10 ms);
 //! - [`summary`]: latency percentiles and shares over thresholds;
 //! - [`report`]: plots and the HTML report;
-//! - [`demo`]: `lowtide demo`, the main job.
+//! - [`demo`]: `lowtide demo`, the main job;
+//! - [`scenario`]: scenario files (TOML), checked before anything runs;
+//! - [`runner`]: `lowtide lab run`, trials side by side and sequential, the run folder;
+//! - [`results`]: raw records, their CSV, and `summary.json`;
+//! - [`render`]: a run folder's `report.html`, from its summary and CSV alone.
 
 pub mod clock;
 pub mod demo;
 pub mod floor;
+pub mod render;
 pub mod report;
+pub mod results;
+pub mod runner;
+pub mod scenario;
 pub mod stream;
 pub mod summary;
 

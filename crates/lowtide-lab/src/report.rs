@@ -14,12 +14,33 @@ pub struct Series<'a> {
     pub samples: &'a [Sample],
 }
 
-const COLORS: [RGBColor; 4] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(120, 120, 120),
     RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
 ];
+
+/// The series name the floor probe is drawn under; it is always grey.
+pub const FLOOR_SERIES: &str = "network floor (UDP)";
+
+/// Grey for the floor probe; the palette (grey skipped) for the rest, in order.
+fn color_of(i: usize, name: &str) -> RGBColor {
+    if name == FLOOR_SERIES {
+        return COLORS[2];
+    }
+    let palette: Vec<RGBColor> = COLORS
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| *k != 2)
+        .map(|(_, c)| *c)
+        .collect();
+    palette[i % palette.len()]
+}
 
 fn plot_err(what: &str) -> impl FnOnce(String) -> LabError + '_ {
     move |e| LabError::io(format!("drawing {what}"), e)
@@ -53,7 +74,7 @@ pub fn latency_over_time(
             .draw()
             .map_err(|e| e.to_string())?;
         for (i, s) in series.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
+            let color = color_of(i, s.name);
             chart
                 .draw_series(
                     s.samples
@@ -105,7 +126,7 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> Result<(), La
             .draw()
             .map_err(|e| e.to_string())?;
         for (i, s) in series.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
+            let color = color_of(i, s.name);
             let mut v: Vec<f64> = s.samples.iter().map(|x| x.latency_ms.max(1.0)).collect();
             v.sort_by(|a, b| a.total_cmp(b));
             let n = v.len().max(1) as f64;
@@ -139,6 +160,78 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> Result<(), La
         Ok(())
     })
     .map_err(plot_err("the latency distribution"))
+}
+
+/// One bar of [`normalized_throughput`]: a label, the mean and its 95% interval.
+pub struct Bar {
+    pub label: String,
+    pub mean: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// Throughput normalised to plain TCP: a bar per variant, the 95% confidence interval over
+/// runs as a whisker (as Goel et al. Fig. 6 shows it), a line at 1.
+pub fn normalized_throughput(path: &Path, title: &str, bars: &[Bar]) -> Result<(), LabError> {
+    let ymax = bars
+        .iter()
+        .map(|b| b.high.max(b.mean))
+        .fold(1.2f64, f64::max)
+        * 1.1;
+    let n = bars.len().max(1);
+    draw(path, |root| {
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(60)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..n as f64, 0f64..ymax)
+            .map_err(|e| e.to_string())?;
+        let label_of = |x: &f64| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 1e-6 {
+                bars.get(i).map(|b| b.label.clone()).unwrap_or_default()
+            } else {
+                String::new()
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(2 * n + 1)
+            .x_label_formatter(&label_of)
+            .y_desc("throughput / plain TCP's")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, b) in bars.iter().enumerate() {
+            let x = i as f64;
+            let color = color_of(i, &b.label);
+            chart
+                .draw_series([Rectangle::new(
+                    [(x + 0.2, 0.0), (x + 0.8, b.mean)],
+                    color.mix(0.7).filled(),
+                )])
+                .map_err(|e| e.to_string())?;
+            let whisker = [
+                vec![(x + 0.5, b.low), (x + 0.5, b.high)],
+                vec![(x + 0.4, b.low), (x + 0.6, b.low)],
+                vec![(x + 0.4, b.high), (x + 0.6, b.high)],
+            ];
+            for w in whisker {
+                chart
+                    .draw_series(LineSeries::new(w, BLACK.stroke_width(2)))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, 1.0), (n as f64, 1.0)],
+                BLACK.mix(0.5),
+            ))
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })
+    .map_err(plot_err("the throughput plot"))
 }
 
 fn draw(

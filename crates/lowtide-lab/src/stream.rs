@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lowtide::{ChannelConfig, Message, StreamConfig};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock;
 use crate::LabError;
@@ -66,8 +66,37 @@ fn runtime() -> Result<tokio::runtime::Runtime, LabError> {
         .map_err(|e| LabError::io("building a tokio runtime", e))
 }
 
+/// What sending cost (Goel et al. Table I): the sender thread runs the application and the
+/// transport's driver on one current-thread runtime, so its CPU time is the sender's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SendCost {
+    pub messages: u64,
+    /// User and system CPU of the sender thread while streaming, seconds.
+    pub cpu_user_s: f64,
+    pub cpu_system_s: f64,
+    /// Times the transport's driver woke up (epoll wake-ups and timers).
+    pub driver_wakeups: u64,
+    /// Chunks staged into the kernel (an upper bound on write calls).
+    pub chunks_written: u64,
+    pub bytes_written: u64,
+    /// Write opportunities the latency controller refused.
+    pub controller_blocked: u64,
+}
+
+/// User and system CPU time of the calling thread, seconds (`/proc/thread-self/stat`, in
+/// USER_HZ = 100 ticks; `None` where it cannot be read).
+pub fn thread_cpu_s() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3, `state`.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split(' ').skip(11);
+    let user: f64 = f.next()?.parse().ok()?;
+    let system: f64 = f.next()?.parse().ok()?;
+    Some((user / 100.0, system / 100.0))
+}
+
 /// Sends until `end`; blocking (builds its own runtime), for a thread inside a sender host.
-pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<u64, LabError> {
+pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<SendCost, LabError> {
     runtime()?.block_on(async move {
         let deadline = Instant::now() + Duration::from_secs(5);
         let ch = loop {
@@ -85,6 +114,7 @@ pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<u64, La
             .map_err(transport("opening a stream"))?;
         let mut payload = vec![0x5a; MESSAGE_BYTES];
         let mut sent = 0u64;
+        let cpu_before = thread_cpu_s();
         let end_t = tokio::time::Instant::from_std(end);
         loop {
             tokio::select! {
@@ -96,9 +126,22 @@ pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<u64, La
                 .map_err(transport("sending"))?;
             sent += 1;
         }
+        let stats = ch.stats();
+        let cpu = thread_cpu_s()
+            .zip(cpu_before)
+            .map_or((0.0, 0.0), |((u1, s1), (u0, s0))| (u1 - u0, s1 - s0));
+        let cost = SendCost {
+            messages: sent,
+            cpu_user_s: cpu.0,
+            cpu_system_s: cpu.1,
+            driver_wakeups: ch.driver_wakeups(),
+            chunks_written: stats.chunks_sent,
+            bytes_written: stats.bytes_written,
+            controller_blocked: stats.controller_blocked,
+        };
         // Plain TCP still has seconds of data queued: do not wait for it.
         ch.close(0, "measurement over").await;
-        Ok(sent)
+        Ok(cost)
     })
 }
 
@@ -143,4 +186,22 @@ pub fn receive(
         }
         Ok(out)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_cpu_time_grows_with_work() {
+        let (u0, s0) = thread_cpu_s().expect("/proc/thread-self/stat is readable");
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(300) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let (u1, s1) = thread_cpu_s().unwrap();
+        assert!(u1 + s1 - u0 - s0 >= 0.1, "{u0} {s0} -> {u1} {s1}");
+    }
 }

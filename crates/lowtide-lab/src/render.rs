@@ -1,0 +1,404 @@
+//! A run folder's `report.html` and its SVG plots, from `summary.json` and the raw records
+//! alone: `lowtide lab report DIR` re-renders without namespaces, and tests render recorded
+//! data.
+
+use std::path::Path;
+
+use crate::report::{self, Bar, Series};
+use crate::results::{LabSummary, TrialRecord, VariantSummary, FLOOR};
+use crate::scenario::Mode;
+use crate::stream::Sample;
+use crate::LabError;
+
+/// Files a report consists of, besides the SVGs.
+pub const REPORT: &str = "report.html";
+pub const SUMMARY: &str = "summary.json";
+pub const MESSAGES: &str = "messages.csv";
+pub const SCENARIO: &str = "scenario.toml";
+
+/// Writes every plot and `report.html` into `dir`.
+pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(), LabError> {
+    let mut sections = vec![intro(s)];
+    let mut modes: Vec<Mode> = s.variants.iter().map(|v| v.mode).collect();
+    modes.dedup();
+    for mode in modes {
+        let variants: Vec<&VariantSummary> = s.variants.iter().filter(|v| v.mode == mode).collect();
+        sections.push(format!("<h2>{}</h2>", mode_title(mode, s.runs)));
+        sections.push(variant_table(&variants, s));
+        if variants.iter().any(|v| v.sender_cost.is_some()) {
+            sections.push(
+                "<h3>What sending cost (Goel et al. Table I)</h3><p>The sender thread runs the \
+                 application and lowtide's driver on one runtime: its CPU time is the sender's, \
+                 for the whole run, mean over runs. Side by side, the variants share the machine.</p>"
+                    .into(),
+            );
+            sections.push(cost_table(&variants));
+        }
+        let tag = mode.as_str();
+        latency_plot(dir, tag, mode, s, records)?;
+        cdf_plot(dir, tag, mode, s, records)?;
+        let which = match mode {
+            Mode::SideBySide => "run 1",
+            Mode::Sequential => {
+                "run 1 of each variant, each in its own network; the floor of the first"
+            }
+        };
+        sections.push(format!(
+            "<h3>Latency over time ({which})</h3><img src=\"latency-{tag}.svg\" alt=\"latency over time\">\
+             <h3>Latency distribution ({} s to {} s, all runs)</h3><img src=\"cdf-{tag}.svg\" alt=\"latency CDF\">",
+            s.window.from_s, s.window.to_s
+        ));
+        if s.baseline.is_some() {
+            let bars: Vec<Bar> = variants
+                .iter()
+                .filter_map(|v| {
+                    let n = v.normalized_throughput?;
+                    Some(Bar {
+                        label: v.name.clone(),
+                        mean: n.mean,
+                        low: n.ci95_low,
+                        high: n.ci95_high,
+                    })
+                })
+                .collect();
+            if !bars.is_empty() {
+                report::normalized_throughput(
+                    &dir.join(format!("throughput-{tag}.svg")),
+                    &format!(
+                        "Throughput normalised to {} (mean, 95% CI over runs)",
+                        s.baseline.as_deref().unwrap_or("TCP")
+                    ),
+                    &bars,
+                )?;
+                sections.push(format!(
+                    "<h3>Normalised throughput</h3><img src=\"throughput-{tag}.svg\" alt=\"normalised throughput\">"
+                ));
+            }
+        }
+    }
+    if !s.goals.is_empty() {
+        sections.push("<h2>Goals</h2>".into());
+        sections.push(goal_table(s));
+    }
+    sections.push("<h2>The bottleneck in each run</h2>".into());
+    sections.push(trial_table(s));
+    sections.push(format!(
+        "<p>Raw data: <a href=\"{MESSAGES}\">{MESSAGES}</a> (one line per delivered message and per probe), \
+         <a href=\"{SUMMARY}\">{SUMMARY}</a>, <a href=\"{SCENARIO}\">{SCENARIO}</a>.</p>"
+    ));
+    let title = format!(
+        "lowtide lab: {}{}",
+        s.scenario,
+        if s.quick { " (--quick)" } else { "" }
+    );
+    let html = report::page(&title, &s.provenance, &sections);
+    let path = dir.join(REPORT);
+    std::fs::write(&path, html).map_err(|e| LabError::io(format!("writing {}", path.display()), e))
+}
+
+fn mode_title(mode: Mode, runs: u32) -> String {
+    match mode {
+        Mode::SideBySide => format!(
+            "Side by side: every variant at once through the same bottleneck ({runs} run{})",
+            if runs == 1 { "" } else { "s" }
+        ),
+        Mode::Sequential => format!(
+            "Sequential: one variant at a time, {runs} run{} each",
+            if runs == 1 { "" } else { "s" }
+        ),
+    }
+}
+
+fn intro(s: &LabSummary) -> String {
+    let e = report::escape;
+    let mut out = String::new();
+    if !s.description.is_empty() {
+        out.push_str(&format!("<p>{}</p>", e(&s.description)));
+    }
+    out.push_str(&format!(
+        "<p><b>Network:</b> {}. Each variant's stream writes a 1448-byte message whenever its \
+         transport can take one; latency is the receiver's read time minus the sender's write \
+         time (one process, one clock). The network floor is a UDP probe every 10 ms through the \
+         same bottleneck; sender-side latency is a message's latency minus the floor at that \
+         moment. Statistics cover messages sent from {} s to {} s of {} s.</p>",
+        e(&s.network),
+        s.window.from_s,
+        s.window.to_s,
+        s.duration_s
+    ));
+    if s.quick {
+        out.push_str("<p><b>This is a --quick run</b>: times scaled down and one run; quote the full-scale run.</p>");
+    }
+    let p = &s.paper;
+    if !p.figure.is_empty() || !p.text.is_empty() {
+        out.push_str(&format!(
+            "<p><b>Paper ({}):</b> {}</p>",
+            e(&p.figure),
+            e(&p.text)
+        ));
+    }
+    if !p.differences.is_empty() {
+        out.push_str(&format!(
+            "<p><b>Differences from the paper:</b> {}</p>",
+            e(&p.differences)
+        ));
+    }
+    let f = &s.floor.latency_ms;
+    out.push_str(&format!(
+        "<p><b>Network floor</b> (UDP probe): p50 {:.1} ms, p99 {:.1} ms, {:.1}% over 160 ms, {:.1}% over 500 ms.</p>",
+        f.p50,
+        f.p99,
+        f.share_over(160.0) * 100.0,
+        f.share_over(500.0) * 100.0
+    ));
+    out
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
+    let rows: Vec<Vec<String>> = variants
+        .iter()
+        .map(|v| {
+            let l = &v.latency_ms;
+            let vs = match v.normalized_throughput {
+                Some(n) if n.runs > 1 => format!(
+                    "{:.0}% [{:.0}, {:.0}]",
+                    n.mean * 100.0,
+                    n.ci95_low * 100.0,
+                    n.ci95_high * 100.0
+                ),
+                Some(n) => format!("{:.0}%", n.mean * 100.0),
+                None => "-".into(),
+            };
+            let paper = v.paper.as_ref().map_or(String::new(), |p| {
+                let mut parts = vec![];
+                if let Some(x) = p.share_over_160 {
+                    parts.push(format!("≈{} over 160 ms", pct(x)));
+                }
+                if let Some(x) = p.share_over_500 {
+                    parts.push(format!("≈{} over 500 ms", pct(x)));
+                }
+                if let Some(x) = p.goodput_vs_baseline {
+                    parts.push(format!("≈{:.0}% of TCP's throughput", x * 100.0));
+                }
+                if let Some(t) = &p.text {
+                    parts.push(t.clone());
+                }
+                parts.join("; ")
+            });
+            vec![
+                v.name.clone(),
+                format!(
+                    "{} / {}{}",
+                    v.controller,
+                    v.congestion,
+                    if v.ecn { " / ECN" } else { "" }
+                ),
+                format!("{:.0}", l.p50),
+                format!("{:.0}", l.p90),
+                format!("{:.0}", l.p99),
+                format!("{:.0}", l.p999),
+                pct(l.share_over(160.0)),
+                pct(l.share_over(500.0)),
+                format!("{:.0} / {:.0}", v.sender_side_ms.p50, v.sender_side_ms.p99),
+                format!("{:.2}", v.goodput_bps / 1e6),
+                vs,
+                paper,
+            ]
+        })
+        .collect();
+    let baseline = format!("vs {}", s.baseline.as_deref().unwrap_or("baseline"));
+    report::html_table(
+        &[
+            "variant",
+            "controller / cc",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "over 160 ms",
+            "over 500 ms",
+            "sender-side p50 / p99 ms",
+            "goodput Mbit/s",
+            &baseline,
+            "paper",
+        ],
+        &rows,
+    )
+}
+
+fn cost_table(variants: &[&VariantSummary]) -> String {
+    let rows: Vec<Vec<String>> = variants
+        .iter()
+        .filter_map(|v| {
+            let c = v.sender_cost?;
+            Some(vec![
+                v.name.clone(),
+                format!("{:.2}", c.cpu_user_s),
+                format!("{:.2}", c.cpu_system_s),
+                format!("{:.0}", c.messages),
+                format!("{:.0}", c.chunks_written),
+                format!("{:.0}", c.driver_wakeups),
+                format!("{:.2}", c.wakeups_per_message),
+                format!("{:.1}", c.cpu_us_per_message),
+            ])
+        })
+        .collect();
+    report::html_table(
+        &[
+            "variant",
+            "user CPU s",
+            "system CPU s",
+            "messages",
+            "chunks written",
+            "driver wake-ups",
+            "wake-ups per message",
+            "CPU µs per message",
+        ],
+        &rows,
+    )
+}
+
+fn goal_table(s: &LabSummary) -> String {
+    let rows: Vec<Vec<String>> = s
+        .goals
+        .iter()
+        .map(|g| {
+            let bound = match (g.goal.min, g.goal.max) {
+                (Some(lo), Some(hi)) => format!("{lo} to {hi}"),
+                (Some(lo), None) => format!("≥ {lo}"),
+                (None, Some(hi)) => format!("≤ {hi}"),
+                (None, None) => "-".into(),
+            };
+            vec![
+                g.goal.variant.clone(),
+                g.mode.as_str().into(),
+                g.goal.metric.as_str().into(),
+                bound,
+                g.measured.map_or("-".into(), |m| format!("{m:.3}")),
+                if g.met { "met" } else { "NOT met" }.into(),
+                g.goal.why.clone(),
+            ]
+        })
+        .collect();
+    report::html_table(
+        &["variant", "mode", "metric", "goal", "measured", "", "why"],
+        &rows,
+    )
+}
+
+fn trial_table(s: &LabSummary) -> String {
+    let rows: Vec<Vec<String>> = s
+        .trials
+        .iter()
+        .map(|t| {
+            vec![
+                t.mode.map_or("-", Mode::as_str).into(),
+                t.run.to_string(),
+                t.variants.join(", "),
+                t.forward_drops.to_string(),
+                t.forward_marks.to_string(),
+                t.reverse_drops.to_string(),
+                t.forward_max_queue_packets.to_string(),
+                format!("{:.0}", t.forward_sojourn_p99_ms),
+                format!("{:.2}", t.cross_traffic_bps / 1e6),
+            ]
+        })
+        .collect();
+    report::html_table(
+        &[
+            "mode",
+            "run",
+            "streams",
+            "forward drops",
+            "forward ECN marks",
+            "reverse drops",
+            "forward max queue (packets)",
+            "forward sojourn p99 ms",
+            "cross traffic Mbit/s",
+        ],
+        &rows,
+    )
+}
+
+/// Run 1 of a mode: its streams (each variant's own network, sequentially) and one floor.
+fn first_run(mode: Mode, records: &[TrialRecord]) -> (Vec<(&str, &[Sample])>, &[Sample]) {
+    let trials: Vec<&TrialRecord> = records
+        .iter()
+        .filter(|r| r.mode == Some(mode) && r.run == 1)
+        .collect();
+    let streams = trials
+        .iter()
+        .flat_map(|t| t.streams.iter().map(|(n, s)| (n.as_str(), s.as_slice())))
+        .collect();
+    let floor = trials.first().map_or(&[][..], |t| t.floor.as_slice());
+    (streams, floor)
+}
+
+fn latency_plot(
+    dir: &Path,
+    tag: &str,
+    mode: Mode,
+    s: &LabSummary,
+    records: &[TrialRecord],
+) -> Result<(), LabError> {
+    let (streams, floor) = first_run(mode, records);
+    let mut series: Vec<Series> = streams
+        .iter()
+        .map(|(name, samples)| Series { name, samples })
+        .collect();
+    series.push(Series {
+        name: FLOOR,
+        samples: floor,
+    });
+    report::latency_over_time(
+        &dir.join(format!("latency-{tag}.svg")),
+        "Latency of every message against its send time (lines at 160 and 500 ms)",
+        &series,
+        s.duration_s,
+    )
+}
+
+fn cdf_plot(
+    dir: &Path,
+    tag: &str,
+    mode: Mode,
+    s: &LabSummary,
+    records: &[TrialRecord],
+) -> Result<(), LabError> {
+    let in_window = |v: &[Sample]| -> Vec<Sample> {
+        v.iter()
+            .copied()
+            .filter(|x| s.window.contains(x.sent_s))
+            .collect()
+    };
+    let trials: Vec<&TrialRecord> = records.iter().filter(|r| r.mode == Some(mode)).collect();
+    let mut pooled: Vec<(String, Vec<Sample>)> = vec![];
+    for v in s.variants.iter().filter(|v| v.mode == mode) {
+        let all: Vec<Sample> = trials
+            .iter()
+            .flat_map(|t| t.streams.iter().filter(|(n, _)| *n == v.name))
+            .flat_map(|(_, x)| in_window(x))
+            .collect();
+        pooled.push((v.name.clone(), all));
+    }
+    pooled.push((
+        FLOOR.into(),
+        trials.iter().flat_map(|t| in_window(&t.floor)).collect(),
+    ));
+    let series: Vec<Series> = pooled
+        .iter()
+        .map(|(n, x)| Series {
+            name: n,
+            samples: x,
+        })
+        .collect();
+    report::latency_cdf(
+        &dir.join(format!("cdf-{tag}.svg")),
+        "Latency distribution under load (log x)",
+        &series,
+    )
+}

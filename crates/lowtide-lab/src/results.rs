@@ -1,0 +1,614 @@
+//! What a lab run recorded and what it concluded: raw per-message records (one
+//! [`TrialRecord`] per emulated network), their CSV form, and `summary.json`
+//! ([`LabSummary`]). The summary is computed from the records alone, so a report can be
+//! re-rendered from a run folder without namespaces.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::floor;
+use crate::scenario::{Goal, Metric, Mode, PaperFigure, PaperNumbers};
+use crate::stream::{Sample, SendCost, MESSAGE_BYTES};
+use crate::summary::LatencySummary;
+use crate::LabError;
+
+/// The CSV series name of the network-floor probe.
+pub const FLOOR: &str = crate::report::FLOOR_SERIES;
+
+/// One emulated network's worth of data: the streams that ran in it and the floor probe.
+#[derive(Debug, Clone, Default)]
+pub struct TrialRecord {
+    pub mode: Option<Mode>,
+    /// Run number, from 1.
+    pub run: u32,
+    /// Variant name → its messages, in variant order.
+    pub streams: Vec<(String, Vec<Sample>)>,
+    /// Probes, sorted by send time.
+    pub floor: Vec<Sample>,
+    /// Variant name → what its sender spent (not in the CSV: `summary.json` keeps it).
+    pub costs: Vec<(String, SendCost)>,
+}
+
+/// The measurement window, seconds after the start of a run.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Window {
+    pub from_s: f64,
+    pub to_s: f64,
+}
+
+impl Window {
+    pub fn contains(&self, t: f64) -> bool {
+        t >= self.from_s && t < self.to_s
+    }
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LabSummary {
+    pub scenario: String,
+    pub description: String,
+    pub paper: PaperFigure,
+    /// `--quick`: times scaled down, one run; not what the paper comparison quotes.
+    pub quick: bool,
+    pub duration_s: f64,
+    pub window: Window,
+    pub runs: u32,
+    /// The plain-TCP variant goodput ratios refer to.
+    pub baseline: Option<String>,
+    /// The bottleneck in words (rate, delay, queue, AQM), for the report.
+    pub network: String,
+    /// The floor probe over every run (pooled).
+    pub floor: FloorSummary,
+    pub variants: Vec<VariantSummary>,
+    pub goals: Vec<GoalResult>,
+    /// Per emulated network: what the bottleneck did and what cross traffic got.
+    pub trials: Vec<TrialNetwork>,
+    /// Command line, revision, kernel, congestion control, seed.
+    pub provenance: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct FloorSummary {
+    pub latency_ms: LatencySummary,
+    pub share_over_ms: BTreeMap<String, f64>,
+}
+
+/// Sender-side latency: protocol latency minus the floor at that moment.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+pub struct SenderSide {
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// Mean and 95% confidence interval (Student's t) over runs.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+pub struct MeanCi {
+    pub mean: f64,
+    pub ci95_low: f64,
+    pub ci95_high: f64,
+    pub runs: usize,
+}
+
+impl MeanCi {
+    pub fn of(xs: &[f64]) -> Option<Self> {
+        let n = xs.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let half = if n < 2 {
+            0.0
+        } else {
+            let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            t95(n - 1) * (var / n as f64).sqrt()
+        };
+        Some(Self {
+            mean,
+            ci95_low: mean - half,
+            ci95_high: mean + half,
+            runs: n,
+        })
+    }
+}
+
+/// Two-sided 95% quantile of Student's t with `df` degrees of freedom.
+fn t95(df: usize) -> f64 {
+    const T: [f64; 10] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=10 => T[df - 1],
+        11..=20 => 2.086,
+        21..=30 => 2.042,
+        _ => 1.96,
+    }
+}
+
+/// One variant in one mode.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VariantSummary {
+    pub name: String,
+    pub mode: Mode,
+    pub controller: String,
+    pub congestion: String,
+    pub ecn: bool,
+    /// Messages sent in the window and delivered, over all runs.
+    pub messages: usize,
+    /// Pooled over runs, messages sent in the window.
+    pub latency_ms: LatencySummary,
+    pub sender_side_ms: SenderSide,
+    pub share_over_ms: BTreeMap<String, f64>,
+    /// Mean over runs of the payload received in the window, bits/s.
+    pub goodput_bps: f64,
+    pub goodput_runs_bps: Vec<f64>,
+    /// Mean ratio to the baseline's goodput (same run side by side; the baseline's mean
+    /// over runs sequentially).
+    pub goodput_vs_baseline: Option<f64>,
+    pub normalized_throughput: Option<MeanCi>,
+    /// The sender's CPU and wake-ups, mean over runs (Goel et al. Table I).
+    pub sender_cost: Option<SenderCost>,
+    pub paper: Option<PaperNumbers>,
+}
+
+/// Mean over runs of what one sender spent streaming for a whole run.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+pub struct SenderCost {
+    pub cpu_user_s: f64,
+    pub cpu_system_s: f64,
+    pub driver_wakeups: f64,
+    pub chunks_written: f64,
+    pub messages: f64,
+    /// CPU (user + system) per message sent, µs.
+    pub cpu_us_per_message: f64,
+    pub wakeups_per_message: f64,
+}
+
+impl SenderCost {
+    fn mean_of(costs: &[SendCost]) -> Option<Self> {
+        if costs.is_empty() {
+            return None;
+        }
+        let n = costs.len() as f64;
+        let avg = |f: fn(&SendCost) -> f64| costs.iter().map(f).sum::<f64>() / n;
+        let messages = avg(|c| c.messages as f64);
+        let user = avg(|c| c.cpu_user_s);
+        let system = avg(|c| c.cpu_system_s);
+        let wakeups = avg(|c| c.driver_wakeups as f64);
+        let per = |x: f64| if messages > 0.0 { x / messages } else { 0.0 };
+        Some(Self {
+            cpu_user_s: user,
+            cpu_system_s: system,
+            driver_wakeups: wakeups,
+            chunks_written: avg(|c| c.chunks_written as f64),
+            messages,
+            cpu_us_per_message: per((user + system) * 1e6),
+            wakeups_per_message: per(wakeups),
+        })
+    }
+}
+
+/// A goal and whether the run met it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GoalResult {
+    #[serde(flatten)]
+    pub goal: Goal,
+    pub mode: Mode,
+    pub measured: Option<f64>,
+    pub met: bool,
+}
+
+/// What one emulated network did.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct TrialNetwork {
+    pub mode: Option<Mode>,
+    pub run: u32,
+    pub variants: Vec<String>,
+    pub forward_drops: u64,
+    pub forward_marks: u64,
+    pub reverse_drops: u64,
+    pub forward_max_queue_packets: u32,
+    pub forward_sojourn_p99_ms: f64,
+    /// Bytes the cross-traffic sinks received, as bits/s over the run.
+    pub cross_traffic_bps: f64,
+}
+
+/// Facts about the variants the summary needs besides the records.
+#[derive(Debug, Clone)]
+pub struct VariantInfo {
+    pub name: String,
+    pub controller: String,
+    pub congestion: String,
+    pub ecn: bool,
+    pub paper: Option<PaperNumbers>,
+}
+
+/// Payload bits/s of the messages *received* in the window: a queue that holds seconds of
+/// data cannot count what it never delivered.
+pub fn goodput_bps(samples: &[Sample], w: Window) -> f64 {
+    let n = samples
+        .iter()
+        .filter(|s| w.contains(s.sent_s + s.latency_ms / 1e3))
+        .count();
+    n as f64 * MESSAGE_BYTES as f64 * 8.0 / (w.to_s - w.from_s)
+}
+
+/// Summarises every variant of every mode from the records.
+pub fn summarize_variants(
+    records: &[TrialRecord],
+    infos: &[VariantInfo],
+    baseline: Option<&str>,
+    w: Window,
+) -> Vec<VariantSummary> {
+    let mut modes: Vec<Mode> = records.iter().filter_map(|r| r.mode).collect();
+    modes.sort();
+    modes.dedup();
+    let mut out = vec![];
+    for mode in modes {
+        let trials: Vec<&TrialRecord> = records.iter().filter(|r| r.mode == Some(mode)).collect();
+        // Goodput per (variant, run).
+        let goodput_of = |name: &str| -> Vec<(u32, f64)> {
+            trials
+                .iter()
+                .flat_map(|t| {
+                    t.streams
+                        .iter()
+                        .filter(|(n, _)| n == name)
+                        .map(|(_, s)| (t.run, goodput_bps(s, w)))
+                })
+                .collect()
+        };
+        let base_runs = baseline.map(&goodput_of).unwrap_or_default();
+        let base_mean = MeanCi::of(&base_runs.iter().map(|x| x.1).collect::<Vec<_>>());
+        for info in infos {
+            let mut lat = vec![];
+            let mut sender_side = vec![];
+            for t in &trials {
+                for (_, samples) in t.streams.iter().filter(|(n, _)| *n == info.name) {
+                    for s in samples.iter().filter(|s| w.contains(s.sent_s)) {
+                        lat.push(s.latency_ms);
+                        if let Some(f) = floor::at(&t.floor, s.sent_s) {
+                            sender_side.push((s.latency_ms - f).max(0.0));
+                        }
+                    }
+                }
+            }
+            if lat.is_empty()
+                && !trials
+                    .iter()
+                    .any(|t| t.streams.iter().any(|(n, _)| *n == info.name))
+            {
+                continue;
+            }
+            let runs = goodput_of(&info.name);
+            let ratios: Vec<f64> = match (mode, base_mean) {
+                (Mode::SideBySide, _) => runs
+                    .iter()
+                    .filter_map(|(run, g)| {
+                        let b = base_runs.iter().find(|(r, _)| r == run)?.1;
+                        (b > 0.0).then(|| g / b)
+                    })
+                    .collect(),
+                (Mode::Sequential, Some(b)) if b.mean > 0.0 => {
+                    runs.iter().map(|(_, g)| g / b.mean).collect()
+                }
+                _ => vec![],
+            };
+            let normalized = MeanCi::of(&ratios);
+            let costs: Vec<SendCost> = trials
+                .iter()
+                .flat_map(|t| {
+                    t.costs
+                        .iter()
+                        .filter(|(n, _)| *n == info.name)
+                        .map(|(_, c)| *c)
+                })
+                .collect();
+            let latency = LatencySummary::of(&lat);
+            let ss = LatencySummary::of(&sender_side);
+            let goodputs: Vec<f64> = runs.iter().map(|x| x.1).collect();
+            out.push(VariantSummary {
+                name: info.name.clone(),
+                mode,
+                controller: info.controller.clone(),
+                congestion: info.congestion.clone(),
+                ecn: info.ecn,
+                messages: latency.count,
+                share_over_ms: latency.share_over_ms.clone(),
+                latency_ms: latency,
+                sender_side_ms: SenderSide {
+                    p50: ss.p50,
+                    p99: ss.p99,
+                },
+                goodput_bps: MeanCi::of(&goodputs).map_or(0.0, |m| m.mean),
+                goodput_runs_bps: goodputs,
+                goodput_vs_baseline: normalized.map(|n| n.mean),
+                normalized_throughput: normalized,
+                sender_cost: SenderCost::mean_of(&costs),
+                paper: info.paper.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// The floor probe pooled over every trial, in the window.
+pub fn summarize_floor(records: &[TrialRecord], w: Window) -> FloorSummary {
+    let lat: Vec<f64> = records
+        .iter()
+        .flat_map(|r| r.floor.iter().filter(|s| w.contains(s.sent_s)))
+        .map(|s| s.latency_ms)
+        .collect();
+    let latency_ms = LatencySummary::of(&lat);
+    FloorSummary {
+        share_over_ms: latency_ms.share_over_ms.clone(),
+        latency_ms,
+    }
+}
+
+/// Checks each goal in each mode the variant ran in.
+pub fn check_goals(
+    goals: &[Goal],
+    variants: &[VariantSummary],
+    floor: &FloorSummary,
+) -> Vec<GoalResult> {
+    let mut out = vec![];
+    for g in goals {
+        for v in variants.iter().filter(|v| v.name == g.variant) {
+            let measured = match g.metric {
+                Metric::LatencyP50Ms => Some(v.latency_ms.p50),
+                Metric::LatencyP99Ms => Some(v.latency_ms.p99),
+                Metric::SenderSideP99Ms => Some(v.sender_side_ms.p99),
+                Metric::ShareOver160 => Some(v.latency_ms.share_over(160.0)),
+                Metric::ShareOver160AboveFloor => {
+                    Some(v.latency_ms.share_over(160.0) - floor.latency_ms.share_over(160.0))
+                }
+                Metric::GoodputVsBaseline => v.goodput_vs_baseline,
+            };
+            let met = measured
+                .is_some_and(|m| g.min.is_none_or(|lo| m >= lo) && g.max.is_none_or(|hi| m <= hi));
+            out.push(GoalResult {
+                goal: g.clone(),
+                mode: v.mode,
+                measured,
+                met,
+            });
+        }
+    }
+    out
+}
+
+/// The raw CSV: one line per delivered message and per probe.
+pub fn to_csv(records: &[TrialRecord]) -> String {
+    let mut out = String::from("mode,run,series,sent_s,latency_ms\n");
+    for r in records {
+        let mode = r.mode.map_or("", Mode::as_str);
+        let all = r
+            .streams
+            .iter()
+            .map(|(n, s)| (n.as_str(), s))
+            .chain([(FLOOR, &r.floor)]);
+        for (name, samples) in all {
+            for p in samples {
+                let _ = writeln!(
+                    out,
+                    "{mode},{},\"{name}\",{:.6},{:.3}",
+                    r.run, p.sent_s, p.latency_ms
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Reads what [`to_csv`] wrote back into records.
+pub fn from_csv(text: &str) -> Result<Vec<TrialRecord>, LabError> {
+    let mut records: Vec<TrialRecord> = vec![];
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let bad = |what: &str| {
+            LabError::io(
+                format!("reading messages.csv line {}", i + 1),
+                what.to_string(),
+            )
+        };
+        let cols = split_csv_line(line);
+        let [mode, run, series, sent, lat] = cols[..] else {
+            return Err(bad("expected 5 columns: mode,run,series,sent_s,latency_ms"));
+        };
+        let mode = match mode {
+            "side_by_side" => Some(Mode::SideBySide),
+            "sequential" => Some(Mode::Sequential),
+            "" => None,
+            _ => return Err(bad("mode is not side_by_side or sequential")),
+        };
+        let run: u32 = run.parse().map_err(|_| bad("run is not a number"))?;
+        let sample = Sample {
+            sent_s: sent.parse().map_err(|_| bad("sent_s is not a number"))?,
+            latency_ms: lat.parse().map_err(|_| bad("latency_ms is not a number"))?,
+        };
+        // A new trial starts when (mode, run) changes, or when a stream follows the floor
+        // (sequential runs have the same (mode, run) for each variant).
+        let new_trial = match records.last() {
+            None => true,
+            Some(t) => {
+                t.mode != mode
+                    || t.run != run
+                    || (series != FLOOR
+                        && !t.floor.is_empty()
+                        && !t.streams.iter().any(|(n, _)| n == series))
+            }
+        };
+        if new_trial {
+            records.push(TrialRecord {
+                mode,
+                run,
+                ..TrialRecord::default()
+            });
+        }
+        let t = records.last_mut().expect("pushed above");
+        if series == FLOOR {
+            t.floor.push(sample);
+        } else {
+            match t.streams.iter_mut().find(|(n, _)| n == series) {
+                Some((_, s)) => s.push(sample),
+                None => t.streams.push((series.to_string(), vec![sample])),
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Splits one CSV line; a field in double quotes may hold commas (variant names such as
+/// `MinBuf(1,3)` do). Names never hold quotes or newlines (the scenario check forbids them).
+fn split_csv_line(line: &str) -> Vec<&str> {
+    let mut out = vec![];
+    let mut rest = line;
+    loop {
+        if let Some(quoted) = rest.strip_prefix('"') {
+            let Some(end) = quoted.find('"') else {
+                out.push(quoted);
+                return out;
+            };
+            out.push(&quoted[..end]);
+            match quoted[end + 1..].strip_prefix(',') {
+                Some(r) => rest = r,
+                None => return out,
+            }
+        } else {
+            match rest.split_once(',') {
+                Some((field, r)) => {
+                    out.push(field);
+                    rest = r;
+                }
+                None => {
+                    out.push(rest);
+                    return out;
+                }
+            }
+        }
+    }
+}
+
+pub fn write_json(path: &Path, s: &LabSummary) -> Result<(), LabError> {
+    let text =
+        serde_json::to_string_pretty(s).map_err(|e| LabError::io("encoding summary.json", e))?;
+    std::fs::write(path, text).map_err(|e| LabError::io(format!("writing {}", path.display()), e))
+}
+
+pub fn read_json(path: &Path) -> Result<LabSummary, LabError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| LabError::io(format!("reading {}", path.display()), e))?;
+    serde_json::from_str(&text).map_err(|e| LabError::io(format!("decoding {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` messages over 10 s.
+    fn samples(latency: f64, n: usize) -> Vec<Sample> {
+        (0..n)
+            .map(|i| Sample {
+                sent_s: i as f64 * 10.0 / n as f64,
+                latency_ms: latency,
+            })
+            .collect()
+    }
+
+    fn records() -> Vec<TrialRecord> {
+        vec![
+            TrialRecord {
+                mode: Some(Mode::SideBySide),
+                run: 1,
+                streams: vec![
+                    ("TCP".into(), samples(400.0, 1000)),
+                    ("MB".into(), samples(60.0, 900)),
+                ],
+                floor: samples(50.0, 1000),
+                costs: vec![],
+            },
+            TrialRecord {
+                mode: Some(Mode::Sequential),
+                run: 1,
+                streams: vec![("TCP".into(), samples(400.0, 1000))],
+                floor: samples(50.0, 1000),
+                costs: vec![],
+            },
+            TrialRecord {
+                mode: Some(Mode::Sequential),
+                run: 1,
+                streams: vec![("MB".into(), samples(60.0, 800))],
+                floor: samples(50.0, 1000),
+                costs: vec![],
+            },
+        ]
+    }
+
+    fn infos() -> Vec<VariantInfo> {
+        ["TCP", "MB"]
+            .iter()
+            .map(|n| VariantInfo {
+                name: n.to_string(),
+                controller: n.to_string(),
+                congestion: "cubic".into(),
+                ecn: false,
+                paper: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn csv_round_trips_trials_including_sequential_ones() {
+        let r = records();
+        let back = from_csv(&to_csv(&r)).unwrap();
+        assert_eq!(back.len(), 3);
+        assert_eq!(back[2].streams[0].0, "MB");
+        assert_eq!(
+            split_csv_line("a,1,\"MinBuf(1,3)\",2.0,3.5"),
+            ["a", "1", "MinBuf(1,3)", "2.0", "3.5"]
+        );
+        assert_eq!(back[1].floor.len(), 1000);
+        assert!((back[0].streams[1].1[5].sent_s - r[0].streams[1].1[5].sent_s).abs() < 1e-6);
+    }
+
+    #[test]
+    fn summary_has_sender_side_latency_and_goodput_ratios() {
+        let w = Window {
+            from_s: 1.0,
+            to_s: 9.0,
+        };
+        let v = summarize_variants(&records(), &infos(), Some("TCP"), w);
+        assert_eq!(v.len(), 4);
+        let mb = v
+            .iter()
+            .find(|v| v.name == "MB" && v.mode == Mode::SideBySide)
+            .unwrap();
+        assert!((mb.sender_side_ms.p99 - 10.0).abs() < 1e-9);
+        assert!(
+            (mb.goodput_vs_baseline.unwrap() - 0.9).abs() < 0.02,
+            "{mb:?}"
+        );
+        let seq = v
+            .iter()
+            .find(|v| v.name == "MB" && v.mode == Mode::Sequential)
+            .unwrap();
+        assert!(
+            (seq.goodput_vs_baseline.unwrap() - 0.8).abs() < 0.02,
+            "{seq:?}"
+        );
+        assert_eq!(seq.share_over_ms["160"], 0.0);
+        let floor = summarize_floor(&records(), w);
+        assert_eq!(floor.latency_ms.p50, 50.0);
+    }
+
+    #[test]
+    fn confidence_interval_uses_student_t() {
+        let m = MeanCi::of(&[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(m.mean, 2.0);
+        assert!((m.ci95_high - (2.0 + 4.303 / 3f64.sqrt())).abs() < 1e-9);
+        assert_eq!(MeanCi::of(&[5.0]).unwrap().ci95_low, 5.0);
+    }
+}

@@ -1,0 +1,855 @@
+//! Scenario files: one experiment as TOML, checked in full before any namespace exists.
+//!
+//! A scenario names the paper figure it reproduces (and the paper's numbers), the topology
+//! (a [`TopologyConfig`], inline), forward and reverse cross traffic (lowtide-traffic
+//! schedules), the variants to compare, and how to run them: all at once through the same
+//! bottleneck (`side_by_side`, distinct ports, machine noise cancels) and/or one after another
+//! (`sequential`, the paper's way, N runs each). A `[quick]` block scales it down for CI.
+//!
+//! ```toml
+//! name = "fig3-forward"
+//! [paper]
+//! figure = "Goel, Krasic, Walpole 2008, Fig. 3"
+//! text = "about 30% of TCP's packets over 160 ms, under 2% for MIN_BUF(1,3)"
+//! [run]
+//! modes = ["side_by_side"]
+//! duration_s = 80.0
+//! measure_from_s = 5.0
+//! measure_to_s = 75.0
+//! [quick]
+//! time_scale = 0.375
+//! [topology]                      # lowtide_netem::TopologyConfig
+//! forward = { rate_mbps = 30, delay_ms = 50 }
+//! reverse = { rate_mbps = 30, delay_ms = 50 }
+//! [[forward_traffic.flow]]        # lowtide_traffic::schedule::Schedule, from sender 0
+//! kind = "elephant"
+//! count = 15
+//! start_s = 5.0
+//! stop_s = 60.0
+//! congestion_control = "cubic"
+//! [[variant]]
+//! name = "TCP"
+//! controller = "unlimited"
+//! paper = { share_over_160 = 0.30 }
+//! [[variant]]
+//! name = "MinBuf(1,3)"
+//! controller = { min_buf = { a = 1, b = 3 } }
+//! ```
+//!
+//! Every error names the field, the value and what is allowed.
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+
+use lowtide::ControllerConfig;
+use lowtide_netem::{ConfigError, TopologyConfig};
+use lowtide_traffic::schedule::{FlowSpec, Plan, Schedule, ScheduleError};
+use serde::{Deserialize, Serialize};
+
+/// Variants per scenario at most (each side-by-side variant is one more stream in the queue).
+pub const MAX_VARIANTS: usize = 8;
+/// Runs per mode at most.
+pub const MAX_RUNS: u32 = 100;
+/// Shortest and longest run, seconds.
+pub const DURATION_RANGE_S: (f64, f64) = (5.0, 3600.0);
+/// First port of the measured streams; variant `i` listens on `STREAM_PORT + i`.
+pub const STREAM_PORT: u16 = 6001;
+
+/// A scenario as written.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name: the output folder and the report title use it.
+    pub name: String,
+    /// What the scenario shows, for the report.
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub paper: PaperFigure,
+    pub run: RunConfig,
+    #[serde(default)]
+    pub quick: QuickConfig,
+    pub topology: TopologyConfig,
+    /// Cross traffic from sender host 0 toward the receivers (`target` = receiver index).
+    #[serde(default)]
+    pub forward_traffic: Schedule,
+    /// Cross traffic from a receiver host toward the senders: it loads the reverse path,
+    /// where the measured streams' acks travel (Fig. 4).
+    #[serde(default)]
+    pub reverse_traffic: ReverseTraffic,
+    #[serde(default)]
+    pub application: Application,
+    #[serde(rename = "variant")]
+    pub variants: Vec<Variant>,
+    /// Numeric goals checked against the measured summary.
+    #[serde(default, rename = "goal")]
+    pub goals: Vec<Goal>,
+}
+
+/// The paper's figure and what it reports, shown beside our numbers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PaperFigure {
+    /// E.g. "Goel, Krasic, Walpole 2008, Fig. 3".
+    #[serde(default)]
+    pub figure: String,
+    /// The paper's numbers and set-up, free text.
+    #[serde(default)]
+    pub text: String,
+    /// Where our set-up differs from the paper's (the report says so).
+    #[serde(default)]
+    pub differences: String,
+}
+
+/// How the variants run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub modes: Vec<Mode>,
+    /// Length of one run, seconds.
+    pub duration_s: f64,
+    /// Statistics cover messages sent from here...
+    #[serde(default)]
+    pub measure_from_s: f64,
+    /// ...to here (default: the end of the run).
+    #[serde(default)]
+    pub measure_to_s: Option<f64>,
+    /// Runs per mode (side by side: runs of all variants at once; sequential: runs per variant).
+    #[serde(default = "one")]
+    pub runs: u32,
+    /// Seed of the emulator's random numbers (run `k` uses `seed + k`).
+    #[serde(default = "one_u64")]
+    pub seed: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+fn one_u64() -> u64 {
+    1
+}
+
+/// How variants share the network.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// All variants at once through one bottleneck and one cross-traffic schedule.
+    SideBySide,
+    /// One variant at a time, each in its own emulated network.
+    Sequential,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::SideBySide => "side_by_side",
+            Mode::Sequential => "sequential",
+        }
+    }
+}
+
+/// The scaled-down form for CI (`--quick`): every time multiplied by `time_scale`, one run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuickConfig {
+    #[serde(default = "default_time_scale")]
+    pub time_scale: f64,
+    #[serde(default = "one")]
+    pub runs: u32,
+}
+
+fn default_time_scale() -> f64 {
+    0.5
+}
+
+impl Default for QuickConfig {
+    fn default() -> Self {
+        Self {
+            time_scale: default_time_scale(),
+            runs: 1,
+        }
+    }
+}
+
+/// Reverse-path cross traffic: a schedule run on receiver `host` toward the senders.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ReverseTraffic {
+    /// Receiver host index that sends (default: the last receiver, away from the streams).
+    #[serde(default)]
+    pub host: Option<usize>,
+    #[serde(default, rename = "flow")]
+    pub flows: Vec<FlowSpec>,
+}
+
+impl ReverseTraffic {
+    pub fn schedule(&self) -> Schedule {
+        Schedule {
+            flows: self.flows.clone(),
+        }
+    }
+}
+
+/// The measured application.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Application {
+    #[serde(default)]
+    pub kind: ApplicationKind,
+    /// Receiver host index the streams go to.
+    #[serde(default)]
+    pub receiver: usize,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplicationKind {
+    /// [`crate::stream`]: one 1448-byte message whenever the transport can take one.
+    #[default]
+    LatencyStream,
+}
+
+/// One way of sending the measured stream.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    pub controller: ControllerConfig,
+    /// Congestion control of this stream's socket (default: `topology.hosts.congestion`).
+    #[serde(default)]
+    pub congestion: Option<String>,
+    /// Negotiate ECN: the stream's sender host requests it (`net.ipv4.tcp_ecn = 1`).
+    /// Default: `topology.hosts.ecn`.
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    /// Sender host index (ECN is per host, so ECN and non-ECN variants need different hosts).
+    #[serde(default)]
+    pub sender: usize,
+    /// The paper's numbers for this variant, where it gives them.
+    #[serde(default)]
+    pub paper: Option<PaperNumbers>,
+}
+
+/// What the paper reports for one variant; its numbers are approximate ("about 30%",
+/// "under 2%"), and the report shows them so.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PaperNumbers {
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Share of packets over 160 ms (0..1).
+    #[serde(default)]
+    pub share_over_160: Option<f64>,
+    /// Share of packets over 500 ms (0..1).
+    #[serde(default)]
+    pub share_over_500: Option<f64>,
+    /// Throughput relative to TCP.
+    #[serde(default)]
+    pub goodput_vs_baseline: Option<f64>,
+}
+
+/// A number the run should reach, e.g. MinBuf(1,3)'s sender-side p99 at most one RTT.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Goal {
+    pub variant: String,
+    pub metric: Metric,
+    #[serde(default)]
+    pub min: Option<f64>,
+    #[serde(default)]
+    pub max: Option<f64>,
+    /// Where the goal comes from (issue, paper), for the report.
+    #[serde(default)]
+    pub why: String,
+}
+
+/// Metrics a goal can name.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    LatencyP50Ms,
+    LatencyP99Ms,
+    SenderSideP99Ms,
+    #[serde(rename = "share_over_160")]
+    ShareOver160,
+    /// Share over 160 ms minus the floor probe's: what the sender added above the network.
+    #[serde(rename = "share_over_160_above_floor")]
+    ShareOver160AboveFloor,
+    GoodputVsBaseline,
+}
+
+/// Changes `lowtide lab run` makes to a scenario (see [`Scenario::with_overrides`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    /// Queue limit of both bottleneck directions, in BDP.
+    pub queue_bdp: Option<f64>,
+    /// Congestion control of every TCP flow: the hosts, every variant, the cross traffic.
+    pub congestion: Option<String>,
+}
+
+impl Overrides {
+    pub fn is_empty(&self) -> bool {
+        self.queue_bdp.is_none() && self.congestion.is_none()
+    }
+
+    /// A suffix for the output folder, e.g. `-q0.5-reno`.
+    pub fn suffix(&self) -> String {
+        let mut out = String::new();
+        if let Some(q) = self.queue_bdp {
+            out.push_str(&format!("-q{q}"));
+        }
+        if let Some(cc) = &self.congestion {
+            out.push_str(&format!("-{cc}"));
+        }
+        out
+    }
+}
+
+impl Metric {
+    /// The name as written in scenario files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::LatencyP50Ms => "latency_p50_ms",
+            Metric::LatencyP99Ms => "latency_p99_ms",
+            Metric::SenderSideP99Ms => "sender_side_p99_ms",
+            Metric::ShareOver160 => "share_over_160",
+            Metric::ShareOver160AboveFloor => "share_over_160_above_floor",
+            Metric::GoodputVsBaseline => "goodput_vs_baseline",
+        }
+    }
+}
+
+/// A scenario that cannot run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScenarioError {
+    #[error("cannot read scenario {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    /// Not TOML, a wrong type or an unknown field (the message has line and column).
+    #[error("the scenario does not parse: {0}")]
+    Parse(String),
+    #[error("{field} = {value}: allowed is {allowed}")]
+    Invalid {
+        field: String,
+        value: String,
+        allowed: String,
+    },
+    /// The topology's own check failed in a way that is not about one field.
+    #[error("topology: {0}")]
+    Topology(ConfigError),
+    #[error("{which}.{source}")]
+    Schedule {
+        which: &'static str,
+        source: ScheduleError,
+    },
+}
+
+fn invalid(
+    field: impl Into<String>,
+    value: impl Display,
+    allowed: impl Into<String>,
+) -> ScenarioError {
+    ScenarioError::Invalid {
+        field: field.into(),
+        value: value.to_string(),
+        allowed: allowed.into(),
+    }
+}
+
+fn check_range(field: &str, v: f64, min: f64, max: f64) -> Result<(), ScenarioError> {
+    if v.is_finite() && (min..=max).contains(&v) {
+        Ok(())
+    } else {
+        Err(invalid(field, v, format!("{min} to {max}")))
+    }
+}
+
+/// A scenario that passed every check, with its cross traffic expanded into plans.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub scenario: Scenario,
+    pub forward_plan: Plan,
+    pub reverse_plan: Plan,
+    /// Index of the plain-TCP variant that goodput ratios refer to, if there is one.
+    pub baseline: Option<usize>,
+}
+
+impl Scenario {
+    /// Parses and checks a TOML document.
+    pub fn from_toml(text: &str) -> Result<Checked, ScenarioError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        s.check()
+    }
+
+    /// Reads, parses and checks a scenario file.
+    pub fn from_file(path: &Path) -> Result<Checked, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError::Read {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Self::from_toml(&text)
+    }
+
+    /// The scenario with one parameter changed everywhere it appears, for sensitivity runs
+    /// (`--queue-bdp 0.5`, `--cc reno`): the paper's queue is unknown and its TCP is not ours.
+    pub fn with_overrides(&self, o: &Overrides) -> Scenario {
+        let mut s = self.clone();
+        if let Some(bdp) = o.queue_bdp {
+            s.topology.forward.queue = lowtide_netem::QueueLimit::Bdp(bdp);
+            s.topology.reverse.queue = lowtide_netem::QueueLimit::Bdp(bdp);
+        }
+        if let Some(cc) = &o.congestion {
+            s.topology.hosts.congestion = cc.clone();
+            for v in &mut s.variants {
+                v.congestion = None;
+            }
+            for f in s
+                .forward_traffic
+                .flows
+                .iter_mut()
+                .chain(s.reverse_traffic.flows.iter_mut())
+            {
+                if f.congestion_control.is_some() {
+                    f.congestion_control = Some(cc.clone());
+                }
+            }
+        }
+        s
+    }
+
+    /// The `--quick` form: every time scaled by `quick.time_scale`, `quick.runs` runs.
+    pub fn quick(&self) -> Scenario {
+        let k = self.quick.time_scale;
+        let mut s = self.clone();
+        s.run.duration_s *= k;
+        s.run.measure_from_s *= k;
+        s.run.measure_to_s = s.run.measure_to_s.map(|t| t * k);
+        s.run.runs = self.quick.runs.min(self.run.runs).max(1);
+        for f in s
+            .forward_traffic
+            .flows
+            .iter_mut()
+            .chain(s.reverse_traffic.flows.iter_mut())
+        {
+            f.start_s *= k;
+            f.stop_s *= k;
+        }
+        s
+    }
+
+    /// End of the measurement window, seconds.
+    pub fn measure_to_s(&self) -> f64 {
+        self.run.measure_to_s.unwrap_or(self.run.duration_s)
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn check(self) -> Result<Checked, ScenarioError> {
+        if self.name.trim().is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(invalid(
+                "name",
+                format!("{:?}", self.name),
+                "a non-empty name of letters, digits, '-', '_' and '.' (it names the output folder)",
+            ));
+        }
+        self.topology.validate().map_err(|e| match e {
+            ConfigError::Invalid {
+                field,
+                value,
+                allowed,
+            } => invalid(format!("topology.{field}"), value, allowed),
+            other => ScenarioError::Topology(other),
+        })?;
+        let r = &self.run;
+        if r.modes.is_empty() {
+            return Err(invalid(
+                "run.modes",
+                "[]",
+                "one or both of \"side_by_side\", \"sequential\"",
+            ));
+        }
+        let (lo, hi) = DURATION_RANGE_S;
+        check_range("run.duration_s", r.duration_s, lo, hi)?;
+        check_range(
+            "run.measure_from_s",
+            r.measure_from_s,
+            0.0,
+            r.duration_s - 1.0,
+        )?;
+        check_range(
+            "run.measure_to_s",
+            self.measure_to_s(),
+            r.measure_from_s + 1.0,
+            r.duration_s,
+        )?;
+        if !(1..=MAX_RUNS).contains(&r.runs) {
+            return Err(invalid("run.runs", r.runs, format!("1 to {MAX_RUNS}")));
+        }
+        check_range("quick.time_scale", self.quick.time_scale, 0.01, 1.0)?;
+        if !(1..=MAX_RUNS).contains(&self.quick.runs) {
+            return Err(invalid(
+                "quick.runs",
+                self.quick.runs,
+                format!("1 to {MAX_RUNS}"),
+            ));
+        }
+        self.check_variants()?;
+        let forward_plan = self.check_schedule(
+            "forward_traffic",
+            &self.forward_traffic,
+            self.topology.receivers,
+            "receivers",
+        )?;
+        let reverse_plan = self.check_schedule(
+            "reverse_traffic",
+            &self.reverse_traffic.schedule(),
+            self.topology.senders,
+            "senders",
+        )?;
+        if let Some(h) = self.reverse_traffic.host {
+            if h >= self.topology.receivers {
+                return Err(invalid(
+                    "reverse_traffic.host",
+                    h,
+                    format!(
+                        "a receiver index below topology.receivers ({})",
+                        self.topology.receivers
+                    ),
+                ));
+            }
+        }
+        if self.application.receiver >= self.topology.receivers {
+            return Err(invalid(
+                "application.receiver",
+                self.application.receiver,
+                format!(
+                    "a receiver index below topology.receivers ({})",
+                    self.topology.receivers
+                ),
+            ));
+        }
+        for (i, g) in self.goals.iter().enumerate() {
+            if !self.variants.iter().any(|v| v.name == g.variant) {
+                return Err(invalid(
+                    format!("goal[{i}].variant"),
+                    format!("{:?}", g.variant),
+                    "the name of a variant of this scenario",
+                ));
+            }
+            if g.min.is_none() && g.max.is_none() {
+                return Err(invalid(
+                    format!("goal[{i}]"),
+                    "no bound",
+                    "min, max or both",
+                ));
+            }
+        }
+        let baseline = self
+            .variants
+            .iter()
+            .position(|v| v.controller == ControllerConfig::Unlimited);
+        Ok(Checked {
+            scenario: self,
+            forward_plan,
+            reverse_plan,
+            baseline,
+        })
+    }
+
+    fn check_variants(&self) -> Result<(), ScenarioError> {
+        let n = self.variants.len();
+        if !(1..=MAX_VARIANTS).contains(&n) {
+            return Err(invalid(
+                "variant",
+                format!("{n} entries"),
+                format!("1 to {MAX_VARIANTS} [[variant]] entries"),
+            ));
+        }
+        for (i, v) in self.variants.iter().enumerate() {
+            let field = |f: &str| format!("variant[{i}].{f}");
+            if v.name.trim().is_empty()
+                || v.name.contains(['\n', '"'])
+                || v.name == crate::report::FLOOR_SERIES
+            {
+                return Err(invalid(
+                    field("name"),
+                    format!("{:?}", v.name),
+                    "a non-empty name without quotes or newlines, not the floor probe's (it is a CSV key)",
+                ));
+            }
+            if self.variants[..i].iter().any(|w| w.name == v.name) {
+                return Err(invalid(
+                    field("name"),
+                    &v.name,
+                    "a name no other variant has",
+                ));
+            }
+            v.controller.validate().map_err(|e| {
+                invalid(
+                    field("controller"),
+                    format!("{:?}", v.controller),
+                    e.to_string(),
+                )
+            })?;
+            if let Some(cc) = &v.congestion {
+                if !lowtide_traffic::congestion::is_valid_name(cc) {
+                    return Err(invalid(
+                        field("congestion"),
+                        cc,
+                        "a kernel congestion control name such as cubic, reno or bbr",
+                    ));
+                }
+            }
+            if v.sender >= self.topology.senders {
+                return Err(invalid(
+                    field("sender"),
+                    v.sender,
+                    format!(
+                        "a sender index below topology.senders ({})",
+                        self.topology.senders
+                    ),
+                ));
+            }
+            if let Some(p) = &v.paper {
+                for (name, x) in [
+                    ("share_over_160", p.share_over_160),
+                    ("share_over_500", p.share_over_500),
+                ] {
+                    if let Some(x) = x {
+                        check_range(&field(&format!("paper.{name}")), x, 0.0, 1.0)?;
+                    }
+                }
+            }
+        }
+        // ECN is a host setting: side by side, variants that differ in it need their own host.
+        if self.run.modes.contains(&Mode::SideBySide) {
+            for (i, v) in self.variants.iter().enumerate() {
+                for w in &self.variants[..i] {
+                    if w.sender == v.sender && self.ecn_of(w) != self.ecn_of(v) {
+                        return Err(invalid(
+                            format!("variant[{i}].sender"),
+                            v.sender,
+                            format!(
+                                "a sender host other than {:?}'s: ECN is set per host and they differ",
+                                w.name
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a variant negotiates ECN.
+    pub fn ecn_of(&self, v: &Variant) -> bool {
+        v.ecn.unwrap_or(self.topology.hosts.ecn)
+    }
+
+    fn check_schedule(
+        &self,
+        which: &'static str,
+        schedule: &Schedule,
+        hosts: usize,
+        side: &str,
+    ) -> Result<Plan, ScenarioError> {
+        let plan = schedule
+            .validate()
+            .map_err(|source| ScenarioError::Schedule { which, source })?;
+        for f in &plan.flows {
+            if f.target >= hosts {
+                return Err(invalid(
+                    format!("{which}.flow[{}].target", f.entry),
+                    f.target,
+                    format!("a host index below topology.{side} ({hosts})"),
+                ));
+            }
+            if f.stop.as_secs_f64() > self.run.duration_s + 1e-9 {
+                return Err(invalid(
+                    format!("{which}.flow[{}].stop_s", f.entry),
+                    f.stop.as_secs_f64(),
+                    format!("at most run.duration_s ({})", self.run.duration_s),
+                ));
+            }
+        }
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "t"
+[run]
+modes = ["side_by_side", "sequential"]
+duration_s = 40.0
+measure_from_s = 10.0
+[topology]
+receivers = 2
+forward = { rate_mbps = 10, delay_ms = 25 }
+reverse = { rate_mbps = 10, delay_ms = 25 }
+[[forward_traffic.flow]]
+kind = "elephant"
+count = 3
+start_s = 5.0
+stop_s = 40.0
+congestion_control = "cubic"
+target = 1
+[[variant]]
+name = "TCP"
+controller = "unlimited"
+[[variant]]
+name = "MinBuf(1,3)"
+controller = { min_buf = { a = 1, b = 3 } }
+"#;
+
+    fn err(text: &str) -> String {
+        Scenario::from_toml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_good_scenario_checks_and_finds_its_baseline() {
+        let c = Scenario::from_toml(GOOD).unwrap();
+        assert_eq!(c.baseline, Some(0));
+        assert_eq!(c.forward_plan.flows.len(), 3);
+        assert_eq!(c.scenario.measure_to_s(), 40.0);
+    }
+
+    #[test]
+    fn quick_scales_every_time_and_runs_once() {
+        let mut s = Scenario::from_toml(GOOD).unwrap().scenario;
+        s.run.runs = 8;
+        let q = s.quick();
+        assert_eq!(q.run.duration_s, 20.0);
+        assert_eq!(q.run.measure_from_s, 5.0);
+        assert_eq!(q.forward_traffic.flows[0].start_s, 2.5);
+        assert_eq!(q.run.runs, 1);
+        q.check().unwrap();
+    }
+
+    #[test]
+    fn overrides_change_the_queue_and_every_congestion_control() {
+        let s = Scenario::from_toml(GOOD).unwrap().scenario;
+        let o = Overrides {
+            queue_bdp: Some(0.5),
+            congestion: Some("reno".into()),
+        };
+        let t = s.with_overrides(&o).check().unwrap().scenario;
+        assert_eq!(
+            t.topology.forward.queue,
+            lowtide_netem::QueueLimit::Bdp(0.5)
+        );
+        assert_eq!(t.topology.hosts.congestion, "reno");
+        assert_eq!(
+            t.forward_traffic.flows[0].congestion_control.as_deref(),
+            Some("reno")
+        );
+        assert_eq!(o.suffix(), "-q0.5-reno");
+        let e = s
+            .with_overrides(&Overrides {
+                queue_bdp: Some(-1.0),
+                congestion: None,
+            })
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("topology.forward.queue"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let e = err(&GOOD.replace("duration_s = 40.0", "duration_s = 40.0\nlenght = 3"));
+        assert!(e.contains("unknown field `lenght`"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_field_value_and_range() {
+        let e = err(&GOOD.replace("duration_s = 40.0", "duration_s = 2.0"));
+        assert_eq!(e, "run.duration_s = 2: allowed is 5 to 3600");
+        let e = err(&GOOD.replace("measure_from_s = 10.0", "measure_from_s = 50.0"));
+        assert!(e.starts_with("run.measure_from_s = 50"), "{e}");
+        let e = err(&GOOD.replace("a = 1, b = 3", "a = 0, b = 3"));
+        assert!(e.starts_with("variant[1].controller"), "{e}");
+    }
+
+    #[test]
+    fn cross_traffic_must_fit_the_topology_and_the_run() {
+        let e = err(&GOOD.replace("target = 1", "target = 2"));
+        assert!(e.starts_with("forward_traffic.flow[0].target = 2"), "{e}");
+        let e = err(&GOOD.replace("stop_s = 40.0", "stop_s = 45.0"));
+        assert!(e.starts_with("forward_traffic.flow[0].stop_s = 45"), "{e}");
+        let e = err(&GOOD.replace("count = 3", "count = 65"));
+        assert!(e.starts_with("forward_traffic.flow[0].count = 65"), "{e}");
+    }
+
+    #[test]
+    fn variants_must_be_distinct_and_ecn_needs_its_own_host() {
+        let e = err(&GOOD.replace("name = \"MinBuf(1,3)\"", "name = \"TCP\""));
+        assert!(e.starts_with("variant[1].name = TCP"), "{e}");
+        let e = err(&GOOD.replace(
+            "controller = { min_buf",
+            "ecn = true\ncontroller = { min_buf",
+        ));
+        assert!(e.starts_with("variant[1].sender = 0"), "{e}");
+    }
+
+    #[test]
+    fn topology_errors_keep_their_field() {
+        let e = err(&GOOD.replace("receivers = 2", "receivers = 0"));
+        assert!(e.starts_with("topology.receivers = 0"), "{e}");
+    }
+
+    #[test]
+    fn metric_names_match_their_serde_names() {
+        for m in [
+            Metric::LatencyP50Ms,
+            Metric::LatencyP99Ms,
+            Metric::SenderSideP99Ms,
+            Metric::ShareOver160,
+            Metric::ShareOver160AboveFloor,
+            Metric::GoodputVsBaseline,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&m).unwrap(),
+                format!("\"{}\"", m.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn goals_must_name_a_variant() {
+        let e = err(&format!(
+            "{GOOD}\n[[goal]]\nvariant = \"Nope\"\nmetric = \"latency_p99_ms\"\nmax = 1.0\n"
+        ));
+        assert!(e.starts_with("goal[0].variant"), "{e}");
+    }
+
+    #[test]
+    fn shipped_scenarios_check() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let c = Scenario::from_file(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                c.scenario
+                    .quick()
+                    .check()
+                    .unwrap_or_else(|e| panic!("{} --quick: {e}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(
+            n >= 5,
+            "expected the five shipped scenarios in {}",
+            dir.display()
+        );
+    }
+}
