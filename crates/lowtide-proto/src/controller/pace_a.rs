@@ -3,9 +3,14 @@
 //! application-level acknowledgements (P-ACKs) and keep `cwnd' + b·MSS` bytes unacknowledged.
 //!
 //! The paper defers PaceA's details to another publication, so the estimators are ours:
-//! - bandwidth: bytes acknowledged per unit of the *receiver's* clock between P-ACKs at least
-//!   [`RATE_INTERVAL`] apart (no clock offset enters), max over the last [`RATE_SAMPLES`] samples
-//!   (like BBR's bottleneck-bandwidth filter);
+//! - bandwidth: bytes acknowledged between two P-ACKs at least one latency estimate (and
+//!   [`RATE_INTERVAL`]) apart on the *receiver's* clock, divided by the longer of the
+//!   receiver's interval and the sender's interval between writing those bytes (as BBR's
+//!   delivery rate: a burst the receiver reads at once after a stall was written over a longer
+//!   time, and must not look like a fast path); max over the last [`RATE_SAMPLES`] samples
+//!   (like BBR's bottleneck-bandwidth filter). With the receiver's interval alone, bursts after
+//!   head-of-line stalls inflated the estimate, the window grew, the stalls grew: a feedback
+//!   loop that the lab saw as multi-second latency;
 //! - latency: sender time from writing a message's last byte to the P-ACK that covers it, min
 //!   over [`LATENCY_WINDOW`] (round trip through both kernels, without the sender-side queue
 //!   the controller itself builds, as BBR's min-RTT filter);
@@ -44,7 +49,8 @@ pub struct PAckSample {
 #[derive(Debug, Clone)]
 pub struct PaceA {
     b: u32,
-    anchor: Option<(u64, u64)>,
+    /// Bytes, receiver time (µs) and sender write time of the last rate sample's end.
+    anchor: Option<(u64, u64, Option<Instant>)>,
     rates: VecDeque<f64>,
     min_latency: Option<(Duration, Instant)>,
 }
@@ -117,17 +123,24 @@ impl LatencyController for PaceA {
                 self.min_latency = Some((lat, s.now));
             }
         }
+        let anchor = (s.bytes, s.recv_time_us, s.covered_write_time);
         match self.anchor {
-            None => self.anchor = Some((s.bytes, s.recv_time_us)),
-            Some((b0, t0)) => {
-                let dt = s.recv_time_us.saturating_sub(t0);
-                if dt >= RATE_INTERVAL.as_micros() as u64 {
-                    let rate = s.bytes.saturating_sub(b0) as f64 / (dt as f64 / 1e6);
+            None => self.anchor = Some(anchor),
+            Some((b0, t0, w0)) => {
+                let recv_dt = Duration::from_micros(s.recv_time_us.saturating_sub(t0));
+                let min_dt = self.latency().unwrap_or_default().max(RATE_INTERVAL);
+                if recv_dt >= min_dt {
+                    let send_dt = match (w0, s.covered_write_time) {
+                        (Some(a), Some(b)) => b.saturating_duration_since(a),
+                        _ => Duration::ZERO,
+                    };
+                    let dt = recv_dt.max(send_dt).as_secs_f64();
+                    let rate = s.bytes.saturating_sub(b0) as f64 / dt;
                     if self.rates.len() == RATE_SAMPLES {
                         self.rates.pop_front();
                     }
                     self.rates.push_back(rate);
-                    self.anchor = Some((s.bytes, s.recv_time_us));
+                    self.anchor = Some(anchor);
                 }
             }
         }
@@ -149,7 +162,7 @@ mod tests {
         };
         assert_eq!(p.decide(&tcp, &app, t0).limit, INITIAL_WINDOW);
         // 1 MB/s on the receiver's clock (1000 bytes per ms); 20 ms from write to P-ACK.
-        for i in 0..20u64 {
+        for i in 0..60u64 {
             let now = t0 + Duration::from_millis(20 + i);
             p.on_pack(&PAckSample {
                 now,
@@ -183,5 +196,37 @@ mod tests {
         );
         assert!(d.blocked());
         assert_eq!(d.wake, Wake::PAck);
+    }
+
+    #[test]
+    fn a_burst_after_a_stall_does_not_inflate_the_bandwidth() {
+        // 1 MB/s for 100 ms, a 200 ms stall, then 200 KB read at once (they had been written
+        // over the stall at the path's rate), then the steady rate again.
+        let mut p = PaceA::new(3);
+        let t0 = Instant::now();
+        let mut bytes = 0;
+        let mut recv_us = 1_000_000;
+        let mut pack = |p: &mut PaceA, add: u64, recv_step_us: u64, write_at: Instant| {
+            bytes += add;
+            recv_us += recv_step_us;
+            p.on_pack(&PAckSample {
+                now: write_at + Duration::from_millis(20),
+                bytes,
+                recv_time_us: recv_us,
+                covered_write_time: Some(write_at),
+            });
+        };
+        for i in 0..100u64 {
+            pack(&mut p, 1000, 1000, t0 + Duration::from_millis(i));
+        }
+        // The stalled bytes arrive within 2 ms.
+        for k in 1..=200u64 {
+            pack(&mut p, 1000, 10, t0 + Duration::from_millis(100 + k));
+        }
+        for i in 0..100u64 {
+            pack(&mut p, 1000, 1000, t0 + Duration::from_millis(300 + i));
+        }
+        let bw = p.bandwidth().unwrap();
+        assert!(bw < 1.3e6, "estimate {bw} B/s for a 1 MB/s path");
     }
 }
