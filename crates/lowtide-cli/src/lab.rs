@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use lowtide_lab::results::LabSummary;
+use lowtide_lab::results;
 use lowtide_lab::runner::{self, LabOptions};
 use lowtide_lab::scenario::{Overrides, Scenario};
 
@@ -97,50 +97,8 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         );
     })?;
     eprintln!();
-    print!("{}", table(&done.summary));
+    print!("{}", results::text_table(&done.summary));
     println!("report: {}", done.dir.join("report.html").display());
     Ok(0)
 }
 
-/// The printed table: per mode and variant, latency, share over 160 ms, goodput.
-fn table(s: &LabSummary) -> String {
-    let mut out = format!(
-        "{:<13} {:<22} {:>8} {:>8} {:>9} {:>12} {:>9} {:>8}\n",
-        "mode", "variant", "p50 ms", "p99 ms", "ss p99", "over 160 ms", "Mbit/s", "vs TCP"
-    );
-    for v in &s.variants {
-        out.push_str(&format!(
-            "{:<13} {:<22} {:>8.1} {:>8.1} {:>9.1} {:>11.1}% {:>9.2} {:>8}\n",
-            v.mode.as_str(),
-            v.name,
-            v.latency_ms.p50,
-            v.latency_ms.p99,
-            v.sender_side_ms.p99,
-            v.latency_ms.share_over(160.0) * 100.0,
-            v.goodput_bps / 1e6,
-            v.goodput_vs_baseline
-                .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
-        ));
-    }
-    let f = &s.floor.latency_ms;
-    out.push_str(&format!(
-        "{:<13} {:<22} {:>8.1} {:>8.1} {:>9} {:>11.1}%\n",
-        "",
-        "network floor (UDP)",
-        f.p50,
-        f.p99,
-        "-",
-        f.share_over(160.0) * 100.0
-    ));
-    for g in &s.goals {
-        out.push_str(&format!(
-            "goal {}: {} {} = {} ({})\n",
-            if g.met { "met" } else { "NOT met" },
-            g.goal.variant,
-            g.goal.metric.as_str(),
-            g.measured.map_or("-".into(), |m| format!("{m:.3}")),
-            g.goal.why
-        ));
-    }
-    out
-}

@@ -32,16 +32,6 @@ pub struct Received {
 }
 
 impl Received {
-    /// Payload goodput of the messages sent in `[from_s, to_s)`, bits/s.
-    pub fn goodput_bps(&self, from_s: f64, to_s: f64) -> f64 {
-        let n = self
-            .samples
-            .iter()
-            .filter(|s| s.sent_s >= from_s && s.sent_s < to_s)
-            .count();
-        n as f64 * MESSAGE_BYTES as f64 * 8.0 / (to_s - from_s)
-    }
-
     /// Latencies of the messages sent in `[from_s, to_s)`.
     pub fn latencies(&self, from_s: f64, to_s: f64) -> Vec<f64> {
         self.samples
