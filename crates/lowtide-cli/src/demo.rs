@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 use lowtide_lab::demo::{self, DemoOptions};
-use lowtide_lab::results;
 
 #[derive(Args)]
 pub struct DemoArgs {
@@ -29,15 +28,5 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         "lowtide demo: plain TCP and lowtide MinBuf(1,3) side by side through one emulated \
          bottleneck (10 Mbit/s, 50 ms RTT, 3 elephants and 8 mice of cross traffic)"
     );
-    let started = std::time::Instant::now();
-    let done = demo::run(&opts, |what| {
-        eprint!(
-            "\r\x1b[2K[{:>6.1} s] {what}",
-            started.elapsed().as_secs_f64()
-        );
-    })?;
-    eprintln!();
-    print!("{}", results::text_table(&done.summary));
-    println!("report: {}", done.dir.join("report.html").display());
-    Ok(0)
+    crate::lab::show(|progress| demo::run(&opts, progress))
 }

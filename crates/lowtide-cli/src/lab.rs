@@ -89,16 +89,23 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         if args.quick { " (--quick)" } else { "" },
         args.file.display()
     );
+    show(|progress| runner::run(&checked, &opts, progress))
+}
+
+/// Runs a lab run with a live progress line, then prints its table and names its report.
+pub fn show(
+    run: impl FnOnce(&mut dyn FnMut(&str)) -> Result<runner::LabRun, lowtide_lab::LabError>,
+) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
-    let done = runner::run(&checked, &opts, |what| {
+    let mut progress = |what: &str| {
         eprint!(
             "\r\x1b[2K[{:>6.1} s] {what}",
             started.elapsed().as_secs_f64()
         );
-    })?;
+    };
+    let done = run(&mut progress)?;
     eprintln!();
     print!("{}", results::text_table(&done.summary));
     println!("report: {}", done.dir.join("report.html").display());
     Ok(0)
 }
-

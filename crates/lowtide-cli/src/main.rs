@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod lab;
 mod media;
 mod netem;
 
@@ -25,6 +26,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Transport benchmarks over loopback against raw TCP measured in the same run.
     Bench(bench::BenchArgs),
+    /// Scenario runs: `lab run FILE` (side by side and sequential, report.html), `lab report DIR`.
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
     /// Stream layered video to `lowtide recv` with priority-progress streaming.
     Send(media::SendArgs),
     /// Receive a `lowtide send` stream and report what a viewer saw.
@@ -48,6 +52,7 @@ fn main() {
         Command::Bench(args) => bench::run(args).map(|()| 0),
         Command::Demo(args) => demo::run(args),
         Command::Netem(cmd) => netem::run(cmd),
+        Command::Lab(cmd) => lab::run(cmd),
         Command::Send(args) => media::send(args),
         Command::Recv(args) => media::recv(args),
     };
