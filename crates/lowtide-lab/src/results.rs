@@ -160,7 +160,7 @@ pub struct SenderCost {
     pub cpu_user_s: f64,
     pub cpu_system_s: f64,
     pub driver_wakeups: f64,
-    pub chunks_written: f64,
+    pub write_calls: f64,
     pub messages: f64,
     /// CPU (user + system) per message sent, µs.
     pub cpu_us_per_message: f64,
@@ -183,7 +183,7 @@ impl SenderCost {
             cpu_user_s: user,
             cpu_system_s: system,
             driver_wakeups: wakeups,
-            chunks_written: avg(|c| c.chunks_written as f64),
+            write_calls: avg(|c| c.write_calls as f64),
             messages,
             cpu_us_per_message: per((user + system) * 1e6),
             wakeups_per_message: per(wakeups),

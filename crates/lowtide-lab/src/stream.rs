@@ -66,8 +66,8 @@ pub struct SendCost {
     pub cpu_system_s: f64,
     /// Times the transport's driver woke up (epoll wake-ups and timers).
     pub driver_wakeups: u64,
-    /// Chunks staged into the kernel (an upper bound on write calls).
-    pub chunks_written: u64,
+    /// `writev` calls that handed bytes to the kernel.
+    pub write_calls: u64,
     pub bytes_written: u64,
     /// Write opportunities the latency controller refused.
     pub controller_blocked: u64,
@@ -125,7 +125,7 @@ pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<SendCos
             cpu_user_s: cpu.0,
             cpu_system_s: cpu.1,
             driver_wakeups: ch.driver_wakeups(),
-            chunks_written: stats.chunks_sent,
+            write_calls: stats.write_calls,
             bytes_written: stats.bytes_written,
             controller_blocked: stats.controller_blocked,
         };

@@ -39,7 +39,7 @@ fn recorded(mode: Mode, run: u32, names: &[&str]) -> Vec<TrialRecord> {
             cpu_user_s: 0.5,
             cpu_system_s: 1.0,
             driver_wakeups: messages,
-            chunks_written: messages,
+            write_calls: messages,
             bytes_written: messages * 1448,
             controller_blocked: 0,
         };

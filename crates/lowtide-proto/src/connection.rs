@@ -187,6 +187,8 @@ pub struct Stats {
     pub chunks_sent: u64,
     /// Bytes handed to the kernel.
     pub bytes_written: u64,
+    /// Write system calls that handed bytes to the kernel (one per `handle_written`).
+    pub write_calls: u64,
     /// Write opportunities at which the controller blocked.
     pub controller_blocked: u64,
     /// Messages delivered to the application.
@@ -795,6 +797,7 @@ impl Connection {
         self.staged_len -= n;
         self.written += n;
         self.stats.bytes_written += n;
+        self.stats.write_calls += 1;
         let mut left = n as usize;
         while left > 0 {
             let front = self

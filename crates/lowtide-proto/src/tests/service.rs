@@ -77,7 +77,13 @@ fn messages_arrive_intact_with_metadata_and_timestamps() {
         );
         assert!(t.enqueued <= first && first <= last && last < ack, "{t:?}");
     }
-    assert_eq!(p.client.conn.stats().messages_acked, sizes.len() as u64);
+    let st = p.client.conn.stats();
+    assert_eq!(st.messages_acked, sizes.len() as u64);
+    // Every write the harness made is counted, and each carried bytes.
+    assert!(
+        st.write_calls > 0 && st.write_calls <= st.bytes_written,
+        "{st:?}"
+    );
     assert_eq!(p.server.conn.recv_memory(), 0);
 }
 
