@@ -270,19 +270,7 @@ impl Channel {
     /// the latency controller allows a write. A sender that wants the lowest latency writes one
     /// message each time this returns.
     pub async fn writable(&self) -> Result<(), Error> {
-        loop {
-            let notified = self.shared.to_app.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let g = self.shared.lock();
-                self.check_open(&g)?;
-                if g.can_write {
-                    return Ok(());
-                }
-            }
-            notified.await;
-        }
+        self.wait_open(|g| g.can_write).await
     }
 
     /// [`writable`](Self::writable), then [`send`](Self::send).
@@ -294,35 +282,43 @@ impl Channel {
     /// Waits until fewer than `bytes` are queued in lowtide (for bulk senders that keep the
     /// queue topped up rather than writing one message per [`writable`](Self::writable)).
     pub async fn queue_below(&self, bytes: u64) -> Result<(), Error> {
+        self.wait_open(|g| g.conn.queued_bytes() < bytes).await
+    }
+
+    /// Waits until everything queued has been handed to the kernel (or cancelled).
+    pub async fn flush(&self) -> Result<(), Error> {
+        self.wait_open(|g| !g.conn.has_queued() && g.conn.staged_len() == 0)
+            .await
+    }
+
+    /// Waits until `poll` returns something, checking it under the lock after every wake-up
+    /// of the application side. The notification is armed before the check, so a wake-up
+    /// between the check and the wait is not lost.
+    async fn wait_until<T>(&self, mut poll: impl FnMut(&mut Inner) -> Option<T>) -> T {
         loop {
             let notified = self.shared.to_app.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let g = self.shared.lock();
-                self.check_open(&g)?;
-                if g.conn.queued_bytes() < bytes {
-                    return Ok(());
-                }
+            if let Some(v) = poll(&mut self.shared.lock()) {
+                return v;
             }
             notified.await;
         }
     }
 
-    /// Waits until everything queued has been handed to the kernel (or cancelled).
-    pub async fn flush(&self) -> Result<(), Error> {
-        loop {
-            let notified = self.shared.to_app.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let g = self.shared.lock();
-                self.check_open(&g)?;
-                if !g.conn.has_queued() && g.conn.staged_len() == 0 {
-                    return Ok(());
-                }
-            }
-            notified.await;
+    /// [`wait_until`](Self::wait_until) `ready`, failing as soon as the channel is not open.
+    async fn wait_open(&self, ready: impl Fn(&Inner) -> bool) -> Result<(), Error> {
+        self.wait_until(|g| match self.check_open(g) {
+            Err(e) => Some(Err(e)),
+            Ok(()) => ready(g).then_some(Ok(())),
+        })
+        .await
+    }
+
+    /// Tells the driver to read again if taking messages reopened a receive budget of 0.
+    fn reopened_budget(&self, budget_was_zero: bool) {
+        if budget_was_zero {
+            self.shared.to_driver.notify_one();
         }
     }
 
@@ -347,37 +343,24 @@ impl Channel {
 
     /// Next complete message; `None` once the channel is closed and drained.
     pub async fn recv(&self) -> Option<Received> {
-        loop {
-            let notified = self.shared.to_app.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut g = self.shared.lock();
+        let (m, budget_was_zero) = self
+            .wait_until(|g| {
                 let budget_was_zero = g.conn.recv_budget() == 0;
-                if let Some(m) = g.conn.poll_message() {
-                    drop(g);
-                    if budget_was_zero {
-                        self.shared.to_driver.notify_one();
-                    }
-                    return Some(m);
+                match g.conn.poll_message() {
+                    Some(m) => Some(Some((m, budget_was_zero))),
+                    None => g.finished.then_some(None),
                 }
-                if g.finished {
-                    return None;
-                }
-            }
-            notified.await;
-        }
+            })
+            .await?;
+        self.reopened_budget(budget_was_zero);
+        Some(m)
     }
 
     /// Waits for at least one message and moves up to `max` ready ones into `out` under one
     /// lock; returns how many (0 once the channel is finished and drained).
     pub async fn recv_many(&self, out: &mut Vec<Received>, max: usize) -> usize {
-        loop {
-            let notified = self.shared.to_app.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut g = self.shared.lock();
+        let (n, budget_was_zero) = self
+            .wait_until(|g| {
                 let budget_was_zero = g.conn.recv_budget() == 0;
                 let mut n = 0;
                 while n < max {
@@ -387,19 +370,13 @@ impl Channel {
                     }
                     n += 1;
                 }
-                if n > 0 {
-                    drop(g);
-                    if budget_was_zero {
-                        self.shared.to_driver.notify_one();
-                    }
-                    return n;
-                }
-                if g.finished {
-                    return 0;
-                }
-            }
-            notified.await;
+                (n > 0 || g.finished).then_some((n, budget_was_zero))
+            })
+            .await;
+        if n > 0 {
+            self.reopened_budget(budget_was_zero);
         }
+        n
     }
 
     /// A message if one is ready.
@@ -408,29 +385,17 @@ impl Channel {
         let budget_was_zero = g.conn.recv_budget() == 0;
         let m = g.conn.poll_message();
         drop(g);
-        if m.is_some() && budget_was_zero {
-            self.shared.to_driver.notify_one();
-        }
+        self.reopened_budget(m.is_some() && budget_was_zero);
         m
     }
 
     /// Next event; `None` once the channel is finished and no events are left.
     pub async fn next_event(&self) -> Option<Event> {
-        loop {
-            let notified = self.shared.to_app.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut g = self.shared.lock();
-                if let Some(e) = g.events.pop_front() {
-                    return Some(e);
-                }
-                if g.finished {
-                    return None;
-                }
-            }
-            notified.await;
-        }
+        self.wait_until(|g| match g.events.pop_front() {
+            Some(e) => Some(Some(e)),
+            None => g.finished.then_some(None),
+        })
+        .await
     }
 
     /// All events available now.
@@ -496,15 +461,7 @@ impl Channel {
 
     /// Waits until the driver has finished.
     pub async fn finished(&self) {
-        loop {
-            let notified = self.shared.to_app.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.shared.lock().finished {
-                return;
-            }
-            notified.await;
-        }
+        self.wait_until(|g| g.finished.then_some(())).await
     }
 }
 
