@@ -54,11 +54,7 @@ pub fn latency_over_time(
     series: &[Series],
     duration_s: f64,
 ) -> Result<(), LabError> {
-    let ymax = series
-        .iter()
-        .flat_map(|s| s.samples.iter().map(|x| x.latency_ms))
-        .fold(1000.0f64, f64::max)
-        * 1.2;
+    let ymax = latency_axis_max(series);
     draw(path, |root| {
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
@@ -104,13 +100,19 @@ pub fn latency_over_time(
     .map_err(plot_err("the latency plot"))
 }
 
-/// Cumulative distribution of latency, log x, one line per series.
-pub fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> Result<(), LabError> {
-    let xmax = series
+/// The top of a latency axis: the largest sample (at least 1 s, so the 160 and 500 ms lines
+/// always show) with 20% headroom.
+fn latency_axis_max(series: &[Series]) -> f64 {
+    series
         .iter()
         .flat_map(|s| s.samples.iter().map(|x| x.latency_ms))
         .fold(1000.0f64, f64::max)
-        * 1.2;
+        * 1.2
+}
+
+/// Cumulative distribution of latency, log x, one line per series.
+pub fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> Result<(), LabError> {
+    let xmax = latency_axis_max(series);
     draw(path, |root| {
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
