@@ -16,6 +16,12 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// `flows` cubic bulk flows from sender 0 to receiver 0 for `secs`, measured after `warmup`.
+fn cubic_bulk(n: &Dumbbell, flows: usize, secs: u64, warmup: u64) -> probe::BulkResult {
+    let (d, w) = (Duration::from_secs(secs), Duration::from_secs(warmup));
+    probe::bulk(n, "cubic", flows, d, w).expect("a bulk transfer through the emulator")
+}
+
 fn net(cfg: TopologyConfig) -> Dumbbell {
     Dumbbell::new(cfg, RunOptions::default()).expect("building the dumbbell (run tests as root)")
 }
@@ -32,14 +38,7 @@ fn minimum_rtt_is_the_configured_one() {
 fn one_cubic_flow_fills_the_link() {
     let _g = serial();
     let n = net(TopologyConfig::symmetric(10.0, 10.0));
-    let r = probe::bulk(
-        &n,
-        "cubic",
-        1,
-        Duration::from_secs(5),
-        Duration::from_secs(2),
-    )
-    .unwrap();
+    let r = cubic_bulk(&n, 1, 5, 2);
     let share = r.goodput_bps / (10e6 * 1448.0 / 1500.0);
     assert!(share >= 0.93, "goodput share {share}");
     let f = n.forward().report();
@@ -56,14 +55,7 @@ fn drop_tail_delay_is_bounded_and_drops_only_when_full() {
     let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
     cfg.forward.queue = QueueLimit::Packets(30);
     let n = net(cfg);
-    probe::bulk(
-        &n,
-        "cubic",
-        2,
-        Duration::from_secs(4),
-        Duration::from_secs(1),
-    )
-    .unwrap();
+    cubic_bulk(&n, 2, 4, 1);
     let f = n.forward().report();
     assert!(f.total_drops() > 0, "two cubic flows overflow 30 packets");
     assert_eq!(f.drops.keys().collect::<Vec<_>>(), vec![&"queue_full"]);
@@ -90,14 +82,7 @@ fn red_marks_ecn_flows_instead_of_dropping() {
         ecn: true,
     };
     let n = net(cfg);
-    let r = probe::bulk(
-        &n,
-        "cubic",
-        1,
-        Duration::from_secs(4),
-        Duration::from_secs(1),
-    )
-    .unwrap();
+    let r = cubic_bulk(&n, 1, 4, 1);
     let f = n.forward().report();
     assert!(f.marks.get("red_early").copied().unwrap_or(0) > 0, "{f:?}");
     assert_eq!(f.total_drops(), 0, "{:?}", f.drops);
@@ -117,14 +102,7 @@ fn drd_marks_from_drdmin_on() {
         ecn: true,
     };
     let n = net(cfg);
-    probe::bulk(
-        &n,
-        "cubic",
-        1,
-        Duration::from_secs(4),
-        Duration::from_secs(1),
-    )
-    .unwrap();
+    cubic_bulk(&n, 1, 4, 1);
     let f = n.forward().report();
     assert!(f.marks.get("drd_early").copied().unwrap_or(0) > 0, "{f:?}");
     // 1 BDP = 20 ms at 10 Mbit/s; marks keep the queue near drdmin, never at the 4 BDP limit.
@@ -290,14 +268,7 @@ fn a_mahimahi_trace_sets_the_capacity() {
     cfg.forward.rate_mbps = None;
     cfg.forward.trace = Some(trace);
     let n = net(cfg);
-    let r = probe::bulk(
-        &n,
-        "cubic",
-        1,
-        Duration::from_secs(5),
-        Duration::from_secs(2),
-    )
-    .unwrap();
+    let r = cubic_bulk(&n, 1, 5, 2);
     let mbps = r.goodput_bps / 1e6;
     // 12 x 1448/1500 = 11.6 Mbit/s at most.
     assert!((10.0..=11.8).contains(&mbps), "{mbps} Mbit/s");
