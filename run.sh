@@ -13,10 +13,11 @@ need_root() {
 }
 
 install_system_packages() {
-  # ip (namespaces, veth), ping for `lowtide netem shell`.
+  # ip (namespaces, veth), ping for `lowtide netem shell`, a font for the reports' PNG copies.
   local missing=()
   command -v ip >/dev/null || missing+=(iproute2)
   command -v ping >/dev/null || missing+=(iputils-ping)
+  [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} (apt-get)" >&2
     apt-get update -qq

@@ -25,8 +25,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         congestion: args.cc,
     };
     println!(
-        "lowtide demo: plain TCP and lowtide MinBuf(1,3) side by side through one emulated \
-         bottleneck (10 Mbit/s, 50 ms RTT, 3 elephants and 8 mice of cross traffic)"
+        "lowtide demo: plain TCP and lowtide MinBuf(1,3), each with a latency stream and a \
+         layered video, side by side through one emulated bottleneck (10 Mbit/s, 50 ms RTT, \
+         3 elephants and 8 mice of cross traffic)"
     );
     crate::lab::show(|progress| demo::run(&opts, progress))
 }

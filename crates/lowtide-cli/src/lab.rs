@@ -6,7 +6,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use lowtide_lab::results;
 use lowtide_lab::runner::{self, LabOptions};
-use lowtide_lab::scenario::{Overrides, Scenario};
+use lowtide_lab::scenario::{Checked, Overrides, Scenario};
+use lowtide_lab::sweep;
 
 #[derive(Subcommand)]
 pub enum LabCommand {
@@ -29,15 +30,20 @@ pub struct RunArgs {
     /// The scenario's [quick] form: times scaled down, one run (for CI).
     #[arg(long)]
     quick: bool,
-    /// Output folder (default out/lab/NAME[-q<BDP>][-<CC>][-quick]).
+    /// Output folder (default out/lab/NAME[-q<BDP>][-<CC>][-w<FRAMES>][-quick]; a sweep: NAME-sweep).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Sensitivity: the queue limit of both bottleneck directions, in BDP (e.g. 0.5 or 2).
-    #[arg(long)]
-    queue_bdp: Option<f64>,
+    /// A list (0.5,1,2) sweeps: one run per value, and one index.html over all.
+    #[arg(long, value_delimiter = ',')]
+    queue_bdp: Vec<f64>,
     /// Sensitivity: congestion control of every TCP flow (hosts, variants, cross traffic).
+    /// A list (reno,cubic,bbr) sweeps, combined with every --queue-bdp value.
+    #[arg(long, value_delimiter = ',')]
+    cc: Vec<String>,
+    /// Frames per adaptation window of the layered video (Fig. 8: 4, Fig. 9: 2).
     #[arg(long)]
-    cc: Option<String>,
+    window_frames: Option<u32>,
 }
 
 pub fn run(cmd: LabCommand) -> anyhow::Result<i32> {
@@ -65,10 +71,11 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
             );
         }
     }
-    let overrides = Overrides {
-        queue_bdp: args.queue_bdp,
-        congestion: args.cc,
-    };
+    let combos = sweep::combinations(&args.cc, &args.queue_bdp, args.window_frames);
+    if combos.len() > 1 {
+        return run_sweep(args, text, &checked, &combos);
+    }
+    let overrides = combos.into_iter().next().unwrap_or_default();
     let name = &checked.scenario.name;
     let out_dir = args.out.unwrap_or_else(|| {
         PathBuf::from("out/lab").join(format!(
@@ -90,6 +97,47 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         args.file.display()
     );
     show(|progress| runner::run(&checked, &opts, progress))
+}
+
+/// Several combinations of --cc and --queue-bdp: one run folder each, one index.
+fn run_sweep(
+    args: RunArgs,
+    text: String,
+    checked: &Checked,
+    combos: &[Overrides],
+) -> anyhow::Result<i32> {
+    let name = &checked.scenario.name;
+    let out_dir = args.out.unwrap_or_else(|| {
+        PathBuf::from("out/lab").join(format!(
+            "{name}-sweep{}{}",
+            args.window_frames
+                .map_or(String::new(), |w| format!("-w{w}")),
+            if args.quick { "-quick" } else { "" }
+        ))
+    });
+    let opts = LabOptions {
+        scenario_text: text,
+        quick: args.quick,
+        runs: args.runs,
+        overrides: Overrides::default(),
+        out_dir,
+    };
+    println!(
+        "lowtide lab: {name}, {} combinations of congestion control and queue{}",
+        combos.len(),
+        if args.quick { " (--quick)" } else { "" }
+    );
+    let started = std::time::Instant::now();
+    let points = sweep::run(checked, &opts, combos, |what| {
+        eprint!(
+            "\r\x1b[2K[{:>6.1} s] {what}",
+            started.elapsed().as_secs_f64()
+        );
+    })?;
+    eprintln!();
+    print!("{}", sweep::text_table(&points));
+    println!("index: {}", opts.out_dir.join(sweep::INDEX).display());
+    Ok(0)
 }
 
 /// Runs a lab run with a live progress line, then prints its table and names its report.

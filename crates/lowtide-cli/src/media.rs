@@ -126,6 +126,7 @@ pub fn send(args: SendArgs) -> anyhow::Result<i32> {
             }
         })
         .await?;
+        ch.flush().await.context("delivering the last windows")?;
         ch.close(0, "stream over").await;
         println!("{}", serde_json::to_string_pretty(&report)?);
         Ok(0)
@@ -142,10 +143,11 @@ pub fn recv(args: RecvArgs) -> anyhow::Result<i32> {
         let start = Instant::now() + START_DELAY;
         let end = start + Duration::from_secs_f64(args.max_seconds);
         let tolerance = Duration::from_millis(args.tolerance_ms);
-        let stats = receive_video(&ch, 30.0, args.window, tolerance, None, start, end, |p| {
+        let playout = receive_video(&ch, 30.0, args.window, tolerance, start, end, |p| {
             eprintln!("[{:>6.1} s] {} windows received", start.elapsed().as_secs_f64(), p.windows_seen());
         })
         .await;
+        let stats = playout.finish(playout.frames_covered());
         ch.close(0, "receiver done").await;
         println!(
             "{} windows transmitted; whole within {} ms: {:.1}%; frames shown per second {:.1}; mean layers {:.2}",

@@ -46,8 +46,8 @@ pub fn run(opts: &DemoOptions, progress: impl FnMut(&str)) -> Result<LabRun, Lab
         quick: opts.quick,
         runs: None,
         overrides: Overrides {
-            queue_bdp: None,
             congestion: opts.congestion.clone(),
+            ..Overrides::default()
         },
         out_dir: opts.out_dir.clone(),
     };

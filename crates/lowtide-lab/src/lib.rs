@@ -4,6 +4,7 @@
 //!
 //! - [`clock`]: one process, one clock: timestamps that travel inside messages;
 //! - [`stream`]: the measured latency stream over a lowtide channel;
+//! - [`video`]: the measured layered video (priority-progress streaming, lowtide-media);
 //! - [`floor`]: the network-floor probe (small UDP packets every 10 ms);
 //! - [`summary`]: latency percentiles and shares over thresholds;
 //! - [`report`]: plots and the HTML report;
@@ -11,6 +12,7 @@
 //! - [`scenario`]: scenario files (TOML), checked before anything runs;
 //! - [`runner`]: `lowtide lab run`, trials side by side and sequential, the run folder;
 //! - [`results`]: raw records, their CSV, and `summary.json`;
+//! - [`sweep`]: one scenario over several congestion controls and queues, one index;
 //! - [`render`]: a run folder's `report.html`, from its summary and CSV alone.
 
 pub mod clock;
@@ -23,6 +25,8 @@ pub mod runner;
 pub mod scenario;
 pub mod stream;
 pub mod summary;
+pub mod sweep;
+pub mod video;
 
 /// A lab run failed; the message says which step and why.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::report::{self, Bar, Series};
-use crate::results::{LabSummary, TrialRecord, VariantSummary, FLOOR};
+use crate::results::{LabSummary, MeanCi, TrialRecord, VariantSummary, VideoSummary, FLOOR};
 use crate::scenario::Mode;
 use crate::stream::Sample;
 use crate::LabError;
@@ -14,6 +14,7 @@ use crate::LabError;
 pub const REPORT: &str = "report.html";
 pub const SUMMARY: &str = "summary.json";
 pub const MESSAGES: &str = "messages.csv";
+pub const WINDOWS: &str = "windows.csv";
 pub const SCENARIO: &str = "scenario.toml";
 
 /// Writes every plot and `report.html` into `dir`.
@@ -35,6 +36,9 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
             sections.push(cost_table(&variants));
         }
         let tag = mode.as_str();
+        if variants.iter().any(|v| v.video.is_some()) {
+            sections.push(video_section(dir, tag, mode, &variants, s, records)?);
+        }
         latency_plot(dir, tag, mode, s, records)?;
         cdf_plot(dir, tag, mode, s, records)?;
         let which = match mode {
@@ -44,9 +48,11 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
             }
         };
         sections.push(format!(
-            "<h3>Latency over time ({which})</h3><img src=\"latency-{tag}.svg\" alt=\"latency over time\">\
-             <h3>Latency distribution ({} s to {} s, all runs)</h3><img src=\"cdf-{tag}.svg\" alt=\"latency CDF\">",
-            s.window.from_s, s.window.to_s
+            "<h3>Latency over time ({which})</h3>{}<h3>Latency distribution ({} s to {} s, all runs)</h3>{}",
+            report::figure(&format!("latency-{tag}.svg"), "latency over time"),
+            s.window.from_s,
+            s.window.to_s,
+            report::figure(&format!("cdf-{tag}.svg"), "latency CDF"),
         ));
         if s.baseline.is_some() {
             let bars: Vec<Bar> = variants
@@ -71,7 +77,8 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
                     &bars,
                 )?;
                 sections.push(format!(
-                    "<h3>Normalised throughput</h3><img src=\"throughput-{tag}.svg\" alt=\"normalised throughput\">"
+                    "<h3>Normalised throughput</h3>{}",
+                    report::figure(&format!("throughput-{tag}.svg"), "normalised throughput")
                 ));
             }
         }
@@ -82,9 +89,14 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
     }
     sections.push("<h2>The bottleneck in each run</h2>".into());
     sections.push(trial_table(s));
+    let windows = if records.iter().any(|r| !r.windows.is_empty()) {
+        format!("<a href=\"{WINDOWS}\">{WINDOWS}</a> (one line per video adaptation window), ")
+    } else {
+        String::new()
+    };
     sections.push(format!(
         "<p>Raw data: <a href=\"{MESSAGES}\">{MESSAGES}</a> (one line per delivered message and per probe), \
-         <a href=\"{SUMMARY}\">{SUMMARY}</a>, <a href=\"{SCENARIO}\">{SCENARIO}</a>.</p>"
+         {windows}<a href=\"{SUMMARY}\">{SUMMARY}</a>, <a href=\"{SCENARIO}\">{SCENARIO}</a>.</p>"
     ));
     let title = format!(
         "lowtide lab: {}{}",
@@ -228,6 +240,125 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
         ],
         &rows,
     )
+}
+
+/// Goel et al. Section 7: windows on time (Fig. 8/9), sender throughput (Table II), dropped
+/// windows (Table III), and what a viewer saw.
+fn video_section(
+    dir: &Path,
+    tag: &str,
+    mode: Mode,
+    variants: &[&VariantSummary],
+    s: &LabSummary,
+    records: &[TrialRecord],
+) -> Result<String, LabError> {
+    let videos: Vec<(&VariantSummary, &VideoSummary)> = variants
+        .iter()
+        .filter_map(|v| Some((*v, v.video.as_ref()?)))
+        .collect();
+    let (window_frames, tolerance) = videos
+        .first()
+        .map_or((0, 0.0), |(_, x)| (x.window_frames, x.display_tolerance_ms));
+    let ci = |m: Option<MeanCi>, scale: f64, digits: usize| match m {
+        Some(m) if m.runs > 1 => format!(
+            "{:.d$} ± {:.d$}",
+            m.mean * scale,
+            (m.ci95_high - m.mean) * scale,
+            d = digits
+        ),
+        Some(m) => format!("{:.d$}", m.mean * scale, d = digits),
+        None => "-".into(),
+    };
+    let rows: Vec<Vec<String>> = videos
+        .iter()
+        .map(|(v, x)| {
+            let paper = v.paper.as_ref().map_or(String::new(), |p| {
+                let mut parts = vec![];
+                if let Some(w) = p.windows_within_500 {
+                    parts.push(format!("≈{} whole within 500 ms", pct(w)));
+                }
+                if let Some(d) = p.dropped_windows {
+                    parts.push(format!("{} dropped", pct(d)));
+                }
+                if let Some(g) = p.goodput_vs_baseline {
+                    parts.push(format!("≈{:.0}% of TCP's throughput", g * 100.0));
+                }
+                if let Some(t) = &p.text {
+                    parts.push(t.clone());
+                }
+                parts.join("; ")
+            });
+            vec![
+                v.name.clone(),
+                v.controller.clone(),
+                format!("{} / {}", x.transmitted_windows, x.windows),
+                pct(x.within(250.0)),
+                pct(x.within(500.0)),
+                pct(x.within(1000.0)),
+                format!(
+                    "{} ({})",
+                    pct(x.dropped_windows),
+                    ci(x.dropped_windows_runs, 100.0, 1)
+                ),
+                format!("{:.2}", x.mean_layers),
+                format!("{:.1}", x.fps),
+                ci(x.sender_throughput_bps, 1e-6, 2),
+                v.normalized_throughput
+                    .map_or("-".into(), |n| ci(Some(n), 100.0, 0) + "%"),
+                paper,
+            ]
+        })
+        .collect();
+    let table = report::html_table(
+        &[
+            "variant",
+            "controller",
+            "windows transmitted / captured",
+            "whole ≤ 250 ms",
+            "whole ≤ 500 ms",
+            "whole ≤ 1000 ms",
+            "dropped (pooled; per run ± 95% CI, %)",
+            "mean layers",
+            "frames/s",
+            "sender Mbit/s (Table II)",
+            "vs plain TCP",
+            "paper",
+        ],
+        &rows,
+    );
+    let trials: Vec<&TrialRecord> = records.iter().filter(|r| r.mode == Some(mode)).collect();
+    let curves: Vec<report::WindowCurve> = videos
+        .iter()
+        .map(|(v, x)| report::WindowCurve {
+            name: &v.name,
+            whole_latency_ms: trials
+                .iter()
+                .filter_map(|t| t.windows_of(&v.name))
+                .flatten()
+                .filter(|w| s.window.contains(w.capture_s) && w.transmitted())
+                .filter_map(|w| w.latency_ms)
+                .collect(),
+            transmitted: x.transmitted_windows,
+        })
+        .collect();
+    report::windows_on_time(
+        &dir.join(format!("windows-{tag}.svg")),
+        "Windows whole within the latency tolerance (Goel et al. Fig. 8/9)",
+        &curves,
+    )?;
+    Ok(format!(
+        "<h3>Layered video: priority-progress streaming (Goel et al. Section 7)</h3>\
+         <p>Adaptation windows of {window_frames} frames ({:.0} ms) at 30 frames/s; in each window \
+         the sender sends every frame's base layer, then layer 1, and so on, and cancels what is \
+         unsent when the next window is ready; a window of which nothing was written is dropped. \
+         A window is on time when every message the sender wrote for it arrived within the \
+         tolerance after the capture of its first frame (the application's own delay of two \
+         windows included); the share counts transmitted windows, as the paper does. Frames are \
+         shown {tolerance:.0} ms after capture with the layers that arrived by then. In the latency \
+         plots below, a video point is a window that arrived whole.</p>{table}{}",
+        f64::from(window_frames) * 1000.0 / 30.0,
+        report::figure(&format!("windows-{tag}.svg"), "windows on time")
+    ))
 }
 
 fn cost_table(variants: &[&VariantSummary]) -> String {

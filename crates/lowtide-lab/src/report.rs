@@ -164,6 +164,70 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> Result<(), La
     .map_err(plot_err("the latency distribution"))
 }
 
+/// One line of [`windows_on_time`]: the latencies of the windows that arrived whole, and how
+/// many windows were transmitted (the rest never arrived whole).
+pub struct WindowCurve<'a> {
+    pub name: &'a str,
+    pub whole_latency_ms: Vec<f64>,
+    pub transmitted: usize,
+}
+
+/// Goel et al. Fig. 8 and 9: the share of transmitted windows that arrived whole within a
+/// latency tolerance, as a curve over the tolerance.
+pub fn windows_on_time(path: &Path, title: &str, curves: &[WindowCurve]) -> Result<(), LabError> {
+    const XMAX: f64 = 2000.0;
+    draw(path, |root| {
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..XMAX, 0f64..1f64)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("latency tolerance (ms, capture to whole window)")
+            .y_desc("share of windows whole in time")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, c) in curves.iter().enumerate() {
+            let color = color_of(i, c.name);
+            let mut v = c.whole_latency_ms.clone();
+            v.sort_by(|a, b| a.total_cmp(b));
+            let n = c.transmitted.max(1) as f64;
+            let mut points = vec![(0.0, 0.0)];
+            for (k, x) in v.iter().enumerate().filter(|(_, x)| **x <= XMAX) {
+                points.push((*x, k as f64 / n));
+                points.push((*x, (k + 1) as f64 / n));
+            }
+            let last = points.last().map_or(0.0, |p| p.1);
+            points.push((XMAX, last));
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(c.name)
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .draw_series(LineSeries::new(
+                [(500.0, 0.0), (500.0, 1.0)],
+                BLACK.mix(0.5),
+            ))
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })
+    .map_err(plot_err("the windows-on-time curve"))
+}
+
 /// One bar of [`normalized_throughput`]: a label, the mean and its 95% interval.
 pub struct Bar {
     pub label: String,
@@ -236,6 +300,7 @@ pub fn normalized_throughput(path: &Path, title: &str, bars: &[Bar]) -> Result<(
     .map_err(plot_err("the throughput plot"))
 }
 
+/// Draws the SVG at `path`, then its PNG copy beside it.
 fn draw(
     path: &Path,
     body: impl FnOnce(DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>,
@@ -243,7 +308,43 @@ fn draw(
     let root = SVGBackend::new(path, (960, 440)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     body(root.clone())?;
-    root.present().map_err(|e| e.to_string())
+    root.present().map_err(|e| e.to_string())?;
+    drop(root);
+    png_copy(path)
+}
+
+/// Rasterises an SVG to the same name with `.png` (resvg). The text needs a sans-serif font
+/// on the system (`run.sh` installs DejaVu); without one the PNG has no labels, the SVG is
+/// unaffected.
+fn png_copy(svg_path: &Path) -> Result<(), String> {
+    use resvg::{tiny_skia, usvg};
+    static OPTIONS: std::sync::OnceLock<usvg::Options<'static>> = std::sync::OnceLock::new();
+    let opt = OPTIONS.get_or_init(|| {
+        let mut opt = usvg::Options::default();
+        let db = opt.fontdb_mut();
+        db.load_system_fonts();
+        db.set_sans_serif_family("DejaVu Sans");
+        opt
+    });
+    let svg = std::fs::read(svg_path).map_err(|e| e.to_string())?;
+    let tree = usvg::Tree::from_data(&svg, opt).map_err(|e| e.to_string())?;
+    let size = tree.size().to_int_size();
+    let mut pixmap =
+        tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("the plot has no area")?;
+    pixmap.fill(tiny_skia::Color::WHITE);
+    resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap
+        .save_png(svg_path.with_extension("png"))
+        .map_err(|e| e.to_string())
+}
+
+/// A plot as the report shows it: the SVG, and a link to its PNG copy.
+pub fn figure(svg: &str, alt: &str) -> String {
+    let png = Path::new(svg).with_extension("png");
+    format!(
+        "<img src=\"{svg}\" alt=\"{alt}\"><br><a href=\"{}\">PNG</a>",
+        png.display()
+    )
 }
 
 /// Escapes text for HTML.

@@ -13,6 +13,7 @@ use crate::floor;
 use crate::scenario::{Goal, Metric, Mode, PaperFigure, PaperNumbers};
 use crate::stream::{Sample, SendCost, MESSAGE_BYTES};
 use crate::summary::LatencySummary;
+use crate::video::WindowRecord;
 use crate::LabError;
 
 /// The CSV series name of the network-floor probe.
@@ -30,6 +31,34 @@ pub struct TrialRecord {
     pub floor: Vec<Sample>,
     /// Variant name → what its sender spent (not in the CSV: `summary.json` keeps it).
     pub costs: Vec<(String, SendCost)>,
+    /// Video variants: name → every adaptation window (`windows.csv`). Their `streams`
+    /// entry holds the windows that arrived whole, as latency samples.
+    pub windows: Vec<(String, Vec<WindowRecord>)>,
+}
+
+impl TrialRecord {
+    /// The windows of a video variant in this trial.
+    pub fn windows_of(&self, name: &str) -> Option<&[WindowRecord]> {
+        self.windows
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, w)| w.as_slice())
+    }
+
+    /// A variant's goodput in this trial: the payload received in the window for a latency
+    /// stream; the sender's throughput (Goel et al. Table II) for a video.
+    fn goodput_bps(&self, name: &str, w: Window) -> Option<f64> {
+        if let Some(windows) = self.windows_of(name) {
+            let bytes: u64 = windows
+                .iter()
+                .filter(|x| w.contains(x.capture_s))
+                .map(|x| x.bytes_written)
+                .sum();
+            return Some(bytes as f64 * 8.0 / (w.to_s - w.from_s));
+        }
+        let (_, samples) = self.streams.iter().find(|(n, _)| n == name)?;
+        Some(goodput_bps(samples, w))
+    }
 }
 
 /// The measurement window, seconds after the start of a run.
@@ -151,7 +180,91 @@ pub struct VariantSummary {
     pub normalized_throughput: Option<MeanCi>,
     /// The sender's CPU and wake-ups, mean over runs (Goel et al. Table I).
     pub sender_cost: Option<SenderCost>,
+    /// Video variants: windows on time, dropped windows, layers and frame rate.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub video: Option<VideoSummary>,
     pub paper: Option<PaperNumbers>,
+}
+
+/// What a video variant's viewer got (Goel et al. Fig. 8 and 9, Tables II and III), over the
+/// windows captured in the measurement window.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VideoSummary {
+    /// Share of transmitted windows whole within 250, 500 and 1000 ms of their capture.
+    pub windows_within_ms: BTreeMap<String, f64>,
+    /// Share of windows of which the sender wrote nothing (pooled over runs)...
+    pub dropped_windows: f64,
+    /// ...and its mean and 95% interval over runs.
+    pub dropped_windows_runs: Option<MeanCi>,
+    /// Layers shown per frame at the display tolerance (0 for a frame not shown).
+    pub mean_layers: f64,
+    /// Frames shown per second.
+    pub fps: f64,
+    pub windows: usize,
+    pub transmitted_windows: usize,
+    /// What the sender wrote, bits/s, mean and 95% interval over runs.
+    pub sender_throughput_bps: Option<MeanCi>,
+    pub display_tolerance_ms: f64,
+    pub window_frames: u32,
+}
+
+/// Tolerances `windows_within_ms` reports.
+pub const TOLERANCES_MS: [f64; 3] = [250.0, 500.0, 1000.0];
+
+impl VideoSummary {
+    /// `runs`: per run, the windows captured in the measurement window.
+    pub fn of(runs: &[Vec<WindowRecord>], w: Window, fps: f64, info: VideoInfo) -> Option<Self> {
+        let all: Vec<&WindowRecord> = runs.iter().flatten().collect();
+        if all.is_empty() {
+            return None;
+        }
+        let transmitted: Vec<&&WindowRecord> = all.iter().filter(|x| x.transmitted()).collect();
+        let within = |t: f64| {
+            let ok = transmitted
+                .iter()
+                .filter(|x| x.latency_ms.is_some_and(|l| l <= t))
+                .count();
+            ok as f64 / transmitted.len().max(1) as f64
+        };
+        let share_dropped = |ws: &[&WindowRecord]| {
+            ws.iter().filter(|x| x.dropped()).count() as f64 / ws.len().max(1) as f64
+        };
+        let frames: u32 = all.iter().map(|x| x.frames).sum();
+        let frames = f64::from(frames.max(1));
+        let per_run = |f: &dyn Fn(&[WindowRecord]) -> f64| {
+            MeanCi::of(
+                &runs
+                    .iter()
+                    .filter(|r| !r.is_empty())
+                    .map(|r| f(r))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        Some(Self {
+            windows_within_ms: TOLERANCES_MS
+                .iter()
+                .map(|t| (format!("{t:.0}"), within(*t)))
+                .collect(),
+            dropped_windows: share_dropped(&all),
+            dropped_windows_runs: per_run(&|r| share_dropped(&r.iter().collect::<Vec<_>>())),
+            mean_layers: all.iter().map(|x| f64::from(x.layers_shown)).sum::<f64>() / frames,
+            fps: all.iter().map(|x| f64::from(x.frames_shown)).sum::<f64>() / frames * fps,
+            windows: all.len(),
+            transmitted_windows: transmitted.len(),
+            sender_throughput_bps: per_run(&|r| {
+                r.iter().map(|x| x.bytes_written).sum::<u64>() as f64 * 8.0 / (w.to_s - w.from_s)
+            }),
+            display_tolerance_ms: info.tolerance_ms,
+            window_frames: info.window_frames,
+        })
+    }
+
+    pub fn within(&self, tolerance_ms: f64) -> f64 {
+        self.windows_within_ms
+            .get(&format!("{tolerance_ms:.0}"))
+            .copied()
+            .unwrap_or(0.0)
+    }
 }
 
 /// Mean over runs of what one sender spent streaming for a whole run.
@@ -224,6 +337,18 @@ pub struct VariantInfo {
     pub congestion: String,
     pub ecn: bool,
     pub paper: Option<PaperNumbers>,
+    /// The plain-TCP variant of the same application its goodput is compared with.
+    pub baseline: Option<String>,
+    /// Video variants: how their video is played.
+    pub video: Option<VideoInfo>,
+}
+
+/// How a video variant's windows are cut and shown.
+#[derive(Debug, Clone, Copy)]
+pub struct VideoInfo {
+    pub window_frames: u32,
+    /// Display deadline after capture, ms.
+    pub tolerance_ms: f64,
 }
 
 /// Payload bits/s of the messages *received* in the window: a queue that holds seconds of
@@ -240,7 +365,6 @@ pub fn goodput_bps(samples: &[Sample], w: Window) -> f64 {
 pub fn summarize_variants(
     records: &[TrialRecord],
     infos: &[VariantInfo],
-    baseline: Option<&str>,
     w: Window,
 ) -> Vec<VariantSummary> {
     let mut modes: Vec<Mode> = records.iter().filter_map(|r| r.mode).collect();
@@ -253,17 +377,12 @@ pub fn summarize_variants(
         let goodput_of = |name: &str| -> Vec<(u32, f64)> {
             trials
                 .iter()
-                .flat_map(|t| {
-                    t.streams
-                        .iter()
-                        .filter(|(n, _)| n == name)
-                        .map(|(_, s)| (t.run, goodput_bps(s, w)))
-                })
+                .filter_map(|t| Some((t.run, t.goodput_bps(name, w)?)))
                 .collect()
         };
-        let base_runs = baseline.map(&goodput_of).unwrap_or_default();
-        let base_mean = MeanCi::of(&base_runs.iter().map(|x| x.1).collect::<Vec<_>>());
         for info in infos {
+            let base_runs = info.baseline.as_deref().map(goodput_of).unwrap_or_default();
+            let base_mean = MeanCi::of(&base_runs.iter().map(|x| x.1).collect::<Vec<_>>());
             let mut lat = vec![];
             let mut sender_side = vec![];
             for t in &trials {
@@ -307,6 +426,19 @@ pub fn summarize_variants(
                         .map(|(_, c)| *c)
                 })
                 .collect();
+            let video = info.video.and_then(|video| {
+                let runs: Vec<Vec<WindowRecord>> = trials
+                    .iter()
+                    .filter_map(|t| t.windows_of(&info.name))
+                    .map(|ws| {
+                        ws.iter()
+                            .filter(|x| w.contains(x.capture_s))
+                            .copied()
+                            .collect()
+                    })
+                    .collect();
+                VideoSummary::of(&runs, w, crate::video::FPS, video)
+            });
             let latency = LatencySummary::of(&lat);
             let ss = LatencySummary::of(&sender_side);
             let goodputs: Vec<f64> = runs.iter().map(|x| x.1).collect();
@@ -328,6 +460,7 @@ pub fn summarize_variants(
                 goodput_vs_baseline: normalized.map(|n| n.mean),
                 normalized_throughput: normalized,
                 sender_cost: SenderCost::mean_of(&costs),
+                video,
                 paper: info.paper.clone(),
             });
         }
@@ -367,6 +500,9 @@ pub fn check_goals(
                     Some(v.latency_ms.share_over(160.0) - floor.latency_ms.share_over(160.0))
                 }
                 Metric::GoodputVsBaseline => v.goodput_vs_baseline,
+                Metric::WindowsWithin500 => v.video.as_ref().map(|x| x.within(500.0)),
+                Metric::DroppedWindows => v.video.as_ref().map(|x| x.dropped_windows),
+                Metric::MeanLayers => v.video.as_ref().map(|x| x.mean_layers),
             };
             let met = measured
                 .is_some_and(|m| g.min.is_none_or(|lo| m >= lo) && g.max.is_none_or(|hi| m <= hi));
@@ -418,12 +554,7 @@ pub fn from_csv(text: &str) -> Result<Vec<TrialRecord>, LabError> {
         let [mode, run, series, sent, lat] = cols[..] else {
             return Err(bad("expected 5 columns: mode,run,series,sent_s,latency_ms"));
         };
-        let mode = match mode {
-            "side_by_side" => Some(Mode::SideBySide),
-            "sequential" => Some(Mode::Sequential),
-            "" => None,
-            _ => return Err(bad("mode is not side_by_side or sequential")),
-        };
+        let mode = parse_mode(mode).map_err(bad)?;
         let run: u32 = run.parse().map_err(|_| bad("run is not a number"))?;
         let sample = Sample {
             sent_s: sent.parse().map_err(|_| bad("sent_s is not a number"))?,
@@ -492,6 +623,112 @@ fn split_csv_line(line: &str) -> Vec<&str> {
     }
 }
 
+/// `windows.csv`: one line per adaptation window of every video variant.
+pub fn windows_to_csv(records: &[TrialRecord]) -> String {
+    let mut out = String::from(
+        "mode,run,series,window,capture_s,planned,written,bytes_written,received,count_received,latency_ms,frames,frames_shown,layers_shown\n",
+    );
+    for r in records {
+        let mode = r.mode.map_or("", Mode::as_str);
+        for (name, windows) in &r.windows {
+            for x in windows {
+                let _ = writeln!(
+                    out,
+                    "{mode},{},\"{name}\",{},{:.6},{},{},{},{},{},{},{},{},{}",
+                    r.run,
+                    x.window,
+                    x.capture_s,
+                    x.planned,
+                    x.written,
+                    x.bytes_written,
+                    x.received,
+                    u8::from(x.count_received),
+                    x.latency_ms.map_or(String::new(), |l| format!("{l:.3}")),
+                    x.frames,
+                    x.frames_shown,
+                    x.layers_shown
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Reads `windows.csv` back into the records [`from_csv`] made: a variant's windows go to the
+/// trial of the same mode and run that holds its stream (or the first such trial).
+pub fn windows_from_csv(text: &str, records: &mut Vec<TrialRecord>) -> Result<(), LabError> {
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let bad = |what: &str| {
+            LabError::io(
+                format!("reading windows.csv line {}", i + 1),
+                what.to_string(),
+            )
+        };
+        let cols = split_csv_line(line);
+        let [mode, run, series, rest @ ..] = &cols[..] else {
+            return Err(bad("too few columns"));
+        };
+        if rest.len() != 11 {
+            return Err(bad("expected 14 columns"));
+        }
+        let mode = parse_mode(mode).map_err(&bad)?;
+        let run: u32 = run.parse().map_err(|_| bad("run is not a number"))?;
+        let num = |k: usize, what: &str| -> Result<f64, LabError> {
+            rest[k]
+                .parse()
+                .map_err(|_| bad(&format!("{what} is not a number")))
+        };
+        let record = WindowRecord {
+            window: num(0, "window")? as u32,
+            capture_s: num(1, "capture_s")?,
+            planned: num(2, "planned")? as u32,
+            written: num(3, "written")? as u32,
+            bytes_written: num(4, "bytes_written")? as u64,
+            received: num(5, "received")? as u32,
+            count_received: num(6, "count_received")? != 0.0,
+            latency_ms: if rest[7].is_empty() {
+                None
+            } else {
+                Some(num(7, "latency_ms")?)
+            },
+            frames: num(8, "frames")? as u32,
+            frames_shown: num(9, "frames_shown")? as u32,
+            layers_shown: num(10, "layers_shown")? as u32,
+        };
+        let same = |t: &TrialRecord| t.mode == mode && t.run == run;
+        let at = records
+            .iter()
+            .position(|t| same(t) && t.streams.iter().any(|(n, _)| n == series))
+            .or_else(|| records.iter().position(same));
+        let at = match at {
+            Some(k) => k,
+            None => {
+                records.push(TrialRecord {
+                    mode,
+                    run,
+                    ..TrialRecord::default()
+                });
+                records.len() - 1
+            }
+        };
+        let t = &mut records[at];
+        match t.windows.iter_mut().find(|(n, _)| n == series) {
+            Some((_, w)) => w.push(record),
+            None => t.windows.push((series.to_string(), vec![record])),
+        }
+    }
+    Ok(())
+}
+
+fn parse_mode(mode: &str) -> Result<Option<Mode>, &'static str> {
+    match mode {
+        "side_by_side" => Ok(Some(Mode::SideBySide)),
+        "sequential" => Ok(Some(Mode::Sequential)),
+        "" => Ok(None),
+        _ => Err("mode is not side_by_side or sequential"),
+    }
+}
+
 pub fn write_json(path: &Path, s: &LabSummary) -> Result<(), LabError> {
     let text =
         serde_json::to_string_pretty(s).map_err(|e| LabError::io("encoding summary.json", e))?;
@@ -511,7 +748,7 @@ pub fn text_table(s: &LabSummary) -> String {
         "{:<13} {:<22} {:>8} {:>8} {:>9} {:>12} {:>9} {:>8}\n",
         "mode", "variant", "p50 ms", "p99 ms", "ss p99", "over 160 ms", "Mbit/s", "vs TCP"
     );
-    for v in &s.variants {
+    for v in s.variants.iter().filter(|v| v.video.is_none()) {
         out.push_str(&format!(
             "{:<13} {:<22} {:>8.1} {:>8.1} {:>9.1} {:>11.1}% {:>9.2} {:>8}\n",
             v.mode.as_str(),
@@ -535,6 +772,44 @@ pub fn text_table(s: &LabSummary) -> String {
         "-",
         f.share_over(160.0) * 100.0
     ));
+    let videos: Vec<(&VariantSummary, &VideoSummary)> = s
+        .variants
+        .iter()
+        .filter_map(|v| Some((v, v.video.as_ref()?)))
+        .collect();
+    if !videos.is_empty() {
+        let tolerance = videos[0].1.display_tolerance_ms;
+        out.push_str(&format!(
+            "\nlayered video: windows whole (capture to last byte) within 250 / 500 / 1000 ms, windows the sender \
+             dropped, frames on time and layers shown at {tolerance:.0} ms\n\
+             {:<13} {:<22} {:>18} {:>10} {:>8} {:>9} {:>7} {:>9} {:>8}\n",
+            "mode", "variant", "whole in time", "window p50", "dropped", "on time", "layers", "Mbit/s", "vs TCP"
+        ));
+        for (v, x) in videos {
+            let within: Vec<String> = TOLERANCES_MS
+                .iter()
+                .map(|t| format!("{:.0}", x.within(*t) * 100.0))
+                .collect();
+            let p50 = if v.messages > 0 {
+                format!("{:.0} ms", v.latency_ms.p50)
+            } else {
+                "never".into()
+            };
+            out.push_str(&format!(
+                "{:<13} {:<22} {:>17}% {:>10} {:>7.1}% {:>8.1}% {:>7.2} {:>9.2} {:>8}\n",
+                v.mode.as_str(),
+                v.name,
+                within.join(" / "),
+                p50,
+                x.dropped_windows * 100.0,
+                x.fps / crate::video::FPS * 100.0,
+                x.mean_layers,
+                v.goodput_bps / 1e6,
+                v.goodput_vs_baseline
+                    .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+            ));
+        }
+    }
     for g in &s.goals {
         out.push_str(&format!(
             "goal {}: {} {} = {} ({})\n",
@@ -575,21 +850,21 @@ mod tests {
                     ("MB".into(), samples(60.0, 900)),
                 ],
                 floor: samples(50.0, 1000),
-                costs: vec![],
+                ..TrialRecord::default()
             },
             TrialRecord {
                 mode: Some(Mode::Sequential),
                 run: 1,
                 streams: vec![("TCP".into(), samples(400.0, 1000))],
                 floor: samples(50.0, 1000),
-                costs: vec![],
+                ..TrialRecord::default()
             },
             TrialRecord {
                 mode: Some(Mode::Sequential),
                 run: 1,
                 streams: vec![("MB".into(), samples(60.0, 800))],
                 floor: samples(50.0, 1000),
-                costs: vec![],
+                ..TrialRecord::default()
             },
         ]
     }
@@ -603,6 +878,8 @@ mod tests {
                 congestion: "cubic".into(),
                 ecn: false,
                 paper: None,
+                baseline: Some("TCP".into()),
+                video: None,
             })
             .collect()
     }
@@ -627,7 +904,7 @@ mod tests {
             from_s: 1.0,
             to_s: 9.0,
         };
-        let v = summarize_variants(&records(), &infos(), Some("TCP"), w);
+        let v = summarize_variants(&records(), &infos(), w);
         assert_eq!(v.len(), 4);
         let mb = v
             .iter()
@@ -649,6 +926,78 @@ mod tests {
         assert_eq!(seq.share_over_ms["160"], 0.0);
         let floor = summarize_floor(&records(), w);
         assert_eq!(floor.latency_ms.p50, 50.0);
+    }
+
+    fn window(k: u32, written: u32, latency_ms: Option<f64>, bytes: u64) -> WindowRecord {
+        WindowRecord {
+            window: k,
+            capture_s: f64::from(k) * 0.125,
+            planned: 8,
+            written,
+            bytes_written: bytes,
+            received: written,
+            count_received: true,
+            latency_ms,
+            frames: 4,
+            frames_shown: if latency_ms.is_some() { 4 } else { 0 },
+            layers_shown: if latency_ms.is_some() { 8 } else { 0 },
+        }
+    }
+
+    #[test]
+    fn video_summary_counts_windows_on_time_dropped_layers_and_throughput() {
+        let w = Window {
+            from_s: 0.0,
+            to_s: 1.0,
+        };
+        // Run 1: 4 windows: 200 ms, 600 ms, never whole, dropped. Run 2: 2 windows on time.
+        let run1 = vec![
+            window(0, 8, Some(200.0), 1000),
+            window(1, 8, Some(600.0), 1000),
+            window(2, 3, None, 500),
+            window(3, 0, None, 0),
+        ];
+        let run2 = vec![
+            window(0, 8, Some(100.0), 2000),
+            window(1, 8, Some(300.0), 2000),
+        ];
+        let info = VideoInfo {
+            window_frames: 4,
+            tolerance_ms: 500.0,
+        };
+        let v = VideoSummary::of(&[run1.clone(), run2], w, 30.0, info).unwrap();
+        assert_eq!((v.windows, v.transmitted_windows), (6, 5));
+        assert_eq!(v.within(250.0), 2.0 / 5.0);
+        assert_eq!(v.within(500.0), 3.0 / 5.0);
+        assert_eq!(v.within(1000.0), 4.0 / 5.0);
+        assert_eq!(v.dropped_windows, 1.0 / 6.0);
+        assert_eq!(v.dropped_windows_runs.unwrap().mean, 0.125);
+        // 4 of 6 windows shown with 2 layers per frame.
+        assert!((v.mean_layers - 32.0 / 24.0).abs() < 1e-9);
+        assert!((v.fps - 20.0).abs() < 1e-9, "{}", v.fps);
+        assert_eq!(
+            v.sender_throughput_bps.unwrap().mean,
+            (2500.0 + 4000.0) * 8.0 / 2.0
+        );
+
+        // windows.csv round-trips, and goodput of a video variant is its sender throughput.
+        let mut records = vec![TrialRecord {
+            mode: Some(Mode::SideBySide),
+            run: 1,
+            streams: vec![(
+                "video".into(),
+                run1.iter().filter_map(WindowRecord::sample).collect(),
+            )],
+            windows: vec![("video".into(), run1.clone())],
+            ..TrialRecord::default()
+        }];
+        let text = windows_to_csv(&records);
+        let mut back = from_csv(&to_csv(&records)).unwrap();
+        windows_from_csv(&text, &mut back).unwrap();
+        assert_eq!(back[0].windows, records[0].windows);
+        assert_eq!(back[0].goodput_bps("video", w), Some(2500.0 * 8.0));
+        records[0].windows.clear();
+        assert!(windows_from_csv("h\nside_by_side,1,\"x\",1,2\n", &mut records).is_err());
     }
 
     #[test]

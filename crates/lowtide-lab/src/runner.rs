@@ -20,11 +20,11 @@ use lowtide_traffic::schedule::Plan;
 use lowtide_traffic::sink::{TcpSink, TcpSinkReport, UdpSink, UdpSinkReport};
 use lowtide_traffic::Stop;
 
-use crate::render::{self, MESSAGES, SCENARIO, SUMMARY};
-use crate::results::{self, LabSummary, TrialNetwork, TrialRecord, VariantInfo, Window};
-use crate::scenario::{Checked, Mode, Overrides, Scenario, STREAM_PORT};
+use crate::render::{self, MESSAGES, SCENARIO, SUMMARY, WINDOWS};
+use crate::results::{self, LabSummary, TrialNetwork, TrialRecord, VariantInfo, VideoInfo, Window};
+use crate::scenario::{ApplicationKind, Checked, Mode, Overrides, Scenario, STREAM_PORT};
 use crate::stream::{self, Sample};
-use crate::{floor, LabError};
+use crate::{floor, video, LabError};
 
 /// Ports of the cross-traffic sinks on every host, and of the floor probe.
 const TCP_SINK_PORT: u16 = 5001;
@@ -140,6 +140,9 @@ pub fn write_run_folder(
     };
     write(SCENARIO, scenario_text)?;
     write(MESSAGES, &results::to_csv(records))?;
+    if records.iter().any(|r| !r.windows.is_empty()) {
+        write(WINDOWS, &results::windows_to_csv(records))?;
+    }
     results::write_json(&dir.join(SUMMARY), summary)?;
     render::render(dir, summary, records)
 }
@@ -150,7 +153,13 @@ pub fn rerender(dir: &Path) -> Result<PathBuf, LabError> {
     let csv_path = dir.join(MESSAGES);
     let csv = std::fs::read_to_string(&csv_path)
         .map_err(|e| LabError::io(format!("reading {}", csv_path.display()), e))?;
-    let records = results::from_csv(&csv)?;
+    let mut records = results::from_csv(&csv)?;
+    let windows_path = dir.join(WINDOWS);
+    if windows_path.exists() {
+        let text = std::fs::read_to_string(&windows_path)
+            .map_err(|e| LabError::io(format!("reading {}", windows_path.display()), e))?;
+        results::windows_from_csv(&text, &mut records)?;
+    }
     render::render(dir, &summary, &records)?;
     Ok(dir.join(render::REPORT))
 }
@@ -169,19 +178,28 @@ fn summarize(
     let infos: Vec<VariantInfo> = s
         .variants
         .iter()
-        .map(|v| VariantInfo {
+        .enumerate()
+        .map(|(i, v)| VariantInfo {
             name: v.name.clone(),
-            controller: controller_name(&v.controller),
+            controller: match v.sndbuf {
+                Some(b) => format!("{}, SO_SNDBUF {b}", controller_name(&v.controller)),
+                None => controller_name(&v.controller),
+            },
             congestion: v
                 .congestion
                 .clone()
                 .unwrap_or_else(|| s.topology.hosts.congestion.clone()),
             ecn: s.ecn_of(v),
             paper: v.paper.clone(),
+            baseline: checked.baseline_of(i).map(|b| s.variants[b].name.clone()),
+            video: (s.application_of(v) == ApplicationKind::LayeredVideo).then_some(VideoInfo {
+                window_frames: s.application.video.window_frames,
+                tolerance_ms: s.application.video.tolerance_ms,
+            }),
         })
         .collect();
     let baseline = checked.baseline.map(|i| s.variants[i].name.clone());
-    let variants = results::summarize_variants(records, &infos, baseline.as_deref(), window);
+    let variants = results::summarize_variants(records, &infos, window);
     let floor = results::summarize_floor(records, window);
     let goals = results::check_goals(&s.goals, &variants, &floor);
     LabSummary {
@@ -383,6 +401,20 @@ impl Sinks {
     }
 }
 
+/// The threads of one measured variant.
+enum Measured {
+    Stream {
+        tx: Joined<stream::SendCost>,
+        rx: Joined<stream::Received>,
+    },
+    Video {
+        tx: Joined<video::VideoSent>,
+        rx: Joined<lowtide_media::playout::Playout>,
+        clip: lowtide_media::video::Video,
+        window_frames: u32,
+    },
+}
+
 /// Sets the trial's stop flag when the trial ends, however it ends.
 struct StopOnDrop(Arc<AtomicBool>);
 
@@ -442,8 +474,7 @@ fn run_trial(
     )?;
 
     let rx_host = net.receiver(s.application.receiver);
-    let mut receivers = vec![];
-    let mut senders = vec![];
+    let mut measured = vec![];
     for &i in variants {
         let v = &s.variants[i];
         let mut cfg = ChannelConfig {
@@ -455,15 +486,43 @@ fn run_trial(
             ..ChannelConfig::default()
         };
         cfg.transport.controller = v.controller;
+        cfg.sndbuf = v.sndbuf;
         let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
-        let rcfg = cfg.clone();
-        receivers.push(rx_host.spawn("stream-recv", move || {
-            stream::receive(addr, rcfg, start, end + GRACE)
-        })?);
-        senders.push(net.sender(v.sender).spawn("stream-send", move || {
-            std::thread::sleep(start.saturating_duration_since(Instant::now()));
-            stream::send(addr, cfg, end)
-        })?);
+        let tx_host = net.sender(v.sender);
+        measured.push(match s.application_of(v) {
+            ApplicationKind::LatencyStream => {
+                let rcfg = cfg.clone();
+                Measured::Stream {
+                    rx: rx_host.spawn("stream-recv", move || {
+                        stream::receive(addr, rcfg, start, end + GRACE)
+                    })?,
+                    tx: tx_host.spawn("stream-send", move || {
+                        std::thread::sleep(start.saturating_duration_since(Instant::now()));
+                        stream::send(addr, cfg, end)
+                    })?,
+                }
+            }
+            ApplicationKind::LayeredVideo => {
+                let app = s.application.video.clone();
+                let clip = app
+                    .video(s.run.duration_s)
+                    .map_err(|e| LabError::io("building the video", e))?;
+                let tolerance = Duration::from_secs_f64(app.tolerance_ms / 1e3);
+                let rcfg = cfg.clone();
+                let frames = app.window_frames;
+                Measured::Video {
+                    rx: rx_host.spawn("video-recv", move || {
+                        video::receive(addr, rcfg, frames, tolerance, start, end + GRACE)
+                    })?,
+                    tx: tx_host.spawn("video-send", {
+                        let clip = clip.clone();
+                        move || video::send(addr, cfg, clip, frames, start)
+                    })?,
+                    clip,
+                    window_frames: frames,
+                }
+            }
+        });
     }
     let floor_addr = SocketAddr::from((rx_host.addr(), FLOOR_PORT));
     let floor_rx = rx_host.spawn("floor-recv", move || {
@@ -509,12 +568,31 @@ fn run_trial(
 
     let mut streams = vec![];
     let mut costs = vec![];
-    for ((&i, tx), rx) in variants.iter().zip(senders).zip(receivers) {
-        let cost = join(tx, "a stream sender")??;
-        let received = join(rx, "a stream receiver")??;
-        tracing::debug!(variant = %s.variants[i].name, ?cost, received = received.samples.len(), "stream done");
-        streams.push((s.variants[i].name.clone(), received.samples));
-        costs.push((s.variants[i].name.clone(), cost));
+    let mut windows = vec![];
+    for (&i, m) in variants.iter().zip(measured) {
+        let name = s.variants[i].name.clone();
+        match m {
+            Measured::Stream { tx, rx } => {
+                let cost = join(tx, "a stream sender")??;
+                let received = join(rx, "a stream receiver")??;
+                tracing::debug!(variant = %name, ?cost, received = received.samples.len(), "stream done");
+                streams.push((name.clone(), received.samples));
+                costs.push((name, cost));
+            }
+            Measured::Video {
+                tx,
+                rx,
+                clip,
+                window_frames,
+            } => {
+                let sent = join(tx, "a video sender")??;
+                let seen = join(rx, "a video receiver")??;
+                let w = video::windows(&clip, window_frames, &sent.ledger, &seen);
+                streams.push((name.clone(), w.iter().filter_map(|x| x.sample()).collect()));
+                windows.push((name.clone(), w));
+                costs.push((name, sent.cost));
+            }
+        }
     }
     join(floor_tx, "the floor probe")??;
     let mut floor_samples: Vec<Sample> = join(floor_rx, "the floor sink")??;
@@ -541,6 +619,7 @@ fn run_trial(
             streams,
             floor: floor_samples,
             costs,
+            windows,
             ..TrialRecord::default()
         },
         network,
@@ -582,6 +661,7 @@ mod tests {
             overrides: Overrides {
                 queue_bdp: Some(0.5),
                 congestion: Some("reno".into()),
+                window_frames: None,
             },
             ..LabOptions::default()
         };

@@ -42,6 +42,7 @@ use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 use lowtide::ControllerConfig;
+use lowtide_media::video::{SyntheticModel, Video, VideoError};
 use lowtide_netem::{ConfigError, TopologyConfig};
 use lowtide_traffic::schedule::{FlowSpec, Plan, Schedule, ScheduleError};
 use serde::{Deserialize, Serialize};
@@ -194,19 +195,94 @@ impl ReverseTraffic {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Application {
+    /// What every variant runs unless it names its own `application`.
     #[serde(default)]
     pub kind: ApplicationKind,
     /// Receiver host index the streams go to.
     #[serde(default)]
     pub receiver: usize,
+    /// The video of `layered_video` variants.
+    #[serde(default)]
+    pub video: VideoApp,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ApplicationKind {
     /// [`crate::stream`]: one 1448-byte message whenever the transport can take one.
     #[default]
     LatencyStream,
+    /// [`crate::video`]: layered video with priority-progress streaming (Goel et al. §7).
+    LayeredVideo,
+}
+
+impl ApplicationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplicationKind::LatencyStream => "latency stream",
+            ApplicationKind::LayeredVideo => "layered video",
+        }
+    }
+}
+
+/// The layered video a `layered_video` variant streams (looped to the run's length).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VideoApp {
+    /// A committed encoder trace by name (`testsrc2-4layer`, `mandelbrot-4layer`)...
+    #[serde(default)]
+    pub trace: Option<String>,
+    /// ...or a synthetic source (exactly one of the two).
+    #[serde(default)]
+    pub synthetic: Option<SyntheticModel>,
+    /// Frames per adaptation window (the paper: 4 = 133 ms, 2 = 66 ms).
+    #[serde(default = "four")]
+    pub window_frames: u32,
+    /// When a frame is shown after its capture: it decides the mean layers and the frame
+    /// rate a viewer sees (the windows-on-time curve covers every tolerance).
+    #[serde(default = "five_hundred")]
+    pub tolerance_ms: f64,
+}
+
+fn four() -> u32 {
+    4
+}
+fn five_hundred() -> f64 {
+    500.0
+}
+
+impl Default for VideoApp {
+    fn default() -> Self {
+        Self {
+            trace: Some("testsrc2-4layer".into()),
+            synthetic: None,
+            window_frames: four(),
+            tolerance_ms: five_hundred(),
+        }
+    }
+}
+
+impl VideoApp {
+    /// `seconds` of the video.
+    pub fn video(&self, seconds: f64) -> Result<Video, ScenarioError> {
+        let field = |e: VideoError| match e {
+            VideoError::Invalid {
+                field,
+                value,
+                allowed,
+            } => invalid(format!("application.video.{field}"), value, allowed),
+            other => invalid("application.video.trace", "", other.to_string()),
+        };
+        match (&self.trace, &self.synthetic) {
+            (Some(name), None) => Ok(Video::builtin(name, 30.0).map_err(field)?.looped(seconds)),
+            (None, Some(m)) => m.generate(seconds).map_err(field),
+            _ => Err(invalid(
+                "application.video",
+                "trace and synthetic both or neither",
+                "exactly one of `trace` (a committed trace) and `synthetic` (a model)",
+            )),
+        }
+    }
 }
 
 /// One way of sending the measured stream.
@@ -225,6 +301,13 @@ pub struct Variant {
     /// Sender host index (ECN is per host, so ECN and non-ECN variants need different hosts).
     #[serde(default)]
     pub sender: usize,
+    /// What this variant runs (default: `application.kind`).
+    #[serde(default)]
+    pub application: Option<ApplicationKind>,
+    /// `SO_SNDBUF` of the stream's socket, bytes (default: the kernel's autotuning, up to
+    /// `tcp_wmem`'s 4 MB). The kernel doubles it; 65536 gives Linux 2.4's largest buffer.
+    #[serde(default)]
+    pub sndbuf: Option<u32>,
     /// The paper's numbers for this variant, where it gives them.
     #[serde(default)]
     pub paper: Option<PaperNumbers>,
@@ -246,6 +329,12 @@ pub struct PaperNumbers {
     /// Throughput relative to TCP.
     #[serde(default)]
     pub goodput_vs_baseline: Option<f64>,
+    /// Video: share of windows whole within 500 ms (0..1).
+    #[serde(default)]
+    pub windows_within_500: Option<f64>,
+    /// Video: share of windows the sender dropped (0..1).
+    #[serde(default)]
+    pub dropped_windows: Option<f64>,
 }
 
 /// A number the run should reach, e.g. MinBuf(1,3)'s sender-side p99 at most one RTT.
@@ -276,6 +365,13 @@ pub enum Metric {
     #[serde(rename = "share_over_160_above_floor")]
     ShareOver160AboveFloor,
     GoodputVsBaseline,
+    /// Video: share of transmitted windows whole within 500 ms.
+    #[serde(rename = "windows_within_500")]
+    WindowsWithin500,
+    /// Video: share of windows the sender dropped whole.
+    DroppedWindows,
+    /// Video: layers shown per frame.
+    MeanLayers,
 }
 
 /// Changes `lowtide lab run` makes to a scenario (see [`Scenario::with_overrides`]).
@@ -285,14 +381,16 @@ pub struct Overrides {
     pub queue_bdp: Option<f64>,
     /// Congestion control of every TCP flow: the hosts, every variant, the cross traffic.
     pub congestion: Option<String>,
+    /// Frames per adaptation window of the video (Fig. 8: 4, Fig. 9: 2).
+    pub window_frames: Option<u32>,
 }
 
 impl Overrides {
     pub fn is_empty(&self) -> bool {
-        self.queue_bdp.is_none() && self.congestion.is_none()
+        *self == Overrides::default()
     }
 
-    /// A suffix for the output folder, e.g. `-q0.5-reno`.
+    /// A suffix for the output folder, e.g. `-q0.5-reno-w2`.
     pub fn suffix(&self) -> String {
         let mut out = String::new();
         if let Some(q) = self.queue_bdp {
@@ -300,6 +398,9 @@ impl Overrides {
         }
         if let Some(cc) = &self.congestion {
             out.push_str(&format!("-{cc}"));
+        }
+        if let Some(w) = self.window_frames {
+            out.push_str(&format!("-w{w}"));
         }
         out
     }
@@ -315,6 +416,9 @@ impl Metric {
             Metric::ShareOver160 => "share_over_160",
             Metric::ShareOver160AboveFloor => "share_over_160_above_floor",
             Metric::GoodputVsBaseline => "goodput_vs_baseline",
+            Metric::WindowsWithin500 => "windows_within_500",
+            Metric::DroppedWindows => "dropped_windows",
+            Metric::MeanLayers => "mean_layers",
         }
     }
 }
@@ -370,8 +474,20 @@ pub struct Checked {
     pub scenario: Scenario,
     pub forward_plan: Plan,
     pub reverse_plan: Plan,
-    /// Index of the plain-TCP variant that goodput ratios refer to, if there is one.
+    /// Index of the first plain-TCP variant, if there is one.
     pub baseline: Option<usize>,
+}
+
+impl Checked {
+    /// The plain-TCP variant a variant's goodput is compared with: the first `unlimited`
+    /// one that runs the same application.
+    pub fn baseline_of(&self, variant: usize) -> Option<usize> {
+        let s = &self.scenario;
+        let kind = s.application_of(&s.variants[variant]);
+        s.variants.iter().position(|v| {
+            v.controller == ControllerConfig::Unlimited && s.application_of(v) == kind
+        })
+    }
 }
 
 impl Scenario {
@@ -414,7 +530,15 @@ impl Scenario {
                 }
             }
         }
+        if let Some(w) = o.window_frames {
+            s.application.video.window_frames = w;
+        }
         s
+    }
+
+    /// What a variant runs.
+    pub fn application_of(&self, v: &Variant) -> ApplicationKind {
+        v.application.unwrap_or(self.application.kind)
     }
 
     /// The `--quick` form: every time scaled by `quick.time_scale`, `quick.runs` runs.
@@ -532,6 +656,22 @@ impl Scenario {
                 ),
             ));
         }
+        if self
+            .variants
+            .iter()
+            .any(|v| self.application_of(v) == ApplicationKind::LayeredVideo)
+        {
+            let v = &self.application.video;
+            if !(1..=30).contains(&v.window_frames) {
+                return Err(invalid(
+                    "application.video.window_frames",
+                    v.window_frames,
+                    "1 to 30 frames",
+                ));
+            }
+            check_range("application.video.tolerance_ms", v.tolerance_ms, 1.0, 60e3)?;
+            v.video(1.0)?;
+        }
         for (i, g) in self.goals.iter().enumerate() {
             if !self.variants.iter().any(|v| v.name == g.variant) {
                 return Err(invalid(
@@ -604,6 +744,11 @@ impl Scenario {
                     ));
                 }
             }
+            if let Some(b) = v.sndbuf {
+                if !(4096..=(64 << 20)).contains(&b) {
+                    return Err(invalid(field("sndbuf"), b, "4096 to 67108864 bytes"));
+                }
+            }
             if v.sender >= self.topology.senders {
                 return Err(invalid(
                     field("sender"),
@@ -618,6 +763,8 @@ impl Scenario {
                 for (name, x) in [
                     ("share_over_160", p.share_over_160),
                     ("share_over_500", p.share_over_500),
+                    ("windows_within_500", p.windows_within_500),
+                    ("dropped_windows", p.dropped_windows),
                 ] {
                     if let Some(x) = x {
                         check_range(&field(&format!("paper.{name}")), x, 0.0, 1.0)?;
@@ -739,6 +886,7 @@ controller = { min_buf = { a = 1, b = 3 } }
         let o = Overrides {
             queue_bdp: Some(0.5),
             congestion: Some("reno".into()),
+            window_frames: Some(2),
         };
         let t = s.with_overrides(&o).check().unwrap().scenario;
         assert_eq!(
@@ -750,11 +898,12 @@ controller = { min_buf = { a = 1, b = 3 } }
             t.forward_traffic.flows[0].congestion_control.as_deref(),
             Some("reno")
         );
-        assert_eq!(o.suffix(), "-q0.5-reno");
+        assert_eq!(t.application.video.window_frames, 2);
+        assert_eq!(o.suffix(), "-q0.5-reno-w2");
         let e = s
             .with_overrides(&Overrides {
                 queue_bdp: Some(-1.0),
-                congestion: None,
+                ..Overrides::default()
             })
             .check()
             .unwrap_err()
@@ -814,12 +963,41 @@ controller = { min_buf = { a = 1, b = 3 } }
             Metric::ShareOver160,
             Metric::ShareOver160AboveFloor,
             Metric::GoodputVsBaseline,
+            Metric::WindowsWithin500,
+            Metric::DroppedWindows,
+            Metric::MeanLayers,
         ] {
             assert_eq!(
                 serde_json::to_string(&m).unwrap(),
                 format!("\"{}\"", m.as_str())
             );
         }
+    }
+
+    #[test]
+    fn video_variants_need_a_video_and_get_a_baseline_of_their_kind() {
+        let video = GOOD.replace(
+            "name = \"t\"",
+            "name = \"t\"\n[application.video]\ntrace = \"testsrc2-4layer\"\nwindow_frames = 2",
+        ) + "[[variant]]\nname = \"video TCP\"\ncontroller = \"unlimited\"\napplication = \"layered_video\"\n\
+             [[variant]]\nname = \"video MinBuf\"\ncontroller = { min_buf = { a = 1, b = 3 } }\napplication = \"layered_video\"\n";
+        let c = Scenario::from_toml(&video).unwrap();
+        assert_eq!(c.baseline_of(1), Some(0));
+        assert_eq!(c.baseline_of(3), Some(2));
+        let v = c.scenario.application.video.video(60.0).unwrap();
+        assert_eq!((v.frames.len(), v.layer_count()), (1800, 4));
+        let e = err(&video.replace("testsrc2-4layer", "nope"));
+        assert!(e.starts_with("application.video.trace = \"nope\""), "{e}");
+        let e = err(&video.replace("window_frames = 2", "window_frames = 0"));
+        assert!(e.starts_with("application.video.window_frames = 0"), "{e}");
+        let e = err(&video.replace(
+            "window_frames = 2",
+            "synthetic = { fps = 30, layer_bps = [1e5], gop = 30, i_frame_ratio = 2, spread = 0, seed = 1 }",
+        ));
+        assert!(
+            e.starts_with("application.video = trace and synthetic"),
+            "{e}"
+        );
     }
 
     #[test]

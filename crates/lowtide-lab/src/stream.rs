@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lowtide::{ChannelConfig, Message, StreamConfig};
+use lowtide::{Channel, ChannelConfig, Message, StreamConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::clock;
@@ -42,14 +42,14 @@ impl Received {
     }
 }
 
-fn transport(what: &str) -> impl FnOnce(lowtide::Error) -> LabError + '_ {
+pub(crate) fn transport(what: &str) -> impl FnOnce(lowtide::Error) -> LabError + '_ {
     move |source| LabError::Transport {
         what: what.to_string(),
         source,
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, LabError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, LabError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -85,26 +85,67 @@ pub fn thread_cpu_s() -> Option<(f64, f64)> {
     Some((user / 100.0, system / 100.0))
 }
 
+/// Connects to a stream receiver, retrying for 5 s while its listener comes up.
+pub(crate) async fn connect(dst: SocketAddr, cfg: ChannelConfig) -> Result<Channel, LabError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match lowtide::connect(dst, cfg.clone()).await {
+            Ok(ch) => return Ok(ch),
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!("connect to {dst}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(transport("connecting")(e)),
+        }
+    }
+}
+
+/// Accepts the one channel of a measured stream on `addr`.
+pub(crate) async fn accept(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, LabError> {
+    let listener = lowtide::listen(addr, cfg)
+        .await
+        .map_err(transport("listening"))?;
+    tokio::time::timeout(Duration::from_secs(10), listener.accept())
+        .await
+        .map_err(|_| LabError::io("accepting the measured stream", "no connection within 10 s"))?
+        .map_err(transport("accepting"))
+}
+
+/// Measures a sender thread's [`SendCost`] from its creation to [`CostMeter::finish`].
+pub(crate) struct CostMeter(Option<(f64, f64)>);
+
+impl CostMeter {
+    pub(crate) fn start() -> Self {
+        Self(thread_cpu_s())
+    }
+
+    pub(crate) fn finish(&self, ch: &Channel, messages: u64) -> SendCost {
+        let stats = ch.stats();
+        let cpu = thread_cpu_s()
+            .zip(self.0)
+            .map_or((0.0, 0.0), |((u1, s1), (u0, s0))| (u1 - u0, s1 - s0));
+        SendCost {
+            messages,
+            cpu_user_s: cpu.0,
+            cpu_system_s: cpu.1,
+            driver_wakeups: ch.driver_wakeups(),
+            write_calls: stats.write_calls,
+            bytes_written: stats.bytes_written,
+            controller_blocked: stats.controller_blocked,
+        }
+    }
+}
+
 /// Sends until `end`; blocking (builds its own runtime), for a thread inside a sender host.
 pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<SendCost, LabError> {
     runtime()?.block_on(async move {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let ch = loop {
-            match lowtide::connect(dst, cfg.clone()).await {
-                Ok(ch) => break ch,
-                Err(e) if Instant::now() < deadline => {
-                    tracing::debug!("connect to {dst}: {e}; retrying");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => return Err(transport("connecting")(e)),
-            }
-        };
+        let ch = connect(dst, cfg).await?;
         let stream = ch
             .open_stream(StreamConfig::default())
             .map_err(transport("opening a stream"))?;
         let mut payload = vec![0x5a; MESSAGE_BYTES];
         let mut sent = 0u64;
-        let cpu_before = thread_cpu_s();
+        let meter = CostMeter::start();
         let end_t = tokio::time::Instant::from_std(end);
         loop {
             tokio::select! {
@@ -116,19 +157,7 @@ pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<SendCos
                 .map_err(transport("sending"))?;
             sent += 1;
         }
-        let stats = ch.stats();
-        let cpu = thread_cpu_s()
-            .zip(cpu_before)
-            .map_or((0.0, 0.0), |((u1, s1), (u0, s0))| (u1 - u0, s1 - s0));
-        let cost = SendCost {
-            messages: sent,
-            cpu_user_s: cpu.0,
-            cpu_system_s: cpu.1,
-            driver_wakeups: ch.driver_wakeups(),
-            write_calls: stats.write_calls,
-            bytes_written: stats.bytes_written,
-            controller_blocked: stats.controller_blocked,
-        };
+        let cost = meter.finish(&ch, sent);
         // Plain TCP still has seconds of data queued: do not wait for it.
         ch.close(0, "measurement over").await;
         Ok(cost)
@@ -143,15 +172,7 @@ pub fn receive(
     end: Instant,
 ) -> Result<Received, LabError> {
     runtime()?.block_on(async move {
-        let listener = lowtide::listen(addr, cfg)
-            .await
-            .map_err(transport("listening"))?;
-        let ch = tokio::time::timeout(Duration::from_secs(10), listener.accept())
-            .await
-            .map_err(|_| {
-                LabError::io("accepting the measured stream", "no connection within 10 s")
-            })?
-            .map_err(transport("accepting"))?;
+        let ch = accept(addr, cfg).await?;
         let mut out = Received::default();
         let end_t = tokio::time::Instant::from_std(end);
         loop {

@@ -10,6 +10,8 @@ pub struct LatencySummary {
     pub count: usize,
     pub p50: f64,
     pub p90: f64,
+    #[serde(default)]
+    pub p95: f64,
     pub p99: f64,
     pub p999: f64,
     pub max: f64,
@@ -43,6 +45,7 @@ impl LatencySummary {
             count: v.len(),
             p50: at(0.5),
             p90: at(0.9),
+            p95: at(0.95),
             p99: at(0.99),
             p999: at(0.999),
             max: at(1.0),
@@ -68,6 +71,7 @@ mod tests {
         let s = LatencySummary::of(&samples);
         assert_eq!(s.count, 1000);
         assert_eq!(s.p50, 501.0);
+        assert_eq!(s.p95, 950.0);
         assert_eq!(s.max, 1000.0);
         assert!((s.share_over(160.0) - 0.84).abs() < 1e-9);
         assert!((s.share_over(500.0) - 0.5).abs() < 1e-9);

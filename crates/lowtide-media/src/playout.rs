@@ -119,19 +119,35 @@ impl Playout {
             .count() as u32
     }
 
+    /// Messages of `window` that arrived.
+    pub fn arrived(&self, window: u32) -> u32 {
+        self.windows.get(&window).map_or(0, |w| w.arrived)
+    }
+
+    /// How many messages of `window` the sender said it wrote (None: no word yet).
+    pub fn sent(&self, window: u32) -> Option<u32> {
+        self.windows.get(&window).and_then(|w| w.sent)
+    }
+
+    /// When `window` became whole, from the capture of its first frame; None if it never did
+    /// (or nothing of it was sent).
+    pub fn whole_latency_s(&self, window: u32) -> Option<f64> {
+        let w = self.windows.get(&window)?;
+        let period = f64::from(self.window_frames) / self.fps;
+        w.sent
+            .is_some_and(|s| s > 0 && w.arrived >= s)
+            .then(|| w.last_arrival_s - f64::from(window) * period)
+    }
+
     /// Statistics over the first `frames` frames of the video.
     pub fn finish(&self, frames: u32) -> PlayoutStats {
         let shown: Vec<u32> = (0..frames).map(|f| self.shown_layers(f)).collect();
         let seconds = f64::from(frames) / self.fps;
-        let period = f64::from(self.window_frames) / self.fps;
         let window_latency_s: Vec<Option<f64>> = self
             .windows
             .iter()
             .filter(|(_, w)| w.sent.is_some_and(|s| s > 0))
-            .map(|(i, w)| {
-                let whole = w.sent.is_some_and(|s| w.arrived >= s);
-                whole.then(|| w.last_arrival_s - f64::from(*i) * period)
-            })
+            .map(|(i, _)| self.whole_latency_s(*i))
             .collect();
         PlayoutStats {
             frames,

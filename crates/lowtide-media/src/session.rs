@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use lowtide::{Channel, Event, Message, MessageId, StreamConfig};
 use serde::Serialize;
 
-use crate::playout::{Playout, PlayoutStats};
+use crate::playout::Playout;
 use crate::pps::{Ledger, PpsSender};
 use crate::video::Video;
 use crate::wire::{MediaHeader, DATA_HEADER};
@@ -36,10 +36,15 @@ pub struct SenderReport {
     pub dropped_windows: f64,
     pub bytes_written: u64,
     pub throughput_bps: f64,
+    /// Per window: planned, written, cancelled.
+    #[serde(skip)]
+    pub ledger: Ledger,
 }
 
 /// Streams `video` in windows of `window_frames` frames, starting at `start`; `progress`
-/// sees the ledger at each window's release.
+/// sees the ledger at each window's release. Returns once the last window's deadline has
+/// passed, without waiting for the kernel to drain: the caller flushes (a tool that wants
+/// every byte delivered) or closes (a measurement that is over).
 pub async fn send_video(
     ch: &Channel,
     video: &Video,
@@ -79,13 +84,13 @@ pub async fn send_video(
     for w in windows.saturating_sub(2)..windows {
         announce(ch, stream, w, &ledger)?;
     }
-    ch.flush().await?;
     let seconds = settle.max(1e-9);
     Ok(SenderReport {
         windows,
         dropped_windows: ledger.dropped_share(),
         bytes_written: ledger.bytes_written(),
         throughput_bps: ledger.bytes_written() as f64 * 8.0 / seconds,
+        ledger,
     })
 }
 
@@ -124,20 +129,17 @@ async fn collect_until(
     }
 }
 
-/// Receives a stream sent by [`send_video`] until `end` (or the channel closes) and reports
-/// what a viewer saw over `frames` frames (None: up to the last window seen); `progress`
-/// sees the playout once a second.
-#[allow(clippy::too_many_arguments)]
+/// Receives a stream sent by [`send_video`] until `end` (or the channel closes); the playout
+/// says what a viewer saw ([`Playout::finish`]). `progress` sees it once a second.
 pub async fn receive_video(
     ch: &Channel,
     fps: f64,
     window_frames: u32,
     tolerance: Duration,
-    frames: Option<u32>,
     start: Instant,
     end: Instant,
     mut progress: impl FnMut(&Playout),
-) -> PlayoutStats {
+) -> Playout {
     let mut playout = Playout::new(fps, window_frames, tolerance.as_secs_f64());
     let end = tokio::time::Instant::from_std(end);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -160,6 +162,5 @@ pub async fn receive_video(
             playout.on_message(h, at);
         }
     }
-    let frames = frames.unwrap_or_else(|| playout.frames_covered());
-    playout.finish(frames)
+    playout
 }

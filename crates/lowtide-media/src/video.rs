@@ -32,6 +32,26 @@ impl Video {
         f64::from(i) / self.fps
     }
 
+    /// `seconds` of this video, played in a loop from the start (a 20 s trace for a 60 s run).
+    pub fn looped(&self, seconds: f64) -> Video {
+        let n = (seconds * self.fps).round().max(1.0) as usize;
+        let frames = self
+            .frames
+            .iter()
+            .cycle()
+            .take(n)
+            .enumerate()
+            .map(|(i, f)| Frame {
+                index: i as u32,
+                layers: f.layers.clone(),
+            })
+            .collect();
+        Video {
+            fps: self.fps,
+            frames,
+        }
+    }
+
     /// Mean bit rate of each layer, bits/s.
     pub fn layer_rates_bps(&self) -> Vec<f64> {
         let n = self.frames.len().max(1) as f64;
@@ -52,6 +72,31 @@ impl Video {
         })?;
         Self::parse_csv(&text, fps).map_err(|reason| VideoError::Parse {
             path: path.display().to_string(),
+            reason,
+        })
+    }
+
+    /// A committed trace by name (`testsrc2-4layer`, `mandelbrot-4layer`), built in so a
+    /// scenario can name one from any directory.
+    pub fn builtin(name: &str, fps: f64) -> Result<Video, VideoError> {
+        let text = BUILTIN_TRACES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| VideoError::Invalid {
+                field: "trace".into(),
+                value: format!("{name:?}"),
+                allowed: format!(
+                    "one of {}",
+                    BUILTIN_TRACES
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })?;
+        Self::parse_csv(text, fps).map_err(|reason| VideoError::Parse {
+            path: name.into(),
             reason,
         })
     }
@@ -103,6 +148,18 @@ impl Video {
         Ok(Video { fps, frames })
     }
 }
+
+/// The traces in `traces/` (made by `scripts/make-traces.sh`), by name.
+pub const BUILTIN_TRACES: [(&str, &str); 2] = [
+    (
+        "testsrc2-4layer",
+        include_str!("../../../traces/testsrc2-4layer.csv"),
+    ),
+    (
+        "mandelbrot-4layer",
+        include_str!("../../../traces/mandelbrot-4layer.csv"),
+    ),
+];
 
 /// A synthetic layered source: per-layer mean bit rates, a GOP with bigger I-frames, and
 /// lognormal-ish variation from frame to frame.
@@ -268,10 +325,26 @@ mod tests {
             let total: f64 = v.layer_rates_bps().iter().sum();
             assert!((2e5..2e7).contains(&total), "{name}: {total} bit/s");
         }
+        for (name, _) in BUILTIN_TRACES {
+            let file = Video::from_csv(&dir.join(format!("{name}.csv")), 30.0).unwrap();
+            assert_eq!(Video::builtin(name, 30.0).unwrap(), file);
+        }
+        let e = Video::builtin("nope", 30.0).unwrap_err().to_string();
+        assert!(e.contains("testsrc2-4layer"), "{e}");
         let e = Video::from_csv(&dir.join("missing.csv"), 30.0)
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing.csv"), "{e}");
+    }
+
+    #[test]
+    fn a_looped_video_repeats_its_frames_with_new_indices() {
+        let v = Video::parse_csv("frame,layer0\n0,10\n1,20\n2,30\n", 30.0).unwrap();
+        let l = v.looped(0.25); // 7.5 frames: 8
+        assert_eq!(l.frames.len(), 8);
+        assert_eq!(l.frames[7].index, 7);
+        assert_eq!(l.frames[7].layers, vec![20]);
+        assert_eq!(v.looped(0.0).frames.len(), 1);
     }
 
     #[test]

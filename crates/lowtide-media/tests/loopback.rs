@@ -25,20 +25,13 @@ fn every_window_arrives_whole_on_an_idle_path() {
         let frames = video.frames.len() as u32;
         let recv = tokio::spawn(async move {
             let ch = listener.accept().await.unwrap();
-            receive_video(
-                &ch,
-                30.0,
-                4,
-                Duration::from_millis(500),
-                Some(frames),
-                start,
-                end,
-                |_| {},
-            )
-            .await
+            receive_video(&ch, 30.0, 4, Duration::from_millis(500), start, end, |_| {})
+                .await
+                .finish(frames)
         });
         let ch = lowtide::connect(addr, cfg).await.unwrap();
         let sent = send_video(&ch, &video, 4, start, |_, _| {}).await.unwrap();
+        ch.flush().await.unwrap();
         let seen = recv.await.unwrap();
         assert_eq!(sent.windows, 15);
         assert_eq!(sent.dropped_windows, 0.0);

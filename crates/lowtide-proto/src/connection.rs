@@ -261,6 +261,7 @@ pub struct Connection {
     small: BytesMut,
     staged: VecDeque<Bytes>,
     staged_len: u64,
+    kernel_room: Option<u64>,
     markers: VecDeque<Marker>,
     first_writes: HashMap<MessageId, Instant>,
     unacked: VecDeque<(u64, MessageId, Instant, Instant, Instant)>,
@@ -315,6 +316,7 @@ impl Connection {
             small: BytesMut::new(),
             staged: VecDeque::new(),
             staged_len: 0,
+            kernel_room: None,
             markers: VecDeque::new(),
             first_writes: HashMap::new(),
             unacked: VecDeque::new(),
@@ -624,9 +626,20 @@ impl Connection {
 
     // ---------------------------------------------------------------- transmit
 
+    /// What the kernel's send buffer takes now, bytes (`None`: unknown). Staging stops there
+    /// (at least one MSS, and nothing while bytes the kernel refused are still staged): bytes
+    /// staged beyond what the kernel takes wait in user space where a deadline can no longer
+    /// withdraw them, a hidden send buffer. The driver sets it before each
+    /// [`poll_transmit`](Self::poll_transmit).
+    pub fn set_kernel_room(&mut self, bytes: Option<u64>) {
+        self.kernel_room = bytes;
+    }
+
     /// Stages bytes for the kernel as far as the controller allows and returns its decision.
     /// The bytes are in [`transmit_segments`](Self::transmit_segments).
     pub fn poll_transmit(&mut self, now: Instant, tcp: &TcpState) -> Decision {
+        // Bytes still staged now are bytes the kernel refused.
+        let refused = self.staged_len;
         self.handle_timeout(now);
         self.flush_control();
         let app = AppProgress {
@@ -652,8 +665,19 @@ impl Connection {
                     self.stats.controller_blocked += 1;
                 }
             } else {
-                let room = self.config.max_batch.saturating_sub(self.staged_len);
-                self.stage_data(d.allowance.min(room), tcp.mss_or_default());
+                let mss = tcp.mss_or_default();
+                let kernel = match self.kernel_room {
+                    None => u64::MAX,
+                    // What the kernel refused last time goes first; nothing joins it.
+                    Some(_) if refused > 0 => 0,
+                    Some(r) => r.max(u64::from(mss)),
+                };
+                let room = self
+                    .config
+                    .max_batch
+                    .saturating_sub(self.staged_len)
+                    .min(kernel);
+                self.stage_data(d.allowance.min(room), mss);
             }
         }
         self.seal_small();

@@ -644,7 +644,15 @@ impl Driver {
         };
         let mut fresh = true;
         g.last_tcp = tcp;
+        // Stage no more than the kernel takes: the rest stays queued, where deadlines and
+        // cancellation still reach it.
+        let mut room = if g.conn.has_queued() {
+            Some(u64::from(sys::send_room(fd)?))
+        } else {
+            None
+        };
         for _ in 0..64 {
+            g.conn.set_kernel_room(room);
             let d = g.conn.poll_transmit(Instant::now(), &tcp);
             if let Some(l) = d.fixed_lowat {
                 if g.lowat != Some(l) {
@@ -678,6 +686,7 @@ impl Driver {
             match r {
                 Ok(n) => {
                     g.conn.handle_written(t_write, n);
+                    room = room.map(|r| r.saturating_sub(n as u64));
                     if needs {
                         tcp.outq = tcp.outq.saturating_add(n as u32);
                         tcp.notsent = tcp.notsent.saturating_add(n as u32);

@@ -209,6 +209,28 @@ pub fn outq_notsent(fd: RawFd) -> Result<u32, SysError> {
     ioctl_int(fd, SIOCOUTQNSD, "SIOCOUTQNSD")
 }
 
+/// Bytes the send buffer takes before it is full: `SO_MEMINFO`'s `SNDBUF − WMEM_QUEUED`.
+/// The kernel counts buffer memory (payload plus a little per packet), so the payload it
+/// accepts is at least this.
+pub fn send_room(fd: RawFd) -> Result<u32, SysError> {
+    let mut mem = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
+    let mut len = size_of_val(&mem) as libc::socklen_t;
+    // SAFETY: `mem` is valid for `len` bytes; the kernel writes at most `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            mem.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    check(r, || format!("getsockopt(SO_MEMINFO) on fd {fd}"))?;
+    let sndbuf = mem[libc::SK_MEMINFO_SNDBUF as usize];
+    let queued = mem[libc::SK_MEMINFO_WMEM_QUEUED as usize];
+    Ok(sndbuf.saturating_sub(queued))
+}
+
 /// Raw `TCP_INFO`.
 pub fn tcp_info(fd: RawFd) -> Result<libc::tcp_info, SysError> {
     let mut info = MaybeUninit::<libc::tcp_info>::zeroed();

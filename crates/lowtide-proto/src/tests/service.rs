@@ -265,6 +265,50 @@ fn deadlines_expire_messages_not_yet_written() {
     assert!(p.client.conn.poll_timeout().is_none());
 }
 
+#[test]
+fn staging_stops_at_the_kernel_room_so_deadlines_still_reach_the_rest() {
+    let mut p = pair(ControllerConfig::Unlimited, slow());
+    let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
+    let t0 = p.now;
+    for i in 0..4 {
+        let m = Message::new(payload(50_000, i)).deadline(t0 + Duration::from_millis(100));
+        p.client.conn.send(t0, s, m).unwrap();
+    }
+    let tcp = crate::TcpState {
+        mss: 1448,
+        ..crate::TcpState::default()
+    };
+    // The kernel takes 3000 bytes: the rest stays queued, not staged.
+    p.client.conn.set_kernel_room(Some(3000));
+    p.client.conn.poll_transmit(t0, &tcp);
+    let staged = p.client.conn.staged_len();
+    assert!((1000..=3100).contains(&staged), "{staged}");
+    // A full kernel still gets one MSS, so a writable socket always makes progress.
+    p.client.conn.handle_written(t0, staged as usize);
+    p.client.conn.set_kernel_room(Some(0));
+    p.client.conn.poll_transmit(t0, &tcp);
+    let one = p.client.conn.staged_len();
+    assert!((1..=1448 + 64).contains(&one), "{one}");
+    // While the kernel refuses what is staged, nothing joins it, whatever the room says.
+    p.client.conn.set_kernel_room(Some(20_000));
+    p.client.conn.poll_transmit(t0, &tcp);
+    assert_eq!(p.client.conn.staged_len(), one);
+    // Past the deadline every message not yet staged is withdrawn.
+    p.client
+        .conn
+        .poll_transmit(t0 + Duration::from_millis(101), &tcp);
+    let expired_unsent = p.client.conn.stats().expired_unsent;
+    assert_eq!(expired_unsent, 3, "{:?}", p.client.conn.stats());
+    // Unknown room: the old behaviour, a whole batch.
+    p.client.conn.set_kernel_room(None);
+    let m = Message::new(payload(200_000, 9));
+    p.client.conn.send(t0, s, m).unwrap();
+    p.client
+        .conn
+        .poll_transmit(t0 + Duration::from_millis(102), &tcp);
+    assert!(p.client.conn.staged_len() > 100_000);
+}
+
 /// Bytes received per stream among messages received in `[from, to)`.
 fn shares(p: &Pair, from: std::time::Instant, to: std::time::Instant) -> BTreeMap<u64, f64> {
     let mut m = BTreeMap::new();

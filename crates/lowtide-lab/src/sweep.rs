@@ -1,0 +1,246 @@
+//! Sensitivity sweeps: one scenario under several congestion controls and queue sizes
+//! (`lowtide lab run FILE --cc reno,cubic,bbr --queue-bdp 0.5,1,2`). The paper's router queue
+//! is unknown and its TCP (Linux 2.4) is not ours, so a claim holds only if it holds across
+//! them. Each combination is a full lab run in its own subfolder; `index.html` puts every row
+//! in one table, with a link to each run's report, and `sweep.json` keeps the summaries.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::report;
+use crate::results::LabSummary;
+use crate::runner::{self, LabOptions};
+use crate::scenario::{Checked, Overrides};
+use crate::LabError;
+
+/// The page and the data a sweep writes.
+pub const INDEX: &str = "index.html";
+pub const SWEEP_JSON: &str = "sweep.json";
+
+/// One combination and what it measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepPoint {
+    /// The subfolder (e.g. `q0.5-reno`).
+    pub folder: String,
+    pub queue_bdp: Option<f64>,
+    pub congestion: Option<String>,
+    pub summary: LabSummary,
+}
+
+/// Every combination of `congestion` × `queue_bdp` (an empty list keeps the scenario's).
+pub fn combinations(
+    congestion: &[String],
+    queue_bdp: &[f64],
+    window_frames: Option<u32>,
+) -> Vec<Overrides> {
+    let ccs: Vec<Option<String>> = if congestion.is_empty() {
+        vec![None]
+    } else {
+        congestion.iter().cloned().map(Some).collect()
+    };
+    let queues: Vec<Option<f64>> = if queue_bdp.is_empty() {
+        vec![None]
+    } else {
+        queue_bdp.iter().copied().map(Some).collect()
+    };
+    let mut out = vec![];
+    for cc in &ccs {
+        for q in &queues {
+            out.push(Overrides {
+                queue_bdp: *q,
+                congestion: cc.clone(),
+                window_frames,
+            });
+        }
+    }
+    out
+}
+
+/// Runs every combination into `opts.out_dir/<combination>`, then writes the index. Every
+/// combination is checked before the first one runs.
+pub fn run(
+    checked: &Checked,
+    opts: &LabOptions,
+    combos: &[Overrides],
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<SweepPoint>, LabError> {
+    let runs: Vec<LabOptions> = combos
+        .iter()
+        .map(|o| LabOptions {
+            overrides: o.clone(),
+            out_dir: opts.out_dir.join(folder_of(o)),
+            ..opts.clone()
+        })
+        .collect();
+    for r in &runs {
+        runner::effective(checked, r)?;
+    }
+    let mut points = vec![];
+    for (k, r) in runs.iter().enumerate() {
+        let tag = format!(
+            "[combination {}/{}: {}]",
+            k + 1,
+            runs.len(),
+            folder_of(&r.overrides)
+        );
+        let done = runner::run(checked, r, |what| progress(&format!("{tag} {what}")))?;
+        points.push(SweepPoint {
+            folder: folder_of(&r.overrides),
+            queue_bdp: r.overrides.queue_bdp,
+            congestion: r.overrides.congestion.clone(),
+            summary: done.summary,
+        });
+    }
+    write_index(&opts.out_dir, &checked.scenario.name, &points)?;
+    Ok(points)
+}
+
+fn folder_of(o: &Overrides) -> String {
+    let s = o.suffix();
+    let s = s.trim_start_matches('-');
+    if s.is_empty() {
+        "as-written".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// `index.html` and `sweep.json` in `dir`.
+pub fn write_index(dir: &Path, scenario: &str, points: &[SweepPoint]) -> Result<PathBuf, LabError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+    let json =
+        serde_json::to_string_pretty(points).map_err(|e| LabError::io("encoding sweep.json", e))?;
+    let json_path = dir.join(SWEEP_JSON);
+    std::fs::write(&json_path, json)
+        .map_err(|e| LabError::io(format!("writing {}", json_path.display()), e))?;
+    let mut sections = vec![format!(
+        "<p>{} combinations of congestion control and bottleneck queue, each a full run of \
+         <b>{}</b> (its report is linked). Every flow of a combination, cross traffic included, \
+         uses its congestion control; both bottleneck directions use its queue.</p>",
+        points.len(),
+        report::escape(scenario)
+    )];
+    if let Some(p) = points.first() {
+        sections.push(format!(
+            "<p><b>Paper ({}):</b> {}</p>",
+            report::escape(&p.summary.paper.figure),
+            report::escape(&p.summary.paper.text)
+        ));
+    }
+    sections.push(report::html_table(
+        &[
+            "combination",
+            "variant",
+            "mode",
+            "p50 ms",
+            "p99 ms",
+            "sender-side p99 ms",
+            "over 160 ms",
+            "floor over 160 ms",
+            "goodput Mbit/s",
+            "vs TCP",
+            "video whole ≤ 500 ms",
+            "video dropped",
+        ],
+        &rows(points),
+    ));
+    let links: Vec<String> = points
+        .iter()
+        .map(|p| {
+            format!(
+                "<a href=\"{0}/report.html\">{0}</a>",
+                report::escape(&p.folder)
+            )
+        })
+        .collect();
+    sections.push(format!("<p>Reports: {}.</p>", links.join(", ")));
+    let html = report::page(&format!("lowtide lab sweep: {scenario}"), &[], &sections);
+    let path = dir.join(INDEX);
+    std::fs::write(&path, html)
+        .map_err(|e| LabError::io(format!("writing {}", path.display()), e))?;
+    Ok(path)
+}
+
+fn rows(points: &[SweepPoint]) -> Vec<Vec<String>> {
+    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    let mut out = vec![];
+    for p in points {
+        let floor = p.summary.floor.latency_ms.share_over(160.0);
+        for v in &p.summary.variants {
+            let l = &v.latency_ms;
+            out.push(vec![
+                p.folder.clone(),
+                v.name.clone(),
+                v.mode.as_str().into(),
+                format!("{:.0}", l.p50),
+                format!("{:.0}", l.p99),
+                format!("{:.0}", v.sender_side_ms.p99),
+                pct(l.share_over(160.0)),
+                pct(floor),
+                format!("{:.2}", v.goodput_bps / 1e6),
+                v.goodput_vs_baseline
+                    .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+                v.video
+                    .as_ref()
+                    .map_or("-".into(), |x| pct(x.within(500.0))),
+                v.video
+                    .as_ref()
+                    .map_or("-".into(), |x| pct(x.dropped_windows)),
+            ]);
+        }
+    }
+    out
+}
+
+/// The sweep as the terminal prints it: one line per combination and variant.
+pub fn text_table(points: &[SweepPoint]) -> String {
+    let mut out = format!(
+        "{:<16} {:<22} {:>8} {:>8} {:>9} {:>12} {:>8} {:>9} {:>8}\n",
+        "combination",
+        "variant",
+        "p50 ms",
+        "p99 ms",
+        "ss p99",
+        "over 160 ms",
+        "floor",
+        "Mbit/s",
+        "vs TCP"
+    );
+    for p in points {
+        let floor = p.summary.floor.latency_ms.share_over(160.0) * 100.0;
+        for v in &p.summary.variants {
+            out.push_str(&format!(
+                "{:<16} {:<22} {:>8.1} {:>8.1} {:>9.1} {:>11.1}% {:>7.1}% {:>9.2} {:>8}\n",
+                p.folder,
+                v.name,
+                v.latency_ms.p50,
+                v.latency_ms.p99,
+                v.sender_side_ms.p99,
+                v.latency_ms.share_over(160.0) * 100.0,
+                floor,
+                v.goodput_bps / 1e6,
+                v.goodput_vs_baseline
+                    .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_are_the_product_and_name_their_folders() {
+        let c = combinations(&["reno".into(), "bbr".into()], &[0.5, 2.0], None);
+        assert_eq!(c.len(), 4);
+        assert_eq!(folder_of(&c[0]), "q0.5-reno");
+        assert_eq!(folder_of(&c[3]), "q2-bbr");
+        let one = combinations(&[], &[], None);
+        assert_eq!(one, vec![Overrides::default()]);
+        assert_eq!(folder_of(&one[0]), "as-written");
+    }
+}
