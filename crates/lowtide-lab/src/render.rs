@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::report::{self, Bar, Series};
 use crate::results::{LabSummary, MeanCi, TrialRecord, VariantSummary, VideoSummary, FLOOR};
-use crate::scenario::Mode;
+use crate::scenario::{Mode, PaperNumbers};
 use crate::stream::Sample;
 use crate::LabError;
 
@@ -127,12 +127,29 @@ fn intro(s: &LabSummary) -> String {
     if !s.description.is_empty() {
         out.push_str(&format!("<p>{}</p>", e(&s.description)));
     }
+    let streams = s.variants.iter().any(|v| v.video.is_none());
+    let videos = s.variants.iter().any(|v| v.video.is_some());
+    let apps = match (streams, videos) {
+        (true, false) => {
+            "Each variant's stream writes a 1448-byte message whenever its transport can \
+             take one; latency is the receiver's read time minus the sender's write time (one \
+             process, one clock)."
+        }
+        (false, _) => {
+            "Each variant streams layered video (its section below says how); a latency \
+             is a window's, from the capture of its first frame until it arrived whole."
+        }
+        (true, true) => {
+            "A latency-stream variant writes a 1448-byte message whenever its transport \
+             can take one (latency: the receiver's read time minus the sender's write time, one \
+             process, one clock); a video variant streams layered video (its section below), and \
+             its latency is a window's, from capture until it arrived whole."
+        }
+    };
     out.push_str(&format!(
-        "<p><b>Network:</b> {}. Each variant's stream writes a 1448-byte message whenever its \
-         transport can take one; latency is the receiver's read time minus the sender's write \
-         time (one process, one clock). The network floor is a UDP probe every 10 ms through the \
-         same bottleneck; sender-side latency is a message's latency minus the floor at that \
-         moment. Statistics cover messages sent from {} s to {} s of {} s.</p>",
+        "<p><b>Network:</b> {}. {apps} The network floor is a UDP probe every 10 ms through the \
+         same bottleneck; sender-side latency is a latency minus the floor at that moment. \
+         Statistics cover what was sent (captured) from {} s to {} s of {} s.</p>",
         e(&s.network),
         s.window.from_s,
         s.window.to_s,
@@ -170,6 +187,33 @@ fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
 
+/// What the paper reports for a variant, in words.
+fn paper_text(p: Option<&PaperNumbers>) -> String {
+    let Some(p) = p else {
+        return String::new();
+    };
+    let mut parts = vec![];
+    if let Some(x) = p.share_over_160 {
+        parts.push(format!("≈{} over 160 ms", pct(x)));
+    }
+    if let Some(x) = p.share_over_500 {
+        parts.push(format!("≈{} over 500 ms", pct(x)));
+    }
+    if let Some(x) = p.windows_within_500 {
+        parts.push(format!("≈{} of windows whole within 500 ms", pct(x)));
+    }
+    if let Some(x) = p.dropped_windows {
+        parts.push(format!("{} of windows dropped", pct(x)));
+    }
+    if let Some(x) = p.goodput_vs_baseline {
+        parts.push(format!("≈{:.0}% of TCP's throughput", x * 100.0));
+    }
+    if let Some(t) = &p.text {
+        parts.push(t.clone());
+    }
+    parts.join("; ")
+}
+
 fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
     let rows: Vec<Vec<String>> = variants
         .iter()
@@ -185,22 +229,6 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
                 Some(n) => format!("{:.0}%", n.mean * 100.0),
                 None => "-".into(),
             };
-            let paper = v.paper.as_ref().map_or(String::new(), |p| {
-                let mut parts = vec![];
-                if let Some(x) = p.share_over_160 {
-                    parts.push(format!("≈{} over 160 ms", pct(x)));
-                }
-                if let Some(x) = p.share_over_500 {
-                    parts.push(format!("≈{} over 500 ms", pct(x)));
-                }
-                if let Some(x) = p.goodput_vs_baseline {
-                    parts.push(format!("≈{:.0}% of TCP's throughput", x * 100.0));
-                }
-                if let Some(t) = &p.text {
-                    parts.push(t.clone());
-                }
-                parts.join("; ")
-            });
             vec![
                 v.name.clone(),
                 format!(
@@ -218,7 +246,7 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
                 format!("{:.0} / {:.0}", v.sender_side_ms.p50, v.sender_side_ms.p99),
                 format!("{:.2}", v.goodput_bps / 1e6),
                 vs,
-                paper,
+                paper_text(v.paper.as_ref()),
             ]
         })
         .collect();
@@ -272,22 +300,6 @@ fn video_section(
     let rows: Vec<Vec<String>> = videos
         .iter()
         .map(|(v, x)| {
-            let paper = v.paper.as_ref().map_or(String::new(), |p| {
-                let mut parts = vec![];
-                if let Some(w) = p.windows_within_500 {
-                    parts.push(format!("≈{} whole within 500 ms", pct(w)));
-                }
-                if let Some(d) = p.dropped_windows {
-                    parts.push(format!("{} dropped", pct(d)));
-                }
-                if let Some(g) = p.goodput_vs_baseline {
-                    parts.push(format!("≈{:.0}% of TCP's throughput", g * 100.0));
-                }
-                if let Some(t) = &p.text {
-                    parts.push(t.clone());
-                }
-                parts.join("; ")
-            });
             vec![
                 v.name.clone(),
                 v.controller.clone(),
@@ -305,7 +317,7 @@ fn video_section(
                 ci(x.sender_throughput_bps, 1e-6, 2),
                 v.normalized_throughput
                     .map_or("-".into(), |n| ci(Some(n), 100.0, 0) + "%"),
-                paper,
+                paper_text(v.paper.as_ref()),
             ]
         })
         .collect();

@@ -56,11 +56,7 @@ pub fn latency_over_time(
 ) -> Result<(), LabError> {
     let ymax = latency_axis_max(series);
     draw(path, |root| {
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
+        let mut chart = titled(&root, title)
             .build_cartesian_2d(0f64..duration_s, (1f64..ymax).log_scale())
             .map_err(|e| e.to_string())?;
         chart
@@ -88,13 +84,7 @@ pub fn latency_over_time(
                 .draw_series(LineSeries::new([(0.0, t), (duration_s, t)], BLACK.mix(0.6)))
                 .map_err(|e| e.to_string())?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         Ok(())
     })
     .map_err(plot_err("the latency plot"))
@@ -114,11 +104,7 @@ fn latency_axis_max(series: &[Series]) -> f64 {
 pub fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> Result<(), LabError> {
     let xmax = latency_axis_max(series);
     draw(path, |root| {
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
+        let mut chart = titled(&root, title)
             .build_cartesian_2d((1f64..xmax).log_scale(), 0f64..1f64)
             .map_err(|e| e.to_string())?;
         chart
@@ -152,13 +138,7 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> Result<(), La
                 .draw_series(LineSeries::new([(t, 0.0), (t, 1.0)], BLACK.mix(0.5)))
                 .map_err(|e| e.to_string())?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         Ok(())
     })
     .map_err(plot_err("the latency distribution"))
@@ -177,11 +157,7 @@ pub struct WindowCurve<'a> {
 pub fn windows_on_time(path: &Path, title: &str, curves: &[WindowCurve]) -> Result<(), LabError> {
     const XMAX: f64 = 2000.0;
     draw(path, |root| {
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
+        let mut chart = titled(&root, title)
             .build_cartesian_2d(0f64..XMAX, 0f64..1f64)
             .map_err(|e| e.to_string())?;
         chart
@@ -216,13 +192,7 @@ pub fn windows_on_time(path: &Path, title: &str, curves: &[WindowCurve]) -> Resu
                 BLACK.mix(0.5),
             ))
             .map_err(|e| e.to_string())?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         Ok(())
     })
     .map_err(plot_err("the windows-on-time curve"))
@@ -298,6 +268,33 @@ pub fn normalized_throughput(path: &Path, title: &str, bars: &[Bar]) -> Result<(
         Ok(())
     })
     .map_err(plot_err("the throughput plot"))
+}
+
+/// A chart with the report's title style and label areas.
+fn titled<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, plotters::coord::Shift>,
+    title: &'b str,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(64);
+    b
+}
+
+/// The series names, boxed, at `at`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
 }
 
 /// Draws the SVG at `path`, then its PNG copy beside it.

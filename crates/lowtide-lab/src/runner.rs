@@ -134,6 +134,7 @@ pub fn write_run_folder(
 ) -> Result<(), LabError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+    remove_stale(dir)?;
     let write = |name: &str, text: &str| {
         let p = dir.join(name);
         std::fs::write(&p, text).map_err(|e| LabError::io(format!("writing {}", p.display()), e))
@@ -145,6 +146,27 @@ pub fn write_run_folder(
     }
     results::write_json(&dir.join(SUMMARY), summary)?;
     render::render(dir, summary, records)
+}
+
+/// Removes what an earlier run wrote into `dir` (a reused `--out`), so a plot or CSV of a mode
+/// or an application this run lacks cannot pass for its own. Only our file names are touched.
+fn remove_stale(dir: &Path) -> Result<(), LabError> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| LabError::io(format!("reading {}", dir.display()), e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = [render::REPORT, SUMMARY, MESSAGES, WINDOWS, SCENARIO].contains(&name.as_str())
+            || (["latency-", "cdf-", "throughput-", "windows-"]
+                .iter()
+                .any(|p| name.starts_with(p))
+                && (name.ends_with(".svg") || name.ends_with(".png")));
+        if ours {
+            let path = entry.path();
+            std::fs::remove_file(&path)
+                .map_err(|e| LabError::io(format!("removing the old {}", path.display()), e))?;
+        }
+    }
+    Ok(())
 }
 
 /// `lowtide lab report DIR`: re-renders `report.html` from `summary.json` and the CSV.

@@ -204,7 +204,13 @@ fn a_run_folder_renders_and_re_renders_without_namespaces() {
         .is_none());
 
     let dir = std::env::temp_dir().join(format!("lowtide-render-{}", std::process::id()));
+    // A reused folder: an earlier run's plot of another mode goes, files not ours stay.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("latency-other.svg"), "<svg/>").unwrap();
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap();
     runner::write_run_folder(&dir, &text, &summary, &records).unwrap();
+    assert!(!dir.join("latency-other.svg").exists());
+    assert!(dir.join("notes.txt").exists());
     let first = std::fs::read_to_string(dir.join("report.html")).unwrap();
     for svg in [
         "latency-side_by_side.svg",
