@@ -42,7 +42,10 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("warn,rattan_core=error,rattan_env=error")
+                // tiny_skia warns of zero-length strokes (a one-run confidence whisker).
+                tracing_subscriber::EnvFilter::new(
+                    "warn,rattan_core=error,rattan_env=error,tiny_skia=error",
+                )
             }),
         )
         .with_writer(std::io::stderr)

@@ -373,6 +373,15 @@ fn video_section(
     ))
 }
 
+/// `x` per `writev` call (Table I's per-call cost and poll ratio).
+fn per_write(x: f64, writes: f64, digits: usize) -> String {
+    if writes > 0.0 {
+        format!("{:.d$}", x / writes, d = digits)
+    } else {
+        "-".into()
+    }
+}
+
 fn cost_table(variants: &[&VariantSummary]) -> String {
     let rows: Vec<Vec<String>> = variants
         .iter()
@@ -387,6 +396,8 @@ fn cost_table(variants: &[&VariantSummary]) -> String {
                 format!("{:.0}", c.driver_wakeups),
                 format!("{:.2}", c.wakeups_per_message),
                 format!("{:.1}", c.cpu_us_per_message),
+                per_write(c.driver_wakeups, c.write_calls, 2),
+                per_write(c.cpu_system_s * 1e6, c.write_calls, 1),
             ])
         })
         .collect();
@@ -400,6 +411,8 @@ fn cost_table(variants: &[&VariantSummary]) -> String {
             "driver wake-ups",
             "wake-ups per message",
             "CPU µs per message",
+            "wake-ups per write call",
+            "system µs per write call",
         ],
         &rows,
     )

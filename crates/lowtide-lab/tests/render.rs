@@ -230,7 +230,7 @@ fn a_run_folder_renders_and_re_renders_without_namespaces() {
         );
     }
     assert!(first.contains("drop-tail queue of 1 BDP") && first.contains("MinBuf(1,3)"));
-    assert!(first.contains("Table I") && first.contains("wake-ups per message"));
+    assert!(first.contains("Table I") && first.contains("system µs per write call"));
     assert!(first.contains("Table II") && first.contains("windows.csv"));
     std::fs::remove_file(dir.join("report.html")).unwrap();
     runner::rerender(&dir).unwrap();
