@@ -127,31 +127,29 @@ fn run_sweep(
         combos.len(),
         if args.quick { " (--quick)" } else { "" }
     );
-    let started = std::time::Instant::now();
-    let points = sweep::run(checked, &opts, combos, |what| {
-        eprint!(
-            "\r\x1b[2K[{:>6.1} s] {what}",
-            started.elapsed().as_secs_f64()
-        );
-    })?;
+    let points = sweep::run(checked, &opts, combos, progress_line())?;
     eprintln!();
     print!("{}", sweep::text_table(&points));
     println!("index: {}", opts.out_dir.join(sweep::INDEX).display());
     Ok(0)
 }
 
+/// A progress line that rewrites itself: seconds since it was made, then what is going on.
+fn progress_line() -> impl FnMut(&str) {
+    let started = std::time::Instant::now();
+    move |what: &str| {
+        eprint!(
+            "\r\x1b[2K[{:>6.1} s] {what}",
+            started.elapsed().as_secs_f64()
+        )
+    }
+}
+
 /// Runs a lab run with a live progress line, then prints its table and names its report.
 pub fn show(
     run: impl FnOnce(&mut dyn FnMut(&str)) -> Result<runner::LabRun, lowtide_lab::LabError>,
 ) -> anyhow::Result<i32> {
-    let started = std::time::Instant::now();
-    let mut progress = |what: &str| {
-        eprint!(
-            "\r\x1b[2K[{:>6.1} s] {what}",
-            started.elapsed().as_secs_f64()
-        );
-    };
-    let done = run(&mut progress)?;
+    let done = run(&mut progress_line())?;
     eprintln!();
     print!("{}", results::text_table(&done.summary));
     println!("report: {}", done.dir.join("report.html").display());

@@ -216,15 +216,6 @@ pub enum ApplicationKind {
     LayeredVideo,
 }
 
-impl ApplicationKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApplicationKind::LatencyStream => "latency stream",
-            ApplicationKind::LayeredVideo => "layered video",
-        }
-    }
-}
-
 /// The layered video a `layered_video` variant streams (looped to the run's length).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
