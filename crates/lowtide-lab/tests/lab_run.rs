@@ -47,7 +47,8 @@ fn min_buf_halves_plain_tcp_latency_and_gets_more_video_windows_on_time() {
         min_buf.sender_side_ms.p99 < tcp.sender_side_ms.p99 / 2.0,
         "{s:#?}"
     );
-    // The lead measured 65-87% side by side; 50% leaves room for a loaded machine.
+    // Quick runs measured 80-130% (four runs with the video streams beside); the issue asks
+    // 80%, which one 27 s run cannot hold without flaking: 50% leaves room for a loaded machine.
     let ratio = min_buf.goodput_vs_baseline.unwrap();
     assert!(
         ratio >= 0.5,
@@ -56,7 +57,7 @@ fn min_buf_halves_plain_tcp_latency_and_gets_more_video_windows_on_time() {
     assert!(s.floor.latency_ms.count > 100, "{s:#?}");
 
     // The video: plain TCP's windows wait behind its send buffer, MinBuf's are sent late and
-    // arrive in time. Quick runs measured 39% against 97% whole within 500 ms.
+    // arrive in time. Quick runs measured 6-48% against 95-99% whole within 500 ms.
     let (vt, vm) = (
         video_tcp.video.as_ref().unwrap(),
         video_min_buf.video.as_ref().unwrap(),
