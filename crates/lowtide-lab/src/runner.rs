@@ -496,6 +496,14 @@ fn run_trial(
     )?;
 
     let rx_host = net.receiver(s.application.receiver);
+    let app = &s.application.video;
+    let wants_video = variants
+        .iter()
+        .any(|&i| s.application_of(&s.variants[i]) == ApplicationKind::LayeredVideo);
+    let clip = wants_video
+        .then(|| app.video(s.run.duration_s))
+        .transpose()
+        .map_err(|e| LabError::io("building the video", e))?;
     let mut measured = vec![];
     for &i in variants {
         let v = &s.variants[i];
@@ -525,10 +533,9 @@ fn run_trial(
                 }
             }
             ApplicationKind::LayeredVideo => {
-                let app = s.application.video.clone();
-                let clip = app
-                    .video(s.run.duration_s)
-                    .map_err(|e| LabError::io("building the video", e))?;
+                let clip = clip
+                    .clone()
+                    .expect("built above when a variant streams video");
                 let tolerance = Duration::from_secs_f64(app.tolerance_ms / 1e3);
                 let rcfg = cfg.clone();
                 let frames = app.window_frames;
