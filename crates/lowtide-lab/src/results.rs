@@ -49,12 +49,7 @@ impl TrialRecord {
     /// stream; the sender's throughput (Goel et al. Table II) for a video.
     fn goodput_bps(&self, name: &str, w: Window) -> Option<f64> {
         if let Some(windows) = self.windows_of(name) {
-            let bytes: u64 = windows
-                .iter()
-                .filter(|x| w.contains(x.capture_s))
-                .map(|x| x.bytes_written)
-                .sum();
-            return Some(bytes as f64 * 8.0 / (w.to_s - w.from_s));
+            return Some(sender_throughput_bps(windows, w));
         }
         let (_, samples) = self.streams.iter().find(|(n, _)| n == name)?;
         Some(goodput_bps(samples, w))
@@ -251,9 +246,7 @@ impl VideoSummary {
             fps: all.iter().map(|x| f64::from(x.frames_shown)).sum::<f64>() / frames * fps,
             windows: all.len(),
             transmitted_windows: transmitted.len(),
-            sender_throughput_bps: per_run(&|r| {
-                r.iter().map(|x| x.bytes_written).sum::<u64>() as f64 * 8.0 / (w.to_s - w.from_s)
-            }),
+            sender_throughput_bps: per_run(&|r| sender_throughput_bps(r, w)),
             display_tolerance_ms: info.tolerance_ms,
             window_frames: info.window_frames,
         })
@@ -349,6 +342,16 @@ pub struct VideoInfo {
     pub window_frames: u32,
     /// Display deadline after capture, ms.
     pub tolerance_ms: f64,
+}
+
+/// Bits/s a video's sender wrote for the windows captured in `w` (Goel et al. Table II).
+fn sender_throughput_bps(windows: &[WindowRecord], w: Window) -> f64 {
+    let bytes: u64 = windows
+        .iter()
+        .filter(|x| w.contains(x.capture_s))
+        .map(|x| x.bytes_written)
+        .sum();
+    bytes as f64 * 8.0 / (w.to_s - w.from_s)
 }
 
 /// Payload bits/s of the messages *received* in the window: a queue that holds seconds of

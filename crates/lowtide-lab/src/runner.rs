@@ -432,8 +432,6 @@ enum Measured {
     Video {
         tx: Joined<video::VideoSent>,
         rx: Joined<lowtide_media::playout::Playout>,
-        clip: lowtide_media::video::Video,
-        window_frames: u32,
     },
 }
 
@@ -543,12 +541,9 @@ fn run_trial(
                     rx: rx_host.spawn("video-recv", move || {
                         video::receive(addr, rcfg, frames, tolerance, start, end + GRACE)
                     })?,
-                    tx: tx_host.spawn("video-send", {
-                        let clip = clip.clone();
-                        move || video::send(addr, cfg, clip, frames, start)
+                    tx: tx_host.spawn("video-send", move || {
+                        video::send(addr, cfg, clip, frames, start)
                     })?,
-                    clip,
-                    window_frames: frames,
                 }
             }
         });
@@ -608,15 +603,13 @@ fn run_trial(
                 streams.push((name.clone(), received.samples));
                 costs.push((name, cost));
             }
-            Measured::Video {
-                tx,
-                rx,
-                clip,
-                window_frames,
-            } => {
+            Measured::Video { tx, rx } => {
                 let sent = join(tx, "a video sender")??;
                 let seen = join(rx, "a video receiver")??;
-                let w = video::windows(&clip, window_frames, &sent.ledger, &seen);
+                let clip = clip
+                    .as_ref()
+                    .expect("built above when a variant streams video");
+                let w = video::windows(clip, app.window_frames, &sent.ledger, &seen);
                 streams.push((name.clone(), w.iter().filter_map(|x| x.sample()).collect()));
                 windows.push((name.clone(), w));
                 costs.push((name, sent.cost));
