@@ -43,8 +43,26 @@ case "${1:-}" in
     # test serialised inside its binary by a lock, so two cores are not oversubscribed.
     cargo test --workspace --locked -- --test-threads=2
     ;;
+  fuzz)
+    # A short coverage-guided run of every decoder's fuzz target (cargo-fuzz, libFuzzer): not
+    # part of `test`, because its result depends on time, not on the code alone.
+    seconds="${2:-60}"
+    command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+    # cargo-fuzz needs a nightly compiler's -Z flags: nightly when rustup has it, else the
+    # stable compiler with RUSTC_BOOTSTRAP (the same flags, without the nightly label).
+    if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+      fuzz=(cargo +nightly fuzz)
+    else
+      export RUSTC_BOOTSTRAP=1
+      fuzz=(cargo fuzz)
+    fi
+    for target in $("${fuzz[@]}" list); do
+      echo "fuzzing $target for ${seconds} s" >&2
+      "${fuzz[@]}" run "$target" -- -max_total_time="$seconds"
+    done
+    ;;
   *)
-    echo "usage: bash run.sh demo | test" >&2
+    echo "usage: bash run.sh demo | test | fuzz [SECONDS]" >&2
     exit 2
     ;;
 esac

@@ -13,7 +13,8 @@ use lowtide_lab::sweep;
 pub enum LabCommand {
     /// Runs a scenario file (scenarios/*.toml) and writes a run folder with report.html.
     Run(RunArgs),
-    /// Re-renders report.html from a run folder's summary.json and messages.csv.
+    /// Recomputes a run folder's summary from its raw records (CSV), says where it differs
+    /// from the stored summary.json, and re-renders report.html.
     Report {
         /// A folder written by `lowtide lab run`.
         dir: PathBuf,
@@ -44,15 +45,32 @@ pub struct RunArgs {
     /// Frames per adaptation window of the layered video (Fig. 8: 4, Fig. 9: 2).
     #[arg(long)]
     window_frames: Option<u32>,
+    /// Exit 0 even when a goal of the scenario is not met (for exploring).
+    #[arg(long)]
+    no_fail_on_goals: bool,
 }
 
 pub fn run(cmd: LabCommand) -> anyhow::Result<i32> {
     match cmd {
         LabCommand::Run(args) => run_scenario(args),
         LabCommand::Report { dir } => {
-            let path = runner::rerender(&dir)
-                .with_context(|| format!("re-rendering the report in {}", dir.display()))?;
-            println!("report: {}", path.display());
+            let done = runner::recompute(&dir)
+                .with_context(|| format!("recomputing the summary in {}", dir.display()))?;
+            if done.differences.is_empty() {
+                println!("the summary recomputed from the records matches the stored one");
+            } else {
+                println!(
+                    "the summary recomputed from the records differs from the stored one in {} places \
+                     (the stored one is kept as {}):",
+                    done.differences.len(),
+                    lowtide_lab::render::SUMMARY_STORED
+                );
+                for d in &done.differences {
+                    println!("  {d}");
+                }
+            }
+            print!("{}", results::text_table(&done.summary));
+            println!("report: {}", done.report.display());
             Ok(0)
         }
     }
@@ -96,7 +114,9 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         if args.quick { " (--quick)" } else { "" },
         args.file.display()
     );
-    show(|progress| runner::run(&checked, &opts, progress))
+    show(!args.no_fail_on_goals, |progress| {
+        runner::run(&checked, &opts, progress)
+    })
 }
 
 /// Several combinations of --cc and --queue-bdp: one run folder each, one index.
@@ -131,7 +151,8 @@ fn run_sweep(
     eprintln!();
     print!("{}", sweep::text_table(&points));
     println!("index: {}", opts.out_dir.join(sweep::INDEX).display());
-    Ok(0)
+    let summaries: Vec<&results::LabSummary> = points.iter().map(|p| &p.summary).collect();
+    Ok(exit_code(&summaries, !args.no_fail_on_goals))
 }
 
 /// A progress line that rewrites itself: seconds since it was made, then what is going on.
@@ -146,12 +167,46 @@ fn progress_line() -> impl FnMut(&str) {
 }
 
 /// Runs a lab run with a live progress line, then prints its table and names its report.
+/// Exit code: 0 when every goal was met and every measurement worked, 1 when not (goals only
+/// with `fail_on_goals`); a failed run is an error (2), after its partial report.
 pub fn show(
+    fail_on_goals: bool,
     run: impl FnOnce(&mut dyn FnMut(&str)) -> Result<runner::LabRun, lowtide_lab::LabError>,
 ) -> anyhow::Result<i32> {
-    let done = run(&mut progress_line())?;
+    let result = run(&mut progress_line());
     eprintln!();
+    let done = match result {
+        Ok(done) => done,
+        Err(lowtide_lab::LabError::Partial { error, dir }) => {
+            if let Ok(s) = results::read_json(&dir.join(lowtide_lab::render::SUMMARY)) {
+                print!("{}", results::text_table(&s));
+            }
+            println!("partial report: {}", dir.join("report.html").display());
+            anyhow::bail!("the run failed: {error}");
+        }
+        Err(e) => return Err(e.into()),
+    };
     print!("{}", results::text_table(&done.summary));
     println!("report: {}", done.dir.join("report.html").display());
-    Ok(0)
+    Ok(exit_code(&[&done.summary], fail_on_goals))
+}
+
+/// 1 when a measurement failed, or (with `fail_on_goals`) a goal was not met; else 0.
+fn exit_code(summaries: &[&results::LabSummary], fail_on_goals: bool) -> i32 {
+    let errors = summaries.iter().any(|s| !s.measurement_errors.is_empty());
+    let missed: usize = summaries.iter().map(|s| s.goals_not_met()).sum();
+    if errors {
+        eprintln!("some measurements failed (see MEASUREMENT ERROR above): exit code 1");
+    }
+    if missed > 0 {
+        eprintln!(
+            "{missed} goal(s) not met{}",
+            if fail_on_goals {
+                ": exit code 1 (--no-fail-on-goals to explore)"
+            } else {
+                ""
+            }
+        );
+    }
+    i32::from(errors || (fail_on_goals && missed > 0))
 }

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use lowtide::{ChannelConfig, ControllerConfig};
-use lowtide_media::session::{receive_video, send_video};
+use lowtide_media::server::{self, ServeOptions, SessionEnd};
+use lowtide_media::session::send_video;
 use lowtide_media::video::{SyntheticModel, Video};
 
 const START_DELAY: Duration = Duration::from_millis(500);
@@ -51,10 +52,19 @@ pub struct RecvArgs {
     /// Latency tolerance: a frame is shown at its capture time plus this.
     #[arg(long, default_value_t = 500)]
     tolerance_ms: u64,
-    /// Give up this long after the stream started.
+    /// End a session this long after its stream started.
     #[arg(long, default_value_t = 120.0)]
     max_seconds: f64,
+    /// Exit after this many sessions that delivered video (default: serve until killed).
+    #[arg(long)]
+    sessions: Option<u32>,
+    /// A peer that sends no valid message within this many seconds is dropped.
+    #[arg(long, default_value_t = 10.0)]
+    first_message_s: f64,
 }
+
+/// Sessions served at once; a further peer waits in the listen backlog.
+const MAX_SESSIONS: usize = 16;
 
 /// Parses `tcp`, `min-buf:1,3`, `notsent-lowat:4344`, `pace-a:3`.
 pub fn parse_controller(s: &str) -> anyhow::Result<ControllerConfig> {
@@ -133,30 +143,59 @@ pub fn send(args: SendArgs) -> anyhow::Result<i32> {
     })
 }
 
+/// Serves one sender after another (several at once); a bad peer is logged and dropped.
 pub fn recv(args: RecvArgs) -> anyhow::Result<i32> {
     lowtide::current_thread_runtime()?.block_on(async move {
         let listener = lowtide::listen(args.listen, ChannelConfig::default())
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
-        println!("waiting for a sender on {}", args.listen);
-        let ch = listener.accept().await.context("accepting the sender")?;
-        let start = Instant::now() + START_DELAY;
-        let end = start + Duration::from_secs_f64(args.max_seconds);
+        println!("waiting for senders on {}", args.listen);
         let tolerance = Duration::from_millis(args.tolerance_ms);
-        let playout = receive_video(&ch, 30.0, args.window, tolerance, start, end, |p| {
-            eprintln!("[{:>6.1} s] {} windows received", start.elapsed().as_secs_f64(), p.windows_seen());
-        })
-        .await;
-        let stats = playout.finish(playout.frames_covered());
-        ch.close(0, "receiver done").await;
-        println!(
-            "{} windows transmitted; whole within {} ms: {:.1}%; frames shown per second {:.1}; mean layers {:.2}",
-            stats.transmitted_windows,
-            args.tolerance_ms,
-            stats.windows_within(tolerance.as_secs_f64()) * 100.0,
-            stats.fps,
-            stats.mean_layers
-        );
+        let opts = ServeOptions {
+            fps: 30.0,
+            window_frames: args.window,
+            tolerance,
+            max_session: Duration::from_secs_f64(args.max_seconds),
+            first_message: Duration::from_secs_f64(args.first_message_s.max(0.1)),
+            max_sessions: MAX_SESSIONS,
+            sessions: args.sessions,
+            start_delay: START_DELAY,
+        };
+        let started = Instant::now();
+        server::serve(
+            listener,
+            opts,
+            move |peer, end| print_session(peer, end, tolerance),
+            move |peer, p| {
+                eprintln!(
+                    "[{:>6.1} s] {peer}: {} windows received",
+                    started.elapsed().as_secs_f64(),
+                    p.windows_seen()
+                )
+            },
+        )
+        .await
+        .context("serving")?;
         Ok(0)
     })
+}
+
+fn print_session(peer: std::net::SocketAddr, end: &SessionEnd, tolerance: Duration) {
+    match end {
+        SessionEnd::Dropped { why } => eprintln!("peer {peer}: {why}; dropped, serving on"),
+        SessionEnd::Received { stats, error } => {
+            if let Some(e) = error {
+                eprintln!("peer {peer}: the channel failed: {e}");
+            }
+            let pct = |x: Option<f64>| x.map_or("no data".into(), |x| format!("{:.1}%", x * 100.0));
+            println!(
+                "peer {peer}: {} windows transmitted; whole within {} ms: {}; frames shown per second {:.1}; mean layers {}",
+                stats.transmitted_windows,
+                tolerance.as_millis(),
+                pct(stats.windows_within(tolerance.as_secs_f64())),
+                stats.fps,
+                stats.mean_layers.map_or("no data".into(), |m| format!("{m:.2}")),
+            );
+        }
+    }
 }

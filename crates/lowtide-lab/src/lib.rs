@@ -6,26 +6,32 @@
 //! - [`stream`]: the measured latency stream over a lowtide channel;
 //! - [`video`]: the measured layered video (priority-progress streaming, lowtide-media);
 //! - [`floor`]: the network-floor probe (small UDP packets every 10 ms);
-//! - [`summary`]: latency percentiles and shares over thresholds;
+//! - [`tcpinfo`]: each measured stream's `TCP_INFO` over time;
+//! - [`summary`]: latency percentiles and shares over thresholds, with sample counts;
+//! - [`stats`]: means and confidence intervals over runs;
+//! - [`goals`]: the numbers a scenario must reach;
 //! - [`report`]: plots and the HTML report;
 //! - [`demo`]: `lowtide demo`, the main job;
 //! - [`scenario`]: scenario files (TOML), checked before anything runs;
 //! - [`runner`]: `lowtide lab run`, trials side by side and sequential, the run folder;
-//! - [`results`]: raw records, their CSV, and `summary.json`;
+//! - [`results`]: raw records, their files, and `summary.json`;
 //! - [`sweep`]: one scenario over several congestion controls and queues, one index;
 //! - [`render`]: a run folder's `report.html`, from its summary and CSV alone.
 
 pub mod clock;
 pub mod demo;
 pub mod floor;
+pub mod goals;
 pub mod render;
 pub mod report;
 pub mod results;
 pub mod runner;
 pub mod scenario;
+pub mod stats;
 pub mod stream;
 pub mod summary;
 pub mod sweep;
+pub mod tcpinfo;
 pub mod video;
 
 /// A lab run failed; the message says which step and why.
@@ -43,6 +49,16 @@ pub enum LabError {
     Traffic(String),
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
+    /// A part of the run stopped because another part failed (that failure is the error
+    /// the run reports).
+    #[error("stopped because another part of the run failed")]
+    Stopped,
+    /// The run failed part-way; its run folder holds what was measured before, marked so.
+    #[error("{error}; what was measured before is in {}", dir.display())]
+    Partial {
+        error: Box<LabError>,
+        dir: std::path::PathBuf,
+    },
 }
 
 impl LabError {

@@ -4,22 +4,28 @@
 
 use std::path::Path;
 
+use crate::goals;
 use crate::report::{self, Bar, Series};
-use crate::results::{LabSummary, MeanCi, TrialRecord, VariantSummary, VideoSummary, FLOOR};
+use crate::results::{LabSummary, TrialRecord, VariantSummary, VideoSummary, FLOOR};
 use crate::scenario::{Mode, PaperNumbers};
+use crate::stats::MeanCi;
 use crate::stream::Sample;
+use crate::summary::{Measured, NO_DATA};
 use crate::LabError;
 
 /// Files a report consists of, besides the SVGs.
 pub const REPORT: &str = "report.html";
 pub const SUMMARY: &str = "summary.json";
-pub const MESSAGES: &str = "messages.csv";
-pub const WINDOWS: &str = "windows.csv";
+/// The summary a run stored, kept by `lab report` when its recomputation differs.
+pub const SUMMARY_STORED: &str = "summary.stored.json";
 pub const SCENARIO: &str = "scenario.toml";
+/// The scenario after `--quick`, `--runs` and overrides: what the summary is computed from.
+pub const SCENARIO_AS_RUN: &str = "scenario-as-run.toml";
+pub use crate::results::files::{MESSAGES, TCPINFO, TRIALS, WINDOWS};
 
 /// Writes every plot and `report.html` into `dir`.
 pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(), LabError> {
-    let mut sections = vec![intro(s)];
+    let mut sections = vec![problems(s), intro(s)];
     let mut modes: Vec<Mode> = s.variants.iter().map(|v| v.mode).collect();
     modes.dedup();
     for mode in modes {
@@ -95,8 +101,11 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
         String::new()
     };
     sections.push(format!(
-        "<p>Raw data: <a href=\"{MESSAGES}\">{MESSAGES}</a> (one line per delivered message and per probe), \
-         {windows}<a href=\"{SUMMARY}\">{SUMMARY}</a>, <a href=\"{SCENARIO}\">{SCENARIO}</a>.</p>"
+        "<p>Raw data: <a href=\"{MESSAGES}\">{MESSAGES}</a> (one line per message sent, delivered or \
+         censored, and per probe), {windows}<a href=\"{TCPINFO}\">{TCPINFO}</a> (each stream's \
+         TCP_INFO every 10 ms), <a href=\"{TRIALS}\">{TRIALS}</a>, <a href=\"{SUMMARY}\">{SUMMARY}</a>, \
+         <a href=\"{SCENARIO}\">{SCENARIO}</a> and <a href=\"{SCENARIO_AS_RUN}\">{SCENARIO_AS_RUN}</a>. \
+         <code>lowtide lab report</code> recomputes the summary from them.</p>"
     ));
     let title = format!(
         "lowtide lab: {}{}",
@@ -174,13 +183,48 @@ fn intro(s: &LabSummary) -> String {
     }
     let f = &s.floor.latency_ms;
     out.push_str(&format!(
-        "<p><b>Network floor</b> (UDP probe): p50 {:.1} ms, p99 {:.1} ms, {:.1}% over 160 ms, {:.1}% over 500 ms.</p>",
-        f.p50,
-        f.p99,
-        f.share_over(160.0) * 100.0,
-        f.share_over(500.0) * 100.0
+        "<p><b>Network floor</b> (UDP probe): p50 {} ms, p99 {} ms, {} over 160 ms, {} over 500 ms; \
+         {} probes sent, {} lost, {} could not be sent.</p>",
+        f.show("p50", 0),
+        f.show("p99", 0),
+        f.show_share(160.0),
+        f.show_share(500.0),
+        s.floor.probes_sent,
+        s.floor.lost,
+        s.floor.send_errors,
     ));
+    if s.variants.iter().any(|v| v.latency_ms.censored > 0) {
+        out.push_str(
+            "<p><b>Undelivered messages</b> count in every latency number with the time they had \
+             waited when the measurement ended (censored): a number marked ≥ is only a lower bound. \
+             The plots show delivered messages only.</p>",
+        );
+    }
     out
+}
+
+/// A failed run and failed measurements, first thing on the page.
+fn problems(s: &LabSummary) -> String {
+    let mut out = String::new();
+    if let Some(why) = &s.failed {
+        out.push_str(&format!(
+            "<p class=\"fail\"><b>This run failed:</b> {}. The numbers below cover what was \
+             measured before.</p>",
+            report::escape(why)
+        ));
+    }
+    if !s.measurement_errors.is_empty() {
+        out.push_str("<p class=\"fail\"><b>Measurements that failed:</b></p><ul>");
+        for e in &s.measurement_errors {
+            out.push_str(&format!("<li>{}</li>", report::escape(e)));
+        }
+        out.push_str("</ul>");
+    }
+    out
+}
+
+fn share_of(m: Measured) -> String {
+    m.value.map_or(NO_DATA.into(), pct)
 }
 
 fn pct(x: f64) -> String {
@@ -214,21 +258,37 @@ fn paper_text(p: Option<&PaperNumbers>) -> String {
     parts.join("; ")
 }
 
+/// A ratio to the baseline, with its 95% interval over runs.
+fn ratio_ci(m: Option<MeanCi>) -> String {
+    match m {
+        Some(n) if n.runs > 1 => format!(
+            "{:.0}% [{:.0}, {:.0}]",
+            n.mean * 100.0,
+            n.ci95_low * 100.0,
+            n.ci95_high * 100.0
+        ),
+        Some(n) => format!("{:.0}%", n.mean * 100.0),
+        None => "-".into(),
+    }
+}
+
+fn transport_cell(v: &VariantSummary) -> String {
+    let t = &v.transport;
+    let n = |m: Measured, d: usize| m.value.map_or(NO_DATA.into(), |x| format!("{x:.d$}"));
+    format!(
+        "{} / {} / {}",
+        n(t.retransmitted_segments, 0),
+        n(t.timeouts, 0),
+        n(t.srtt_p50_ms, 1)
+    )
+}
+
 fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
     let rows: Vec<Vec<String>> = variants
         .iter()
         .map(|v| {
             let l = &v.latency_ms;
-            let vs = match v.normalized_throughput {
-                Some(n) if n.runs > 1 => format!(
-                    "{:.0}% [{:.0}, {:.0}]",
-                    n.mean * 100.0,
-                    n.ci95_low * 100.0,
-                    n.ci95_high * 100.0
-                ),
-                Some(n) => format!("{:.0}%", n.mean * 100.0),
-                None => "-".into(),
-            };
+            let ss = &v.sender_side_ms;
             vec![
                 v.name.clone(),
                 format!(
@@ -237,15 +297,30 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
                     v.congestion,
                     if v.ecn { " / ECN" } else { "" }
                 ),
-                format!("{:.0}", l.p50),
-                format!("{:.0}", l.p90),
-                format!("{:.0}", l.p99),
-                format!("{:.0}", l.p999),
-                pct(l.share_over(160.0)),
-                pct(l.share_over(500.0)),
-                format!("{:.0} / {:.0}", v.sender_side_ms.p50, v.sender_side_ms.p99),
-                format!("{:.2}", v.goodput_bps / 1e6),
-                vs,
+                format!("{} ({} undelivered)", l.count, l.censored),
+                l.show("p50", 0),
+                l.show("p90", 0),
+                l.show("p99", 0),
+                l.show("p999", 0),
+                l.show_share(160.0),
+                l.show_share(500.0),
+                format!(
+                    "{} / {}{}",
+                    &ss.latency.show("p50", 0),
+                    &ss.latency.show("p99", 0),
+                    if ss.without_floor + ss.clamped > 0 {
+                        format!(
+                            " ({} without a fresh probe, {} below the floor)",
+                            ss.without_floor, ss.clamped
+                        )
+                    } else {
+                        String::new()
+                    }
+                ),
+                v.goodput_bps
+                    .map_or(NO_DATA.into(), |g| format!("{:.2}", g / 1e6)),
+                ratio_ci(v.normalized_throughput),
+                transport_cell(v),
                 paper_text(v.paper.as_ref()),
             ]
         })
@@ -255,6 +330,7 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
         &[
             "variant",
             "controller / cc",
+            "messages sent",
             "p50 ms",
             "p90 ms",
             "p99 ms",
@@ -262,8 +338,9 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
             "over 160 ms",
             "over 500 ms",
             "sender-side p50 / p99 ms",
-            "goodput Mbit/s",
+            "delivered Mbit/s",
             &baseline,
+            "TCP: retransmitted segments / timeouts / srtt p50 ms",
             "paper",
         ],
         &rows,
@@ -295,7 +372,7 @@ fn video_section(
             d = digits
         ),
         Some(m) => format!("{:.d$}", m.mean * scale, d = digits),
-        None => "-".into(),
+        None => NO_DATA.into(),
     };
     let rows: Vec<Vec<String>> = videos
         .iter()
@@ -304,19 +381,21 @@ fn video_section(
                 v.name.clone(),
                 v.controller.clone(),
                 format!("{} / {}", x.transmitted_windows, x.windows),
-                pct(x.within(250.0)),
-                pct(x.within(500.0)),
-                pct(x.within(1000.0)),
+                share_of(x.within(250.0)),
+                share_of(x.within(500.0)),
+                share_of(x.within(1000.0)),
                 format!(
                     "{} ({})",
-                    pct(x.dropped_windows),
+                    share_of(x.dropped()),
                     ci(x.dropped_windows_runs, 100.0, 1)
                 ),
-                format!("{:.2}", x.mean_layers),
-                format!("{:.1}", x.fps),
-                ci(x.sender_throughput_bps, 1e-6, 2),
-                v.normalized_throughput
-                    .map_or("-".into(), |n| ci(Some(n), 100.0, 0) + "%"),
+                x.mean_layers.map_or(NO_DATA.into(), |m| format!("{m:.2}")),
+                x.fps.map_or(NO_DATA.into(), |f| format!("{f:.1}")),
+                ci(v.sent_bps, 1e-6, 2),
+                ratio_ci(v.sent_vs_baseline),
+                v.goodput_bps
+                    .map_or(NO_DATA.into(), |g| format!("{:.2}", g / 1e6)),
+                ratio_ci(v.normalized_throughput),
                 paper_text(v.paper.as_ref()),
             ]
         })
@@ -332,8 +411,10 @@ fn video_section(
             "dropped (pooled; per run ± 95% CI, %)",
             "mean layers",
             "frames/s",
-            "sender Mbit/s (Table II)",
-            "vs plain TCP",
+            "sent Mbit/s (written to the kernel, Table II)",
+            "sent vs plain TCP",
+            "delivered Mbit/s",
+            "delivered vs plain TCP",
             "paper",
         ],
         &rows,
@@ -366,19 +447,20 @@ fn video_section(
          A window is on time when every message the sender wrote for it arrived within the \
          tolerance after the capture of its first frame (the application's own delay of two \
          windows included); the share counts transmitted windows, as the paper does. Frames are \
-         shown {tolerance:.0} ms after capture with the layers that arrived by then. In the latency \
-         plots below, a video point is a window that arrived whole.</p>{table}{}",
+         shown {tolerance:.0} ms after capture with the layers that arrived by then. <i>Sent</i> is what \
+         the sender wrote to the kernel for the windows captured in the measurement window (the \
+         paper's Table II), <i>delivered</i> what of it arrived. In the latency plots below, a \
+         video point is a window that arrived whole.</p>{table}{}",
         f64::from(window_frames) * 1000.0 / 30.0,
         report::figure(&format!("windows-{tag}.svg"), "windows on time")
     ))
 }
 
 /// `x` per `writev` call (Table I's per-call cost and poll ratio).
-fn per_write(x: f64, writes: f64, digits: usize) -> String {
-    if writes > 0.0 {
-        format!("{:.d$}", x / writes, d = digits)
-    } else {
-        "-".into()
+fn per_write(x: Option<f64>, writes: f64, digits: usize) -> String {
+    match x {
+        Some(x) if writes > 0.0 => format!("{:.d$}", x / writes, d = digits),
+        _ => NO_DATA.into(),
     }
 }
 
@@ -387,17 +469,18 @@ fn cost_table(variants: &[&VariantSummary]) -> String {
         .iter()
         .filter_map(|v| {
             let c = v.sender_cost?;
+            let cpu = |x: Option<f64>, d: usize| x.map_or(NO_DATA.into(), |x| format!("{x:.d$}"));
             Some(vec![
                 v.name.clone(),
-                format!("{:.2}", c.cpu_user_s),
-                format!("{:.2}", c.cpu_system_s),
+                cpu(c.cpu_user_s, 2),
+                cpu(c.cpu_system_s, 2),
                 format!("{:.0}", c.messages),
                 format!("{:.0}", c.write_calls),
                 format!("{:.0}", c.driver_wakeups),
-                format!("{:.2}", c.wakeups_per_message),
-                format!("{:.1}", c.cpu_us_per_message),
-                per_write(c.driver_wakeups, c.write_calls, 2),
-                per_write(c.cpu_system_s * 1e6, c.write_calls, 1),
+                cpu(c.wakeups_per_message, 2),
+                cpu(c.cpu_us_per_message, 1),
+                per_write(Some(c.driver_wakeups), c.write_calls, 2),
+                per_write(c.cpu_system_s.map(|x| x * 1e6), c.write_calls, 1),
             ])
         })
         .collect();
@@ -423,27 +506,19 @@ fn goal_table(s: &LabSummary) -> String {
         .goals
         .iter()
         .map(|g| {
-            let bound = match (g.goal.min, g.goal.max) {
-                (Some(lo), Some(hi)) => format!("{lo} to {hi}"),
-                (Some(lo), None) => format!("≥ {lo}"),
-                (None, Some(hi)) => format!("≤ {hi}"),
-                (None, None) => "-".into(),
-            };
             vec![
                 g.goal.variant.clone(),
                 g.mode.as_str().into(),
-                g.goal.metric.as_str().into(),
-                bound,
-                g.measured.map_or("-".into(), |m| format!("{m:.3}")),
+                goals::describe(&g.goal),
+                g.measured.map_or(NO_DATA.into(), |m| {
+                    format!("{m:.3} ({} samples)", g.samples)
+                }),
                 if g.met { "met" } else { "NOT met" }.into(),
                 g.goal.why.clone(),
             ]
         })
         .collect();
-    report::html_table(
-        &["variant", "mode", "metric", "goal", "measured", "", "why"],
-        &rows,
-    )
+    report::html_table(&["variant", "mode", "goal", "measured", "", "why"], &rows)
 }
 
 fn trial_table(s: &LabSummary) -> String {
@@ -459,8 +534,13 @@ fn trial_table(s: &LabSummary) -> String {
                 t.forward_marks.to_string(),
                 t.reverse_drops.to_string(),
                 t.forward_max_queue_packets.to_string(),
-                format!("{:.0}", t.forward_sojourn_p99_ms),
-                format!("{:.2}", t.cross_traffic_bps / 1e6),
+                t.forward_sojourn_p99_ms
+                    .map_or(NO_DATA.into(), |x| format!("{x:.0}")),
+                if t.cross_traffic_bps.is_finite() {
+                    format!("{:.2}", t.cross_traffic_bps / 1e6)
+                } else {
+                    NO_DATA.into()
+                },
             ]
         })
         .collect();
@@ -480,15 +560,22 @@ fn trial_table(s: &LabSummary) -> String {
     )
 }
 
-/// Run 1 of a mode: its streams (each variant's own network, sequentially) and one floor.
-fn first_run(mode: Mode, records: &[TrialRecord]) -> (Vec<(&str, &[Sample])>, &[Sample]) {
+/// Run 1 of a mode: its streams' delivered messages (each variant's own network,
+/// sequentially) and one floor.
+fn first_run(mode: Mode, records: &[TrialRecord]) -> (Vec<(&str, Vec<Sample>)>, &[Sample]) {
     let trials: Vec<&TrialRecord> = records
         .iter()
         .filter(|r| r.mode == Some(mode) && r.run == 1)
         .collect();
     let streams = trials
         .iter()
-        .flat_map(|t| t.streams.iter().map(|(n, s)| (n.as_str(), s.as_slice())))
+        .flat_map(|t| t.streams.iter())
+        .map(|(n, s)| {
+            (
+                n.as_str(),
+                s.iter().copied().filter(|x| !x.censored).collect(),
+            )
+        })
         .collect();
     let floor = trials.first().map_or(&[][..], |t| t.floor.as_slice());
     (streams, floor)
@@ -512,7 +599,7 @@ fn latency_plot(
     });
     report::latency_over_time(
         &dir.join(format!("latency-{tag}.svg")),
-        "Latency of every message against its send time (lines at 160 and 500 ms)",
+        "Latency of every delivered message against its send time (lines at 160 and 500 ms)",
         &series,
         s.duration_s,
     )
@@ -528,7 +615,7 @@ fn cdf_plot(
     let in_window = |v: &[Sample]| -> Vec<Sample> {
         v.iter()
             .copied()
-            .filter(|x| s.window.contains(x.sent_s))
+            .filter(|x| s.window.contains(x.sent_s) && !x.censored)
             .collect()
     };
     let trials: Vec<&TrialRecord> = records.iter().filter(|r| r.mode == Some(mode)).collect();
@@ -554,7 +641,7 @@ fn cdf_plot(
         .collect();
     report::latency_cdf(
         &dir.join(format!("cdf-{tag}.svg")),
-        "Latency distribution under load (log x)",
+        "Latency distribution of delivered messages under load (log x)",
         &series,
     )
 }

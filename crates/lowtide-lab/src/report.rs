@@ -399,10 +399,7 @@ mod tests {
 
     fn samples() -> Vec<Sample> {
         (0..500)
-            .map(|i| Sample {
-                sent_s: i as f64 * 0.02,
-                latency_ms: 40.0 + (i % 50) as f64 * 20.0,
-            })
+            .map(|i| Sample::delivered(i as f64 * 0.02, 40.0 + (i % 50) as f64 * 20.0))
             .collect()
     }
 

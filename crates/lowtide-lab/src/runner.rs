@@ -20,8 +20,11 @@ use lowtide_traffic::schedule::Plan;
 use lowtide_traffic::sink::{TcpSink, TcpSinkReport, UdpSink, UdpSinkReport};
 use lowtide_traffic::Stop;
 
-use crate::render::{self, MESSAGES, SCENARIO, SUMMARY, WINDOWS};
-use crate::results::{self, LabSummary, TrialNetwork, TrialRecord, VariantInfo, VideoInfo, Window};
+use crate::render::{self, SCENARIO, SCENARIO_AS_RUN, SUMMARY, SUMMARY_STORED};
+use crate::results::{
+    self, files, LabSummary, SummaryInputs, TrialNetwork, TrialRecord, VariantInfo, VideoInfo,
+    Window,
+};
 use crate::scenario::{ApplicationKind, Checked, Mode, Overrides, Scenario, STREAM_PORT};
 use crate::stream::{self, Sample};
 use crate::{floor, video, LabError};
@@ -56,7 +59,8 @@ pub struct LabRun {
     pub dir: PathBuf,
 }
 
-/// Runs every trial of a checked scenario and writes the run folder.
+/// Runs every trial of a checked scenario and writes the run folder. When a trial fails, the
+/// folder still gets what was measured so far, marked as failed, and the error says where.
 pub fn run(
     checked: &Checked,
     opts: &LabOptions,
@@ -74,9 +78,10 @@ pub fn run(
             }
         }
     }
+    let inputs = summary_inputs(&checked, opts, &[]);
     let mut records = vec![];
-    let mut networks = vec![];
     let total = trials.len();
+    let mut failed = None;
     for (k, (mode, run, variants)) in trials.into_iter().enumerate() {
         let names: Vec<String> = variants
             .iter()
@@ -89,24 +94,33 @@ pub fn run(
             names.join(", ")
         );
         let seed = s.run.seed + u64::from(run) - 1;
-        let (mut record, network) = run_trial(&checked, &variants, seed, &label, &mut progress)?;
+        let TrialOutcome { mut record, error } =
+            run_trial(&checked, &variants, seed, &label, &mut progress);
         record.mode = Some(mode);
         record.run = run;
+        record.variants = names.clone();
+        record.network.mode = Some(mode);
+        record.network.run = run;
+        record.network.variants = names;
         records.push(record);
-        networks.push(TrialNetwork {
-            mode: Some(mode),
-            run,
-            variants: names,
-            ..network
-        });
+        if let Some(e) = error {
+            failed = Some(e);
+            break;
+        }
     }
     progress("writing the report");
-    let summary = summarize(&checked, opts, &records, networks);
-    write_run_folder(&opts.out_dir, &opts.scenario_text, &summary, &records)?;
-    Ok(LabRun {
-        summary,
-        dir: opts.out_dir.clone(),
-    })
+    let summary = results::summarize(&inputs, &records, failed.as_ref().map(|e| e.to_string()));
+    write_run_folder(&opts.out_dir, &opts.scenario_text, s, &summary, &records)?;
+    match failed {
+        Some(error) => Err(LabError::Partial {
+            error: Box::new(error),
+            dir: opts.out_dir.clone(),
+        }),
+        None => Ok(LabRun {
+            summary,
+            dir: opts.out_dir.clone(),
+        }),
+    }
 }
 
 /// The scenario as it will run: overrides, then `--quick`, then `--runs`, checked again
@@ -125,10 +139,11 @@ pub fn effective(checked: &Checked, opts: &LabOptions) -> Result<Checked, LabErr
     })
 }
 
-/// Writes the raw data, the summary and the report into `dir`.
+/// Writes the raw data, the scenario as it ran, the summary and the report into `dir`.
 pub fn write_run_folder(
     dir: &Path,
     scenario_text: &str,
+    as_run: &Scenario,
     summary: &LabSummary,
     records: &[TrialRecord],
 ) -> Result<(), LabError> {
@@ -140,10 +155,13 @@ pub fn write_run_folder(
         std::fs::write(&p, text).map_err(|e| LabError::io(format!("writing {}", p.display()), e))
     };
     write(SCENARIO, scenario_text)?;
-    write(MESSAGES, &results::to_csv(records))?;
-    if records.iter().any(|r| !r.windows.is_empty()) {
-        write(WINDOWS, &results::windows_to_csv(records))?;
-    }
+    let effective = toml::to_string(as_run)
+        .map_err(|e| LabError::io(format!("encoding {SCENARIO_AS_RUN}"), e))?;
+    write(
+        SCENARIO_AS_RUN,
+        &format!("# The scenario as it ran (after --quick, --runs and overrides).\n{effective}"),
+    )?;
+    files::write_records(dir, records)?;
     results::write_json(&dir.join(SUMMARY), summary)?;
     render::render(dir, summary, records)
 }
@@ -155,7 +173,17 @@ fn remove_stale(dir: &Path) -> Result<(), LabError> {
         .map_err(|e| LabError::io(format!("reading {}", dir.display()), e))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let ours = [render::REPORT, SUMMARY, MESSAGES, WINDOWS, SCENARIO].contains(&name.as_str())
+        let ours = [
+            render::REPORT,
+            SUMMARY,
+            files::MESSAGES,
+            files::WINDOWS,
+            files::TCPINFO,
+            files::TRIALS,
+            SCENARIO,
+            SCENARIO_AS_RUN,
+        ]
+        .contains(&name.as_str())
             || (["latency-", "cdf-", "throughput-", "windows-"]
                 .iter()
                 .any(|p| name.starts_with(p))
@@ -169,35 +197,103 @@ fn remove_stale(dir: &Path) -> Result<(), LabError> {
     Ok(())
 }
 
-/// `lowtide lab report DIR`: re-renders `report.html` from `summary.json` and the CSV.
-pub fn rerender(dir: &Path) -> Result<PathBuf, LabError> {
-    let summary = results::read_json(&dir.join(SUMMARY))?;
-    let csv_path = dir.join(MESSAGES);
-    let csv = std::fs::read_to_string(&csv_path)
-        .map_err(|e| LabError::io(format!("reading {}", csv_path.display()), e))?;
-    let mut records = results::from_csv(&csv)?;
-    let windows_path = dir.join(WINDOWS);
-    if windows_path.exists() {
-        let text = std::fs::read_to_string(&windows_path)
-            .map_err(|e| LabError::io(format!("reading {}", windows_path.display()), e))?;
-        results::windows_from_csv(&text, &mut records)?;
-    }
-    render::render(dir, &summary, &records)?;
-    Ok(dir.join(render::REPORT))
+/// What `lowtide lab report DIR` did: the summary recomputed from the run folder's records,
+/// and where it differs from the stored one.
+#[derive(Debug)]
+pub struct Recomputed {
+    pub report: PathBuf,
+    pub summary: LabSummary,
+    /// `path: stored → recomputed`, one line per difference; empty when they agree.
+    pub differences: Vec<String>,
 }
 
-fn summarize(
+/// `lowtide lab report DIR`: recomputes the summary from the scenario as it ran and the raw
+/// records, says where it differs from the stored `summary.json`, then writes the recomputed
+/// summary and re-renders `report.html` (the stored one is kept as `summary.stored.json`
+/// when they differ).
+pub fn recompute(dir: &Path) -> Result<Recomputed, LabError> {
+    let stored_path = dir.join(SUMMARY);
+    let stored = results::read_json(&stored_path)?;
+    let scenario_path = dir.join(SCENARIO_AS_RUN);
+    let text = std::fs::read_to_string(&scenario_path)
+        .map_err(|e| LabError::io(format!("reading {}", scenario_path.display()), e))?;
+    let checked = Scenario::from_toml(&text)
+        .map_err(|e| LabError::io(format!("checking {}", scenario_path.display()), e))?;
+    let records = files::read_records(dir)?;
+    let opts = LabOptions {
+        quick: stored.quick,
+        ..LabOptions::default()
+    };
+    let mut inputs = summary_inputs(&checked, &opts, &[]);
+    inputs.provenance = stored.provenance.clone();
+    let summary = results::summarize(&inputs, &records, stored.failed.clone());
+    let differences = diff_json(
+        &serde_json::to_value(&stored).unwrap_or_default(),
+        &serde_json::to_value(&summary).unwrap_or_default(),
+    );
+    if !differences.is_empty() {
+        std::fs::copy(&stored_path, dir.join(SUMMARY_STORED))
+            .map_err(|e| LabError::io(format!("keeping {}", stored_path.display()), e))?;
+    }
+    results::write_json(&stored_path, &summary)?;
+    render::render(dir, &summary, &records)?;
+    Ok(Recomputed {
+        report: dir.join(render::REPORT),
+        summary,
+        differences,
+    })
+}
+
+/// Where two JSON values differ: one `path: a → b` line per leaf (numbers equal to a
+/// relative 1e-9).
+pub fn diff_json(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value as V;
+    fn walk(path: &str, a: &V, b: &V, out: &mut Vec<String>) {
+        match (a, b) {
+            (V::Object(x), V::Object(y)) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for k in keys {
+                    let (p, null) = (format!("{path}.{k}"), V::Null);
+                    walk(
+                        &p,
+                        x.get(k).unwrap_or(&null),
+                        y.get(k).unwrap_or(&null),
+                        out,
+                    );
+                }
+            }
+            (V::Array(x), V::Array(y)) if x.len() == y.len() => {
+                for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                    walk(&format!("{path}[{i}]"), p, q, out);
+                }
+            }
+            (V::Number(x), V::Number(y)) => {
+                let (x, y) = (
+                    x.as_f64().unwrap_or(f64::NAN),
+                    y.as_f64().unwrap_or(f64::NAN),
+                );
+                if (x - y).abs() > 1e-9 * x.abs().max(y.abs()) {
+                    out.push(format!("{path}: {x} → {y}"));
+                }
+            }
+            _ if a != b => out.push(format!("{path}: {a} → {b}")),
+            _ => {}
+        }
+    }
+    let mut out = vec![];
+    walk("summary", a, b, &mut out);
+    out
+}
+
+/// What the summary needs besides the records: the scenario as it ran, in words, and the
+/// provenance (with `extra` lines such as the machine's timer noise).
+pub fn summary_inputs(
     checked: &Checked,
     opts: &LabOptions,
-    records: &[TrialRecord],
-    trials: Vec<TrialNetwork>,
-) -> LabSummary {
+    extra: &[(String, String)],
+) -> SummaryInputs {
     let s = &checked.scenario;
-    let window = Window {
-        from_s: s.run.measure_from_s,
-        to_s: s.measure_to_s(),
-    };
-    let infos: Vec<VariantInfo> = s
+    let variants = s
         .variants
         .iter()
         .enumerate()
@@ -220,25 +316,25 @@ fn summarize(
             }),
         })
         .collect();
-    let baseline = checked.baseline.map(|i| s.variants[i].name.clone());
-    let variants = results::summarize_variants(records, &infos, window);
-    let floor = results::summarize_floor(records, window);
-    let goals = results::check_goals(&s.goals, &variants, &floor);
-    LabSummary {
+    let mut provenance = provenance(s, opts);
+    provenance.extend(extra.iter().cloned());
+    SummaryInputs {
         scenario: s.name.clone(),
         description: s.description.clone(),
         paper: s.paper.clone(),
         quick: opts.quick,
         duration_s: s.run.duration_s,
-        window,
+        window: Window {
+            from_s: s.run.measure_from_s,
+            to_s: s.measure_to_s(),
+        },
         runs: s.run.runs,
-        baseline,
+        modes: s.run.modes.clone(),
+        baseline: checked.baseline.map(|i| s.variants[i].name.clone()),
         network: describe_network(&s.topology),
-        floor,
         variants,
-        goals,
-        trials,
-        provenance: provenance(s, opts),
+        goals: s.goals.clone(),
+        provenance,
     }
 }
 
@@ -366,13 +462,75 @@ fn provenance(s: &Scenario, opts: &LabOptions) -> Vec<(String, String)> {
     lines
 }
 
-type Joined<T> = JoinHandle<Result<T, LabError>>;
+/// A thread of a trial: running, or finished with its result. The trial looks at its
+/// threads every second, so one that fails ends the trial at once, not at its end.
+enum Task<T> {
+    Running(&'static str, JoinHandle<Result<T, LabError>>),
+    Done(&'static str, Result<T, LabError>),
+}
+
+impl<T> Task<T> {
+    fn spawn(
+        host: &lowtide_netem::Host,
+        what: &'static str,
+        f: impl FnOnce() -> Result<T, LabError> + Send + 'static,
+    ) -> Result<Self, LabError>
+    where
+        T: Send + 'static,
+    {
+        Ok(Task::Running(what, host.spawn(what, f)?))
+    }
+
+    /// Takes the result of a finished thread; the error of a failed one, once.
+    fn poll(&mut self) -> Option<LabError> {
+        if let Task::Running(what, h) = self {
+            if !h.is_finished() {
+                return None;
+            }
+            let what = *what;
+            let Task::Running(_, h) =
+                std::mem::replace(self, Task::Done(what, Err(LabError::Stopped)))
+            else {
+                unreachable!("matched above")
+            };
+            *self = Task::Done(what, join(h, what));
+        }
+        match self {
+            Task::Done(what, Err(e)) if !matches!(e, LabError::Stopped) => {
+                let e = std::mem::replace(e, LabError::Stopped);
+                Some(LabError::io(format!("the {what}"), e))
+            }
+            _ => None,
+        }
+    }
+
+    /// Waits for the thread; `Err` if it failed (or stopped because something else did).
+    fn wait(self) -> Result<T, LabError> {
+        match self {
+            Task::Running(what, h) => join(h, what),
+            Task::Done(_, r) => r,
+        }
+    }
+}
+
+fn join<T>(h: JoinHandle<Result<T, LabError>>, what: &str) -> Result<T, LabError> {
+    h.join()
+        .map_err(|p| {
+            let why = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            LabError::io(what.to_string(), format!("the thread panicked: {why}"))
+        })
+        .and_then(|r| r)
+}
 
 /// The cross-traffic sinks of one trial: a TCP and a UDP sink on each target host.
 #[derive(Default)]
 struct Sinks {
-    tcp: Vec<Joined<TcpSinkReport>>,
-    udp: Vec<Joined<UdpSinkReport>>,
+    tcp: Vec<Task<TcpSinkReport>>,
+    udp: Vec<Task<UdpSinkReport>>,
 }
 
 impl Sinks {
@@ -391,14 +549,14 @@ impl Sinks {
             };
             if used {
                 let s = stop.clone();
-                self.tcp.push(h.spawn("tcp-sink", move || {
+                self.tcp.push(Task::spawn(h, "TCP sink", move || {
                     TcpSink::bind(t.tcp)
                         .map_err(traffic_err)?
                         .run(&s)
                         .map_err(traffic_err)
                 })?);
                 let s = stop.clone();
-                self.udp.push(h.spawn("udp-sink", move || {
+                self.udp.push(Task::spawn(h, "UDP sink", move || {
                     UdpSink::bind(t.udp)
                         .map_err(traffic_err)?
                         .run(&s)
@@ -410,14 +568,19 @@ impl Sinks {
         Ok(out)
     }
 
+    fn poll(&mut self) -> Option<LabError> {
+        let tcp = self.tcp.iter_mut().find_map(Task::poll);
+        tcp.or_else(|| self.udp.iter_mut().find_map(Task::poll))
+    }
+
     /// Waits for every sink; the payload bytes they received.
     fn join(self) -> Result<u64, LabError> {
         let mut bytes = 0;
-        for h in self.tcp {
-            bytes += join(h, "a TCP sink")??.bytes_received;
+        for t in self.tcp {
+            bytes += t.wait()?.bytes_received;
         }
-        for h in self.udp {
-            bytes += join(h, "a UDP sink")??.bytes;
+        for t in self.udp {
+            bytes += t.wait()?.bytes;
         }
         Ok(bytes)
     }
@@ -426,13 +589,22 @@ impl Sinks {
 /// The threads of one measured variant.
 enum Measured {
     Stream {
-        tx: Joined<stream::SendCost>,
-        rx: Joined<stream::Received>,
+        tx: Task<stream::StreamSent>,
+        rx: Task<stream::Received>,
     },
     Video {
-        tx: Joined<video::VideoSent>,
-        rx: Joined<lowtide_media::playout::Playout>,
+        tx: Task<video::VideoSent>,
+        rx: Task<lowtide_media::playout::Playout>,
     },
+}
+
+impl Measured {
+    fn poll(&mut self) -> Option<LabError> {
+        match self {
+            Measured::Stream { tx, rx } => tx.poll().or_else(|| rx.poll()),
+            Measured::Video { tx, rx } => tx.poll().or_else(|| rx.poll()),
+        }
+    }
 }
 
 /// Sets the trial's stop flag when the trial ends, however it ends.
@@ -444,13 +616,14 @@ impl Drop for StopOnDrop {
     }
 }
 
-fn join<T>(h: JoinHandle<T>, what: &str) -> Result<T, LabError> {
-    h.join()
-        .map_err(|_| LabError::io(what.to_string(), "the thread panicked"))
-}
-
 fn traffic_err(e: impl std::fmt::Display) -> LabError {
     LabError::Traffic(e.to_string())
+}
+
+/// One trial's outcome: what it measured, and the error that ended it early, if one did.
+struct TrialOutcome {
+    record: TrialRecord,
+    error: Option<LabError>,
 }
 
 /// One emulated network: cross traffic, floor probe and the streams of `variants`.
@@ -460,38 +633,180 @@ fn run_trial(
     seed: u64,
     label: &str,
     progress: &mut impl FnMut(&str),
-) -> Result<(TrialRecord, TrialNetwork), LabError> {
+) -> TrialOutcome {
     let s = &checked.scenario;
     progress(&format!("{label}: building the emulated network"));
-    let net = Dumbbell::new(
+    let failed = |e: LabError| TrialOutcome {
+        record: TrialRecord::default(),
+        error: Some(e),
+    };
+    let net = match Dumbbell::new(
         s.topology.clone(),
         RunOptions {
             pcap_dir: None,
             seed,
         },
-    )?;
-    set_ecn(s, &net, variants)?;
-
+    ) {
+        Ok(net) => net,
+        Err(e) => return failed(e.into()),
+    };
+    if let Err(e) = set_ecn(s, &net, variants) {
+        return failed(e);
+    }
     let duration = Duration::from_secs_f64(s.run.duration_s);
     let start = Instant::now() + LEAD_IN;
     let end = start + duration;
     let stop_flag = Arc::new(AtomicBool::new(false));
-    // Whatever ends this trial early (an error below) stops its cross traffic and sinks too.
+    // Whatever ends this trial (an error, a panic) stops its threads too.
     let _stop_on_exit = StopOnDrop(stop_flag.clone());
-    let sink_stop = Stop::new(stop_flag.clone(), end + GRACE * 2);
+    let stop = Stop::new(stop_flag.clone(), end + GRACE * 2);
+    let mut threads = match start_trial(checked, &net, variants, start, end, &stop) {
+        Ok(t) => t,
+        Err(e) => return failed(e),
+    };
 
+    let mut error = None;
+    while Instant::now() < end + GRACE && error.is_none() {
+        std::thread::sleep(
+            Duration::from_secs(1).min((end + GRACE).saturating_duration_since(Instant::now())),
+        );
+        let t = Instant::now()
+            .saturating_duration_since(start)
+            .as_secs_f64()
+            .min(s.run.duration_s);
+        progress(&format!("{label}: {t:>4.0} / {:.0} s", s.run.duration_s));
+        error = threads.poll();
+    }
+    stop_flag.store(true, Ordering::Relaxed);
+    let receive_end_s = s.run.duration_s + GRACE.as_secs_f64();
+    let record = threads.collect(checked, &net, receive_end_s, &mut error);
+    drop(net);
+    TrialOutcome { record, error }
+}
+
+/// Every thread of a trial.
+struct TrialThreads {
+    sinks: Sinks,
+    measured: Vec<(usize, Measured)>,
+    floor_tx: Task<floor::FloorSent>,
+    floor_rx: Task<Vec<Sample>>,
+    cross: Vec<Task<lowtide_traffic::report::ScheduleReport>>,
+    clip: Option<lowtide_media::video::Video>,
+}
+
+impl TrialThreads {
+    /// The first failure among the threads, if one failed.
+    fn poll(&mut self) -> Option<LabError> {
+        self.sinks
+            .poll()
+            .or_else(|| self.measured.iter_mut().find_map(|(_, m)| m.poll()))
+            .or_else(|| self.floor_tx.poll())
+            .or_else(|| self.floor_rx.poll())
+            .or_else(|| self.cross.iter_mut().find_map(Task::poll))
+    }
+
+    /// Waits for every thread and keeps what each measured. The first error not yet reported
+    /// goes to `failure` (a thread that failed while the others stopped).
+    fn collect(
+        self,
+        checked: &Checked,
+        net: &Dumbbell,
+        receive_end_s: f64,
+        failure: &mut Option<LabError>,
+    ) -> TrialRecord {
+        let s = &checked.scenario;
+        let mut note = |r: Result<(), LabError>| {
+            if let Err(e) = r {
+                if failure.is_none() && !matches!(e, LabError::Stopped) {
+                    *failure = Some(e);
+                }
+            }
+        };
+        let mut record = TrialRecord::default();
+        for (i, m) in self.measured {
+            let name = s.variants[i].name.clone();
+            match m {
+                Measured::Stream { tx, rx } => match (tx.wait(), rx.wait()) {
+                    (Ok(sent), Ok(received)) => {
+                        let (samples, errors) =
+                            stream::join_sent_and_received(&sent, &received, receive_end_s);
+                        record.streams.push((name.clone(), samples));
+                        record.delivery_errors.push((name.clone(), errors));
+                        record.costs.push((name.clone(), sent.cost));
+                        record.tcp.push((name, sent.tcp));
+                    }
+                    (a, b) => note(a.map(drop).and(b.map(drop))),
+                },
+                Measured::Video { tx, rx } => match (tx.wait(), rx.wait(), &self.clip) {
+                    (Ok(sent), Ok(seen), Some(clip)) => {
+                        let app = &s.application.video;
+                        let w = video::windows(
+                            clip,
+                            app.window_frames,
+                            &sent.ledger,
+                            &seen,
+                            receive_end_s,
+                        );
+                        record
+                            .streams
+                            .push((name.clone(), w.iter().filter_map(|x| x.sample()).collect()));
+                        record.windows.push((name.clone(), w));
+                        record.costs.push((name.clone(), sent.cost));
+                        record.tcp.push((name, sent.tcp));
+                    }
+                    (a, b, _) => note(a.map(drop).and(b.map(drop))),
+                },
+            }
+        }
+        match (self.floor_tx.wait(), self.floor_rx.wait()) {
+            (Ok(sent), Ok(mut probes)) => {
+                probes.sort_by(|a, b| a.sent_s.total_cmp(&b.sent_s));
+                record.floor = probes;
+                record.floor_sent = sent;
+            }
+            (a, b) => note(a.map(drop).and(b.map(drop))),
+        }
+        for t in self.cross {
+            note(t.wait().map(drop));
+        }
+        let cross_bytes = self.sinks.join();
+        let fwd = net.forward().report();
+        let rev = net.reverse().report();
+        record.network = TrialNetwork {
+            forward_drops: fwd.total_drops(),
+            forward_marks: fwd.total_marks(),
+            reverse_drops: rev.total_drops(),
+            forward_max_queue_packets: fwd.max_queue_packets,
+            forward_sojourn_p99_ms: (fwd.sojourn_ms.count > 0).then_some(fwd.sojourn_ms.p99),
+            cross_traffic_bps: cross_bytes
+                .as_ref()
+                .map_or(f64::NAN, |b| *b as f64 * 8.0 / s.run.duration_s),
+            ..TrialNetwork::default()
+        };
+        note(cross_bytes.map(drop));
+        record
+    }
+}
+
+/// Starts every thread of a trial: sinks, measured streams, floor probe, cross traffic.
+fn start_trial(
+    checked: &Checked,
+    net: &Dumbbell,
+    variants: &[usize],
+    start: Instant,
+    end: Instant,
+    stop: &Stop,
+) -> Result<TrialThreads, LabError> {
+    let s = &checked.scenario;
     // Sinks on every host: receivers take forward cross traffic, senders reverse.
     let mut sinks = Sinks::default();
     let forward_targets = sinks.start(
         net.receivers(),
         !checked.forward_plan.flows.is_empty(),
-        &sink_stop,
+        stop,
     )?;
-    let reverse_targets = sinks.start(
-        net.senders(),
-        !checked.reverse_plan.flows.is_empty(),
-        &sink_stop,
-    )?;
+    let reverse_targets =
+        sinks.start(net.senders(), !checked.reverse_plan.flows.is_empty(), stop)?;
 
     let rx_host = net.receiver(s.application.receiver);
     let app = &s.application.video;
@@ -502,6 +817,7 @@ fn run_trial(
         .then(|| app.video(s.run.duration_s))
         .transpose()
         .map_err(|e| LabError::io("building the video", e))?;
+    let receive_end = end + GRACE;
     let mut measured = vec![];
     for &i in variants {
         let v = &s.variants[i];
@@ -517,135 +833,78 @@ fn run_trial(
         cfg.sndbuf = v.sndbuf;
         let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
         let tx_host = net.sender(v.sender);
-        measured.push(match s.application_of(v) {
-            ApplicationKind::LatencyStream => {
-                let rcfg = cfg.clone();
-                Measured::Stream {
-                    rx: rx_host.spawn("stream-recv", move || {
-                        stream::receive(addr, rcfg, start, end + GRACE)
+        let (rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
+        measured.push((
+            i,
+            match s.application_of(v) {
+                ApplicationKind::LatencyStream => Measured::Stream {
+                    rx: Task::spawn(rx_host, "stream receiver", move || {
+                        stream::receive(addr, rcfg, start, receive_end, rstop)
                     })?,
-                    tx: tx_host.spawn("stream-send", move || {
-                        std::thread::sleep(start.saturating_duration_since(Instant::now()));
-                        stream::send(addr, cfg, end)
+                    tx: Task::spawn(tx_host, "stream sender", move || {
+                        stream::send(addr, cfg, start, end, receive_end, tstop)
                     })?,
+                },
+                ApplicationKind::LayeredVideo => {
+                    let clip = clip
+                        .clone()
+                        .ok_or_else(|| LabError::io("building the video", "no clip"))?;
+                    let tolerance = Duration::from_secs_f64(app.tolerance_ms / 1e3);
+                    let frames = app.window_frames;
+                    Measured::Video {
+                        rx: Task::spawn(rx_host, "video receiver", move || {
+                            video::receive(addr, rcfg, frames, tolerance, start, receive_end, rstop)
+                        })?,
+                        tx: Task::spawn(tx_host, "video sender", move || {
+                            video::send(addr, cfg, clip, frames, start, receive_end, tstop)
+                        })?,
+                    }
                 }
-            }
-            ApplicationKind::LayeredVideo => {
-                let clip = clip
-                    .clone()
-                    .expect("built above when a variant streams video");
-                let tolerance = Duration::from_secs_f64(app.tolerance_ms / 1e3);
-                let rcfg = cfg.clone();
-                let frames = app.window_frames;
-                Measured::Video {
-                    rx: rx_host.spawn("video-recv", move || {
-                        video::receive(addr, rcfg, frames, tolerance, start, end + GRACE)
-                    })?,
-                    tx: tx_host.spawn("video-send", move || {
-                        video::send(addr, cfg, clip, frames, start)
-                    })?,
-                }
-            }
-        });
+            },
+        ));
     }
     let floor_addr = SocketAddr::from((rx_host.addr(), FLOOR_PORT));
-    let floor_rx = rx_host.spawn("floor-recv", move || {
-        floor::receive(floor_addr, start, end + GRACE)
+    let fstop = stop.clone();
+    let floor_rx = Task::spawn(rx_host, "floor-probe sink", move || {
+        floor::receive(floor_addr, start, receive_end, fstop)
     })?;
-    let floor_tx = net.sender(0).spawn("floor-send", move || {
-        std::thread::sleep(start.saturating_duration_since(Instant::now()));
-        floor::send(floor_addr, end)
+    let fstop = stop.clone();
+    let floor_tx = Task::spawn(net.sender(0), "floor-probe sender", move || {
+        floor::send(floor_addr, start, end, fstop)
     })?;
 
     let schedule = |host: &lowtide_netem::Host, plan: &Plan, targets: Vec<Target>| {
         let plan = plan.clone();
-        let flag = stop_flag.clone();
-        host.spawn("cross-traffic", move || {
+        let flag = stop.flag().clone();
+        Task::spawn(host, "cross traffic", move || {
             std::thread::sleep(start.saturating_duration_since(Instant::now()));
             run_schedule(&plan, &targets, flag).map_err(traffic_err)
         })
     };
-    let forward = (!checked.forward_plan.flows.is_empty())
-        .then(|| schedule(net.sender(0), &checked.forward_plan, forward_targets))
-        .transpose()?;
+    let mut cross = vec![];
+    if !checked.forward_plan.flows.is_empty() {
+        cross.push(schedule(
+            net.sender(0),
+            &checked.forward_plan,
+            forward_targets,
+        )?);
+    }
     let reverse_host = s.reverse_traffic.host.unwrap_or(s.topology.receivers - 1);
-    let reverse = (!checked.reverse_plan.flows.is_empty())
-        .then(|| {
-            schedule(
-                net.receiver(reverse_host),
-                &checked.reverse_plan,
-                reverse_targets,
-            )
-        })
-        .transpose()?;
-
-    while Instant::now() < end {
-        std::thread::sleep(
-            Duration::from_secs(1).min(end.saturating_duration_since(Instant::now())),
-        );
-        let t = Instant::now()
-            .saturating_duration_since(start)
-            .as_secs_f64()
-            .min(s.run.duration_s);
-        progress(&format!("{label}: {t:>4.0} / {:.0} s", s.run.duration_s));
+    if !checked.reverse_plan.flows.is_empty() {
+        cross.push(schedule(
+            net.receiver(reverse_host),
+            &checked.reverse_plan,
+            reverse_targets,
+        )?);
     }
-
-    let mut streams = vec![];
-    let mut costs = vec![];
-    let mut windows = vec![];
-    for (&i, m) in variants.iter().zip(measured) {
-        let name = s.variants[i].name.clone();
-        match m {
-            Measured::Stream { tx, rx } => {
-                let cost = join(tx, "a stream sender")??;
-                let received = join(rx, "a stream receiver")??;
-                tracing::debug!(variant = %name, ?cost, received = received.samples.len(), "stream done");
-                streams.push((name.clone(), received.samples));
-                costs.push((name, cost));
-            }
-            Measured::Video { tx, rx } => {
-                let sent = join(tx, "a video sender")??;
-                let seen = join(rx, "a video receiver")??;
-                let clip = clip
-                    .as_ref()
-                    .expect("built above when a variant streams video");
-                let w = video::windows(clip, app.window_frames, &sent.ledger, &seen);
-                streams.push((name.clone(), w.iter().filter_map(|x| x.sample()).collect()));
-                windows.push((name.clone(), w));
-                costs.push((name, sent.cost));
-            }
-        }
-    }
-    join(floor_tx, "the floor probe")??;
-    let mut floor_samples: Vec<Sample> = join(floor_rx, "the floor sink")??;
-    floor_samples.sort_by(|a, b| a.sent_s.total_cmp(&b.sent_s));
-    for h in [forward, reverse].into_iter().flatten() {
-        join(h, "the cross traffic")??;
-    }
-    stop_flag.store(true, Ordering::Relaxed);
-    let cross_bytes = sinks.join()?;
-    let fwd = net.forward().report();
-    let rev = net.reverse().report();
-    let network = TrialNetwork {
-        forward_drops: fwd.total_drops(),
-        forward_marks: fwd.total_marks(),
-        reverse_drops: rev.total_drops(),
-        forward_max_queue_packets: fwd.max_queue_packets,
-        forward_sojourn_p99_ms: fwd.sojourn_ms.p99,
-        cross_traffic_bps: cross_bytes as f64 * 8.0 / s.run.duration_s,
-        ..TrialNetwork::default()
-    };
-    drop(net);
-    Ok((
-        TrialRecord {
-            streams,
-            floor: floor_samples,
-            costs,
-            windows,
-            ..TrialRecord::default()
-        },
-        network,
-    ))
+    Ok(TrialThreads {
+        sinks,
+        measured,
+        floor_tx,
+        floor_rx,
+        cross,
+        clip,
+    })
 }
 
 /// ECN is a host setting (`net.ipv4.tcp_ecn`): a variant that differs from the topology's

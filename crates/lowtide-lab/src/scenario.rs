@@ -47,6 +47,8 @@ use lowtide_netem::{ConfigError, TopologyConfig};
 use lowtide_traffic::schedule::{FlowSpec, Plan, Schedule, ScheduleError};
 use serde::{Deserialize, Serialize};
 
+pub use crate::goals::{Goal, Metric, Relation};
+
 /// Variants per scenario at most (each side-by-side variant is one more stream in the queue).
 pub const MAX_VARIANTS: usize = 8;
 /// Runs per mode at most.
@@ -328,43 +330,6 @@ pub struct PaperNumbers {
     pub dropped_windows: Option<f64>,
 }
 
-/// A number the run should reach, e.g. MinBuf(1,3)'s sender-side p99 at most one RTT.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Goal {
-    pub variant: String,
-    pub metric: Metric,
-    #[serde(default)]
-    pub min: Option<f64>,
-    #[serde(default)]
-    pub max: Option<f64>,
-    /// Where the goal comes from (issue, paper), for the report.
-    #[serde(default)]
-    pub why: String,
-}
-
-/// Metrics a goal can name.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    LatencyP50Ms,
-    LatencyP99Ms,
-    SenderSideP99Ms,
-    #[serde(rename = "share_over_160")]
-    ShareOver160,
-    /// Share over 160 ms minus the floor probe's: what the sender added above the network.
-    #[serde(rename = "share_over_160_above_floor")]
-    ShareOver160AboveFloor,
-    GoodputVsBaseline,
-    /// Video: share of transmitted windows whole within 500 ms.
-    #[serde(rename = "windows_within_500")]
-    WindowsWithin500,
-    /// Video: share of windows the sender dropped whole.
-    DroppedWindows,
-    /// Video: layers shown per frame.
-    MeanLayers,
-}
-
 /// Changes `lowtide lab run` makes to a scenario (see [`Scenario::with_overrides`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
@@ -394,23 +359,6 @@ impl Overrides {
             out.push_str(&format!("-w{w}"));
         }
         out
-    }
-}
-
-impl Metric {
-    /// The name as written in scenario files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Metric::LatencyP50Ms => "latency_p50_ms",
-            Metric::LatencyP99Ms => "latency_p99_ms",
-            Metric::SenderSideP99Ms => "sender_side_p99_ms",
-            Metric::ShareOver160 => "share_over_160",
-            Metric::ShareOver160AboveFloor => "share_over_160_above_floor",
-            Metric::GoodputVsBaseline => "goodput_vs_baseline",
-            Metric::WindowsWithin500 => "windows_within_500",
-            Metric::DroppedWindows => "dropped_windows",
-            Metric::MeanLayers => "mean_layers",
-        }
     }
 }
 
@@ -678,6 +626,30 @@ impl Scenario {
                     "min, max or both",
                 ));
             }
+            if g.vs_baseline.is_some() {
+                if g.metric.is_relative() {
+                    return Err(invalid(
+                        format!("goal[{i}].vs_baseline"),
+                        g.metric.as_str(),
+                        "a metric that is not already relative to the baseline",
+                    ));
+                }
+                let v = self.variants.iter().find(|v| v.name == g.variant);
+                let has_baseline = v.is_some_and(|v| {
+                    v.controller != ControllerConfig::Unlimited
+                        && self.variants.iter().any(|b| {
+                            b.controller == ControllerConfig::Unlimited
+                                && self.application_of(b) == self.application_of(v)
+                        })
+                });
+                if !has_baseline {
+                    return Err(invalid(
+                        format!("goal[{i}].vs_baseline"),
+                        &g.variant,
+                        "a variant with a plain-TCP baseline of its application (and not that baseline)",
+                    ));
+                }
+            }
         }
         let baseline = self
             .variants
@@ -943,26 +915,6 @@ controller = { min_buf = { a = 1, b = 3 } }
     fn topology_errors_keep_their_field() {
         let e = err(&GOOD.replace("receivers = 2", "receivers = 0"));
         assert!(e.starts_with("topology.receivers = 0"), "{e}");
-    }
-
-    #[test]
-    fn metric_names_match_their_serde_names() {
-        for m in [
-            Metric::LatencyP50Ms,
-            Metric::LatencyP99Ms,
-            Metric::SenderSideP99Ms,
-            Metric::ShareOver160,
-            Metric::ShareOver160AboveFloor,
-            Metric::GoodputVsBaseline,
-            Metric::WindowsWithin500,
-            Metric::DroppedWindows,
-            Metric::MeanLayers,
-        ] {
-            assert_eq!(
-                serde_json::to_string(&m).unwrap(),
-                format!("\"{}\"", m.as_str())
-            );
-        }
     }
 
     #[test]

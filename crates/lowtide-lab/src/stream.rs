@@ -7,39 +7,99 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lowtide::{Channel, ChannelConfig, Message, StreamConfig};
+use lowtide_traffic::Stop;
 use serde::{Deserialize, Serialize};
 
-use crate::clock;
-use crate::LabError;
+use crate::tcpinfo::{self, TcpTimeline};
+use crate::{clock, LabError};
 
-/// Payload of one message: one MSS of a 1500-byte MTU path.
+/// Payload of one message: one MSS of a 1500-byte MTU path. It starts with the send time
+/// (8 bytes) and the message's number (8 bytes).
 pub const MESSAGE_BYTES: usize = 1448;
 
-/// One delivered message.
-#[derive(Debug, Clone, Copy, Serialize)]
+/// One message's latency (or a probe's).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// When it was sent, seconds since the run started.
     pub sent_s: f64,
-    /// Send to read, ms.
+    /// Send to read, ms; for a censored sample, send to the end of the measurement.
     pub latency_ms: f64,
+    /// Never delivered: `latency_ms` is only a lower bound.
+    #[serde(default)]
+    pub censored: bool,
 }
 
-/// What the receiver saw.
+impl Sample {
+    pub fn delivered(sent_s: f64, latency_ms: f64) -> Self {
+        Self {
+            sent_s,
+            latency_ms,
+            censored: false,
+        }
+    }
+
+    /// A message sent at `sent_s` and not delivered when the receiver stopped at `end_s`.
+    pub fn censored(sent_s: f64, end_s: f64) -> Self {
+        Self {
+            sent_s,
+            latency_ms: (end_s - sent_s).max(0.0) * 1e3,
+            censored: true,
+        }
+    }
+}
+
+/// What the receiver saw: each delivered message with its number.
 #[derive(Debug, Clone, Default)]
 pub struct Received {
-    pub samples: Vec<Sample>,
+    pub messages: Vec<(u64, Sample)>,
     pub bytes: u64,
 }
 
-impl Received {
-    /// Latencies of the messages sent in `[from_s, to_s)`.
-    pub fn latencies(&self, from_s: f64, to_s: f64) -> Vec<f64> {
-        self.samples
-            .iter()
-            .filter(|s| s.sent_s >= from_s && s.sent_s < to_s)
-            .map(|s| s.latency_ms)
-            .collect()
+/// What the sender did: the send time of message `k` is `sent_s[k]`.
+#[derive(Debug, Clone, Default)]
+pub struct StreamSent {
+    pub cost: SendCost,
+    pub sent_s: Vec<f64>,
+    pub tcp: TcpTimeline,
+}
+
+/// Every message the sender sent, as a sample: delivered ones with their latency, the rest
+/// censored at `end_s`. Numbers the sender never used, or delivered twice, are counted in
+/// the returned [`DeliveryErrors`] (the transport promised exactly once).
+pub fn join_sent_and_received(
+    sent: &StreamSent,
+    received: &Received,
+    end_s: f64,
+) -> (Vec<Sample>, DeliveryErrors) {
+    let mut seen = vec![false; sent.sent_s.len()];
+    let mut out = Vec::with_capacity(sent.sent_s.len());
+    let mut errors = DeliveryErrors::default();
+    for (seq, sample) in &received.messages {
+        match seen.get_mut(*seq as usize) {
+            Some(s) if !*s => {
+                *s = true;
+                out.push(*sample);
+            }
+            Some(_) => errors.duplicated += 1,
+            None => errors.unknown += 1,
+        }
     }
+    for (k, t) in sent.sent_s.iter().enumerate() {
+        if !seen[k] {
+            out.push(Sample::censored(*t, end_s));
+        }
+    }
+    out.sort_by(|a, b| a.sent_s.total_cmp(&b.sent_s));
+    (out, errors)
+}
+
+/// Messages the receiver got that break exactly-once delivery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryErrors {
+    /// Delivered more than once.
+    pub duplicated: u64,
+    /// Carrying a number the sender never used.
+    pub unknown: u64,
 }
 
 pub(crate) fn transport(what: &str) -> impl FnOnce(lowtide::Error) -> LabError + '_ {
@@ -61,9 +121,10 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, LabError> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SendCost {
     pub messages: u64,
-    /// User and system CPU of the sender thread while streaming, seconds.
-    pub cpu_user_s: f64,
-    pub cpu_system_s: f64,
+    /// User and system CPU of the sender thread while streaming, seconds; `None` where the
+    /// thread's CPU time could not be read.
+    pub cpu_user_s: Option<f64>,
+    pub cpu_system_s: Option<f64>,
     /// Times the transport's driver woke up (epoll wake-ups and timers).
     pub driver_wakeups: u64,
     /// `writev` calls that handed bytes to the kernel.
@@ -85,6 +146,16 @@ pub fn thread_cpu_s() -> Option<(f64, f64)> {
     Some((user / 100.0, system / 100.0))
 }
 
+/// How often blocking loops look at the trial's stop flag.
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Resolves once `stop` is set (or its deadline passed).
+pub(crate) async fn stopped(stop: &Stop) {
+    while !stop.is_stopped() {
+        tokio::time::sleep(STOP_POLL).await;
+    }
+}
+
 /// Connects to a stream receiver, retrying for 5 s while its listener comes up.
 pub(crate) async fn connect(dst: SocketAddr, cfg: ChannelConfig) -> Result<Channel, LabError> {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -100,15 +171,49 @@ pub(crate) async fn connect(dst: SocketAddr, cfg: ChannelConfig) -> Result<Chann
     }
 }
 
-/// Accepts the one channel of a measured stream on `addr`.
-pub(crate) async fn accept(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, LabError> {
-    let listener = lowtide::listen(addr, cfg)
+/// Accepts channels on `listener` until one delivers its first message, and returns it with
+/// that message. A peer that fails before (garbage, a wrong protocol, a close) is logged and
+/// the next connection accepted, so a bad peer cannot end the measurement.
+pub(crate) async fn accept_first(
+    listener: &lowtide::Listener,
+    deadline: Instant,
+    stop: &Stop,
+) -> Result<(Channel, lowtide::Received), LabError> {
+    let deadline_t = tokio::time::Instant::from_std(deadline);
+    loop {
+        let ch = tokio::select! {
+            r = listener.accept() => r.map_err(transport("accepting"))?,
+            _ = tokio::time::sleep_until(deadline_t) => {
+                return Err(LabError::io("accepting the measured stream", "no sender within the run"));
+            }
+            _ = stopped(stop) => return Err(LabError::Stopped),
+        };
+        let first = tokio::select! {
+            m = ch.recv() => m,
+            _ = tokio::time::sleep_until(deadline_t) => None,
+            _ = stopped(stop) => return Err(LabError::Stopped),
+        };
+        match first {
+            Some(m) => return Ok((ch, m)),
+            None => {
+                let why = ch.error().map_or_else(
+                    || "closed before its first message".to_string(),
+                    |e| e.to_string(),
+                );
+                tracing::warn!(peer = %ch.peer_addr(), "a peer of the measured stream failed: {why}; accepting the next");
+            }
+        }
+    }
+}
+
+/// Binds the measured stream's listener.
+pub(crate) async fn listen(
+    addr: SocketAddr,
+    cfg: ChannelConfig,
+) -> Result<lowtide::Listener, LabError> {
+    lowtide::listen(addr, cfg)
         .await
-        .map_err(transport("listening"))?;
-    tokio::time::timeout(Duration::from_secs(10), listener.accept())
-        .await
-        .map_err(|_| LabError::io("accepting the measured stream", "no connection within 10 s"))?
-        .map_err(transport("accepting"))
+        .map_err(transport("listening"))
 }
 
 /// Measures a sender thread's [`SendCost`] from its creation to [`CostMeter::finish`].
@@ -123,11 +228,11 @@ impl CostMeter {
         let stats = ch.stats();
         let cpu = thread_cpu_s()
             .zip(self.0)
-            .map_or((0.0, 0.0), |((u1, s1), (u0, s0))| (u1 - u0, s1 - s0));
+            .map(|((u1, s1), (u0, s0))| (u1 - u0, s1 - s0));
         SendCost {
             messages,
-            cpu_user_s: cpu.0,
-            cpu_system_s: cpu.1,
+            cpu_user_s: cpu.map(|c| c.0),
+            cpu_system_s: cpu.map(|c| c.1),
             driver_wakeups: ch.driver_wakeups(),
             write_calls: stats.write_calls,
             bytes_written: stats.bytes_written,
@@ -136,64 +241,121 @@ impl CostMeter {
     }
 }
 
-/// Sends until `end`; blocking (builds its own runtime), for a thread inside a sender host.
-pub fn send(dst: SocketAddr, cfg: ChannelConfig, end: Instant) -> Result<SendCost, LabError> {
+/// The sender's `TCP_INFO` sampler, on the sender's runtime.
+pub(crate) struct Sampler {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<TcpTimeline>,
+}
+
+impl Sampler {
+    pub(crate) fn start(ch: &Channel, start: Instant) -> Self {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(tcpinfo::sample_until(ch.raw_fd(), start, rx));
+        Self {
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    /// Stops sampling (before the channel closes) and returns what was sampled.
+    pub(crate) async fn finish(mut self) -> TcpTimeline {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.task.await.unwrap_or_else(|e| TcpTimeline {
+            errors: 1,
+            first_error: Some(format!("the TCP_INFO sampler failed: {e}")),
+            ..TcpTimeline::default()
+        })
+    }
+}
+
+/// Ends a sender's channel gracefully: what is queued keeps flowing until `until` (the
+/// receiver's end) or the trial stops, so the receiver can still count it; then it closes.
+pub(crate) async fn finish_gracefully(ch: &Channel, until: Instant, stop: &Stop) {
+    tokio::select! {
+        _ = tokio::time::timeout_at(tokio::time::Instant::from_std(until), ch.flush()) => {}
+        _ = stopped(stop) => {}
+    }
+    ch.close(0, "measurement over").await;
+}
+
+/// Streams from `start` until `end`, then lets what is queued flow until `receive_end`;
+/// blocking (builds its own runtime), for a thread inside a sender host.
+pub fn send(
+    dst: SocketAddr,
+    cfg: ChannelConfig,
+    start: Instant,
+    end: Instant,
+    receive_end: Instant,
+    stop: Stop,
+) -> Result<StreamSent, LabError> {
     runtime()?.block_on(async move {
         let ch = connect(dst, cfg).await?;
         let stream = ch
             .open_stream(StreamConfig::default())
             .map_err(transport("opening a stream"))?;
+        tokio::time::sleep_until(tokio::time::Instant::from_std(start)).await;
+        let sampler = Sampler::start(&ch, start);
         let mut payload = vec![0x5a; MESSAGE_BYTES];
-        let mut sent = 0u64;
+        let mut sent_s = vec![];
         let meter = CostMeter::start();
         let end_t = tokio::time::Instant::from_std(end);
         loop {
             tokio::select! {
                 r = ch.writable() => r.map_err(transport("waiting to write"))?,
                 _ = tokio::time::sleep_until(end_t) => break,
+                _ = stopped(&stop) => break,
             }
-            payload[..8].copy_from_slice(&clock::to_wire(Instant::now()).to_be_bytes());
+            let now = Instant::now();
+            payload[..8].copy_from_slice(&clock::to_wire(now).to_be_bytes());
+            payload[8..16].copy_from_slice(&(sent_s.len() as u64).to_be_bytes());
             ch.send(stream, Message::new(payload.clone()))
                 .map_err(transport("sending"))?;
-            sent += 1;
+            sent_s.push(now.saturating_duration_since(start).as_secs_f64());
         }
-        let cost = meter.finish(&ch, sent);
-        // Plain TCP still has seconds of data queued: do not wait for it.
-        ch.close(0, "measurement over").await;
-        Ok(cost)
+        let cost = meter.finish(&ch, sent_s.len() as u64);
+        let tcp = sampler.finish().await;
+        finish_gracefully(&ch, receive_end, &stop).await;
+        Ok(StreamSent { cost, sent_s, tcp })
     })
 }
 
-/// Accepts one channel on `addr` and reads until `end`; blocking, for a receiver host.
+/// Accepts the stream on `addr` and reads until `end`; blocking, for a receiver host.
 pub fn receive(
     addr: SocketAddr,
     cfg: ChannelConfig,
     start: Instant,
     end: Instant,
+    stop: Stop,
 ) -> Result<Received, LabError> {
     runtime()?.block_on(async move {
-        let ch = accept(addr, cfg).await?;
+        let listener = listen(addr, cfg).await?;
+        let (ch, first) = accept_first(&listener, end, &stop).await?;
         let mut out = Received::default();
         let end_t = tokio::time::Instant::from_std(end);
-        loop {
-            let msg = tokio::select! {
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            if let (Some(stamp), Some(seq)) = (msg.data.get(..8), msg.data.get(8..16)) {
+                let word = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or_default());
+                let sent = clock::from_wire(word(stamp));
+                out.bytes += msg.data.len() as u64;
+                out.messages.push((
+                    word(seq),
+                    Sample::delivered(
+                        sent.saturating_duration_since(start).as_secs_f64(),
+                        msg.received_at
+                            .saturating_duration_since(sent)
+                            .as_secs_f64()
+                            * 1e3,
+                    ),
+                ));
+            }
+            next = tokio::select! {
                 m = ch.recv() => m,
                 _ = tokio::time::sleep_until(end_t) => None,
+                _ = stopped(&stop) => None,
             };
-            let Some(msg) = msg else { break };
-            let Some(stamp) = msg.data.get(..8) else {
-                continue;
-            };
-            let sent = clock::from_wire(u64::from_be_bytes(stamp.try_into().unwrap_or_default()));
-            out.bytes += msg.data.len() as u64;
-            out.samples.push(Sample {
-                sent_s: sent.saturating_duration_since(start).as_secs_f64(),
-                latency_ms: msg
-                    .received_at
-                    .saturating_duration_since(sent)
-                    .as_secs_f64()
-                    * 1e3,
-            });
         }
         Ok(out)
     })
@@ -205,14 +367,56 @@ mod tests {
 
     #[test]
     fn thread_cpu_time_grows_with_work() {
+        // Spin until the kernel's own count (getrusage) says 300 ms of CPU were spent, however
+        // long a loaded machine takes, then compare /proc's 10 ms ticks with it.
         let (u0, s0) = thread_cpu_s().expect("/proc/thread-self/stat is readable");
+        let c0 = lowtide::sys::thread_cpu_time().unwrap();
         let t = Instant::now();
         let mut x = 0u64;
-        while t.elapsed() < Duration::from_millis(300) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        while lowtide::sys::thread_cpu_time().unwrap() - c0 < Duration::from_millis(300)
+            && t.elapsed() < Duration::from_secs(60)
+        {
+            for _ in 0..10_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
         }
         std::hint::black_box(x);
         let (u1, s1) = thread_cpu_s().unwrap();
-        assert!(u1 + s1 - u0 - s0 >= 0.1, "{u0} {s0} -> {u1} {s1}");
+        assert!(u1 + s1 - u0 - s0 >= 0.25, "{u0} {s0} -> {u1} {s1}");
+    }
+
+    #[test]
+    fn every_message_sent_is_delivered_or_censored_once() {
+        let sent = StreamSent {
+            sent_s: vec![1.0, 2.0, 3.0, 4.0],
+            ..StreamSent::default()
+        };
+        let received = Received {
+            messages: vec![
+                (0, Sample::delivered(1.0, 50.0)),
+                (2, Sample::delivered(3.0, 70.0)),
+                (2, Sample::delivered(3.0, 80.0)),
+                (9, Sample::delivered(3.5, 10.0)),
+            ],
+            bytes: 0,
+        };
+        let (samples, errors) = join_sent_and_received(&sent, &received, 10.0);
+        assert_eq!(
+            samples,
+            vec![
+                Sample::delivered(1.0, 50.0),
+                Sample::censored(2.0, 10.0),
+                Sample::delivered(3.0, 70.0),
+                Sample::censored(4.0, 10.0),
+            ]
+        );
+        assert_eq!(samples[1].latency_ms, 8000.0);
+        assert_eq!(
+            errors,
+            DeliveryErrors {
+                duplicated: 1,
+                unknown: 1
+            }
+        );
     }
 }

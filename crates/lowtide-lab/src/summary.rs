@@ -1,4 +1,10 @@
-//! Latency distributions as the reports quote them.
+//! Latency distributions as the reports quote them, honest about what was not measured.
+//!
+//! A summary of no samples has no percentiles (`null` in `summary.json`, "no data" in the
+//! report), never zeros. Messages that were sent but not delivered by the end of a run are
+//! *censored*: they enter the distribution with the time they had waited when the
+//! measurement ended, a lower bound of their latency. A percentile (or a share over a
+//! threshold) that a censored sample could move is marked as a lower bound.
 
 use std::collections::BTreeMap;
 
@@ -7,59 +13,177 @@ use serde::{Deserialize, Serialize};
 /// Percentiles in ms and the share of samples above each threshold.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct LatencySummary {
+    /// Samples, censored ones included.
     pub count: usize,
-    pub p50: f64,
-    pub p90: f64,
+    /// Samples never delivered: their value is the wait when the measurement ended.
     #[serde(default)]
-    pub p95: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub max: f64,
+    pub censored: usize,
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub p999: Option<f64>,
+    pub max: Option<f64>,
     /// Threshold in ms (as a string key, for JSON) → share of samples above it.
-    pub share_over_ms: BTreeMap<String, f64>,
+    pub share_over_ms: BTreeMap<String, Option<f64>>,
+    /// Which of the numbers above are only lower bounds because of censored samples, by
+    /// name: `p99`, `max`, `over_160`, …
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lower_bounds: Vec<String>,
 }
 
 /// The thresholds of Goel et al.: interactive (160 ms) and control (500 ms).
 pub const THRESHOLDS_MS: [f64; 2] = [160.0, 500.0];
 
+const PERCENTILES: [(&str, f64); 6] = [
+    ("p50", 0.5),
+    ("p90", 0.9),
+    ("p95", 0.95),
+    ("p99", 0.99),
+    ("p999", 0.999),
+    ("max", 1.0),
+];
+
 impl LatencySummary {
+    /// Delivered samples only.
     pub fn of(samples_ms: &[f64]) -> Self {
-        let mut v: Vec<f64> = samples_ms
+        Self::with_censored(samples_ms, &[])
+    }
+
+    /// `delivered` exact latencies and `censored` lower bounds (non-finite values are left out).
+    pub fn with_censored(delivered: &[f64], censored: &[f64]) -> Self {
+        let mut v: Vec<(f64, bool)> = delivered
             .iter()
-            .copied()
-            .filter(|x| x.is_finite())
+            .map(|&x| (x, false))
+            .chain(censored.iter().map(|&x| (x, true)))
+            .filter(|(x, _)| x.is_finite())
             .collect();
+        let empty = THRESHOLDS_MS.iter().map(|t| (key(*t), None)).collect();
         if v.is_empty() {
-            return Self::default();
+            return Self {
+                share_over_ms: empty,
+                ..Self::default()
+            };
         }
-        v.sort_by(|a, b| a.total_cmp(b));
-        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // censored_upto[i]: is any sample in v[..=i] censored?
+        let mut censored_upto = Vec::with_capacity(v.len());
+        let mut seen = false;
+        for (_, c) in &v {
+            seen |= c;
+            censored_upto.push(seen);
+        }
+        let n = v.len();
+        let mut lower_bounds = vec![];
+        let mut at = |name: &str, q: f64| {
+            let i = ((n - 1) as f64 * q).round() as usize;
+            if censored_upto[i] {
+                lower_bounds.push(name.to_string());
+            }
+            Some(v[i].0)
+        };
+        let [p50, p90, p95, p99, p999, max] = PERCENTILES.map(|(name, q)| at(name, q));
         let share_over_ms = THRESHOLDS_MS
             .iter()
             .map(|t| {
-                let over = v.len() - v.partition_point(|x| x <= t);
-                (format!("{t:.0}"), over as f64 / v.len() as f64)
+                let below = v.partition_point(|(x, _)| x <= t);
+                // A censored sample at or below t may really be above it.
+                if below > 0 && censored_upto[below - 1] {
+                    lower_bounds.push(format!("over_{t:.0}"));
+                }
+                (key(*t), Some((n - below) as f64 / n as f64))
             })
             .collect();
         Self {
-            count: v.len(),
-            p50: at(0.5),
-            p90: at(0.9),
-            p95: at(0.95),
-            p99: at(0.99),
-            p999: at(0.999),
-            max: at(1.0),
+            count: n,
+            censored: v.iter().filter(|(_, c)| *c).count(),
+            p50,
+            p90,
+            p95,
+            p99,
+            p999,
+            max,
             share_over_ms,
+            lower_bounds,
         }
     }
 
-    pub fn share_over(&self, ms: f64) -> f64 {
-        self.share_over_ms
-            .get(&format!("{ms:.0}"))
-            .copied()
-            .unwrap_or(0.0)
+    /// Share of samples above `ms`; `None` with no samples or for a threshold not computed.
+    pub fn share_over(&self, ms: f64) -> Option<f64> {
+        self.share_over_ms.get(&key(ms)).copied().flatten()
+    }
+
+    /// Whether the number called `name` (`p99`, `over_160`, …) is only a lower bound.
+    pub fn is_lower_bound(&self, name: &str) -> bool {
+        self.lower_bounds.iter().any(|n| n == name)
+    }
+
+    /// A percentile for a report cell (`digits` decimals): "no data", or "≥ x" for a lower bound.
+    pub fn show(&self, name: &str, digits: usize) -> String {
+        cell(self.percentile(name), self.is_lower_bound(name), |x| {
+            format!("{x:.digits$}")
+        })
+    }
+
+    /// The share over `ms` for a report cell, in percent with one decimal.
+    pub fn show_share(&self, ms: f64) -> String {
+        cell(
+            self.share_over(ms),
+            self.is_lower_bound(&format!("over_{ms:.0}")),
+            |x| format!("{:.1}%", x * 100.0),
+        )
+    }
+
+    /// A percentile by its name (`p50` … `max`).
+    pub fn percentile(&self, name: &str) -> Option<f64> {
+        match name {
+            "p50" => self.p50,
+            "p90" => self.p90,
+            "p95" => self.p95,
+            "p99" => self.p99,
+            "p999" => self.p999,
+            "max" => self.max,
+            _ => None,
+        }
     }
 }
+
+fn key(ms: f64) -> String {
+    format!("{ms:.0}")
+}
+
+/// A number with the count of samples behind it: `value` is `None` when there were none.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq)]
+pub struct Measured {
+    pub value: Option<f64>,
+    pub samples: usize,
+}
+
+impl Measured {
+    pub fn new(value: Option<f64>, samples: usize) -> Self {
+        Self {
+            value: if samples == 0 { None } else { value },
+            samples,
+        }
+    }
+
+    /// `part / whole` as a measurement of `whole` samples.
+    pub fn share(part: usize, whole: usize) -> Self {
+        Self::new(Some(part as f64 / whole.max(1) as f64), whole)
+    }
+}
+
+/// `x` for a report cell: "no data" when absent, `≥` when only a lower bound.
+pub fn cell(x: Option<f64>, lower_bound: bool, fmt: impl Fn(f64) -> String) -> String {
+    match x {
+        None => NO_DATA.into(),
+        Some(v) if lower_bound => format!("≥ {}", fmt(v)),
+        Some(v) => fmt(v),
+    }
+}
+
+/// What a report shows for a metric without samples.
+pub const NO_DATA: &str = "no data";
 
 #[cfg(test)]
 mod tests {
@@ -70,16 +194,46 @@ mod tests {
         let samples: Vec<f64> = (1..=1000).map(|i| i as f64).collect();
         let s = LatencySummary::of(&samples);
         assert_eq!(s.count, 1000);
-        assert_eq!(s.p50, 501.0);
-        assert_eq!(s.p95, 950.0);
-        assert_eq!(s.max, 1000.0);
-        assert!((s.share_over(160.0) - 0.84).abs() < 1e-9);
-        assert!((s.share_over(500.0) - 0.5).abs() < 1e-9);
+        assert_eq!(s.p50, Some(501.0));
+        assert_eq!(s.p95, Some(950.0));
+        assert_eq!(s.max, Some(1000.0));
+        assert!((s.share_over(160.0).unwrap() - 0.84).abs() < 1e-9);
+        assert!((s.share_over(500.0).unwrap() - 0.5).abs() < 1e-9);
+        assert!(s.lower_bounds.is_empty());
+        assert_eq!(s.share_over(42.0), None, "a threshold never computed");
     }
 
     #[test]
-    fn empty_and_non_finite_samples() {
-        assert_eq!(LatencySummary::of(&[]).count, 0);
+    fn no_samples_is_no_data_not_zero() {
+        let s = LatencySummary::of(&[]);
+        assert_eq!(s.count, 0);
+        assert_eq!((s.p50, s.p99, s.max), (None, None, None));
+        assert_eq!(s.share_over(160.0), None);
+        let json = serde_json::to_value(&s).unwrap();
+        assert!(json["p99"].is_null() && json["share_over_ms"]["160"].is_null());
         assert_eq!(LatencySummary::of(&[f64::NAN, 3.0]).count, 1);
+        assert_eq!(cell(None, false, |x| format!("{x}")), NO_DATA);
+        assert_eq!(Measured::new(Some(0.0), 0).value, None);
+    }
+
+    #[test]
+    fn censored_samples_make_lower_bounds_only_where_they_can_move_a_number() {
+        // 98 delivered at 100 ms, 2 censored after waiting 5 s: the tail is a lower bound,
+        // the median is exact.
+        let delivered = vec![100.0; 98];
+        let s = LatencySummary::with_censored(&delivered, &[5000.0, 5000.0]);
+        assert_eq!((s.count, s.censored), (100, 2));
+        assert_eq!(s.p50, Some(100.0));
+        assert!(!s.is_lower_bound("p50"));
+        assert!(s.is_lower_bound("max") && s.is_lower_bound("p99"));
+        assert!(
+            !s.is_lower_bound("over_160"),
+            "5 s waits are surely over 160 ms"
+        );
+        assert!((s.share_over(160.0).unwrap() - 0.02).abs() < 1e-12);
+        // Censored after only 50 ms: it may yet exceed 160 ms, so the share is a lower bound.
+        let s = LatencySummary::with_censored(&delivered, &[50.0]);
+        assert!(s.is_lower_bound("over_160") && s.is_lower_bound("p50"));
+        assert_eq!(cell(Some(3.0), true, |x| format!("{x:.0}")), "≥ 3");
     }
 }

@@ -12,6 +12,7 @@ use crate::report;
 use crate::results::LabSummary;
 use crate::runner::{self, LabOptions};
 use crate::scenario::{Checked, Overrides};
+use crate::summary::{Measured, NO_DATA};
 use crate::LabError;
 
 /// The page and the data a sweep writes.
@@ -164,40 +165,48 @@ pub fn write_index(dir: &Path, scenario: &str, points: &[SweepPoint]) -> Result<
 }
 
 fn rows(points: &[SweepPoint]) -> Vec<Vec<String>> {
-    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    let pct = |m: Measured| {
+        m.value
+            .map_or(NO_DATA.into(), |x| format!("{:.1}%", x * 100.0))
+    };
     let mut out = vec![];
     for p in points {
-        let floor = p.summary.floor.latency_ms.share_over(160.0);
+        let floor = &p.summary.floor.latency_ms;
         for v in &p.summary.variants {
             let l = &v.latency_ms;
             out.push(vec![
                 p.folder.clone(),
                 v.name.clone(),
                 v.mode.as_str().into(),
-                format!("{:.0}", l.p50),
-                format!("{:.0}", l.p99),
-                format!("{:.0}", v.sender_side_ms.p99),
-                pct(l.share_over(160.0)),
-                pct(floor),
-                format!("{:.2}", v.goodput_bps / 1e6),
-                v.goodput_vs_baseline
-                    .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+                l.show("p50", 0),
+                l.show("p99", 0),
+                v.sender_side_ms.latency.show("p99", 0),
+                l.show_share(160.0),
+                floor.show_share(160.0),
+                mbit(v.goodput_bps),
+                ratio(v.goodput_vs_baseline),
                 v.video
                     .as_ref()
                     .map_or("-".into(), |x| pct(x.within(500.0))),
-                v.video
-                    .as_ref()
-                    .map_or("-".into(), |x| pct(x.dropped_windows)),
+                v.video.as_ref().map_or("-".into(), |x| pct(x.dropped())),
             ]);
         }
     }
     out
 }
 
+fn mbit(x: Option<f64>) -> String {
+    x.map_or(NO_DATA.into(), |b| format!("{:.2}", b / 1e6))
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map_or("-".into(), |r| format!("{:.0}%", r * 100.0))
+}
+
 /// The sweep as the terminal prints it: one line per combination and variant.
 pub fn text_table(points: &[SweepPoint]) -> String {
     let mut out = format!(
-        "{:<16} {:<22} {:>8} {:>8} {:>9} {:>12} {:>8} {:>9} {:>8}\n",
+        "{:<16} {:<22} {:>9} {:>9} {:>9} {:>12} {:>8} {:>9} {:>8}\n",
         "combination",
         "variant",
         "p50 ms",
@@ -209,20 +218,20 @@ pub fn text_table(points: &[SweepPoint]) -> String {
         "vs TCP"
     );
     for p in points {
-        let floor = p.summary.floor.latency_ms.share_over(160.0) * 100.0;
+        let floor = p.summary.floor.latency_ms.show_share(160.0);
         for v in &p.summary.variants {
+            let l = &v.latency_ms;
             out.push_str(&format!(
-                "{:<16} {:<22} {:>8.1} {:>8.1} {:>9.1} {:>11.1}% {:>7.1}% {:>9.2} {:>8}\n",
+                "{:<16} {:<22} {:>9} {:>9} {:>9} {:>12} {:>8} {:>9} {:>8}\n",
                 p.folder,
                 v.name,
-                v.latency_ms.p50,
-                v.latency_ms.p99,
-                v.sender_side_ms.p99,
-                v.latency_ms.share_over(160.0) * 100.0,
+                l.show("p50", 1),
+                l.show("p99", 1),
+                v.sender_side_ms.latency.show("p99", 1),
+                l.show_share(160.0),
                 floor,
-                v.goodput_bps / 1e6,
-                v.goodput_vs_baseline
-                    .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+                mbit(v.goodput_bps),
+                ratio(v.goodput_vs_baseline),
             ));
         }
     }

@@ -12,9 +12,11 @@ use lowtide_media::playout::Playout;
 use lowtide_media::pps::Ledger;
 use lowtide_media::session::{receive_video, send_video};
 use lowtide_media::video::Video;
+use lowtide_traffic::Stop;
 use serde::{Deserialize, Serialize};
 
-use crate::stream::{self, CostMeter, Sample, SendCost};
+use crate::stream::{self, CostMeter, Sample, Sampler, SendCost};
+use crate::tcpinfo::TcpTimeline;
 use crate::LabError;
 
 /// One adaptation window as both ends saw it.
@@ -27,13 +29,17 @@ pub struct WindowRecord {
     pub planned: u32,
     pub written: u32,
     pub bytes_written: u64,
-    /// Messages that arrived by the end of the run, and whether the sender's count of
-    /// written messages (sent after the window's deadline) arrived.
+    /// Messages (and their bytes) that arrived by the end of the run, and whether the
+    /// sender's count of written messages (sent after the window's deadline) arrived.
     pub received: u32,
+    pub bytes_received: u64,
     pub count_received: bool,
     /// Capture of its first frame to the arrival of its last written message, ms; None if
     /// it never arrived whole.
     pub latency_ms: Option<f64>,
+    /// A transmitted window that never arrived whole: capture to the end of the
+    /// measurement, ms (a lower bound of its latency).
+    pub censored_ms: Option<f64>,
     pub frames: u32,
     /// Frames with their base layer in time, and layers shown summed over the frames, at
     /// the scenario's display tolerance.
@@ -50,12 +56,18 @@ impl WindowRecord {
         self.written > 0
     }
 
-    /// The window as a latency sample, if it arrived whole.
+    /// The window as a latency sample: delivered if it arrived whole, censored if it was
+    /// transmitted and never whole, none if nothing of it was written.
     pub fn sample(&self) -> Option<Sample> {
-        Some(Sample {
-            sent_s: self.capture_s,
-            latency_ms: self.latency_ms?,
-        })
+        match (self.latency_ms, self.censored_ms) {
+            (Some(l), _) => Some(Sample::delivered(self.capture_s, l)),
+            (None, Some(c)) => Some(Sample {
+                sent_s: self.capture_s,
+                latency_ms: c,
+                censored: true,
+            }),
+            (None, None) => None,
+        }
     }
 }
 
@@ -64,33 +76,42 @@ impl WindowRecord {
 pub struct VideoSent {
     pub cost: SendCost,
     pub ledger: Ledger,
+    pub tcp: TcpTimeline,
 }
 
 /// Streams `video` from `start` with windows of `window_frames` frames; blocking, for a
 /// thread inside a sender host. Connects before `start`, so the first window does not wait
-/// for the handshake.
+/// for the handshake; after the last window the queued data and the final window counts keep
+/// flowing until `receive_end`, so the receiver can count them.
 pub fn send(
     dst: SocketAddr,
     cfg: ChannelConfig,
     video: Video,
     window_frames: u32,
     start: Instant,
+    receive_end: Instant,
+    stop: Stop,
 ) -> Result<VideoSent, LabError> {
     stream::runtime()?.block_on(async move {
         let ch = stream::connect(dst, cfg).await?;
         let meter = CostMeter::start();
-        let report = send_video(&ch, &video, window_frames, start, |_, _| {})
-            .await
-            .map_err(|e| LabError::io("streaming the video", e))?;
+        let sampler = Sampler::start(&ch, start);
+        let report = tokio::select! {
+            r = send_video(&ch, &video, window_frames, start, |_, _| {}) => {
+                r.map_err(|e| LabError::io("streaming the video", e))?
+            }
+            _ = stream::stopped(&stop) => return Err(LabError::Stopped),
+        };
         let messages = (0..report.windows)
             .map(|w| u64::from(report.ledger.get(w).written))
             .sum();
         let cost = meter.finish(&ch, messages);
-        // Plain TCP may still hold seconds of video: the measurement is over, do not wait.
-        ch.close(0, "measurement over").await;
+        let tcp = sampler.finish().await;
+        stream::finish_gracefully(&ch, receive_end, &stop).await;
         Ok(VideoSent {
             cost,
             ledger: report.ledger,
+            tcp,
         })
     })
 }
@@ -103,10 +124,15 @@ pub fn receive(
     tolerance: Duration,
     start: Instant,
     end: Instant,
+    stop: Stop,
 ) -> Result<Playout, LabError> {
     stream::runtime()?.block_on(async move {
-        let ch = stream::accept(addr, cfg).await?;
-        let playout = receive_video(&ch, FPS, window_frames, tolerance, start, end, |_| {}).await;
+        let listener = stream::listen(addr, cfg).await?;
+        let (ch, first) = stream::accept_first(&listener, end, &stop).await?;
+        let playout = tokio::select! {
+            p = receive_video(&ch, Some(first), FPS, window_frames, tolerance, start, end, |_| {}) => p,
+            _ = stream::stopped(&stop) => return Err(LabError::Stopped),
+        };
         ch.close(0, "measurement over").await;
         Ok(playout)
     })
@@ -115,12 +141,14 @@ pub fn receive(
 /// Frame rate of every lab video.
 pub const FPS: f64 = 30.0;
 
-/// Joins the sender's ledger and the receiver's playout, window by window.
+/// Joins the sender's ledger and the receiver's playout, window by window; the receiver
+/// stopped `end_s` seconds after the start.
 pub fn windows(
     video: &Video,
     window_frames: u32,
     sent: &Ledger,
     seen: &Playout,
+    end_s: f64,
 ) -> Vec<WindowRecord> {
     let n = (video.frames.len() as u32).div_ceil(window_frames);
     (0..n)
@@ -131,15 +159,20 @@ pub fn windows(
             let shown: Vec<u32> = (first..first + frames)
                 .map(|f| seen.shown_layers(f))
                 .collect();
+            let capture_s = video.capture_s(first);
+            let latency_ms = seen.whole_latency_s(w).map(|s| s * 1e3);
             WindowRecord {
                 window: w,
-                capture_s: video.capture_s(first),
+                capture_s,
                 planned: account.planned,
                 written: account.written,
                 bytes_written: account.bytes_written,
                 received: seen.arrived(w),
+                bytes_received: seen.bytes_arrived(w),
                 count_received: seen.sent(w).is_some(),
-                latency_ms: seen.whole_latency_s(w).map(|s| s * 1e3),
+                latency_ms,
+                censored_ms: (latency_ms.is_none() && account.written > 0)
+                    .then(|| (end_s - capture_s).max(0.0) * 1e3),
                 frames,
                 frames_shown: shown.iter().filter(|l| **l > 0).count() as u32,
                 layers_shown: shown.iter().sum(),
@@ -185,22 +218,30 @@ mod tests {
                 };
                 // Frame 3's second layer comes too late for its deadline (0.1 + 0.5 s).
                 let at = if f == 3 && layer == 1 { 0.7 } else { 0.3 };
-                p.on_message(h, at);
+                p.on_message(h, 110, at);
             }
         }
-        p.on_message(MediaHeader::WindowEnd { window: 0, sent: 8 }, 0.7);
-        p.on_message(MediaHeader::WindowEnd { window: 1, sent: 0 }, 0.8);
-        let w = windows(&video, 4, &ledger, &p);
+        p.on_message(MediaHeader::WindowEnd { window: 0, sent: 8 }, 8, 0.7);
+        p.on_message(MediaHeader::WindowEnd { window: 1, sent: 0 }, 8, 0.8);
+        let w = windows(&video, 4, &ledger, &p, 2.0);
         assert_eq!(w.len(), 2);
         assert_eq!((w[0].written, w[0].bytes_written), (8, 880));
         assert_eq!((w[0].received, w[0].count_received), (8, true));
+        assert_eq!((w[0].bytes_received, w[0].censored_ms), (880, None));
         assert!((w[0].latency_ms.unwrap() - 700.0).abs() < 1e-9);
         assert_eq!(
             (w[0].frames, w[0].frames_shown, w[0].layers_shown),
             (4, 4, 7)
         );
         assert!(w[1].dropped() && !w[1].transmitted());
-        assert_eq!((w[1].frames, w[1].latency_ms), (2, None));
+        assert_eq!(
+            (w[1].frames, w[1].latency_ms, w[1].censored_ms),
+            (2, None, None)
+        );
+        assert!(
+            w[1].sample().is_none(),
+            "nothing written: no latency at all"
+        );
         assert!((w[1].capture_s - 4.0 / 30.0).abs() < 1e-12);
         assert_eq!(w[0].sample().unwrap().latency_ms, w[0].latency_ms.unwrap());
     }

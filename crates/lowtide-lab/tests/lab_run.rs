@@ -1,16 +1,66 @@
 //! A CI-sized lab run through the emulator (needs root): `scenarios/demo.toml --quick`, every
-//! variant side by side. Under load, MinBuf(1,3) must cut plain TCP's latency by more than
-//! half without giving up most of its goodput, and its layered video must get more windows
-//! whole in time than plain TCP's; the run folder must hold everything a report needs, and
-//! `lab report` must re-render it.
+//! variant side by side. It must catch a real regression of lowtide against plain TCP, not
+//! only a gross one: every bound below comes from quick runs on this kind of machine (2 cores),
+//! recorded in `MARGINS`, with room for a loaded machine but not for a MinBuf that behaves
+//! like plain TCP (with `controller = "unlimited"` in MinBuf's place this test fails).
+//! The run folder must hold everything a report needs, and `lab report` must recompute it.
 
+use lowtide_lab::results::VariantSummary;
 use lowtide_lab::runner::{self, LabOptions};
 use lowtide_lab::scenario::{Mode, Scenario};
 
+/// The bounds, and what ten quick runs measured on this kind of machine (2 cores, Linux 6.18,
+/// 2026-11-23, other engineers' nice-19 compiles on the machine; `cargo test -p lowtide-lab
+/// --test lab_run -- --nocapture` prints the `lab-run-measured` line):
+///
+/// | number | ten runs | bound | plain TCP in MinBuf's place |
+/// | --- | --- | --- | --- |
+/// | MinBuf goodput / TCP's | 0.72 – 1.17 | ≥ 0.6 | ≈ 1 |
+/// | MinBuf p95 / TCP's | 0.056 – 0.153 | ≤ 0.3 | ≈ 1: fails |
+/// | MinBuf share over 160 ms | 0.079 – 0.137 | ≤ 0.3 | 1.0: fails |
+/// | MinBuf sender-side p99 | 151 – 193 ms | ≤ 350 ms | 1.4 – 3.7 s: fails |
+/// | video MinBuf whole ≤ 500 ms | 0.974 – 1.0 | ≥ 0.9 | 0.21 – 0.66: fails |
+/// | … minus TCP video's | 0.31 – 0.79 | ≥ 0.2 | ≈ 0: fails |
+/// | video MinBuf dropped windows | 0 – 0.013 | ≤ 0.05 | 0.025 – 0.12 |
+/// | video MinBuf mean layers | 3.37 – 3.69 | ≥ 3.0 | 1.5 – 3.3 |
+/// | video TCP dropped windows | 0.025 – 0.12 | ≤ 0.3 | (the Unlimited path itself) |
+/// | video TCP mean layers | 1.51 – 3.31 | ≥ 1.0 | |
+const MARGINS: &str = "see the table above";
+
+/// What one quick run measured, the numbers the bounds are about.
+#[derive(Debug, serde::Serialize)]
+struct Measured {
+    goodput_vs_tcp: f64,
+    p95_vs_tcp: f64,
+    over_160_min_buf: f64,
+    over_160_tcp: f64,
+    sender_side_p99_min_buf_ms: f64,
+    sender_side_p99_tcp_ms: f64,
+    within_500_video_min_buf: f64,
+    within_500_video_tcp: f64,
+    dropped_video_min_buf: f64,
+    dropped_video_tcp: f64,
+    layers_video_min_buf: f64,
+    layers_video_tcp: f64,
+}
+
+fn value(x: Option<f64>, what: &str, v: &VariantSummary) -> f64 {
+    x.unwrap_or_else(|| panic!("{}: {what} has no data: {v:#?}", v.name))
+}
+
 #[test]
-fn min_buf_halves_plain_tcp_latency_and_gets_more_video_windows_on_time() {
+fn min_buf_beats_plain_tcp_on_latency_and_video_without_giving_up_goodput() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/demo.toml");
-    let text = std::fs::read_to_string(path).unwrap();
+    let mut text = std::fs::read_to_string(path).unwrap();
+    if let Ok(c) = std::env::var("LOWTIDE_LAB_TEST_MIN_BUF") {
+        // For showing that the bounds catch a regression: LOWTIDE_LAB_TEST_MIN_BUF=unlimited.
+        // Goals relative to plain TCP no longer check when "MinBuf" is plain TCP: drop them.
+        let goals = text.find("[[goal]]").unwrap_or(text.len());
+        text = text[..goals].replace(
+            "controller = { min_buf = { a = 1, b = 3 } }",
+            &format!("controller = \"{c}\""),
+        );
+    }
     let checked = Scenario::from_toml(&text).unwrap();
     let out = std::env::temp_dir().join(format!("lowtide-lab-run-{}", std::process::id()));
     let opts = LabOptions {
@@ -22,65 +72,76 @@ fn min_buf_halves_plain_tcp_latency_and_gets_more_video_windows_on_time() {
     };
     let run = runner::run(&checked, &opts, |_| {}).expect("the lab runs (as root)");
     let s = &run.summary;
-    let [tcp, min_buf, video_tcp, video_min_buf] = &s.variants[..] else {
+    assert!(
+        s.measurement_errors.is_empty(),
+        "{:?}",
+        s.measurement_errors
+    );
+    let [tcp, mb, vtcp, vmb] = &s.variants[..] else {
         panic!("expected four variants: {s:#?}")
     };
-    assert_eq!(
-        (tcp.mode, min_buf.mode),
-        (Mode::SideBySide, Mode::SideBySide)
-    );
-    for v in [tcp, min_buf] {
-        eprintln!(
-            "{:<22} p50 {:>7.1} ms  p99 {:>7.1} ms  sender-side p99 {:>7.1} ms  goodput {:.2} Mbit/s ({:.0}% of TCP)",
-            v.name,
-            v.latency_ms.p50,
-            v.latency_ms.p99,
-            v.sender_side_ms.p99,
-            v.goodput_bps / 1e6,
-            v.goodput_vs_baseline.unwrap_or(0.0) * 100.0
-        );
-    }
-    assert!(tcp.messages > 100 && min_buf.messages > 100, "{s:#?}");
-    // Plain TCP queues hundreds of ms in its send buffer; MinBuf about one cwnd.
-    assert!(min_buf.latency_ms.p95 < tcp.latency_ms.p95 / 2.0, "{s:#?}");
-    assert!(
-        min_buf.sender_side_ms.p99 < tcp.sender_side_ms.p99 / 2.0,
-        "{s:#?}"
-    );
-    // Quick runs measured 80-130% (four runs with the video streams beside); the issue asks
-    // 80%, which one 27 s run cannot hold without flaking: 50% leaves room for a loaded machine.
-    let ratio = min_buf.goodput_vs_baseline.unwrap();
-    assert!(
-        ratio >= 0.5,
-        "MinBuf(1,3) got {ratio:.2} of TCP's goodput: {s:#?}"
-    );
+    assert!(s.variants.iter().all(|v| v.mode == Mode::SideBySide));
+    assert!(tcp.messages > 100 && mb.messages > 100, "{s:#?}");
     assert!(s.floor.latency_ms.count > 100, "{s:#?}");
-
-    // The video: plain TCP's windows wait behind its send buffer, MinBuf's are sent late and
-    // arrive in time. Quick runs measured 6-48% against 95-99% whole within 500 ms.
-    let (vt, vm) = (
-        video_tcp.video.as_ref().unwrap(),
-        video_min_buf.video.as_ref().unwrap(),
+    let (x, y) = (vtcp.video.as_ref().unwrap(), vmb.video.as_ref().unwrap());
+    assert!(y.windows > 100 && y.transmitted_windows > 100, "{y:#?}");
+    let m = Measured {
+        goodput_vs_tcp: value(mb.goodput_vs_baseline, "goodput vs TCP", mb),
+        p95_vs_tcp: value(mb.latency_ms.p95, "p95", mb) / value(tcp.latency_ms.p95, "p95", tcp),
+        over_160_min_buf: value(mb.latency_ms.share_over(160.0), "share over 160 ms", mb),
+        over_160_tcp: value(tcp.latency_ms.share_over(160.0), "share over 160 ms", tcp),
+        sender_side_p99_min_buf_ms: value(mb.sender_side_ms.latency.p99, "sender-side p99", mb),
+        sender_side_p99_tcp_ms: value(tcp.sender_side_ms.latency.p99, "sender-side p99", tcp),
+        within_500_video_min_buf: value(y.within(500.0).value, "windows within 500 ms", vmb),
+        within_500_video_tcp: value(x.within(500.0).value, "windows within 500 ms", vtcp),
+        dropped_video_min_buf: value(y.dropped_windows, "dropped windows", vmb),
+        dropped_video_tcp: value(x.dropped_windows, "dropped windows", vtcp),
+        layers_video_min_buf: value(y.mean_layers, "mean layers", vmb),
+        layers_video_tcp: value(x.mean_layers, "mean layers", vtcp),
+    };
+    eprintln!("lab-run-measured {}", serde_json::to_string(&m).unwrap());
+    let checks = [
+        ("MinBuf goodput / TCP's ≥ 0.6", m.goodput_vs_tcp >= 0.6),
+        ("MinBuf p95 / TCP's ≤ 0.3", m.p95_vs_tcp <= 0.3),
+        ("MinBuf share over 160 ms ≤ 0.3", m.over_160_min_buf <= 0.3),
+        (
+            "MinBuf sender-side p99 ≤ 350 ms",
+            m.sender_side_p99_min_buf_ms <= 350.0,
+        ),
+        (
+            "video MinBuf whole within 500 ms ≥ 0.9",
+            m.within_500_video_min_buf >= 0.9,
+        ),
+        (
+            "video MinBuf whole within 500 ms − TCP's ≥ 0.2",
+            m.within_500_video_min_buf - m.within_500_video_tcp >= 0.2,
+        ),
+        (
+            "video MinBuf dropped ≤ 0.05",
+            m.dropped_video_min_buf <= 0.05,
+        ),
+        (
+            "video MinBuf mean layers ≥ 3.0",
+            m.layers_video_min_buf >= 3.0,
+        ),
+        ("video TCP dropped ≤ 0.3", m.dropped_video_tcp <= 0.3),
+        ("video TCP mean layers ≥ 1.0", m.layers_video_tcp >= 1.0),
+    ];
+    let failed: Vec<&str> = checks.iter().filter(|c| !c.1).map(|c| c.0).collect();
+    assert!(
+        failed.is_empty(),
+        "bounds not held ({MARGINS}): {failed:?}\n{m:#?}\n{}",
+        lowtide_lab::results::text_table(s)
     );
-    for (v, x) in [(video_tcp, vt), (video_min_buf, vm)] {
-        eprintln!(
-            "{:<22} whole within 500 ms {:>5.1}%  dropped {:>4.1}%  layers {:.2}  {:.2} Mbit/s",
-            v.name,
-            x.within(500.0) * 100.0,
-            x.dropped_windows * 100.0,
-            x.mean_layers,
-            v.goodput_bps / 1e6
-        );
-    }
-    assert!(vm.windows > 100 && vm.transmitted_windows > 100, "{vm:#?}");
-    assert!(vm.within(500.0) > vt.within(500.0) + 0.15, "{s:#?}");
-    assert!(vm.within(500.0) > 0.6, "{vm:#?}");
-    assert!(vm.mean_layers >= 1.0, "{vm:#?}");
+
     for f in [
         "report.html",
         "summary.json",
         "messages.csv",
+        "tcpinfo.csv",
+        "trials.json",
         "scenario.toml",
+        "scenario-as-run.toml",
         "latency-side_by_side.svg",
         "cdf-side_by_side.svg",
         "windows-side_by_side.svg",
@@ -88,9 +149,7 @@ fn min_buf_halves_plain_tcp_latency_and_gets_more_video_windows_on_time() {
     ] {
         assert!(out.join(f).exists(), "{f} missing in {}", out.display());
     }
-    std::fs::remove_file(out.join("report.html")).unwrap();
-    runner::rerender(&out).unwrap();
-    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(html.contains("MinBuf(1,3)") && html.contains("drop-tail queue of 1 BDP"));
+    let again = runner::recompute(&out).unwrap();
+    assert!(again.differences.is_empty(), "{:#?}", again.differences);
     std::fs::remove_dir_all(&out).unwrap();
 }

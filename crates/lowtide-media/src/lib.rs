@@ -10,10 +10,12 @@
 //! - [`playout`]: the receiver: collects windows, shows each frame at its deadline, measures
 //!   shown layers, frame rate and windows that arrived whole within the latency tolerance;
 //! - [`session`]: the two ends over a lowtide channel (the transport's events keep the
-//!   sender's ledger; no sockets of its own).
+//!   sender's ledger; no sockets of its own);
+//! - [`server`]: the receiving server of `lowtide recv`, which survives bad peers.
 
 pub mod playout;
 pub mod pps;
+pub mod server;
 pub mod session;
 pub mod video;
 pub mod wire;

@@ -17,6 +17,7 @@ use crate::wire::MediaHeader;
 #[derive(Debug, Clone, Default)]
 struct WindowState {
     arrived: u32,
+    bytes: u64,
     last_arrival_s: f64,
     sent: Option<u32>,
 }
@@ -38,8 +39,8 @@ pub struct PlayoutStats {
     pub frames: u32,
     /// Frames shown (base layer in time) per second of video.
     pub fps: f64,
-    /// Layers shown per frame, 0 for a frame not shown.
-    pub mean_layers: f64,
+    /// Layers shown per frame, 0 for a frame not shown; `None` without frames.
+    pub mean_layers: Option<f64>,
     /// Windows the sender transmitted (wrote at least one message of).
     pub transmitted_windows: u32,
     /// Per transmitted window: latency until it was whole, None if it never was.
@@ -47,17 +48,18 @@ pub struct PlayoutStats {
 }
 
 impl PlayoutStats {
-    /// Share of transmitted windows that were whole within `tolerance_s`.
-    pub fn windows_within(&self, tolerance_s: f64) -> f64 {
+    /// Share of transmitted windows that were whole within `tolerance_s`; `None` when no
+    /// window was transmitted.
+    pub fn windows_within(&self, tolerance_s: f64) -> Option<f64> {
         if self.transmitted_windows == 0 {
-            return 0.0;
+            return None;
         }
         let ok = self
             .window_latency_s
             .iter()
             .filter(|l| l.is_some_and(|l| l <= tolerance_s))
             .count();
-        ok as f64 / f64::from(self.transmitted_windows)
+        Some(ok as f64 / f64::from(self.transmitted_windows))
     }
 }
 
@@ -72,8 +74,8 @@ impl Playout {
         }
     }
 
-    /// A message arrived at `at_s`.
-    pub fn on_message(&mut self, header: MediaHeader, at_s: f64) {
+    /// A message of `bytes` bytes (header included) arrived at `at_s`.
+    pub fn on_message(&mut self, header: MediaHeader, bytes: usize, at_s: f64) {
         match header {
             MediaHeader::Data {
                 window,
@@ -87,6 +89,7 @@ impl Playout {
                     .or_insert(at_s);
                 let w = self.windows.entry(window).or_default();
                 w.arrived += 1;
+                w.bytes += bytes as u64;
                 w.last_arrival_s = w.last_arrival_s.max(at_s);
             }
             MediaHeader::WindowEnd { window, sent } => {
@@ -124,6 +127,11 @@ impl Playout {
         self.windows.get(&window).map_or(0, |w| w.arrived)
     }
 
+    /// Bytes of `window`'s media messages that arrived.
+    pub fn bytes_arrived(&self, window: u32) -> u64 {
+        self.windows.get(&window).map_or(0, |w| w.bytes)
+    }
+
     /// How many messages of `window` the sender said it wrote (None: no word yet).
     pub fn sent(&self, window: u32) -> Option<u32> {
         self.windows.get(&window).and_then(|w| w.sent)
@@ -152,8 +160,8 @@ impl Playout {
         PlayoutStats {
             frames,
             fps: shown.iter().filter(|l| **l > 0).count() as f64 / seconds.max(1e-9),
-            mean_layers: shown.iter().map(|l| f64::from(*l)).sum::<f64>()
-                / f64::from(frames.max(1)),
+            mean_layers: (frames > 0)
+                .then(|| shown.iter().map(|l| f64::from(*l)).sum::<f64>() / f64::from(frames)),
             transmitted_windows: window_latency_s.len() as u32,
             window_latency_s,
         }
@@ -176,11 +184,11 @@ mod tests {
     fn a_frame_shows_the_layers_that_arrived_in_order_by_its_deadline() {
         // 30 fps, tolerance 0.5 s: frame 3 is due at 0.6 s.
         let mut p = Playout::new(30.0, 4, 0.5);
-        p.on_message(data(0, 3, 0), 0.30);
-        p.on_message(data(0, 3, 2), 0.40); // layer 2 without layer 1 is useless
-        p.on_message(data(0, 3, 1), 0.70); // too late
+        p.on_message(data(0, 3, 0), 100, 0.30);
+        p.on_message(data(0, 3, 2), 100, 0.40); // layer 2 without layer 1 is useless
+        p.on_message(data(0, 3, 1), 100, 0.70); // too late
         assert_eq!(p.shown_layers(3), 1);
-        p.on_message(data(0, 4, 1), 0.2);
+        p.on_message(data(0, 4, 1), 100, 0.2);
         assert_eq!(p.shown_layers(4), 0, "no base layer, nothing shown");
     }
 
@@ -195,13 +203,14 @@ mod tests {
             (data(0, 1, 1), 0.25),
         ];
         for (h, t) in msgs {
-            a.on_message(h, t);
+            a.on_message(h, 100, t);
         }
         for (h, t) in msgs.iter().rev() {
-            b.on_message(*h, *t);
+            b.on_message(*h, 100, *t);
         }
         assert_eq!(a.finish(2), b.finish(2));
-        assert_eq!(a.finish(2).mean_layers, 2.0);
+        assert_eq!(a.finish(2).mean_layers, Some(2.0));
+        assert_eq!(Playout::new(30.0, 2, 1.0).finish(0).mean_layers, None);
     }
 
     #[test]
@@ -209,18 +218,26 @@ mod tests {
         // Period 4/30 s. Window 0: 2 sent, both arrive by 0.3 s (latency 0.3 s).
         // Window 1: 2 sent, one arrives: never whole. Window 2: nothing sent: not transmitted.
         let mut p = Playout::new(30.0, 4, 1.0);
-        p.on_message(data(0, 0, 0), 0.2);
-        p.on_message(data(0, 1, 0), 0.3);
-        p.on_message(MediaHeader::WindowEnd { window: 0, sent: 2 }, 0.31);
-        p.on_message(data(1, 4, 0), 0.5);
-        p.on_message(MediaHeader::WindowEnd { window: 1, sent: 2 }, 0.6);
-        p.on_message(MediaHeader::WindowEnd { window: 2, sent: 0 }, 0.7);
+        p.on_message(data(0, 0, 0), 100, 0.2);
+        p.on_message(data(0, 1, 0), 100, 0.3);
+        p.on_message(MediaHeader::WindowEnd { window: 0, sent: 2 }, 8, 0.31);
+        p.on_message(data(1, 4, 0), 100, 0.5);
+        p.on_message(MediaHeader::WindowEnd { window: 1, sent: 2 }, 8, 0.6);
+        p.on_message(MediaHeader::WindowEnd { window: 2, sent: 0 }, 8, 0.7);
         let s = p.finish(12);
         assert_eq!(s.transmitted_windows, 2);
         assert_eq!(s.window_latency_s[0], Some(0.3));
         assert_eq!(s.window_latency_s[1], None);
-        assert_eq!(s.windows_within(0.25), 0.0);
-        assert_eq!(s.windows_within(0.5), 0.5);
+        assert_eq!(s.windows_within(0.25), Some(0.0));
+        assert_eq!(s.windows_within(0.5), Some(0.5));
+        assert_eq!(
+            (p.bytes_arrived(0), p.bytes_arrived(1), p.bytes_arrived(2)),
+            (200, 100, 0)
+        );
+        assert_eq!(
+            Playout::new(30.0, 4, 1.0).finish(4).windows_within(0.5),
+            None
+        );
         // 3 of 12 frames shown, 0.4 s of video: 7.5 frames per second.
         assert!((s.fps - 7.5).abs() < 1e-9, "{}", s.fps);
     }

@@ -130,9 +130,13 @@ async fn collect_until(
 }
 
 /// Receives a stream sent by [`send_video`] until `end` (or the channel closes); the playout
-/// says what a viewer saw ([`Playout::finish`]). `progress` sees it once a second.
+/// says what a viewer saw ([`Playout::finish`]). `first` is a message the caller already
+/// read from `ch` (a server that waits for a peer's first message before it commits to it).
+/// `progress` sees the playout once a second.
+#[allow(clippy::too_many_arguments)]
 pub async fn receive_video(
     ch: &Channel,
+    first: Option<lowtide::Received>,
     fps: f64,
     window_frames: u32,
     tolerance: Duration,
@@ -143,14 +147,18 @@ pub async fn receive_video(
     let mut playout = Playout::new(fps, window_frames, tolerance.as_secs_f64());
     let end = tokio::time::Instant::from_std(end);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut next = first;
     loop {
-        let msg = tokio::select! {
-            m = ch.recv() => m,
-            _ = tick.tick() => {
-                progress(&playout);
-                continue;
-            }
-            _ = tokio::time::sleep_until(end) => None,
+        let msg = match next.take() {
+            Some(m) => Some(m),
+            None => tokio::select! {
+                m = ch.recv() => m,
+                _ = tick.tick() => {
+                    progress(&playout);
+                    continue;
+                }
+                _ = tokio::time::sleep_until(end) => None,
+            },
         };
         let Some(msg) = msg else { break };
         // A malformed message is the peer's bug; it is counted out, not fatal.
@@ -159,7 +167,7 @@ pub async fn receive_video(
                 .received_at
                 .saturating_duration_since(start)
                 .as_secs_f64();
-            playout.on_message(h, at);
+            playout.on_message(h, msg.data.len(), at);
         }
     }
     playout

@@ -233,6 +233,11 @@ pub fn send_room(fd: RawFd) -> Result<u32, SysError> {
 
 /// Raw `TCP_INFO`.
 pub fn tcp_info(fd: RawFd) -> Result<libc::tcp_info, SysError> {
+    tcp_info_with_len(fd).map(|(i, _)| i)
+}
+
+/// `TCP_INFO` and the number of bytes the kernel wrote (older kernels write fewer).
+fn tcp_info_with_len(fd: RawFd) -> Result<(libc::tcp_info, usize), SysError> {
     let mut info = MaybeUninit::<libc::tcp_info>::zeroed();
     let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
     // SAFETY: `info` is valid for `len` bytes; the kernel writes at most `len` and zeroed
@@ -248,7 +253,39 @@ pub fn tcp_info(fd: RawFd) -> Result<libc::tcp_info, SysError> {
     };
     check(r, || format!("getsockopt(TCP_INFO) on fd {fd}"))?;
     // SAFETY: zero-initialised, then (partly) written by the kernel.
-    Ok(unsafe { info.assume_init() })
+    Ok((unsafe { info.assume_init() }, len as usize))
+}
+
+/// `TCP_INFO` with the fields that only newer kernels fill (receive window since 6.2, RTO
+/// counters since 6.7): `None` where the kernel wrote fewer bytes than the field needs.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpInfoExt {
+    pub info: libc::tcp_info,
+    /// `tcpi_rcv_wnd`: the receive window we advertise, after scaling, bytes.
+    pub rcv_wnd: Option<u32>,
+    /// `tcpi_total_rto`: retransmission timeouts so far, SYN and repeated ones included.
+    pub total_rto: Option<u16>,
+    /// `tcpi_total_rto_recoveries`: recoveries from a timeout, an unfinished one included.
+    pub total_rto_recoveries: Option<u16>,
+    /// `tcpi_total_rto_time`: time spent recovering from timeouts, ms.
+    pub total_rto_time_ms: Option<u32>,
+}
+
+/// [`tcp_info`] and which of its later fields the kernel filled ([`TcpInfoExt`]).
+pub fn tcp_info_ext(fd: RawFd) -> Result<TcpInfoExt, SysError> {
+    use std::mem::offset_of;
+    let (i, len) = tcp_info_with_len(fd)?;
+    let filled = |offset: usize, size: usize| len >= offset + size;
+    Ok(TcpInfoExt {
+        rcv_wnd: filled(offset_of!(libc::tcp_info, tcpi_rcv_wnd), 4).then_some(i.tcpi_rcv_wnd),
+        total_rto: filled(offset_of!(libc::tcp_info, tcpi_total_rto), 2)
+            .then_some(i.tcpi_total_rto),
+        total_rto_recoveries: filled(offset_of!(libc::tcp_info, tcpi_total_rto_recoveries), 2)
+            .then_some(i.tcpi_total_rto_recoveries),
+        total_rto_time_ms: filled(offset_of!(libc::tcp_info, tcpi_total_rto_time), 4)
+            .then_some(i.tcpi_total_rto_time),
+        info: i,
+    })
 }
 
 /// The controller's snapshot from one `getsockopt(TCP_INFO)`.
@@ -334,4 +371,30 @@ fn rusage(who: libc::c_int, what: &str) -> Result<Duration, SysError> {
     let u = unsafe { u.assume_init() };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
     Ok(tv(u.ru_utime) + tv(u.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn extended_tcp_info_reports_what_the_kernel_filled() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (_server, _) = listener.accept().unwrap();
+        let i = tcp_info_ext(client.as_raw_fd()).unwrap();
+        assert_eq!(i.info.tcpi_state, 1, "ESTABLISHED");
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let version: Vec<u32> = release
+            .split(|c: char| !c.is_ascii_digit())
+            .take(2)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if version >= vec![6, 7] {
+            assert_eq!(i.total_rto, Some(0));
+            assert!(i.rcv_wnd.is_some_and(|w| w > 0));
+        }
+        assert!(tcp_info_ext(-1).is_err());
+    }
 }

@@ -3,3 +3,4 @@
 mod limits;
 mod props;
 mod service;
+mod structured;

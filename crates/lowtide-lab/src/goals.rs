@@ -1,0 +1,253 @@
+//! Goals: numbers a scenario must reach (`[[goal]]`), checked against the summary.
+//!
+//! A goal names a variant, a metric and a bound, optionally relative to the variant's
+//! plain-TCP baseline (`vs_baseline = "ratio"` or `"difference"`). A metric without
+//! samples is never met: no data is not a pass.
+
+use serde::{Deserialize, Serialize};
+
+use crate::results::{FloorSummary, VariantSummary};
+use crate::scenario::Mode;
+use crate::summary::Measured;
+
+/// A number the run should reach, e.g. MinBuf(1,3)'s sender-side p99 at most one RTT.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Goal {
+    pub variant: String,
+    pub metric: Metric,
+    /// Compare with the variant's baseline (its application's plain-TCP variant) instead
+    /// of taking the metric as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_baseline: Option<Relation>,
+    #[serde(default)]
+    pub min: Option<f64>,
+    #[serde(default)]
+    pub max: Option<f64>,
+    /// Where the goal comes from (issue, paper), for the report.
+    #[serde(default)]
+    pub why: String,
+}
+
+/// How a goal relates a variant's metric to its baseline's.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Relation {
+    /// variant / baseline
+    Ratio,
+    /// variant − baseline
+    Difference,
+}
+
+/// Metrics a goal can name.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    LatencyP50Ms,
+    LatencyP95Ms,
+    LatencyP99Ms,
+    SenderSideP99Ms,
+    #[serde(rename = "share_over_160")]
+    ShareOver160,
+    /// Share over 160 ms minus the floor probe's: what the sender added above the network.
+    #[serde(rename = "share_over_160_above_floor")]
+    ShareOver160AboveFloor,
+    /// Share of the messages sent in the window that never arrived.
+    Undelivered,
+    /// Delivered goodput over the baseline's (per run side by side).
+    GoodputVsBaseline,
+    /// What the sender wrote over the baseline's (Goel et al. Table II, video).
+    SentVsBaseline,
+    /// Video: share of transmitted windows whole within 500 ms.
+    #[serde(rename = "windows_within_500")]
+    WindowsWithin500,
+    /// Video: share of windows the sender dropped whole.
+    DroppedWindows,
+    /// Video: layers shown per frame.
+    MeanLayers,
+    /// Segments the stream's TCP retransmitted in the window (`TCP_INFO`).
+    RetransmittedSegments,
+    /// Retransmission timeouts of the stream's TCP in the window (`TCP_INFO`).
+    Timeouts,
+}
+
+impl Metric {
+    /// Every metric, for checks and documentation.
+    pub const ALL: [Metric; 14] = [
+        Metric::LatencyP50Ms,
+        Metric::LatencyP95Ms,
+        Metric::LatencyP99Ms,
+        Metric::SenderSideP99Ms,
+        Metric::ShareOver160,
+        Metric::ShareOver160AboveFloor,
+        Metric::Undelivered,
+        Metric::GoodputVsBaseline,
+        Metric::SentVsBaseline,
+        Metric::WindowsWithin500,
+        Metric::DroppedWindows,
+        Metric::MeanLayers,
+        Metric::RetransmittedSegments,
+        Metric::Timeouts,
+    ];
+
+    /// The name as written in scenario files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::LatencyP50Ms => "latency_p50_ms",
+            Metric::LatencyP95Ms => "latency_p95_ms",
+            Metric::LatencyP99Ms => "latency_p99_ms",
+            Metric::SenderSideP99Ms => "sender_side_p99_ms",
+            Metric::ShareOver160 => "share_over_160",
+            Metric::ShareOver160AboveFloor => "share_over_160_above_floor",
+            Metric::Undelivered => "undelivered",
+            Metric::GoodputVsBaseline => "goodput_vs_baseline",
+            Metric::SentVsBaseline => "sent_vs_baseline",
+            Metric::WindowsWithin500 => "windows_within_500",
+            Metric::DroppedWindows => "dropped_windows",
+            Metric::MeanLayers => "mean_layers",
+            Metric::RetransmittedSegments => "retransmitted_segments",
+            Metric::Timeouts => "timeouts",
+        }
+    }
+
+    /// Metrics that are already relative to the baseline cannot be taken relative again.
+    pub fn is_relative(self) -> bool {
+        matches!(self, Metric::GoodputVsBaseline | Metric::SentVsBaseline)
+    }
+
+    /// The metric in `v`, with the samples behind it.
+    pub fn measure(self, v: &VariantSummary, floor: &FloorSummary) -> Measured {
+        let l = &v.latency_ms;
+        let latency = |x: Option<f64>| Measured::new(x, l.count);
+        let video = |f: &dyn Fn(&crate::results::VideoSummary) -> Measured| {
+            v.video.as_ref().map_or(Measured::default(), f)
+        };
+        match self {
+            Metric::LatencyP50Ms => latency(l.p50),
+            Metric::LatencyP95Ms => latency(l.p95),
+            Metric::LatencyP99Ms => latency(l.p99),
+            Metric::SenderSideP99Ms => {
+                Measured::new(v.sender_side_ms.latency.p99, v.sender_side_ms.latency.count)
+            }
+            Metric::ShareOver160 => latency(l.share_over(160.0)),
+            Metric::ShareOver160AboveFloor => {
+                let f = &floor.latency_ms;
+                Measured::new(
+                    l.share_over(160.0)
+                        .zip(f.share_over(160.0))
+                        .map(|(a, b)| a - b),
+                    l.count.min(f.count),
+                )
+            }
+            Metric::Undelivered => Measured::share(l.censored, l.count),
+            Metric::GoodputVsBaseline => v
+                .normalized_throughput
+                .map_or(Measured::default(), |n| Measured::new(Some(n.mean), n.runs)),
+            Metric::SentVsBaseline => v
+                .sent_vs_baseline
+                .map_or(Measured::default(), |n| Measured::new(Some(n.mean), n.runs)),
+            Metric::WindowsWithin500 => video(&|x| x.within(500.0)),
+            Metric::DroppedWindows => video(&|x| x.dropped()),
+            Metric::MeanLayers => video(&|x| x.layers()),
+            Metric::RetransmittedSegments => v.transport.retransmitted_segments,
+            Metric::Timeouts => v.transport.timeouts,
+        }
+    }
+}
+
+/// A goal and whether the run met it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GoalResult {
+    #[serde(flatten)]
+    pub goal: Goal,
+    pub mode: Mode,
+    /// `None`: no data (the goal is then not met).
+    pub measured: Option<f64>,
+    #[serde(default)]
+    pub samples: usize,
+    pub met: bool,
+}
+
+impl GoalResult {
+    fn of(goal: &Goal, mode: Mode, m: Measured) -> Self {
+        let met = m.value.is_some_and(|x| {
+            goal.min.is_none_or(|lo| x >= lo) && goal.max.is_none_or(|hi| x <= hi)
+        });
+        Self {
+            goal: goal.clone(),
+            mode,
+            measured: m.value,
+            samples: m.samples,
+            met,
+        }
+    }
+}
+
+/// Checks each goal in each mode the scenario runs; a goal whose variant has no summary in
+/// a mode (it never ran, the run failed) is not met.
+pub fn check_goals(
+    goals: &[Goal],
+    modes: &[Mode],
+    variants: &[VariantSummary],
+    floor: &FloorSummary,
+) -> Vec<GoalResult> {
+    let mut out = vec![];
+    for g in goals {
+        for &mode in modes {
+            let find = |name: &str| variants.iter().find(|v| v.name == name && v.mode == mode);
+            let Some(v) = find(&g.variant) else {
+                out.push(GoalResult::of(g, mode, Measured::default()));
+                continue;
+            };
+            let own = g.metric.measure(v, floor);
+            let m = match g.vs_baseline {
+                None => own,
+                Some(rel) => {
+                    let base = v
+                        .baseline
+                        .as_deref()
+                        .and_then(find)
+                        .map_or(Measured::default(), |b| g.metric.measure(b, floor));
+                    let value = own.value.zip(base.value).and_then(|(a, b)| match rel {
+                        Relation::Ratio => (b != 0.0).then(|| a / b),
+                        Relation::Difference => Some(a - b),
+                    });
+                    Measured::new(value, own.samples.min(base.samples))
+                }
+            };
+            out.push(GoalResult::of(g, mode, m));
+        }
+    }
+    out
+}
+
+/// How a goal reads in a table: `latency_p95_ms / baseline ≤ 0.5`.
+pub fn describe(g: &Goal) -> String {
+    let metric = match g.vs_baseline {
+        None => g.metric.as_str().to_string(),
+        Some(Relation::Ratio) => format!("{} / baseline", g.metric.as_str()),
+        Some(Relation::Difference) => format!("{} − baseline", g.metric.as_str()),
+    };
+    let bound = match (g.min, g.max) {
+        (Some(lo), Some(hi)) => format!("{lo} to {hi}"),
+        (Some(lo), None) => format!("≥ {lo}"),
+        (None, Some(hi)) => format!("≤ {hi}"),
+        (None, None) => "-".into(),
+    };
+    format!("{metric} {bound}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_match_their_serde_names() {
+        for m in Metric::ALL {
+            assert_eq!(
+                serde_json::to_string(&m).unwrap(),
+                format!("\"{}\"", m.as_str())
+            );
+        }
+    }
+}
