@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::report;
-use crate::results::LabSummary;
+use crate::results::{mbit, ratio, LabSummary};
 use crate::runner::{self, LabOptions};
 use crate::scenario::{Checked, Overrides};
 use crate::summary::{Measured, NO_DATA};
@@ -193,14 +193,6 @@ fn rows(points: &[SweepPoint]) -> Vec<Vec<String>> {
         }
     }
     out
-}
-
-fn mbit(x: Option<f64>) -> String {
-    x.map_or(NO_DATA.into(), |b| format!("{:.2}", b / 1e6))
-}
-
-fn ratio(x: Option<f64>) -> String {
-    x.map_or("-".into(), |r| format!("{:.0}%", r * 100.0))
 }
 
 /// The sweep as the terminal prints it: one line per combination and variant.

@@ -12,7 +12,7 @@ mod video;
 
 use serde::{Deserialize, Serialize};
 
-pub use table::text_table;
+pub use table::{mbit, ratio, text_table};
 pub use video::{VideoInfo, VideoSummary, TOLERANCES_MS};
 
 use crate::floor::{self, FloorSent};

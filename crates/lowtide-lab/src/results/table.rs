@@ -6,11 +6,13 @@ use crate::goals;
 use crate::scenario::Mode;
 use crate::summary::{cell, NO_DATA};
 
-fn mbit(x: Option<f64>) -> String {
+/// Bits/s as Mbit/s for a table cell, "no data" without a value.
+pub fn mbit(x: Option<f64>) -> String {
     x.map_or(NO_DATA.into(), |b| format!("{:.2}", b / 1e6))
 }
 
-fn ratio(x: Option<f64>) -> String {
+/// A ratio to the baseline in percent for a table cell, "-" without one.
+pub fn ratio(x: Option<f64>) -> String {
     x.map_or("-".into(), |r| format!("{:.0}%", r * 100.0))
 }
 
