@@ -46,6 +46,10 @@ pub struct TimingArgs {
     /// Congestion control of the bulk flows.
     #[arg(long, default_value = "cubic")]
     cc: String,
+    /// Measure only the first N ways of waiting (SCHED_FIFO with sleep, spin 50 µs, spin
+    /// 200 µs, poll 200 µs; SCHED_OTHER with sleep, slack 1 ns, spin 200 µs).
+    #[arg(long)]
+    first: Option<usize>,
     /// Also write the measurements as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -143,7 +147,9 @@ fn timing_sweep(args: TimingArgs) -> anyhow::Result<i32> {
     let noise_for = std::time::Duration::from_secs_f64(args.noise_secs);
     let run_for = std::time::Duration::from_secs(args.run_secs);
     let mut points = vec![];
-    for t in timing::candidates() {
+    let mut candidates = timing::candidates();
+    candidates.truncate(args.first.unwrap_or(usize::MAX));
+    for t in candidates {
         eprintln!("{t}: wake-up noise, then {} flows through the emulator", 16);
         let noise = noise::measure_with(noise_for, t)?;
         let run = check::lateness_run(&args.cc, 16, run_for, t)?;
@@ -152,9 +158,10 @@ fn timing_sweep(args: TimingArgs) -> anyhow::Result<i32> {
         let n = &noise.lateness_ms;
         let pct = |c: Option<f64>| c.map_or("?".to_string(), |c| format!("{:.0}%", c * 100.0));
         println!(
-            "{t}{}\n  noise:    p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} ms ({} wake-ups), thread CPU {}\n  emulator: p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} ms ({} packets, {:.1} Mbit/s), worker CPU {}",
+            "{t}{}\n  noise:    p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} ms ({} wake-ups; at a random instant p99 {:.3} p99.9 {:.3}), thread CPU {}\n  emulator: p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} ms ({} packets, {:.1} Mbit/s), worker CPU {}",
             if noise.realtime || !t.realtime { "" } else { " (real-time refused)" },
-            n.p50, n.p99, n.p999, n.max, n.count, pct(noise.cpu_per_s),
+            n.p50, n.p99, n.p999, n.max, n.count,
+            noise.at_random_instant_ms.p99, noise.at_random_instant_ms.p999, pct(noise.cpu_per_s),
             l.p50, l.p99, l.p999, l.max, l.count, run.goodput_bps / 1e6, pct(run.emulator_cpu_per_s),
         );
     }

@@ -260,4 +260,20 @@ mod tests {
         assert!(e.contains("missing.mahi"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn the_shipped_link_traces_load() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/links");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "mahi") {
+                let t = Trace::load(&path).unwrap();
+                assert_eq!(t.period_ms(), 180_000, "{}", path.display());
+                assert!(t.mean_rate_bps() > 5e6, "{}", path.display());
+                n += 1;
+            }
+        }
+        assert_eq!(n, 4);
+    }
 }
