@@ -108,6 +108,7 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         runs: args.runs,
         overrides,
         out_dir,
+        ..LabOptions::default()
     };
     println!(
         "lowtide lab: {name}{} from {}",
@@ -139,8 +140,8 @@ fn run_sweep(
         scenario_text: text,
         quick: args.quick,
         runs: args.runs,
-        overrides: Overrides::default(),
         out_dir,
+        ..LabOptions::default()
     };
     println!(
         "lowtide lab: {name}, {} combinations of congestion control and queue{}",

@@ -50,6 +50,7 @@ pub fn run(opts: &DemoOptions, progress: impl FnMut(&str)) -> Result<LabRun, Lab
             ..Overrides::default()
         },
         out_dir: opts.out_dir.clone(),
+        ..LabOptions::default()
     };
     runner::run(&checked, &lab, progress)
 }

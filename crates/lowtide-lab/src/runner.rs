@@ -50,6 +50,10 @@ pub struct LabOptions {
     /// Queue and congestion-control changes for sensitivity runs.
     pub overrides: Overrides,
     pub out_dir: PathBuf,
+    /// For tests of failure handling only: the forward link's rate cell fails this many
+    /// seconds into every trial, as a bug in a cell would.
+    #[doc(hidden)]
+    pub emulator_fault_at_s: Option<f64>,
 }
 
 /// A finished run.
@@ -78,7 +82,8 @@ pub fn run(
             }
         }
     }
-    let inputs = summary_inputs(&checked, opts, &[]);
+    progress("measuring this machine's timer wake-up noise (2 s)");
+    let inputs = summary_inputs(&checked, opts, &[wakeup_noise()]);
     let mut records = vec![];
     let total = trials.len();
     let mut failed = None;
@@ -94,8 +99,14 @@ pub fn run(
             names.join(", ")
         );
         let seed = s.run.seed + u64::from(run) - 1;
-        let TrialOutcome { mut record, error } =
-            run_trial(&checked, &variants, seed, &label, &mut progress);
+        let TrialOutcome { mut record, error } = run_trial(
+            &checked,
+            &variants,
+            seed,
+            opts.emulator_fault_at_s,
+            &label,
+            &mut progress,
+        );
         record.mode = Some(mode);
         record.run = run;
         record.variants = names.clone();
@@ -121,6 +132,16 @@ pub fn run(
             dir: opts.out_dir.clone(),
         }),
     }
+}
+
+/// The machine's timer wake-up noise, measured on the emulator's timer path before the run, as
+/// a provenance line: the emulator cannot be more punctual than this.
+fn wakeup_noise() -> (String, String) {
+    let value = match lowtide_netem::noise::measure(Duration::from_secs(2)) {
+        Ok(noise) => noise.to_string(),
+        Err(e) => format!("not measured: {e}"),
+    };
+    ("timer wake-up noise".into(), value)
 }
 
 /// The scenario as it will run: overrides, then `--quick`, then `--runs`, checked again
@@ -631,6 +652,7 @@ fn run_trial(
     checked: &Checked,
     variants: &[usize],
     seed: u64,
+    fault_at_s: Option<f64>,
     label: &str,
     progress: &mut impl FnMut(&str),
 ) -> TrialOutcome {
@@ -675,11 +697,20 @@ fn run_trial(
             .as_secs_f64()
             .min(s.run.duration_s);
         progress(&format!("{label}: {t:>4.0} / {:.0} s", s.run.duration_s));
-        error = threads.poll();
+        if fault_at_s.is_some_and(|at| t >= at) {
+            net.inject_fault(lowtide_netem::Direction::Forward);
+        }
+        error = net.failure().map(LabError::from).or_else(|| threads.poll());
     }
     stop_flag.store(true, Ordering::Relaxed);
     let receive_end_s = s.run.duration_s + GRACE.as_secs_f64();
     let record = threads.collect(checked, &net, receive_end_s, &mut error);
+    // An emulator failure explains the threads' errors that follow from it: it goes first.
+    if let Some(e) = net.failure() {
+        if !matches!(error, Some(LabError::Netem(_))) {
+            error = Some(e.into());
+        }
+    }
     drop(net);
     TrialOutcome { record, error }
 }

@@ -69,6 +69,7 @@ fn min_buf_beats_plain_tcp_on_latency_and_video_without_giving_up_goodput() {
         runs: None,
         overrides: Default::default(),
         out_dir: out.clone(),
+        emulator_fault_at_s: None,
     };
     let run = runner::run(&checked, &opts, |_| {}).expect("the lab runs (as root)");
     let s = &run.summary;

@@ -12,7 +12,8 @@
 //! queue = { bdp = 1.0 }  # or { packets = 125 } or { bytes = 187500 }
 //! aqm = { kind = "red" } # drop_tail (default), red, drd, codel
 //! loss = 0.0
-//! # trace = "cell.mahi" # mahimahi capacity trace, replaces rate_mbps
+//! # trace = "cell.mahi" # mahimahi capacity trace, replaces rate_mbps (a relative path
+//!                        # is relative to the file it is written in: `resolve_paths`)
 //! [reverse]              # right -> left
 //! rate_mbps = 30
 //! delay_ms = 50
@@ -27,6 +28,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+use crate::trace::Trace;
 
 /// IPv4 MTU of every emulated link; queue limits in BDP multiples count packets of this size.
 pub const MTU: usize = 1500;
@@ -89,7 +91,8 @@ pub struct LinkConfig {
     /// Probability that a packet is lost at random, before the queue.
     #[serde(default)]
     pub loss: f64,
-    /// A mahimahi capacity trace (one line per 1500-byte delivery opportunity, in ms).
+    /// A mahimahi capacity trace (one line per 1500-byte delivery opportunity, in ms; see
+    /// [`crate::trace`]).
     #[serde(default)]
     pub trace: Option<PathBuf>,
 }
@@ -225,13 +228,31 @@ impl TopologyConfig {
         Ok(cfg)
     }
 
-    /// Reads, parses and validates a TOML file.
+    /// Reads, parses and validates a TOML file; relative trace paths in it are relative to
+    /// the file's folder.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        Self::from_toml(&text)
+        let mut cfg: TopologyConfig =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        cfg.resolve_paths(path.parent().unwrap_or(Path::new(".")));
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Makes relative trace paths relative to `base` (the folder of the file they were
+    /// written in), so a topology or scenario file works from any current directory.
+    /// Absolute paths stay as they are.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        for link in [&mut self.forward, &mut self.reverse] {
+            if let Some(trace) = &link.trace {
+                if trace.is_relative() {
+                    link.trace = Some(base.join(trace));
+                }
+            }
+        }
     }
 
     /// The base round-trip time: both propagation delays, no queueing.
@@ -267,7 +288,7 @@ impl LinkConfig {
     pub fn nominal_rate_bps(&self) -> f64 {
         match (self.rate_mbps, &self.trace) {
             (Some(r), _) => r * 1e6,
-            (None, Some(path)) => mahimahi_mean_rate_bps(path).unwrap_or(0.0),
+            (None, Some(path)) => Trace::load(path).map_or(0.0, |t| t.mean_rate_bps()),
             (None, None) => 0.0,
         }
     }
@@ -361,20 +382,10 @@ impl LinkConfig {
                 "a rate from 0.001 to 10000 Mbit/s",
             )?,
             (None, Some(path)) => {
-                let rate = mahimahi_mean_rate_bps(path).map_err(|reason| {
-                    ConfigError::invalid(
-                        format!("{name}.trace"),
-                        path.display(),
-                        format!("a readable mahimahi trace file ({reason})"),
-                    )
+                Trace::load(path).map_err(|error| ConfigError::Trace {
+                    field: format!("{name}.trace"),
+                    error,
                 })?;
-                if rate <= 0.0 {
-                    return Err(ConfigError::invalid(
-                        format!("{name}.trace"),
-                        path.display(),
-                        "a mahimahi trace with at least one delivery opportunity",
-                    ));
-                }
             }
             (Some(_), Some(_)) => {
                 return Err(ConfigError::invalid(
@@ -522,32 +533,6 @@ fn check_congestion_name(field: &str, name: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// The mean rate of a mahimahi trace: each line is a millisecond timestamp at which one
-/// 1500-byte packet may leave; the trace repeats after its last timestamp.
-pub fn mahimahi_mean_rate_bps(path: &Path) -> Result<f64, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let mut count = 0u64;
-    let mut last = 0u64;
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let t: u64 = line
-            .parse()
-            .map_err(|_| format!("line {} is {line:?}, not a whole number of ms", i + 1))?;
-        if t < last {
-            return Err(format!("line {} goes back in time ({t} < {last})", i + 1));
-        }
-        last = t;
-        count += 1;
-    }
-    if count == 0 || last == 0 {
-        return Ok(0.0);
-    }
-    Ok(count as f64 * MTU as f64 * 8.0 / (last as f64 / 1000.0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,15 +617,28 @@ mod tests {
     }
 
     #[test]
-    fn mahimahi_rate_of_a_12_mbit_trace() {
-        let dir = std::env::temp_dir().join(format!("lowtide-trace-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("one-per-ms.mahi");
-        // One packet per ms: 1500*8*1000 = 12 Mbit/s.
-        let text: String = (1..=1000).map(|t| format!("{t}\n")).collect();
-        std::fs::write(&path, text).unwrap();
-        let rate = mahimahi_mean_rate_bps(&path).unwrap();
-        assert!((rate - 12e6).abs() < 1.0, "{rate}");
+    fn trace_paths_resolve_against_the_file_and_bad_traces_name_the_line() {
+        let dir = std::env::temp_dir().join(format!("lowtide-topo-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("links")).unwrap();
+        std::fs::write(dir.join("links/up.mahi"), "1\n2\n").unwrap();
+        std::fs::write(dir.join("links/bad.mahi"), "1\n2\nfast\n").unwrap();
+        let topo = |trace: &str| {
+            format!("[forward]\ndelay_ms = 5\ntrace = \"{trace}\"\n[reverse]\nrate_mbps = 10\ndelay_ms = 5\n")
+        };
+        let file = dir.join("topo.toml");
+        std::fs::write(&file, topo("links/up.mahi")).unwrap();
+        let cfg = TopologyConfig::from_file(&file).unwrap();
+        assert_eq!(cfg.forward.trace, Some(dir.join("links/up.mahi")));
+        assert!((cfg.forward.nominal_rate_bps() - 12e6).abs() < 1.0);
+        std::fs::write(&file, topo("links/bad.mahi")).unwrap();
+        let e = TopologyConfig::from_file(&file).unwrap_err().to_string();
+        assert!(
+            e.contains("forward.trace")
+                && e.contains("bad.mahi")
+                && e.contains("line 3")
+                && e.contains("\"fast\""),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,24 +7,27 @@
 //!     …           │            reverse  router ← tap ← delay ← queue+AQM   │        …
 //! ```
 //!
-//! Each direction is a chain of rattan-core cells: rattan's bandwidth cell (or its trace
-//! replay cell) with our [`LinkQueue`](crate::queue::LinkQueue), rattan's delay cell, our
+//! Each direction is a chain of rattan-core cells: our [`RateCell`] (the bottleneck queue
+//! drained at the link's rate or by its capacity trace), our [`DelayCell`], our
 //! [`LinkTap`](crate::tap::LinkTap) (random loss, counters, lateness, pcap), and rattan's
 //! router to the destination host's veth. Frames cross unchanged: each host has static
 //! neighbour entries with the far hosts' MAC addresses, as rattan's own environments do.
 //! Senders are 10.1.i.1, receivers 10.2.j.1, inside namespaces this process made.
+//!
+//! Every cell runs inside a [`Guarded`]: a cell that panics or errs is recorded as the run's
+//! [`EmulatorFailure`](crate::failure::EmulatorFailure) (see [`Dumbbell::failure`]) and never
+//! takes the process down; dropping the network still removes everything.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::distributions::{Alphanumeric, DistString};
-use rattan_core::cells::bandwidth::{BwCell, BwReplayCell, BwType};
 use rattan_core::cells::external::{VirtualEthernet, VirtualEthernetId};
 use rattan_core::cells::router::{RouterCell, RoutingEntry, SimpleRoutingTable};
 use rattan_core::cells::StdPacket;
-use rattan_core::config::{BwReplayQueueConfig, DelayCellBuildConfig};
 use rattan_core::core::RattanCore;
 use rattan_core::metal::io::af_packet::AfPacketDriver;
 use rattan_env::{add_arp_entry_with_netns, add_route_with_netns, NetNs, NetNsGuard};
@@ -34,13 +37,19 @@ use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
 use crate::aqm::{Aqm, Codel, Drd, DropTail, Red};
+use crate::cells::delay::DelayCell;
+use crate::cells::guard::{Guarded, Watch};
+use crate::cells::rate::{Capacity, RateCell};
 use crate::cleanup;
 use crate::config::{AqmConfig, LinkConfig, TopologyConfig};
 use crate::error::NetemError;
+use crate::failure::{Direction, FailureSlot, FailureWatch, Site};
 use crate::host::Host;
 use crate::queue::{LinkQueue, LinkQueueLimits};
 use crate::stats::LinkStats;
 use crate::tap::LinkTap;
+use crate::timing::{worker_runtime, Timing, WorkerInfo};
+use crate::trace::Trace;
 
 type Core = RattanCore<AfPacketDriver>;
 
@@ -61,6 +70,11 @@ pub struct Dumbbell {
     forward: Arc<LinkStats>,
     reverse: Arc<LinkStats>,
     start: Instant,
+    timing: Timing,
+    watch: FailureWatch,
+    /// Per direction: make the rate cell fail at its next packet (tests).
+    faults: [Arc<AtomicBool>; 2],
+    worker: Option<Arc<WorkerInfo>>,
     // Teardown order matters: the emulator, then the devices, then the namespaces.
     core: Option<Core>,
     runtime_thread: Option<std::thread::JoinHandle<()>>,
@@ -72,6 +86,16 @@ pub struct Dumbbell {
 impl Dumbbell {
     /// Validates `config`, builds the namespaces, devices and emulator, and starts it.
     pub fn new(config: TopologyConfig, options: RunOptions) -> Result<Self, NetemError> {
+        Self::with_timing(config, options, Timing::default())
+    }
+
+    /// [`Dumbbell::new`] with the emulator's worker scheduled and waiting as `timing` says
+    /// (for measuring the choices; the default is what measured best).
+    pub fn with_timing(
+        config: TopologyConfig,
+        options: RunOptions,
+        timing: Timing,
+    ) -> Result<Self, NetemError> {
         config.validate()?;
         check_privileges()?;
         check_congestion_available(&config.hosts.congestion)?;
@@ -86,6 +110,10 @@ impl Dumbbell {
             senders: vec![],
             receivers: vec![],
             start,
+            timing,
+            watch: FailureWatch::new(start),
+            faults: Default::default(),
+            worker: None,
             core: None,
             runtime_thread: None,
             runtime_cancel: CancellationToken::new(),
@@ -180,8 +208,22 @@ impl Dumbbell {
     }
 
     fn start_emulator(&mut self, emu: Arc<NetNs>, options: &RunOptions) -> Result<(), NetemError> {
-        let (runtime, thread) = emulator_runtime(emu.clone(), self.runtime_cancel.clone())?;
+        let (runtime, worker, thread) = emulator_runtime(
+            emu.clone(),
+            self.runtime_cancel.clone(),
+            self.timing,
+            self.watch.thread_ended.clone(),
+        )?;
         self.runtime_thread = Some(thread);
+        self.worker = Some(worker);
+        let (heartbeat, start) = (self.watch.heartbeat_ms.clone(), self.start);
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                heartbeat.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+            }
+        });
         let mut core = Core::new(
             runtime.clone(),
             CancellationToken::new(),
@@ -200,16 +242,39 @@ impl Dumbbell {
             let mut vid = VirtualEthernetId::new();
             vid.set_ns_id(side);
             vid.set_veth_id(i as u8);
+            // A sender's interface starts the forward link and ends the reverse one.
+            let (host, from, into, into_stats) = if side == 1 {
+                (
+                    "sender",
+                    Direction::Forward,
+                    Direction::Reverse,
+                    &self.reverse,
+                )
+            } else {
+                (
+                    "receiver",
+                    Direction::Reverse,
+                    Direction::Forward,
+                    &self.forward,
+                )
+            };
+            let watch = Watch {
+                egress: Site::new(from, format!("interface of {host} {i} (reading)")),
+                ingress: Site::new(into, format!("interface of {host} {i} (writing)")),
+                failures: self.watch.failures.clone(),
+                drops: Some(into_stats.clone()),
+            };
             core.build_cell(veth_cell_id(side, i), move |rt: &tokio::runtime::Handle| {
                 let _rt = rt.enter();
                 let _ns = NetNsGuard::new(ns)?;
-                VirtualEthernet::<AfPacketDriver>::new(cell, vid)
+                let veth = VirtualEthernet::<AfPacketDriver>::new(cell, vid)?;
+                Ok(Guarded::new(veth, watch))
             })
             .map_err(|e| NetemError::setup(what("interfaces"), e))?;
         }
         let directions = [
             (
-                "forward",
+                Direction::Forward,
                 &self.config.forward,
                 &self.forward,
                 1u8,
@@ -218,7 +283,7 @@ impl Dumbbell {
                 self.receivers.len(),
             ),
             (
-                "reverse",
+                Direction::Reverse,
                 &self.config.reverse,
                 &self.reverse,
                 2u8,
@@ -227,10 +292,22 @@ impl Dumbbell {
                 self.senders.len(),
             ),
         ];
-        for (k, (name, link, stats, from, n_from, to, n_to)) in directions.into_iter().enumerate() {
+        for (k, (direction, link, stats, from, n_from, to, n_to)) in
+            directions.into_iter().enumerate()
+        {
+            let name = direction.as_str();
             let seed = options.seed.wrapping_add(k as u64 * 1_000_003);
-            build_link(&mut core, name, link, rtt, stats.clone(), seed)
-                .map_err(|e| NetemError::setup(what(name), e))?;
+            let parts = LinkParts {
+                direction,
+                stats: stats.clone(),
+                seed,
+                tail: self.timing.tail,
+                fault: self.faults[k].clone(),
+                failures: self.watch.failures.clone(),
+            };
+            build_link(&mut core, link, rtt, parts)?;
+            let watch =
+                |cell: &str| Watch::inside(Site::new(direction, cell), &self.watch.failures);
             let tap_stats = stats.clone();
             let pcap = options
                 .pcap_dir
@@ -238,14 +315,15 @@ impl Dumbbell {
                 .map(|d| d.join(format!("{name}.pcap")));
             let loss = link.loss;
             let mut tap_err = None;
+            let tap_watch = watch("exit");
             core.build_cell(format!("{name}_tap"), |rt: &tokio::runtime::Handle| {
                 let _rt = rt.enter();
-                LinkTap::<StdPacket>::new(loss, seed ^ 0x7a9, tap_stats, pcap.as_deref()).map_err(
-                    |e| {
+                let tap = LinkTap::<StdPacket>::new(loss, seed ^ 0x7a9, tap_stats, pcap.as_deref())
+                    .map_err(|e| {
                         tap_err = Some(e.to_string());
                         rattan_core::error::Error::ConfigError(e.to_string())
-                    },
-                )
+                    })?;
+                Ok(Guarded::new(tap, tap_watch))
             })
             .map_err(|e| NetemError::setup(what(name), tap_err.clone().unwrap_or(e.to_string())))?;
             let receivers = (1..=n_to)
@@ -263,11 +341,14 @@ impl Dumbbell {
                     RoutingEntry::new(ipnet::IpNet::from(IpAddr::V4(addr)), Some(j - 1))
                 })
                 .collect();
+            let router_watch = watch("router");
             core.build_cell(
                 format!("{name}_router"),
                 move |rt: &tokio::runtime::Handle| {
                     let _rt = rt.enter();
-                    RouterCell::<StdPacket, SimpleRoutingTable>::new(receivers, table)
+                    let router =
+                        RouterCell::<StdPacket, SimpleRoutingTable>::new(receivers, table)?;
+                    Ok(Guarded::new(router, router_watch))
                 },
             )
             .map_err(|e| NetemError::setup(what(name), e))?;
@@ -322,12 +403,65 @@ impl Dumbbell {
     pub fn start(&self) -> Instant {
         self.start
     }
+
+    /// How the emulator's worker is scheduled and waits.
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// Whether the emulator's worker got real-time priority.
+    pub fn realtime(&self) -> bool {
+        self.worker.as_ref().is_some_and(|w| w.realtime())
+    }
+
+    /// CPU time the emulator's worker thread has used since the network started.
+    pub fn emulator_cpu_time(&self) -> Option<Duration> {
+        self.worker.as_ref()?.cpu_time()
+    }
+
+    /// The emulator's first failure, if it has failed: a cell that panicked or erred (which
+    /// link, which cell, why), its thread gone, or its worker not run for 2 s. Cheap: poll it
+    /// while an experiment runs and end the run with it. The network keeps running (a failed
+    /// cell forwards nothing more); dropping the `Dumbbell` still removes everything.
+    pub fn failure(&self) -> Option<NetemError> {
+        self.watch.failure().map(NetemError::Emulator)
+    }
+
+    /// A view of [`Dumbbell::failure`] for other threads (the `Dumbbell` itself is not `Sync`).
+    pub fn failure_watch(&self) -> FailureWatch {
+        self.watch.clone()
+    }
+
+    /// `Err` with [`Dumbbell::failure`] if the emulator has failed.
+    pub fn check_alive(&self) -> Result<(), NetemError> {
+        self.failure().map_or(Ok(()), Err)
+    }
+
+    /// For tests of failure handling only: makes `link`'s rate cell panic at its next packet,
+    /// as a bug in a cell would. The run then reports the failure through
+    /// [`Dumbbell::failure`]; nothing else changes.
+    #[doc(hidden)]
+    pub fn inject_fault(&self, link: Direction) {
+        let k = match link {
+            Direction::Forward => 0,
+            Direction::Reverse => 1,
+        };
+        self.faults[k].store(true, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Dumbbell {
     fn drop(&mut self) {
+        self.watch.stopping.store(true, Ordering::Relaxed);
         if let Some(mut core) = self.core.take() {
-            core.cancel_rattan();
+            // rattan unwraps each task's JoinError here; guarded cells do not panic, but a
+            // panic in rattan's own task loop would still reach us: keep tearing down.
+            let cancelled =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.cancel_rattan()));
+            if cancelled.is_err() {
+                tracing::error!("an emulator task panicked; the network is removed anyway");
+            }
+            drop(core);
         }
         self.runtime_cancel.cancel();
         if let Some(thread) = self.runtime_thread.take() {
@@ -379,29 +513,36 @@ fn veth_cell_id(side: u8, i: usize) -> String {
     format!("{}{i}", if side == 1 { "s" } else { "r" })
 }
 
-/// The emulator's tokio runtime runs on its own thread inside the emulator namespace.
+/// The emulator's tokio runtime runs on its own thread inside the emulator namespace (the
+/// worker thread it starts inherits the namespace).
+type EmulatorRuntime = (Arc<Runtime>, Arc<WorkerInfo>, std::thread::JoinHandle<()>);
+
 fn emulator_runtime(
     emu: Arc<NetNs>,
     cancel: CancellationToken,
-) -> Result<(Arc<Runtime>, std::thread::JoinHandle<()>), NetemError> {
+    timing: Timing,
+    ended: Arc<AtomicBool>,
+) -> Result<EmulatorRuntime, NetemError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("lowtide-emulator".into())
         .spawn(move || {
+            // However the thread ends, say so.
+            struct Ended(Arc<AtomicBool>);
+            impl Drop for Ended {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _ended = Ended(ended);
             if let Err(e) = emu.enter() {
                 let _ = tx.send(Err(format!("entering the emulator namespace: {e}")));
                 return;
             }
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("lowtide-emulator-worker")
-                .on_thread_start(raise_to_realtime)
-                .enable_all()
-                .build()
-                .map(Arc::new);
-            match runtime {
-                Ok(rt) => {
-                    let _ = tx.send(Ok(rt.clone()));
+            match worker_runtime("lowtide-emulator-worker", timing) {
+                Ok((rt, worker)) => {
+                    let rt = Arc::new(rt);
+                    let _ = tx.send(Ok((rt.clone(), worker)));
                     rt.block_on(cancel.cancelled());
                 }
                 Err(e) => {
@@ -410,28 +551,11 @@ fn emulator_runtime(
             }
         })
         .map_err(|e| NetemError::setup("spawning the emulator thread", e))?;
-    let runtime = rx
+    let (runtime, worker) = rx
         .recv()
         .map_err(|e| NetemError::setup("starting the emulator thread", e))?
         .map_err(|e| NetemError::setup("starting the emulator", e))?;
-    Ok((runtime, thread))
-}
-
-/// Real-time priority for the emulator's worker: with senders, receivers and the emulator
-/// sharing two cores, an ordinary thread waits behind the TCP threads and its packets leave
-/// late. SCHED_FIFO lets it preempt them; it sleeps in epoll between packets, and the
-/// kernel's real-time throttling keeps 5% of each second for everyone else. Without the
-/// privilege it stays an ordinary thread (the check then shows the lateness).
-fn raise_to_realtime() {
-    let param = libc::sched_param { sched_priority: 50 };
-    // SAFETY: sets the calling thread's policy; the parameter outlives the call.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if rc != 0 {
-        tracing::warn!(
-            "the emulator runs without real-time priority: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+    Ok((runtime, worker, thread))
 }
 
 fn aqm_for(
@@ -472,55 +596,59 @@ fn aqm_for(
     })
 }
 
+/// What a direction's cells share.
+struct LinkParts {
+    direction: Direction,
+    stats: Arc<LinkStats>,
+    seed: u64,
+    tail: crate::timer::WakeTail,
+    fault: Arc<AtomicBool>,
+    failures: Arc<FailureSlot>,
+}
+
 /// The queue, rate and delay cells of one direction: `{name}_bw` and `{name}_delay`.
 fn build_link(
     core: &mut Core,
-    name: &str,
     link: &LinkConfig,
     rtt: Duration,
-    stats: Arc<LinkStats>,
-    seed: u64,
+    parts: LinkParts,
 ) -> Result<(), NetemError> {
+    let name = parts.direction.as_str();
     let (packets, bytes) = link.queue_limit(rtt);
     let queue = LinkQueue::<StdPacket>::new(
         LinkQueueLimits { packets, bytes },
-        aqm_for(link, name, rtt, seed)?,
-        stats,
+        aqm_for(link, name, rtt, parts.seed)?,
+        parts.stats,
     );
+    let capacity = match &link.trace {
+        Some(path) => Capacity::Trace(Trace::load(path).map_err(|error| {
+            crate::error::ConfigError::Trace {
+                field: format!("{name}.trace"),
+                error,
+            }
+        })?),
+        None => Capacity::Constant {
+            bps: (link.rate_mbps.unwrap_or(0.0) * 1e6).round() as u64,
+        },
+    };
     let err =
         |e: rattan_core::error::Error| NetemError::setup(format!("building the {name} link"), e);
-    match (&link.trace, link.rate_mbps) {
-        (Some(trace), _) => {
-            let trace = BwReplayQueueConfig::<StdPacket, LinkQueue<StdPacket>>::new(
-                trace.display().to_string(),
-                None,
-                BwType::NetworkLayer,
-            )
-            .get_trace()
-            .map_err(err)?;
-            core.build_cell(format!("{name}_bw"), move |rt: &tokio::runtime::Handle| {
-                let _rt = rt.enter();
-                BwReplayCell::new(trace, queue, BwType::NetworkLayer)
-            })
-            .map_err(err)?;
-        }
-        (None, rate) => {
-            let bps = (rate.unwrap_or(0.0) * 1e6).round() as u64;
-            core.build_cell(format!("{name}_bw"), move |rt: &tokio::runtime::Handle| {
-                let _rt = rt.enter();
-                BwCell::new(
-                    rattan_core::netem_trace::Bandwidth::from_bps(bps),
-                    queue,
-                    BwType::NetworkLayer,
-                )
-            })
-            .map_err(err)?;
-        }
-    }
+    let site = |cell: &str| Watch::inside(Site::new(parts.direction, cell), &parts.failures);
+    let (rate_watch, tail, fault) = (site("rate"), parts.tail, parts.fault);
+    core.build_cell(format!("{name}_bw"), move |rt: &tokio::runtime::Handle| {
+        let _rt = rt.enter();
+        let cell = RateCell::new(capacity, queue, tail, fault)?;
+        Ok(Guarded::new(cell, rate_watch))
+    })
+    .map_err(err)?;
     let delay = Duration::from_secs_f64(link.delay_ms / 1000.0);
+    let delay_watch = site("propagation delay");
     core.build_cell(
         format!("{name}_delay"),
-        DelayCellBuildConfig::new(delay).into_factory(),
+        move |rt: &tokio::runtime::Handle| {
+            let _rt = rt.enter();
+            Ok(Guarded::new(DelayCell::new(delay, tail)?, delay_watch))
+        },
     )
     .map_err(err)?;
     Ok(())

@@ -20,6 +20,12 @@ pub enum ConfigError {
         value: String,
         allowed: String,
     },
+    /// A capacity trace file that cannot be used (the error names file, line and value).
+    #[error("`{field}`: {error}")]
+    Trace {
+        field: String,
+        error: crate::trace::TraceError,
+    },
 }
 
 impl ConfigError {
@@ -51,6 +57,9 @@ pub enum NetemError {
     /// A system step failed; `what` says which.
     #[error("{what} failed: {reason}")]
     Setup { what: String, reason: String },
+    /// The emulator failed while the network ran (see [`crate::Dumbbell::failure`]).
+    #[error(transparent)]
+    Emulator(#[from] crate::failure::EmulatorFailure),
 }
 
 impl NetemError {

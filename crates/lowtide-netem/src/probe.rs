@@ -96,13 +96,57 @@ fn collect_echo(reply: &[u8], sent: &[Instant], rtts: &mut Vec<u32>) {
     }
 }
 
-/// What TCP itself saw during a flow, from TCP_INFO.
+/// What TCP itself saw during one or more flows, from TCP_INFO sampled every 10 ms. The
+/// figures mean something only with [`TcpView::has_data`]: a sampler that got nothing leaves
+/// them at 0, which must never read as "no retransmits" or "no queueing".
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct TcpView {
+    /// Flows this view covers.
+    pub flows: u32,
+    /// Flows whose TCP_INFO gave at least one sample.
+    pub flows_sampled: u32,
+    /// TCP_INFO samples over all flows.
+    pub samples: u64,
     pub retransmits: u32,
     /// The largest smoothed RTT sampled, ms.
     pub max_srtt_ms: f64,
     pub min_rtt_ms: f64,
+}
+
+impl TcpView {
+    /// One flow that gave no sample (its sampler failed or never ran).
+    pub fn unsampled() -> Self {
+        TcpView {
+            flows: 1,
+            min_rtt_ms: f64::INFINITY,
+            ..Default::default()
+        }
+    }
+
+    /// Every flow gave samples.
+    pub fn has_data(&self) -> bool {
+        self.flows > 0 && self.flows_sampled == self.flows
+    }
+
+    /// "no data" and why, or `None` when every flow was sampled.
+    pub fn no_data(&self) -> Option<String> {
+        (!self.has_data()).then(|| {
+            format!(
+                "no data: TCP_INFO sampled {} of {} flows",
+                self.flows_sampled, self.flows
+            )
+        })
+    }
+
+    /// The view of several flows together.
+    pub fn merge(&mut self, other: &TcpView) {
+        self.flows += other.flows;
+        self.flows_sampled += other.flows_sampled;
+        self.samples += other.samples;
+        self.retransmits += other.retransmits;
+        self.max_srtt_ms = self.max_srtt_ms.max(other.max_srtt_ms);
+        self.min_rtt_ms = self.min_rtt_ms.min(other.min_rtt_ms);
+    }
 }
 
 /// Result of [`bulk`].
@@ -161,7 +205,7 @@ pub fn bulk(
                     }
                 }
                 done.store(true, Ordering::Relaxed);
-                let view = sampler.join().unwrap_or_default();
+                let view = sampler.join().unwrap_or_else(|_| TcpView::unsampled());
                 let _ = stream.shutdown(std::net::Shutdown::Both);
                 Ok(view)
             },
@@ -172,10 +216,7 @@ pub fn bulk(
         ..Default::default()
     };
     for s in senders {
-        let v = join(s, "a bulk sender")?;
-        tcp.retransmits += v.retransmits;
-        tcp.max_srtt_ms = tcp.max_srtt_ms.max(v.max_srtt_ms);
-        tcp.min_rtt_ms = tcp.min_rtt_ms.min(v.min_rtt_ms);
+        tcp.merge(&join(s, "a bulk sender")?);
     }
     let bytes = join(server, "the bulk sink")?;
     let secs = (duration - warmup).as_secs_f64();
@@ -260,7 +301,7 @@ pub fn latency_stream(
                     }
                 }
                 done.store(true, Ordering::Relaxed);
-                let view = sampler.join().unwrap_or_default();
+                let view = sampler.join().unwrap_or_else(|_| TcpView::unsampled());
                 Ok(view)
             })?;
     let tcp = join(sender, "the latency sender")?;
@@ -406,12 +447,11 @@ fn tcp_info(fd: RawFd) -> Option<libc::tcp_info> {
 /// Samples TCP_INFO every 10 ms until `done`; the fd must outlive the sampler.
 fn sample_tcp_info(fd: RawFd, done: Arc<AtomicBool>) -> std::thread::JoinHandle<TcpView> {
     std::thread::spawn(move || {
-        let mut view = TcpView {
-            min_rtt_ms: f64::INFINITY,
-            ..Default::default()
-        };
+        let mut view = TcpView::unsampled();
         while !done.load(Ordering::Relaxed) {
             if let Some(info) = tcp_info(fd) {
+                view.samples += 1;
+                view.flows_sampled = 1;
                 view.retransmits = info.tcpi_total_retrans;
                 view.max_srtt_ms = view.max_srtt_ms.max(info.tcpi_rtt as f64 / 1000.0);
                 if info.tcpi_rtt > 0 {

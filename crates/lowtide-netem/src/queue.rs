@@ -1,10 +1,11 @@
 //! The bottleneck queue: a FIFO with a packet or byte limit, an AQM control law, and a
-//! counter for every drop and mark. It plugs into rattan-core's bandwidth cell through the
-//! `PacketQueue` trait, so rattan keeps doing what it does well (logical-time serialisation at
-//! the link rate, capacity traces) and we own the queueing policy.
+//! counter for every drop and mark. Our rate cell ([`crate::cells::rate`]) drains it as a
+//! [`Backlog`], at the logical times the link's schedule gives; it also implements rattan's
+//! `PacketQueue`, so any rattan bandwidth cell can drain it (at wall-clock times).
 //!
 //! Semantics (as ns-2 and mahimahi): an arriving packet is dropped if the queue is full,
 //! else the AQM may drop or mark it, else it is queued; CoDel decides again at dequeue.
+//! Sojourn is the time from arrival to the moment the link takes the packet.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use rattan_core::cells::Packet;
 
 use crate::aqm::{Aqm, QueueState, Reason, Verdict};
 use crate::ecn;
+use crate::link::Backlog;
 use crate::stats::LinkStats;
 
 pub struct LinkQueue<P> {
@@ -62,6 +64,51 @@ impl<P: Packet> LinkQueue<P> {
             self.stats.marked(reason);
         }
     }
+
+    /// The link takes the head packet at `now` (CoDel may drop packets on the way).
+    pub fn dequeue_at(&mut self, now: std::time::Instant) -> Option<P> {
+        while let Some(mut packet) = self.packets.pop_front() {
+            self.bytes -= packet.l3_length();
+            let sojourn = now.saturating_duration_since(packet.get_timestamp().into_std());
+            let ect = ecn::is_ecn_capable(packet.as_slice());
+            match self.aqm.on_departure(sojourn, self.state(), ect, now) {
+                Verdict::Pass => {}
+                Verdict::Mark(reason) => self.mark(&mut packet, reason),
+                Verdict::Drop(reason) => {
+                    self.stats.dropped(reason);
+                    continue;
+                }
+            }
+            self.stats
+                .dequeued(now, self.packets.len(), self.bytes, sojourn);
+            return Some(packet);
+        }
+        None
+    }
+}
+
+impl<P: Packet> Backlog for LinkQueue<P> {
+    type Packet = P;
+
+    fn is_empty(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    fn head_arrival(&self) -> Option<std::time::Instant> {
+        self.packets.front().map(|p| p.get_timestamp().into_std())
+    }
+
+    fn pop(&mut self, at: std::time::Instant) -> Option<P> {
+        self.dequeue_at(at)
+    }
+
+    fn size(packet: &P) -> usize {
+        packet.l3_length()
+    }
+
+    fn arrival(packet: &P) -> std::time::Instant {
+        packet.get_timestamp().into_std()
+    }
 }
 
 impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
@@ -97,27 +144,9 @@ impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
     }
 
     fn dequeue(&mut self) -> Option<P> {
-        // rattan calls this when the link is free; the wall clock is within the emulator's
-        // lateness of the logical departure time.
-        let now = tokio::time::Instant::now();
-        while let Some(mut packet) = self.packets.pop_front() {
-            self.bytes -= packet.l3_length();
-            let sojourn = now.saturating_duration_since(packet.get_timestamp());
-            let now = now.into_std();
-            let ect = ecn::is_ecn_capable(packet.as_slice());
-            match self.aqm.on_departure(sojourn, self.state(), ect, now) {
-                Verdict::Pass => {}
-                Verdict::Mark(reason) => self.mark(&mut packet, reason),
-                Verdict::Drop(reason) => {
-                    self.stats.dropped(reason);
-                    continue;
-                }
-            }
-            self.stats
-                .dequeued(now, self.packets.len(), self.bytes, sojourn);
-            return Some(packet);
-        }
-        None
+        // A rattan cell calls this when its link is free, without the logical time: the wall
+        // clock is within the emulator's lateness of it.
+        self.dequeue_at(std::time::Instant::now())
     }
 
     fn is_empty(&self) -> bool {

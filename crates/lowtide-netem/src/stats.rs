@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::aqm::Reason;
 
@@ -189,7 +189,9 @@ impl LinkReport {
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq)]
+/// Percentiles of a sample set, with its size: `count == 0` means no data (every other field
+/// is then 0 and means nothing; check the count before comparing with a bound).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, Default, PartialEq)]
 pub struct Percentiles {
     pub count: usize,
     pub min: f64,

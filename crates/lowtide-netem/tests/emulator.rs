@@ -8,7 +8,7 @@ use std::time::Duration;
 use lowtide_netem::cleanup::leftover_namespaces;
 use lowtide_netem::config::{AqmConfig, QueueLimit, TopologyConfig};
 use lowtide_netem::probe;
-use lowtide_netem::{Dumbbell, NetemError, RunOptions};
+use lowtide_netem::{Direction, Dumbbell, NetemError, RunOptions};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -273,4 +273,130 @@ fn a_mahimahi_trace_sets_the_capacity() {
     // 12 x 1448/1500 = 11.6 Mbit/s at most.
     assert!((10.0..=11.8).contains(&mbps), "{mbps} Mbit/s");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writes a trace file into a fresh temporary folder; the caller removes the folder.
+fn trace_file(
+    name: &str,
+    times: impl Iterator<Item = u64>,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("lowtide-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.mahi"));
+    std::fs::write(&path, times.map(|t| format!("{t}\n")).collect::<String>()).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn a_trace_with_500_ms_gaps_is_replayed_not_crashed_on() {
+    let _g = serial();
+    // 12 Mbit/s for 500 ms, nothing for 500 ms (the line 1000 sets the period): rattan-core
+    // 0.1.1's replay cell panicked on such gaps.
+    let (dir, trace) = trace_file("gaps", (1..=500).chain([1000]));
+    let mut cfg = TopologyConfig::symmetric(10.0, 10.0);
+    cfg.forward.rate_mbps = None;
+    cfg.forward.trace = Some(trace);
+    cfg.forward.queue = QueueLimit::Packets(400);
+    let n = net(cfg);
+    let capacity = n.config().forward.nominal_rate_bps();
+    assert!((capacity - 501.0 * 12_000.0).abs() < 1.0, "{capacity}");
+    let r = cubic_bulk(&n, 1, 4, 1);
+    assert!(n.failure().is_none(), "{:?}", n.failure());
+    let ideal = capacity * 1448.0 / 1500.0;
+    let share = r.goodput_bps / ideal;
+    let f = n.forward().report();
+    eprintln!(
+        "500 ms gaps: goodput {:.2} Mbit/s = {share:.3} of capacity; max sojourn {:.0} ms; drops {:?}",
+        r.goodput_bps / 1e6,
+        f.sojourn_ms.max,
+        f.drops
+    );
+    // Gaps respected: never more than the trace carries (ignoring them would give 2×);
+    // and the flow does get through the "on" halves.
+    assert!(
+        (0.3..=1.05).contains(&share),
+        "goodput {share:.3} of the trace's capacity"
+    );
+    // Packets waited out the gaps in the queue.
+    assert!(
+        f.sojourn_ms.max >= 250.0,
+        "max sojourn {} ms",
+        f.sojourn_ms.max
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_cell_failing_mid_run_ends_as_an_error_naming_the_link() {
+    let _g = serial();
+    let names: Vec<String>;
+    {
+        let n = net(TopologyConfig::symmetric(10.0, 5.0));
+        let run = n.sender(0).name().rsplit_once('-').unwrap().0.to_string();
+        names = leftover_namespaces()
+            .into_iter()
+            .filter(|ns| ns.starts_with(&format!("{run}-")))
+            .collect();
+        assert!(names.len() >= 3, "{names:?}");
+        assert!(n.failure().is_none());
+        // Datagrams keep the forward link busy while its rate cell is made to fail.
+        let dst = SocketAddr::from((n.receiver(0).addr(), 9100));
+        let until = std::time::Instant::now() + Duration::from_millis(1500);
+        let sink = n
+            .receiver(0)
+            .spawn("sink", move || {
+                let sock = std::net::UdpSocket::bind(("0.0.0.0", 9100)).unwrap();
+                sock.set_read_timeout(Some(Duration::from_millis(50)))
+                    .unwrap();
+                let mut got = 0;
+                while std::time::Instant::now() < until {
+                    got += sock.recv(&mut [0u8; 64]).is_ok() as usize;
+                }
+                got
+            })
+            .unwrap();
+        let source = n
+            .sender(0)
+            .spawn("source", move || {
+                let sock = std::net::UdpSocket::bind(("0.0.0.0", 0)).unwrap();
+                while std::time::Instant::now() < until {
+                    let _ = sock.send_to(b"tick", dst);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        n.inject_fault(Direction::Forward);
+        let watch = n.failure_watch();
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while watch.failure().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        source.join().expect("the source did not panic");
+        let got = sink.join().expect("the sink did not panic");
+        // Datagrams arrived before the fault, none after it (the cell forwards nothing more).
+        assert!((10..250).contains(&got), "{got} datagrams arrived");
+        let e = n.check_alive().unwrap_err();
+        match &e {
+            NetemError::Emulator(f) => {
+                assert_eq!(f.site.link, Some(Direction::Forward));
+                assert_eq!(f.site.cell, "rate");
+                assert!(f.cause.contains("injected fault"), "{}", f.cause);
+            }
+            other => panic!("expected an emulator failure, got {other}"),
+        }
+        let text = e.to_string();
+        assert!(
+            text.contains("forward link") && text.contains("rate cell"),
+            "{text}"
+        );
+    }
+    let out = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for ns in &names {
+        assert!(!listed.contains(ns.as_str()), "{ns} left behind:\n{listed}");
+    }
 }

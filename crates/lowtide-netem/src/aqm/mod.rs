@@ -64,10 +64,13 @@ pub enum Reason {
     Codel,
     /// The link's configured random loss.
     RandomLoss,
+    /// The emulator could not hand the packet to the destination host's interface: its send
+    /// queue (1024 frames, rattan's) was full.
+    InterfaceBusy,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::QueueFull,
         Reason::RedEarly,
         Reason::RedForced,
@@ -75,6 +78,7 @@ impl Reason {
         Reason::DrdCongest,
         Reason::Codel,
         Reason::RandomLoss,
+        Reason::InterfaceBusy,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -86,6 +90,7 @@ impl Reason {
             Reason::DrdCongest => "drd_congest",
             Reason::Codel => "codel",
             Reason::RandomLoss => "random_loss",
+            Reason::InterfaceBusy => "interface_busy",
         }
     }
 
