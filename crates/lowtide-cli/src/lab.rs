@@ -79,7 +79,8 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<i32> {
 fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading scenario {}", args.file.display()))?;
-    let checked = Scenario::from_toml(&text)
+    let folder = args.file.parent().unwrap_or(std::path::Path::new("."));
+    let checked = Scenario::from_toml_in(&text, folder)
         .with_context(|| format!("checking scenario {}", args.file.display()))?;
     if let Some(n) = args.runs {
         if !(1..=lowtide_lab::scenario::MAX_RUNS).contains(&n) {

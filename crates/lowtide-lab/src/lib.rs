@@ -31,6 +31,7 @@ pub mod stats;
 pub mod stream;
 pub mod summary;
 pub mod sweep;
+pub mod tail;
 pub mod tcpinfo;
 pub mod video;
 

@@ -32,6 +32,7 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
         let variants: Vec<&VariantSummary> = s.variants.iter().filter(|v| v.mode == mode).collect();
         sections.push(format!("<h2>{}</h2>", mode_title(mode, s.runs)));
         sections.push(variant_table(&variants, s));
+        sections.push(tail_table(&variants));
         if variants.iter().any(|v| v.sender_cost.is_some()) {
             sections.push(
                 "<h3>What sending cost (Goel et al. Table I)</h3><p>The sender thread runs the \
@@ -344,6 +345,53 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
             "paper",
         ],
         &rows,
+    )
+}
+
+/// Of the messages over 160 ms, the share each cause explains (`crate::tail`).
+fn tail_table(variants: &[&VariantSummary]) -> String {
+    let rows: Vec<Vec<String>> = variants
+        .iter()
+        .map(|v| {
+            let c = &v.tail_causes;
+            let share = |n: usize| {
+                c.share(n)
+                    .map_or(NO_DATA.into(), |x| format!("{} ({n})", pct(x)))
+            };
+            vec![
+                v.name.clone(),
+                format!(
+                    "{} {}",
+                    c.over,
+                    if v.video.is_some() {
+                        "windows"
+                    } else {
+                        "messages"
+                    }
+                ),
+                share(c.rto),
+                share(c.fast_retransmit),
+                share(c.sender_queue),
+                share(c.network_queue),
+                share(c.unknown),
+            ]
+        })
+        .collect();
+    format!(
+        "<h3>Where the tail comes from</h3><p>Each message (video: window) sent in the window          and over {:.0} ms, put down to one cause from the stream's TCP_INFO and the floor probe          while it was in flight: a retransmission timeout, else a fast retransmit, else the          larger of the network's part (the floor probe: propagation and bottleneck queue) and          the sender's (send buffer and TCP). Samples are 10 ms apart; both limits err towards          loss recovery.</p>{}",
+        crate::tail::THRESHOLD_MS,
+        report::html_table(
+            &[
+                "variant",
+                "over the threshold",
+                "RTO",
+                "fast retransmit",
+                "sender queue",
+                "network queue",
+                "unknown",
+            ],
+            &rows,
+        )
     )
 }
 

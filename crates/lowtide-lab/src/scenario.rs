@@ -430,9 +430,18 @@ impl Checked {
 }
 
 impl Scenario {
-    /// Parses and checks a TOML document.
+    /// Parses and checks a TOML document; relative trace paths are relative to the current
+    /// folder.
     pub fn from_toml(text: &str) -> Result<Checked, ScenarioError> {
-        let s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        Self::from_toml_in(text, Path::new("."))
+    }
+
+    /// Parses and checks a TOML document written in the folder `base`: relative trace paths
+    /// in it are relative to `base`, so a scenario file runs from any current folder.
+    pub fn from_toml_in(text: &str, base: &Path) -> Result<Checked, ScenarioError> {
+        let mut s: Scenario =
+            toml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        s.topology.resolve_paths(base);
         s.check()
     }
 
@@ -442,7 +451,7 @@ impl Scenario {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        Self::from_toml(&text)
+        Self::from_toml_in(&text, path.parent().unwrap_or(Path::new(".")))
     }
 
     /// The scenario with one parameter changed everywhere it appears, for sensitivity runs

@@ -21,6 +21,7 @@ use crate::scenario::{Goal, Mode, PaperFigure, PaperNumbers};
 use crate::stats::MeanCi;
 use crate::stream::{DeliveryErrors, Sample, SendCost, MESSAGE_BYTES};
 use crate::summary::LatencySummary;
+use crate::tail::TailCauses;
 use crate::tcpinfo::{TcpTimeline, TransportSummary};
 use crate::video::WindowRecord;
 use crate::LabError;
@@ -217,6 +218,9 @@ pub struct VariantSummary {
     pub sent_vs_baseline: Option<MeanCi>,
     /// The stream's TCP over the window (`TCP_INFO`).
     pub transport: TransportSummary,
+    /// What made the messages over 160 ms late: loss recovery or queueing.
+    #[serde(default)]
+    pub tail_causes: TailCauses,
     /// Messages delivered twice or never sent: the transport broke its promise.
     pub delivery_errors: DeliveryErrors,
     /// The sender's CPU and wake-ups, mean over runs (Goel et al. Table I).
@@ -453,15 +457,19 @@ fn summarize_variant(
     let mut delivered = vec![];
     let mut censored = vec![];
     let mut side = SideSamples::default();
+    let mut tail_causes = TailCauses::new();
     for t in ran {
         let samples = t.stream_of(&info.name).unwrap_or_default();
+        let tcp = find(&t.tcp, &info.name);
         for s in samples.iter().filter(|s| w.contains(s.sent_s)) {
             if s.censored {
                 censored.push(s.latency_ms);
             } else {
                 delivered.push(s.latency_ms);
             }
-            side.add(s, floor::at(&t.floor, s.sent_s));
+            let floor_ms = floor::at(&t.floor, s.sent_s);
+            side.add(s, floor_ms);
+            tail_causes.add(s, tcp, floor_ms);
         }
     }
     let latency = LatencySummary::with_censored(&delivered, &censored);
@@ -522,6 +530,7 @@ fn summarize_variant(
         normalized_throughput: normalized,
         sent_vs_baseline: MeanCi::of(&ratios(mode, &sent, &base_sent)),
         transport: TransportSummary::of(&timelines, w),
+        tail_causes,
         delivery_errors,
         sender_cost: SenderCost::mean_of(&costs),
         video,

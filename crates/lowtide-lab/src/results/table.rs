@@ -60,6 +60,13 @@ pub fn text_table(s: &LabSummary) -> String {
         "-",
         f.show_share(160.0)
     ));
+    for v in s.variants.iter().filter(|v| v.video.is_none()) {
+        out.push_str(&format!(
+            "tail of {}: {}\n",
+            v.name,
+            v.tail_causes.describe()
+        ));
+    }
     let videos: Vec<(&VariantSummary, &VideoSummary)> = s
         .variants
         .iter()

@@ -267,6 +267,62 @@ fn transport_goals_read_tcp_info() {
     );
 }
 
+#[test]
+fn tail_causes_come_from_tcp_info_and_the_floor() {
+    let mut r = trial(
+        Mode::SideBySide,
+        vec![("TCP", samples(400.0, 100)), ("MB", samples(60.0, 100))],
+    );
+    // Retransmissions (no timeout) at 5 s; TCP_INFO every 10 ms.
+    let timeline = TcpTimeline {
+        samples: (0..1000)
+            .map(|k| {
+                let t_s = k as f64 * 0.01;
+                TcpSample {
+                    t_s,
+                    cwnd: 10,
+                    srtt_ms: 60.0,
+                    rttvar_ms: 3.0,
+                    total_retrans: if t_s >= 5.0 { 3 } else { 0 },
+                    total_rto: Some(0),
+                    backoff: 0,
+                    ca_state: 0,
+                    lost: 0,
+                    unacked: 0,
+                    notsent: 0,
+                }
+            })
+            .collect(),
+        ..TcpTimeline::default()
+    };
+    r.tcp = vec![("TCP".into(), timeline)];
+    let s = summarize(&inputs(vec![]), &[r], None);
+    let tcp = &s
+        .variants
+        .iter()
+        .find(|v| v.name == "TCP")
+        .unwrap()
+        .tail_causes;
+    // 400 ms messages every 100 ms in the window 1-9 s: all 80 over 160 ms; the ones in flight
+    // at 5 s (sent from 4.6 s) are fast retransmits, the rest sender queue (floor 50 ms).
+    assert_eq!(tcp.over, 80);
+    assert!((3..=5).contains(&tcp.fast_retransmit), "{tcp:?}");
+    assert_eq!(tcp.sender_queue, 80 - tcp.fast_retransmit, "{tcp:?}");
+    assert_eq!((tcp.rto, tcp.network_queue, tcp.unknown), (0, 0, 0));
+    let mb = &s
+        .variants
+        .iter()
+        .find(|v| v.name == "MB")
+        .unwrap()
+        .tail_causes;
+    assert_eq!(mb.over, 0);
+    assert_eq!(
+        mb.share(mb.unknown),
+        None,
+        "no message over the threshold: no data"
+    );
+}
+
 fn window(k: u32, written: u32, latency_ms: Option<f64>, bytes: u64) -> WindowRecord {
     WindowRecord {
         window: k,
