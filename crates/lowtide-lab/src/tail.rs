@@ -13,8 +13,9 @@
 //!    `d`, `tcpi_total_rto` grew, or a sample showed the Loss state or a backed-off timer;
 //! 2. **fast retransmit**: `tcpi_total_retrans` grew, or a sample showed the Recovery state;
 //! 3. otherwise queueing: **network queue** when the floor probe's one-way latency at `s`
-//!    (propagation plus the bottleneck's queue) is at least the rest of the message's latency
-//!    (send buffer and TCP), else **sender queue**;
+//!    (propagation plus the bottleneck's queue) alone was over the threshold, so the message
+//!    would have been late however promptly it was sent; else **sender queue**: what the
+//!    send buffer and TCP added on top of the network took it over;
 //! 4. **unknown** when no sample brackets the message or no fresh probe was sent before it.
 //!
 //! Limits: samples are 10 ms apart, so a retransmission within 10 ms of the message's ends may
@@ -79,7 +80,7 @@ pub fn cause(m: &Sample, tcp: &TcpTimeline, floor_ms: Option<f64>) -> Cause {
         return Cause::FastRetransmit;
     }
     match floor_ms {
-        Some(f) if f >= m.latency_ms - f => Cause::NetworkQueue,
+        Some(f) if f > THRESHOLD_MS => Cause::NetworkQueue,
         Some(_) => Cause::SenderQueue,
         None => Cause::Unknown,
     }
@@ -229,11 +230,15 @@ mod tests {
     }
 
     #[test]
-    fn without_loss_the_larger_part_decides_between_network_and_sender() {
+    fn without_loss_a_floor_over_the_threshold_makes_it_the_network() {
         let t = timeline(|_| (0, 0, 0, 0));
         let m = Sample::delivered(0.5, 200.0);
-        assert_eq!(cause(&m, &t, Some(120.0)), Cause::NetworkQueue);
-        assert_eq!(cause(&m, &t, Some(60.0)), Cause::SenderQueue);
+        assert_eq!(cause(&m, &t, Some(170.0)), Cause::NetworkQueue);
+        assert_eq!(
+            cause(&m, &t, Some(150.0)),
+            Cause::SenderQueue,
+            "the network alone was on time: the sender's 50 ms took it over"
+        );
         assert_eq!(cause(&m, &t, None), Cause::Unknown, "no fresh probe");
     }
 
@@ -271,8 +276,8 @@ mod tests {
         assert_eq!(c.describe(), "no message over 160 ms");
         c.add(&Sample::delivered(0.2, 100.0), Some(&t), Some(50.0));
         c.add(&Sample::delivered(0.9, 300.0), Some(&t), Some(50.0));
-        c.add(&Sample::delivered(0.2, 170.0), Some(&t), Some(100.0));
-        c.add(&Sample::delivered(0.2, 170.0), None, Some(100.0));
+        c.add(&Sample::delivered(0.2, 170.0), Some(&t), Some(165.0));
+        c.add(&Sample::delivered(0.2, 170.0), None, Some(165.0));
         assert_eq!(
             (c.over, c.fast_retransmit, c.network_queue, c.unknown),
             (3, 1, 1, 1)
