@@ -9,10 +9,14 @@
 //!   whatever is unsent at the window's end is cancelled;
 //! - [`playout`]: the receiver: collects windows, shows each frame at its deadline, measures
 //!   shown layers, frame rate and windows that arrived whole within the latency tolerance;
+//! - [`conference`]: Paceline's videoconferencing application (Erbad and Krasic): frames of
+//!   eight ADUs with importance by layer, expiring at the sender after a latency threshold;
+//!   the receiver measures frames shown per second;
 //! - [`session`]: the two ends over a lowtide channel (the transport's events keep the
 //!   sender's ledger; no sockets of its own);
 //! - [`server`]: the receiving server of `lowtide recv`, which survives bad peers.
 
+pub mod conference;
 pub mod playout;
 pub mod pps;
 pub mod server;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use lowtide::{Channel, Event, Message, MessageId, StreamConfig};
 use serde::Serialize;
 
+use crate::conference::{self, Conference, Viewer, ADUS_PER_FRAME};
 use crate::playout::Playout;
 use crate::pps::{Ledger, PpsSender};
 use crate::video::Video;
@@ -171,4 +172,117 @@ pub async fn receive_video(
         }
     }
     playout
+}
+
+/// What the sender of a conference stream did with its ADUs, per layer (0 = base).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ConferenceSent {
+    pub frames: u32,
+    /// ADUs handed to lowtide, written whole to the kernel, and cancelled at their deadline.
+    pub sent: [u64; ADUS_PER_FRAME as usize],
+    pub written: [u64; ADUS_PER_FRAME as usize],
+    pub cancelled: [u64; ADUS_PER_FRAME as usize],
+    pub bytes_written: u64,
+}
+
+/// Sends `frames` frames of a conference stream from `start` (Erbad and Krasic's
+/// videoconferencing application, [`crate::conference`]): at each frame's capture, its eight
+/// ADUs with importance by layer and the deadline capture + threshold. Returns once the last
+/// frame's deadline has passed (the caller flushes or closes).
+pub async fn send_conference(
+    ch: &Channel,
+    conf: Conference,
+    frames: u32,
+    start: Instant,
+) -> Result<ConferenceSent, SessionError> {
+    conf.check().map_err(SessionError::Plan)?;
+    let stream = ch.open_stream(StreamConfig::default())?;
+    let mut out = ConferenceSent {
+        frames,
+        ..ConferenceSent::default()
+    };
+    let mut pending: HashMap<MessageId, (usize, u64)> = HashMap::new();
+    let at = |s: f64| start + Duration::from_secs_f64(s);
+    for frame in 0..frames {
+        let capture = at(conf.capture_s(frame));
+        conference_events(ch, &mut out, &mut pending, capture).await;
+        for layer in 0..ADUS_PER_FRAME {
+            let data = MediaHeader::data_message(frame, frame, layer, conf.adu_bytes());
+            let msg = Message::new(data)
+                .importance(conference::importance(layer))
+                .deadline(capture + conf.threshold);
+            let id = ch.send(stream, msg)?;
+            pending.insert(id, (usize::from(layer), conf.adu_bytes() as u64));
+            out.sent[usize::from(layer)] += 1;
+        }
+    }
+    let last = at(conf.capture_s(frames.saturating_sub(1))) + conf.threshold;
+    conference_events(ch, &mut out, &mut pending, last).await;
+    Ok(out)
+}
+
+/// Applies the channel's events to the conference's counts until `until`.
+async fn conference_events(
+    ch: &Channel,
+    out: &mut ConferenceSent,
+    pending: &mut HashMap<MessageId, (usize, u64)>,
+    until: Instant,
+) {
+    let until = tokio::time::Instant::from_std(until);
+    loop {
+        let event = tokio::select! {
+            e = ch.next_event() => e,
+            _ = tokio::time::sleep_until(until) => return,
+        };
+        match event {
+            Some(Event::Written { id, .. }) => {
+                if let Some((layer, bytes)) = pending.remove(&id) {
+                    out.written[layer] += 1;
+                    out.bytes_written += bytes;
+                }
+            }
+            Some(Event::Cancelled { id, .. }) => {
+                if let Some((layer, _)) = pending.remove(&id) {
+                    out.cancelled[layer] += 1;
+                }
+            }
+            Some(_) => {}
+            None => return,
+        }
+    }
+}
+
+/// Receives a conference stream of `frames` frames sent by [`send_conference`] until `end`
+/// (or the channel closes). `first` is a message the caller already read from `ch`.
+pub async fn receive_conference(
+    ch: &Channel,
+    first: Option<lowtide::Received>,
+    conf: Conference,
+    frames: u32,
+    start: Instant,
+    end: Instant,
+) -> Viewer {
+    let mut viewer = Viewer::new(conf, frames);
+    let end = tokio::time::Instant::from_std(end);
+    let mut next = first;
+    loop {
+        let msg = match next.take() {
+            Some(m) => Some(m),
+            None => tokio::select! {
+                m = ch.recv() => m,
+                _ = tokio::time::sleep_until(end) => None,
+            },
+        };
+        let Some(msg) = msg else { break };
+        let at = msg
+            .received_at
+            .saturating_duration_since(start)
+            .as_secs_f64();
+        match MediaHeader::decode(&msg.data) {
+            Ok(MediaHeader::Data { frame, layer, .. }) => viewer.on_adu(frame, layer, at),
+            // Not a conference ADU: the peer's bug, counted out.
+            _ => viewer.unknown += 1,
+        }
+    }
+    viewer
 }

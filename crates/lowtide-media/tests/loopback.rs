@@ -126,3 +126,48 @@ fn the_receiving_server_survives_bad_peers() {
         assert!(ends.iter().any(|e| e == "received 8 windows"), "{ends:?}");
     });
 }
+
+/// Paceline's videoconferencing stream on an idle path: every ADU is written and arrives in
+/// time, once, and every frame is shown with all eight layers at 30 frames per second.
+#[test]
+fn a_conference_stream_shows_every_frame_on_an_idle_path() {
+    use lowtide_media::conference::Conference;
+    use lowtide_media::session::{receive_conference, send_conference};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let conf = Conference::paceline(Duration::from_millis(500));
+        let frames = conf.frames_in(1.5);
+        let cfg = ChannelConfig::with_controller(ControllerConfig::MinBuf { a: 1, b: 3 });
+        let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), cfg.clone())
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let start = Instant::now() + Duration::from_millis(100);
+        let end = start + Duration::from_secs(3);
+        let recv = tokio::spawn(async move {
+            let ch = listener.accept().await.unwrap();
+            receive_conference(&ch, None, conf, frames, start, end).await
+        });
+        let ch = lowtide::connect(addr, cfg).await.unwrap();
+        let sent = send_conference(&ch, conf, frames, start).await.unwrap();
+        ch.flush().await.unwrap();
+        ch.close(0, "done").await;
+        let seen = recv.await.unwrap();
+        assert_eq!(frames, 45);
+        assert_eq!(sent.sent, [45; 8]);
+        assert_eq!(sent.written, [45; 8], "{sent:?}");
+        assert_eq!(sent.cancelled, [0; 8]);
+        assert_eq!((seen.duplicated, seen.unknown), (0, 0));
+        assert_eq!(seen.fps(0.0, 1.5), Some(30.0));
+        assert_eq!(seen.mean_layers(0.0, 1.5), Some(8.0));
+        let worst = (0..frames)
+            .flat_map(|f| (0..8).map(move |l| (f, l)))
+            .map(|(f, l)| seen.latency_ms(f, l).expect("every ADU arrived"))
+            .fold(0.0, f64::max);
+        assert!(worst < 500.0, "an ADU took {worst} ms on loopback");
+    });
+}
