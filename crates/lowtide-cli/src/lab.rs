@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// Frames per adaptation window of the layered video (Fig. 8: 4, Fig. 9: 2).
     #[arg(long)]
     window_frames: Option<u32>,
+    /// The conference's latency threshold in ms; a list (100,200,500,...) sweeps (Erbad and
+    /// Krasic, Fig. 5).
+    #[arg(long, value_delimiter = ',')]
+    threshold_ms: Vec<f64>,
     /// Exit 0 even when a goal of the scenario is not met (for exploring).
     #[arg(long)]
     no_fail_on_goals: bool,
@@ -90,7 +94,12 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
             );
         }
     }
-    let combos = sweep::combinations(&args.cc, &args.queue_bdp, args.window_frames);
+    let combos = sweep::combinations(
+        &args.cc,
+        &args.queue_bdp,
+        args.window_frames,
+        &args.threshold_ms,
+    );
     if combos.len() > 1 {
         return run_sweep(args, text, &checked, &combos);
     }
@@ -145,7 +154,7 @@ fn run_sweep(
         ..LabOptions::default()
     };
     println!(
-        "lowtide lab: {name}, {} combinations of congestion control and queue{}",
+        "lowtide lab: {name}, {} combinations (congestion control, queue, latency threshold){}",
         combos.len(),
         if args.quick { " (--quick)" } else { "" }
     );

@@ -19,6 +19,7 @@
 //! - [`render`]: a run folder's `report.html`, from its summary and CSV alone.
 
 pub mod clock;
+pub mod conference;
 pub mod demo;
 pub mod floor;
 pub mod goals;

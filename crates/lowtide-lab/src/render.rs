@@ -46,6 +46,9 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
         if variants.iter().any(|v| v.video.is_some()) {
             sections.push(video_section(dir, tag, mode, &variants, s, records)?);
         }
+        if variants.iter().any(|v| v.conference.is_some()) {
+            sections.push(conference_section(&variants));
+        }
         latency_plot(dir, tag, mode, s, records)?;
         cdf_plot(dir, tag, mode, s, records)?;
         let which = match mode {
@@ -345,6 +348,67 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
             "paper",
         ],
         &rows,
+    )
+}
+
+/// Paceline's videoconference (Erbad and Krasic, Fig. 5 and 6): frame rate, layers, and the
+/// latency of each importance bucket.
+fn conference_section(variants: &[&VariantSummary]) -> String {
+    let rows: Vec<Vec<String>> = variants
+        .iter()
+        .filter_map(|v| Some((v, v.conference.as_ref()?)))
+        .map(|(v, c)| {
+            let mut row = vec![
+                v.name.clone(),
+                format!("{:.0} ms", c.threshold_ms),
+                c.fps.map_or(NO_DATA.into(), |f| {
+                    if f.runs > 1 {
+                        format!("{:.1} ± {:.1}", f.mean, f.ci95_high - f.mean)
+                    } else {
+                        format!("{:.1}", f.mean)
+                    }
+                }),
+                c.mean_layers.map_or(NO_DATA.into(), |l| format!("{l:.2}")),
+                format!(
+                    "{} of {} (over the run the sender cancelled {} of {})",
+                    c.adus_arrived, c.adus, c.adus_cancelled, c.adus_sent
+                ),
+            ];
+            for importance in (0..8).rev() {
+                row.push(
+                    match c.latency_by_importance_ms.get(&importance.to_string()) {
+                        Some(l) => format!(
+                            "{} / {} / {}",
+                            l.show("p50", 0),
+                            l.show("p99", 0),
+                            l.show("p999", 0)
+                        ),
+                        None => NO_DATA.into(),
+                    },
+                );
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec![
+        "variant".to_string(),
+        "latency threshold".into(),
+        "frames shown per s".into(),
+        "layers per shown frame".into(),
+        "ADUs arrived (captured in the window)".into(),
+    ];
+    headers.extend((0..8).rev().map(|i| {
+        let what = if i == 7 { "base" } else { "enhancement" };
+        format!("importance {i} ({what}): p50 / p99 / p99.9 ms")
+    }));
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    format!(
+        "<h3>Videoconference (Erbad and Krasic, Fig. 5 and 6)</h3><p>Frames of eight ADUs (a base \
+         layer and seven enhancement layers, importance 7 down to 0), each cancelled at the sender \
+         unless written by its capture plus the latency threshold. A frame is shown when its base \
+         ADU arrives within the threshold, with the enhancement layers whose whole prefix did. \
+         Latency: capture to arrival of the ADUs that arrived.</p>{}",
+        report::html_table(&headers, &rows)
     )
 }
 

@@ -26,8 +26,8 @@ use crate::results::{
     Window,
 };
 use crate::scenario::{ApplicationKind, Checked, Mode, Overrides, Scenario, STREAM_PORT};
-use crate::stream::{self, Sample};
-use crate::{floor, video, LabError};
+use crate::stream::{self, DeliveryErrors, Sample};
+use crate::{conference, floor, video, LabError};
 
 /// Ports of the cross-traffic sinks on every host, and of the floor probe.
 const TCP_SINK_PORT: u16 = 5001;
@@ -335,6 +335,8 @@ pub fn summary_inputs(
                 window_frames: s.application.video.window_frames,
                 tolerance_ms: s.application.video.tolerance_ms,
             }),
+            conference: (s.application_of(v) == ApplicationKind::Conference)
+                .then(|| s.application.conference.conference()),
         })
         .collect();
     let mut provenance = provenance(s, opts);
@@ -617,6 +619,10 @@ enum Measured {
         tx: Task<video::VideoSent>,
         rx: Task<lowtide_media::playout::Playout>,
     },
+    Conference {
+        tx: Task<conference::ConferenceRun>,
+        rx: Task<lowtide_media::conference::Viewer>,
+    },
 }
 
 impl Measured {
@@ -624,6 +630,7 @@ impl Measured {
         match self {
             Measured::Stream { tx, rx } => tx.poll().or_else(|| rx.poll()),
             Measured::Video { tx, rx } => tx.poll().or_else(|| rx.poll()),
+            Measured::Conference { tx, rx } => tx.poll().or_else(|| rx.poll()),
         }
     }
 }
@@ -746,12 +753,15 @@ impl TrialThreads {
         failure: &mut Option<LabError>,
     ) -> TrialRecord {
         let s = &checked.scenario;
-        let mut note = |r: Result<(), LabError>| {
-            if let Err(e) = r {
-                if failure.is_none() && !matches!(e, LabError::Stopped) {
-                    *failure = Some(e);
-                }
+        // A part stopped by the trial's end without another failure lost what it measured:
+        // that is a failure too, never a variant silently missing from the summary.
+        let mut stopped: Option<String> = None;
+        let mut note = |what: &str, r: Result<(), LabError>| match r {
+            Err(LabError::Stopped) => {
+                stopped.get_or_insert_with(|| what.to_string());
             }
+            Err(e) if failure.is_none() => *failure = Some(e),
+            _ => {}
         };
         let mut record = TrialRecord::default();
         for (i, m) in self.measured {
@@ -766,7 +776,7 @@ impl TrialThreads {
                         record.costs.push((name.clone(), sent.cost));
                         record.tcp.push((name, sent.tcp));
                     }
-                    (a, b) => note(a.map(drop).and(b.map(drop))),
+                    (a, b) => note(&name, a.map(drop).and(b.map(drop))),
                 },
                 Measured::Video { tx, rx } => match (tx.wait(), rx.wait(), &self.clip) {
                     (Ok(sent), Ok(seen), Some(clip)) => {
@@ -785,7 +795,27 @@ impl TrialThreads {
                         record.costs.push((name.clone(), sent.cost));
                         record.tcp.push((name, sent.tcp));
                     }
-                    (a, b, _) => note(a.map(drop).and(b.map(drop))),
+                    (a, b, _) => note(&name, a.map(drop).and(b.map(drop))),
+                },
+                Measured::Conference { tx, rx } => match (tx.wait(), rx.wait()) {
+                    (Ok(run), Ok(viewer)) => {
+                        let adus = conference::records(&viewer);
+                        record
+                            .streams
+                            .push((name.clone(), conference::samples(&adus)));
+                        record.adus.push((name.clone(), adus));
+                        record.conference_sent.push((name.clone(), run.sent));
+                        record.delivery_errors.push((
+                            name.clone(),
+                            DeliveryErrors {
+                                duplicated: viewer.duplicated,
+                                unknown: viewer.unknown,
+                            },
+                        ));
+                        record.costs.push((name.clone(), run.cost));
+                        record.tcp.push((name, run.tcp));
+                    }
+                    (a, b) => note(&name, a.map(drop).and(b.map(drop))),
                 },
             }
         }
@@ -795,10 +825,10 @@ impl TrialThreads {
                 record.floor = probes;
                 record.floor_sent = sent;
             }
-            (a, b) => note(a.map(drop).and(b.map(drop))),
+            (a, b) => note("the floor probe", a.map(drop).and(b.map(drop))),
         }
         for t in self.cross {
-            note(t.wait().map(drop));
+            note("cross traffic", t.wait().map(drop));
         }
         let cross_bytes = self.sinks.join();
         let fwd = net.forward().report();
@@ -814,7 +844,13 @@ impl TrialThreads {
                 .map_or(f64::NAN, |b| *b as f64 * 8.0 / s.run.duration_s),
             ..TrialNetwork::default()
         };
-        note(cross_bytes.map(drop));
+        note("the cross traffic's sinks", cross_bytes.map(drop));
+        if let (None, Some(what)) = (&failure, stopped) {
+            *failure = Some(LabError::io(
+                format!("measuring {what}"),
+                "it had not finished when the trial ended, so it was stopped and what it measured is lost",
+            ));
+        }
         record
     }
 }
@@ -888,6 +924,18 @@ fn start_trial(
                         })?,
                         tx: Task::spawn(tx_host, "video sender", move || {
                             video::send(addr, cfg, clip, frames, start, receive_end, tstop)
+                        })?,
+                    }
+                }
+                ApplicationKind::Conference => {
+                    let conf = s.application.conference.conference();
+                    let frames = conf.frames_in(s.run.duration_s);
+                    Measured::Conference {
+                        rx: Task::spawn(rx_host, "conference receiver", move || {
+                            conference::receive(addr, rcfg, conf, frames, start, receive_end, rstop)
+                        })?,
+                        tx: Task::spawn(tx_host, "conference sender", move || {
+                            conference::send(addr, cfg, conf, start, end, receive_end, tstop)
                         })?,
                     }
                 }
@@ -974,6 +1022,7 @@ mod tests {
                 queue_bdp: Some(0.5),
                 congestion: Some("reno".into()),
                 window_frames: None,
+                threshold_ms: None,
             },
             ..LabOptions::default()
         };

@@ -206,6 +206,9 @@ pub struct Application {
     /// The video of `layered_video` variants.
     #[serde(default)]
     pub video: VideoApp,
+    /// The stream of `conference` variants.
+    #[serde(default)]
+    pub conference: crate::conference::ConferenceApp,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
@@ -216,6 +219,9 @@ pub enum ApplicationKind {
     LatencyStream,
     /// [`crate::video`]: layered video with priority-progress streaming (Goel et al. §7).
     LayeredVideo,
+    /// [`crate::conference`]: Paceline's videoconference, ADUs expiring after a latency
+    /// threshold (Erbad and Krasic).
+    Conference,
 }
 
 /// The layered video a `layered_video` variant streams (looped to the run's length).
@@ -339,6 +345,8 @@ pub struct Overrides {
     pub congestion: Option<String>,
     /// Frames per adaptation window of the video (Fig. 8: 4, Fig. 9: 2).
     pub window_frames: Option<u32>,
+    /// The conference's latency threshold, ms (Erbad and Krasic, Fig. 5).
+    pub threshold_ms: Option<f64>,
 }
 
 impl Overrides {
@@ -357,6 +365,9 @@ impl Overrides {
         }
         if let Some(w) = self.window_frames {
             out.push_str(&format!("-w{w}"));
+        }
+        if let Some(t) = self.threshold_ms {
+            out.push_str(&format!("-t{t}"));
         }
         out
     }
@@ -480,6 +491,9 @@ impl Scenario {
         }
         if let Some(w) = o.window_frames {
             s.application.video.window_frames = w;
+        }
+        if let Some(t) = o.threshold_ms {
+            s.application.conference.threshold_ms = t;
         }
         s
     }
@@ -619,6 +633,28 @@ impl Scenario {
             }
             check_range("application.video.tolerance_ms", v.tolerance_ms, 1.0, 60e3)?;
             v.video(1.0)?;
+        }
+        if self
+            .variants
+            .iter()
+            .any(|v| self.application_of(v) == ApplicationKind::Conference)
+        {
+            let c = &self.application.conference;
+            check_range(
+                "application.conference.rate_mbps",
+                c.rate_mbps,
+                0.01,
+                1000.0,
+            )?;
+            check_range(
+                "application.conference.threshold_ms",
+                c.threshold_ms,
+                1.0,
+                600e3,
+            )?;
+            c.conference()
+                .check()
+                .map_err(|e| invalid("application.conference", "", e))?;
         }
         for (i, g) in self.goals.iter().enumerate() {
             if !self.variants.iter().any(|v| v.name == g.variant) {
@@ -859,6 +895,7 @@ controller = { min_buf = { a = 1, b = 3 } }
             queue_bdp: Some(0.5),
             congestion: Some("reno".into()),
             window_frames: Some(2),
+            threshold_ms: Some(500.0),
         };
         let t = s.with_overrides(&o).check().unwrap().scenario;
         assert_eq!(
@@ -871,7 +908,8 @@ controller = { min_buf = { a = 1, b = 3 } }
             Some("reno")
         );
         assert_eq!(t.application.video.window_frames, 2);
-        assert_eq!(o.suffix(), "-q0.5-reno-w2");
+        assert_eq!(t.application.conference.threshold_ms, 500.0);
+        assert_eq!(o.suffix(), "-q0.5-reno-w2-t500");
         let e = s
             .with_overrides(&Overrides {
                 queue_bdp: Some(-1.0),

@@ -1,5 +1,6 @@
 //! Sensitivity sweeps: one scenario under several congestion controls and queue sizes
-//! (`lowtide lab run FILE --cc reno,cubic,bbr --queue-bdp 0.5,1,2`). The paper's router queue
+//! (`lowtide lab run FILE --cc reno,cubic,bbr --queue-bdp 0.5,1,2`), or conference latency
+//! thresholds (`--threshold-ms 100,500,2000`: Erbad and Krasic's Fig. 5). The paper's router queue
 //! is unknown and its TCP (Linux 2.4) is not ours, so a claim holds only if it holds across
 //! them. Each combination is a full lab run in its own subfolder; `index.html` puts every row
 //! in one table, with a link to each run's report, and `sweep.json` keeps the summaries.
@@ -29,11 +30,13 @@ pub struct SweepPoint {
     pub summary: LabSummary,
 }
 
-/// Every combination of `congestion` × `queue_bdp` (an empty list keeps the scenario's).
+/// Every combination of `congestion` × `queue_bdp` × `threshold_ms` (an empty list keeps the
+/// scenario's).
 pub fn combinations(
     congestion: &[String],
     queue_bdp: &[f64],
     window_frames: Option<u32>,
+    threshold_ms: &[f64],
 ) -> Vec<Overrides> {
     let ccs: Vec<Option<String>> = if congestion.is_empty() {
         vec![None]
@@ -45,14 +48,22 @@ pub fn combinations(
     } else {
         queue_bdp.iter().copied().map(Some).collect()
     };
+    let thresholds: Vec<Option<f64>> = if threshold_ms.is_empty() {
+        vec![None]
+    } else {
+        threshold_ms.iter().copied().map(Some).collect()
+    };
     let mut out = vec![];
     for cc in &ccs {
         for q in &queues {
-            out.push(Overrides {
-                queue_bdp: *q,
-                congestion: cc.clone(),
-                window_frames,
-            });
+            for t in &thresholds {
+                out.push(Overrides {
+                    queue_bdp: *q,
+                    congestion: cc.clone(),
+                    window_frames,
+                    threshold_ms: *t,
+                });
+            }
         }
     }
     out
@@ -117,9 +128,10 @@ pub fn write_index(dir: &Path, scenario: &str, points: &[SweepPoint]) -> Result<
     std::fs::write(&json_path, json)
         .map_err(|e| LabError::io(format!("writing {}", json_path.display()), e))?;
     let mut sections = vec![format!(
-        "<p>{} combinations of congestion control and bottleneck queue, each a full run of \
-         <b>{}</b> (its report is linked). Every flow of a combination, cross traffic included, \
-         uses its congestion control; both bottleneck directions use its queue.</p>",
+        "<p>{} combinations of congestion control, bottleneck queue and conference latency \
+         threshold, each a full run of <b>{}</b> (its report is linked). Every flow of a \
+         combination, cross traffic included, uses its congestion control; both bottleneck \
+         directions use its queue.</p>",
         points.len(),
         report::escape(scenario)
     )];
@@ -144,6 +156,7 @@ pub fn write_index(dir: &Path, scenario: &str, points: &[SweepPoint]) -> Result<
             "vs TCP",
             "video whole ≤ 500 ms",
             "video dropped",
+            "conference frames/s",
         ],
         &rows(points),
     ));
@@ -189,6 +202,9 @@ fn rows(points: &[SweepPoint]) -> Vec<Vec<String>> {
                     .as_ref()
                     .map_or("-".into(), |x| pct(x.within(500.0))),
                 v.video.as_ref().map_or("-".into(), |x| pct(x.dropped())),
+                v.conference.as_ref().map_or("-".into(), |c| {
+                    c.fps.map_or(NO_DATA.into(), |f| format!("{:.1}", f.mean))
+                }),
             ]);
         }
     }
@@ -236,11 +252,14 @@ mod tests {
 
     #[test]
     fn combinations_are_the_product_and_name_their_folders() {
-        let c = combinations(&["reno".into(), "bbr".into()], &[0.5, 2.0], None);
+        let c = combinations(&["reno".into(), "bbr".into()], &[0.5, 2.0], None, &[]);
         assert_eq!(c.len(), 4);
         assert_eq!(folder_of(&c[0]), "q0.5-reno");
         assert_eq!(folder_of(&c[3]), "q2-bbr");
-        let one = combinations(&[], &[], None);
+        let t = combinations(&[], &[], None, &[100.0, 2000.0]);
+        assert_eq!(t.len(), 2);
+        assert_eq!(folder_of(&t[1]), "t2000");
+        let one = combinations(&[], &[], None, &[]);
         assert_eq!(one, vec![Overrides::default()]);
         assert_eq!(folder_of(&one[0]), "as-written");
     }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use lowtide::{Channel, Event, Message, MessageId, StreamConfig};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::conference::{self, Conference, Viewer, ADUS_PER_FRAME};
 use crate::playout::Playout;
@@ -175,7 +175,7 @@ pub async fn receive_video(
 }
 
 /// What the sender of a conference stream did with its ADUs, per layer (0 = base).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConferenceSent {
     pub frames: u32,
     /// ADUs handed to lowtide, written whole to the kernel, and cancelled at their deadline.
@@ -188,12 +188,14 @@ pub struct ConferenceSent {
 /// Sends `frames` frames of a conference stream from `start` (Erbad and Krasic's
 /// videoconferencing application, [`crate::conference`]): at each frame's capture, its eight
 /// ADUs with importance by layer and the deadline capture + threshold. Returns once the last
-/// frame's deadline has passed (the caller flushes or closes).
+/// frame's deadline has passed, or at `until` if that comes first (no frame is captured after
+/// it); the caller flushes or closes.
 pub async fn send_conference(
     ch: &Channel,
     conf: Conference,
     frames: u32,
     start: Instant,
+    until: Instant,
 ) -> Result<ConferenceSent, SessionError> {
     conf.check().map_err(SessionError::Plan)?;
     let stream = ch.open_stream(StreamConfig::default())?;
@@ -205,6 +207,9 @@ pub async fn send_conference(
     let at = |s: f64| start + Duration::from_secs_f64(s);
     for frame in 0..frames {
         let capture = at(conf.capture_s(frame));
+        if capture > until {
+            break;
+        }
         conference_events(ch, &mut out, &mut pending, capture).await;
         for layer in 0..ADUS_PER_FRAME {
             let data = MediaHeader::data_message(frame, frame, layer, conf.adu_bytes());
@@ -217,7 +222,7 @@ pub async fn send_conference(
         }
     }
     let last = at(conf.capture_s(frames.saturating_sub(1))) + conf.threshold;
-    conference_events(ch, &mut out, &mut pending, last).await;
+    conference_events(ch, &mut out, &mut pending, last.min(until)).await;
     Ok(out)
 }
 

@@ -153,7 +153,9 @@ fn a_conference_stream_shows_every_frame_on_an_idle_path() {
             receive_conference(&ch, None, conf, frames, start, end).await
         });
         let ch = lowtide::connect(addr, cfg).await.unwrap();
-        let sent = send_conference(&ch, conf, frames, start).await.unwrap();
+        let sent = send_conference(&ch, conf, frames, start, end)
+            .await
+            .unwrap();
         ch.flush().await.unwrap();
         ch.close(0, "done").await;
         let seen = recv.await.unwrap();

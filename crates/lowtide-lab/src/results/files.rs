@@ -4,6 +4,7 @@
 //! | --- | --- |
 //! | `messages.csv` | message of a measured stream (or video window), and floor probe |
 //! | `windows.csv` | adaptation window of a video variant |
+//! | `adus.csv` | ADU of a conference variant |
 //! | `tcpinfo.csv` | `TCP_INFO` sample of a measured stream's sender socket |
 //! | `trials.json` | emulated network: its variants, what the bottleneck did, the floor probe's sender, costs, counters |
 //!
@@ -16,15 +17,18 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{TrialNetwork, TrialRecord, FLOOR};
+use crate::conference::AduRecord;
 use crate::floor::FloorSent;
 use crate::scenario::Mode;
 use crate::stream::{DeliveryErrors, Sample, SendCost};
 use crate::tcpinfo::{TcpSample, TcpTimeline};
 use crate::video::WindowRecord;
 use crate::LabError;
+use lowtide_media::session::ConferenceSent;
 
 pub const MESSAGES: &str = "messages.csv";
 pub const WINDOWS: &str = "windows.csv";
+pub const ADUS: &str = "adus.csv";
 pub const TCPINFO: &str = "tcpinfo.csv";
 pub const TRIALS: &str = "trials.json";
 
@@ -75,17 +79,21 @@ struct TrialMeta {
     delivery_errors: Vec<(String, DeliveryErrors)>,
     /// Per variant: failed `TCP_INFO` samples and the first error.
     tcp_errors: Vec<(String, u64, Option<String>)>,
+    #[serde(default)]
+    conference_sent: Vec<(String, ConferenceSent)>,
 }
 
 fn io(what: String) -> impl FnOnce(csv::Error) -> LabError {
     move |e| LabError::io(what, e)
 }
 
-/// Writes the records' files into `dir` (`windows.csv` only when there is video).
+/// Writes the records' files into `dir` (`windows.csv` only when there is video, `adus.csv`
+/// only when there is a conference).
 pub fn write_records(dir: &Path, records: &[TrialRecord]) -> Result<(), LabError> {
     let path = |name: &str| dir.join(name);
     let mut messages = csv_writer(&path(MESSAGES))?;
     let mut windows = None;
+    let mut adus = None;
     let mut tcp = csv_writer(&path(TCPINFO))?;
     let mut metas = vec![];
     for (trial, r) in records.iter().enumerate() {
@@ -116,6 +124,16 @@ pub fn write_records(dir: &Path, records: &[TrialRecord]) -> Result<(), LabError
                     .map_err(io(format!("writing {WINDOWS}")))?;
             }
         }
+        for (series, list) in &r.adus {
+            if adus.is_none() {
+                adus = Some(csv_writer(&path(ADUS))?);
+            }
+            let out = adus.as_mut().expect("opened above");
+            for a in list {
+                out.serialize((Key::of(trial, r, series), a))
+                    .map_err(io(format!("writing {ADUS}")))?;
+            }
+        }
         for (series, t) in &r.tcp {
             for s in &t.samples {
                 tcp.serialize((Key::of(trial, r, series), s))
@@ -135,6 +153,7 @@ pub fn write_records(dir: &Path, records: &[TrialRecord]) -> Result<(), LabError
                 .iter()
                 .map(|(n, t)| (n.clone(), t.errors, t.first_error.clone()))
                 .collect(),
+            conference_sent: r.conference_sent.clone(),
         });
     }
     let flushed = |w: &mut csv::Writer<std::fs::File>, name: &str| {
@@ -145,6 +164,9 @@ pub fn write_records(dir: &Path, records: &[TrialRecord]) -> Result<(), LabError
     flushed(&mut tcp, TCPINFO)?;
     if let Some(w) = windows.as_mut() {
         flushed(w, WINDOWS)?;
+    }
+    if let Some(w) = adus.as_mut() {
+        flushed(w, ADUS)?;
     }
     let text = serde_json::to_string_pretty(&metas)
         .map_err(|e| LabError::io(format!("encoding {TRIALS}"), e))?;
@@ -192,6 +214,7 @@ pub fn read_records(dir: &Path) -> Result<Vec<TrialRecord>, LabError> {
                 })
                 .collect(),
             network: m.network,
+            conference_sent: m.conference_sent,
             ..TrialRecord::default()
         })
         .collect();
@@ -227,6 +250,13 @@ pub fn read_records(dir: &Path) -> Result<Vec<TrialRecord>, LabError> {
         for (line, (key, w)) in csv_rows::<WindowRecord>(&windows)?.into_iter().enumerate() {
             let k = check(key.trial, WINDOWS, line + 2)?;
             push(&mut records[k].windows, &key.series, w);
+        }
+    }
+    let adus = dir.join(ADUS);
+    if adus.exists() {
+        for (line, (key, a)) in csv_rows::<AduRecord>(&adus)?.into_iter().enumerate() {
+            let k = check(key.trial, ADUS, line + 2)?;
+            push(&mut records[k].adus, &key.series, a);
         }
     }
     for (line, (key, sample)) in csv_rows::<TcpSample>(&dir.join(TCPINFO))?

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 pub use table::{mbit, ratio, text_table};
 pub use video::{VideoInfo, VideoSummary, TOLERANCES_MS};
 
+use crate::conference::{AduRecord, ConferenceSummary};
 use crate::floor::{self, FloorSent};
 use crate::goals::{check_goals, GoalResult};
 use crate::scenario::{Goal, Mode, PaperFigure, PaperNumbers};
@@ -25,6 +26,8 @@ use crate::tail::TailCauses;
 use crate::tcpinfo::{TcpTimeline, TransportSummary};
 use crate::video::WindowRecord;
 use crate::LabError;
+use lowtide_media::conference::Conference;
+use lowtide_media::session::ConferenceSent;
 
 /// The CSV series name of the network-floor probe.
 pub const FLOOR: &str = crate::report::FLOOR_SERIES;
@@ -48,6 +51,9 @@ pub struct TrialRecord {
     pub costs: Vec<(String, SendCost)>,
     /// Video variants: name → every adaptation window.
     pub windows: Vec<(String, Vec<WindowRecord>)>,
+    /// Conference variants: name → every ADU sent, and what the sender counted.
+    pub adus: Vec<(String, Vec<AduRecord>)>,
+    pub conference_sent: Vec<(String, ConferenceSent)>,
     /// Variant name → its sender socket's `TCP_INFO` over time.
     pub tcp: Vec<(String, TcpTimeline)>,
     /// Variant name → messages that broke exactly-once delivery.
@@ -72,10 +78,19 @@ impl TrialRecord {
     }
 
     /// Delivered bits/s in the window: a latency stream's payload received in it; a video's
-    /// bytes received for the windows captured in it.
+    /// bytes received for the windows captured in it; a conference's ADUs captured in it
+    /// that arrived.
     fn delivered_bps(&self, name: &str, w: Window) -> Option<f64> {
         if let Some(windows) = self.windows_of(name) {
             return Some(video_bps(windows, w, |x| x.bytes_received));
+        }
+        if let Some(adus) = find(&self.adus, name) {
+            let bytes: u64 = adus
+                .iter()
+                .filter(|a| a.latency_ms.is_some() && w.contains(a.capture_s))
+                .map(|a| u64::from(a.bytes))
+                .sum();
+            return Some(bytes as f64 * 8.0 / w.len_s());
         }
         let samples = self.stream_of(name)?;
         let n = samples
@@ -87,9 +102,13 @@ impl TrialRecord {
 
     /// Sent bits/s in the window: messages handed to the transport (latency stream), bytes
     /// written to the kernel for the windows captured in it (video, Goel et al. Table II).
+    /// A conference counts what it wrote per run, not per ADU: no figure for the window.
     fn sent_bps(&self, name: &str, w: Window) -> Option<f64> {
         if let Some(windows) = self.windows_of(name) {
             return Some(video_bps(windows, w, |x| x.bytes_written));
+        }
+        if find(&self.adus, name).is_some() {
+            return None;
         }
         let n = self
             .stream_of(name)?
@@ -228,6 +247,9 @@ pub struct VariantSummary {
     /// Video variants: windows on time, dropped windows, layers and frame rate.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub video: Option<VideoSummary>,
+    /// Conference variants: frame rate, layers, latency per importance (Paceline Fig. 5, 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conference: Option<ConferenceSummary>,
     pub paper: Option<PaperNumbers>,
 }
 
@@ -300,6 +322,8 @@ pub struct VariantInfo {
     pub baseline: Option<String>,
     /// Video variants: how their video is played.
     pub video: Option<VideoInfo>,
+    /// Conference variants: their stream.
+    pub conference: Option<Conference>,
 }
 
 /// Everything the summary is computed from besides the records.
@@ -512,6 +536,16 @@ fn summarize_variant(
             .collect();
         VideoSummary::of(&runs, crate::video::FPS, video)
     });
+    let conference = info.conference.map(|conf| {
+        let runs: Vec<(&[AduRecord], Option<&ConferenceSent>)> = ran
+            .iter()
+            .filter_map(|t| {
+                let adus = find(&t.adus, &info.name)?;
+                Some((adus.as_slice(), find(&t.conference_sent, &info.name)))
+            })
+            .collect();
+        ConferenceSummary::of(conf, &runs, w)
+    });
     let goodputs: Vec<f64> = goodput.iter().map(|x| x.1).collect();
     VariantSummary {
         name: info.name.clone(),
@@ -534,6 +568,7 @@ fn summarize_variant(
         delivery_errors,
         sender_cost: SenderCost::mean_of(&costs),
         video,
+        conference,
         paper: info.paper.clone(),
     }
 }

@@ -67,6 +67,28 @@ pub fn text_table(s: &LabSummary) -> String {
             v.tail_causes.describe()
         ));
     }
+    for (v, c) in s
+        .variants
+        .iter()
+        .filter_map(|v| Some((v, v.conference.as_ref()?)))
+    {
+        let bucket = |i: u8| {
+            c.latency_by_importance_ms
+                .get(&i.to_string())
+                .map_or(NO_DATA.to_string(), |l| {
+                    format!("p50 {} / p99.9 {} ms", l.show("p50", 0), l.show("p999", 0))
+                })
+        };
+        out.push_str(&format!(
+            "conference {}: threshold {:.0} ms, {} frames/s, {} layers; base ADUs {}, top enhancement {}\n",
+            v.name,
+            c.threshold_ms,
+            c.fps.map_or(NO_DATA.into(), |f| format!("{:.1}", f.mean)),
+            c.mean_layers.map_or(NO_DATA.into(), |l| format!("{l:.2}")),
+            bucket(7),
+            bucket(0),
+        ));
+    }
     let videos: Vec<(&VariantSummary, &VideoSummary)> = s
         .variants
         .iter()

@@ -49,6 +49,7 @@ fn infos() -> Vec<VariantInfo> {
             paper: None,
             baseline: (*n != "TCP").then(|| "TCP".into()),
             video: None,
+            conference: None,
         })
         .collect()
 }
@@ -434,6 +435,35 @@ fn files_round_trip_every_record() {
         },
     )];
     r[2].network.forward_drops = 42;
+    r[2].adus = vec![(
+        "MB".into(),
+        vec![
+            crate::conference::AduRecord {
+                frame: 0,
+                layer: 0,
+                capture_s: 0.0,
+                bytes: 2083,
+                latency_ms: Some(41.5),
+            },
+            crate::conference::AduRecord {
+                frame: 0,
+                layer: 7,
+                capture_s: 0.0,
+                bytes: 2083,
+                latency_ms: None,
+            },
+        ],
+    )];
+    r[2].conference_sent = vec![(
+        "MB".into(),
+        lowtide_media::session::ConferenceSent {
+            frames: 1,
+            sent: [1; 8],
+            written: [1, 1, 1, 1, 1, 1, 1, 0],
+            cancelled: [0, 0, 0, 0, 0, 0, 0, 1],
+            bytes_written: 14_000,
+        },
+    )];
     files::write_records(&dir, &r).unwrap();
     let back = files::read_records(&dir).unwrap();
     assert_eq!(back.len(), 3);
@@ -445,6 +475,8 @@ fn files_round_trip_every_record() {
         assert_eq!(a.variants, b.variants);
         assert_eq!(a.delivery_errors, b.delivery_errors);
         assert_eq!(a.network, b.network);
+        assert_eq!(a.adus, b.adus);
+        assert_eq!(a.conference_sent, b.conference_sent);
     }
     // A row naming a trial that does not exist is an error with its line.
     std::fs::write(
