@@ -23,6 +23,7 @@ pub mod conference;
 pub mod demo;
 pub mod floor;
 pub mod goals;
+pub mod quic;
 pub mod render;
 pub mod report;
 pub mod results;

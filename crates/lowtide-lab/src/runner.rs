@@ -27,7 +27,7 @@ use crate::results::{
 };
 use crate::scenario::{ApplicationKind, Checked, Mode, Overrides, Scenario, STREAM_PORT};
 use crate::stream::{self, DeliveryErrors, Sample};
-use crate::{conference, floor, video, LabError};
+use crate::{conference, floor, quic, video, LabError};
 
 /// Ports of the cross-traffic sinks on every host, and of the floor probe.
 const TCP_SINK_PORT: u16 = 5001;
@@ -320,14 +320,21 @@ pub fn summary_inputs(
         .enumerate()
         .map(|(i, v)| VariantInfo {
             name: v.name.clone(),
-            controller: match v.sndbuf {
-                Some(b) => format!("{}, SO_SNDBUF {b}", controller_name(&v.controller)),
-                None => controller_name(&v.controller),
+            controller: match (&v.quic, v.sndbuf) {
+                (Some(q), _) => format!(
+                    "QUIC (quinn), send window {} KB",
+                    q.send_window_bytes / 1024
+                ),
+                (None, Some(b)) => format!("{}, SO_SNDBUF {b}", controller_name(&v.controller)),
+                (None, None) => controller_name(&v.controller),
             },
-            congestion: v
-                .congestion
-                .clone()
-                .unwrap_or_else(|| s.topology.hosts.congestion.clone()),
+            congestion: match &v.quic {
+                Some(q) => q.congestion.clone(),
+                None => v
+                    .congestion
+                    .clone()
+                    .unwrap_or_else(|| s.topology.hosts.congestion.clone()),
+            },
             ecn: s.ecn_of(v),
             paper: v.paper.clone(),
             baseline: checked.baseline_of(i).map(|b| s.variants[b].name.clone()),
@@ -766,6 +773,8 @@ impl TrialThreads {
         let mut record = TrialRecord::default();
         for (i, m) in self.measured {
             let name = s.variants[i].name.clone();
+            // A QUIC sender has no lowtide driver to count (Table I's columns): no cost row.
+            let quic = s.variants[i].quic.is_some();
             match m {
                 Measured::Stream { tx, rx } => match (tx.wait(), rx.wait()) {
                     (Ok(sent), Ok(received)) => {
@@ -773,7 +782,9 @@ impl TrialThreads {
                             stream::join_sent_and_received(&sent, &received, receive_end_s);
                         record.streams.push((name.clone(), samples));
                         record.delivery_errors.push((name.clone(), errors));
-                        record.costs.push((name.clone(), sent.cost));
+                        if !quic {
+                            record.costs.push((name.clone(), sent.cost));
+                        }
                         record.tcp.push((name, sent.tcp));
                     }
                     (a, b) => note(&name, a.map(drop).and(b.map(drop))),
@@ -812,7 +823,9 @@ impl TrialThreads {
                                 unknown: viewer.unknown,
                             },
                         ));
-                        record.costs.push((name.clone(), run.cost));
+                        if !quic {
+                            record.costs.push((name.clone(), run.cost));
+                        }
                         record.tcp.push((name, run.tcp));
                     }
                     (a, b) => note(&name, a.map(drop).and(b.map(drop))),
@@ -853,6 +866,46 @@ impl TrialThreads {
         }
         record
     }
+}
+
+/// Starts a QUIC variant's two ends (`crate::quic`).
+#[allow(clippy::too_many_arguments)]
+fn start_quic(
+    s: &Scenario,
+    v: &crate::scenario::Variant,
+    q: &crate::quic::QuicConfig,
+    addr: SocketAddr,
+    tx_host: &lowtide_netem::Host,
+    rx_host: &lowtide_netem::Host,
+    start: Instant,
+    end: Instant,
+    stop: &Stop,
+) -> Result<Measured, LabError> {
+    let creds = quic::Credentials::generate()?;
+    let receive_end = end + GRACE;
+    let (rq, rcreds, rstop, tstop) = (q.clone(), creds.clone(), stop.clone(), stop.clone());
+    let q = q.clone();
+    Ok(match s.application_of(v) {
+        ApplicationKind::Conference => {
+            let conf = s.application.conference.conference();
+            Measured::Conference {
+                rx: Task::spawn(rx_host, "QUIC conference receiver", move || {
+                    quic::receive_conference(addr, rq, rcreds, conf, start, receive_end, rstop)
+                })?,
+                tx: Task::spawn(tx_host, "QUIC conference sender", move || {
+                    quic::send_conference(addr, q, creds, conf, start, end, receive_end, tstop)
+                })?,
+            }
+        }
+        _ => Measured::Stream {
+            rx: Task::spawn(rx_host, "QUIC stream receiver", move || {
+                quic::receive_stream(addr, rq, rcreds, start, receive_end, rstop)
+            })?,
+            tx: Task::spawn(tx_host, "QUIC stream sender", move || {
+                quic::send_stream(addr, q, creds, start, end, receive_end, tstop)
+            })?,
+        },
+    })
 }
 
 /// Starts every thread of a trial: sinks, measured streams, floor probe, cross traffic.
@@ -901,6 +954,13 @@ fn start_trial(
         let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
         let tx_host = net.sender(v.sender);
         let (rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
+        if let Some(q) = &v.quic {
+            measured.push((
+                i,
+                start_quic(s, v, q, addr, tx_host, rx_host, start, end, stop)?,
+            ));
+            continue;
+        }
         measured.push((
             i,
             match s.application_of(v) {

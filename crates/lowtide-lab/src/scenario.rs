@@ -243,6 +243,10 @@ pub struct VideoApp {
     pub tolerance_ms: f64,
 }
 
+fn plain_tcp() -> ControllerConfig {
+    ControllerConfig::Unlimited
+}
+
 fn four() -> u32 {
     4
 }
@@ -289,6 +293,8 @@ impl VideoApp {
 #[serde(deny_unknown_fields)]
 pub struct Variant {
     pub name: String,
+    /// lowtide's latency controller (default: `unlimited`, plain TCP).
+    #[serde(default = "plain_tcp")]
     pub controller: ControllerConfig,
     /// Congestion control of this stream's socket (default: `topology.hosts.congestion`).
     #[serde(default)]
@@ -303,6 +309,10 @@ pub struct Variant {
     /// What this variant runs (default: `application.kind`).
     #[serde(default)]
     pub application: Option<ApplicationKind>,
+    /// Run the application over QUIC (quinn) instead of lowtide over TCP: the clean-slate
+    /// reference (`crate::quic`); `controller`, `congestion` and `sndbuf` then do not apply.
+    #[serde(default)]
+    pub quic: Option<crate::quic::QuicConfig>,
     /// `SO_SNDBUF` of the stream's socket, bytes (default: the kernel's autotuning, up to
     /// `tcp_wmem`'s 4 MB). The kernel doubles it; 65536 gives Linux 2.4's largest buffer.
     #[serde(default)]
@@ -736,6 +746,27 @@ impl Scenario {
                     "a name no other variant has",
                 ));
             }
+            if let Some(q) = &v.quic {
+                q.check().map_err(|e| invalid(field("quic"), "", e))?;
+                let app = self.application_of(v);
+                if app == ApplicationKind::LayeredVideo {
+                    return Err(invalid(
+                        field("application"),
+                        "layered_video",
+                        "latency_stream or conference for a QUIC variant",
+                    ));
+                }
+                if v.controller != ControllerConfig::Unlimited
+                    || v.congestion.is_some()
+                    || v.sndbuf.is_some()
+                {
+                    return Err(invalid(
+                        field("quic"),
+                        "with controller, congestion or sndbuf",
+                        "a QUIC variant without lowtide's TCP settings (its congestion control is quic.congestion)",
+                    ));
+                }
+            }
             v.controller.validate().map_err(|e| {
                 invalid(
                     field("controller"),
@@ -987,6 +1018,32 @@ controller = { min_buf = { a = 1, b = 3 } }
         assert!(
             e.starts_with("application.video = trace and synthetic"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn quic_variants_are_checked() {
+        let quic = |extra: &str| format!("{GOOD}[[variant]]\nname = \"QUIC\"\n{extra}\n");
+        let ok = Scenario::from_toml(&quic("quic = { congestion = \"bbr\" }")).unwrap();
+        let v = &ok.scenario.variants[2];
+        assert_eq!(v.controller, ControllerConfig::Unlimited);
+        assert_eq!(v.quic.as_ref().unwrap().send_window_bytes, 65536);
+        let e = err(&quic("quic = { congestion = \"vegas\" }"));
+        assert!(
+            e.starts_with("variant[2].quic") && e.contains("cubic, newreno, bbr"),
+            "{e}"
+        );
+        let e = err(&quic("quic = { send_window_bytes = 100 }"));
+        assert!(e.contains("send_window_bytes = 100"), "{e}");
+        let e = err(&quic("quic = {}\ncongestion = \"reno\""));
+        assert!(e.contains("without lowtide's TCP settings"), "{e}");
+        let e = err(&quic("quic = {}\napplication = \"layered_video\""));
+        assert!(e.starts_with("variant[2].application"), "{e}");
+        // A variant without a controller is plain TCP.
+        let plain = Scenario::from_toml(&format!("{GOOD}[[variant]]\nname = \"plain\"\n")).unwrap();
+        assert_eq!(
+            plain.scenario.variants[2].controller,
+            ControllerConfig::Unlimited
         );
     }
 
