@@ -108,22 +108,33 @@ async fn collect_until(
     pending: &mut HashMap<MessageId, (u32, u64)>,
     until: tokio::time::Instant,
 ) {
+    message_fates(ch, until, |id, written| {
+        if let Some((w, bytes)) = pending.remove(&id) {
+            if written {
+                ledger.written(w, bytes);
+            } else {
+                ledger.cancelled(w);
+            }
+        }
+    })
+    .await
+}
+
+/// Tells `fate` of every message the channel finished with until `until` (or the channel
+/// ends): written whole to the kernel (`true`), or cancelled (`false`).
+async fn message_fates(
+    ch: &Channel,
+    until: tokio::time::Instant,
+    mut fate: impl FnMut(MessageId, bool),
+) {
     loop {
         let event = tokio::select! {
             e = ch.next_event() => e,
             _ = tokio::time::sleep_until(until) => return,
         };
         match event {
-            Some(Event::Written { id, .. }) => {
-                if let Some((w, bytes)) = pending.remove(&id) {
-                    ledger.written(w, bytes);
-                }
-            }
-            Some(Event::Cancelled { id, .. }) => {
-                if let Some((w, _)) = pending.remove(&id) {
-                    ledger.cancelled(w);
-                }
-            }
+            Some(Event::Written { id, .. }) => fate(id, true),
+            Some(Event::Cancelled { id, .. }) => fate(id, false),
             Some(_) => {}
             None => return,
         }
@@ -233,28 +244,17 @@ async fn conference_events(
     pending: &mut HashMap<MessageId, (usize, u64)>,
     until: Instant,
 ) {
-    let until = tokio::time::Instant::from_std(until);
-    loop {
-        let event = tokio::select! {
-            e = ch.next_event() => e,
-            _ = tokio::time::sleep_until(until) => return,
-        };
-        match event {
-            Some(Event::Written { id, .. }) => {
-                if let Some((layer, bytes)) = pending.remove(&id) {
-                    out.written[layer] += 1;
-                    out.bytes_written += bytes;
-                }
+    message_fates(ch, tokio::time::Instant::from_std(until), |id, written| {
+        if let Some((layer, bytes)) = pending.remove(&id) {
+            if written {
+                out.written[layer] += 1;
+                out.bytes_written += bytes;
+            } else {
+                out.cancelled[layer] += 1;
             }
-            Some(Event::Cancelled { id, .. }) => {
-                if let Some((layer, _)) = pending.remove(&id) {
-                    out.cancelled[layer] += 1;
-                }
-            }
-            Some(_) => {}
-            None => return,
         }
-    }
+    })
+    .await
 }
 
 /// Receives a conference stream of `frames` frames sent by [`send_conference`] until `end`
