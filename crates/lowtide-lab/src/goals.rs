@@ -69,11 +69,17 @@ pub enum Metric {
     RetransmittedSegments,
     /// Retransmission timeouts of the stream's TCP in the window (`TCP_INFO`).
     Timeouts,
+    /// Conference: frames shown per second (Erbad and Krasic, Fig. 5).
+    ConferenceFps,
+    /// Conference: the base layer's median latency minus the floor probe's median.
+    BaseP50AboveFloorMs,
+    /// Conference: the highest p99.9 latency of any importance bucket (Fig. 6).
+    WorstImportanceP999Ms,
 }
 
 impl Metric {
     /// Every metric, for checks and documentation.
-    pub const ALL: [Metric; 14] = [
+    pub const ALL: [Metric; 17] = [
         Metric::LatencyP50Ms,
         Metric::LatencyP95Ms,
         Metric::LatencyP99Ms,
@@ -88,6 +94,9 @@ impl Metric {
         Metric::MeanLayers,
         Metric::RetransmittedSegments,
         Metric::Timeouts,
+        Metric::ConferenceFps,
+        Metric::BaseP50AboveFloorMs,
+        Metric::WorstImportanceP999Ms,
     ];
 
     /// The name as written in scenario files.
@@ -107,6 +116,9 @@ impl Metric {
             Metric::MeanLayers => "mean_layers",
             Metric::RetransmittedSegments => "retransmitted_segments",
             Metric::Timeouts => "timeouts",
+            Metric::ConferenceFps => "conference_fps",
+            Metric::BaseP50AboveFloorMs => "base_p50_above_floor_ms",
+            Metric::WorstImportanceP999Ms => "worst_importance_p999_ms",
         }
     }
 
@@ -151,6 +163,29 @@ impl Metric {
             Metric::MeanLayers => video(&|x| x.layers()),
             Metric::RetransmittedSegments => v.transport.retransmitted_segments,
             Metric::Timeouts => v.transport.timeouts,
+            Metric::ConferenceFps => v.conference.as_ref().map_or(Measured::default(), |c| {
+                c.fps
+                    .map_or(Measured::default(), |f| Measured::new(Some(f.mean), f.runs))
+            }),
+            Metric::BaseP50AboveFloorMs => {
+                let base = v
+                    .conference
+                    .as_ref()
+                    .and_then(|c| c.latency_by_importance_ms.get("7"));
+                let f = &floor.latency_ms;
+                base.map_or(Measured::default(), |b| {
+                    Measured::new(b.p50.zip(f.p50).map(|(x, y)| x - y), b.count.min(f.count))
+                })
+            }
+            Metric::WorstImportanceP999Ms => {
+                v.conference.as_ref().map_or(Measured::default(), |c| {
+                    let buckets = c.latency_by_importance_ms.values();
+                    Measured::new(
+                        buckets.clone().filter_map(|l| l.p999).reduce(f64::max),
+                        buckets.map(|l| l.count).sum(),
+                    )
+                })
+            }
         }
     }
 }

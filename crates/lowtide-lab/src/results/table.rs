@@ -80,7 +80,7 @@ pub fn text_table(s: &LabSummary) -> String {
                 })
         };
         out.push_str(&format!(
-            "conference {}: threshold {:.0} ms, {} frames/s, {} layers; base ADUs {}, top enhancement {}\n",
+            "conference {}: threshold {:.0} ms, {} frames/s, layers per shown frame {}; base ADUs {}, top enhancement {}\n",
             v.name,
             c.threshold_ms,
             c.fps.map_or(NO_DATA.into(), |f| format!("{:.1}", f.mean)),
