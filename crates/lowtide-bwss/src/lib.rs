@@ -16,11 +16,16 @@
 //! Design and measurements: `docs/bwss.md`.
 
 pub mod allocation;
+pub mod client;
 pub mod config;
+pub mod daemon;
 pub mod fcs;
 pub mod meter;
+pub mod shm;
 pub mod sigma;
 pub mod system;
+pub mod unix;
+pub mod wire;
 
 pub use config::{Class, Config, ConfigError, FlowInfo};
 pub use fcs::{Budget, TokenBucket};

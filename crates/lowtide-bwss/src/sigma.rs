@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One flow as the rule sees it at a tick.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,7 +55,7 @@ pub struct SigmaParams {
 }
 
 /// Transitions of the rule, counted by reason.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SigmaCounters {
     pub flow_congested: u64,
     pub flow_recovered: u64,

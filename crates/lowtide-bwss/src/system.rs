@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::allocation::allocate;
 use crate::config::{Class, Config, FlowInfo};
@@ -42,7 +42,7 @@ pub struct Bwss {
 }
 
 /// One flow in [`Status`].
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FlowStatus {
     pub id: FlowId,
     pub program: String,
@@ -62,7 +62,7 @@ pub struct FlowStatus {
 }
 
 /// Everything the daemon shows.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
     /// kbit/s; `None` until the first measurement.
     pub sigma_kbps: Option<f64>,
