@@ -191,6 +191,15 @@ fn tick(shared: &Shared, now: Instant) {
         }
     }
     st.bwss.on_tick(now);
+    publish(shared, st);
+    shared.region.beat();
+    if let Some(log) = &mut st.log {
+        log.maybe_write(now, shared.start, &st.bwss);
+    }
+}
+
+/// Every flow's budget into its slot.
+fn publish(shared: &Shared, st: &State) {
     for e in st.flows.values() {
         if let Some(slot) = shared.region.slot(e.slot) {
             let (rate, depth) = match st.bwss.budget(e.id) {
@@ -200,10 +209,6 @@ fn tick(shared: &Shared, now: Instant) {
             slot.depth.store(depth, Ordering::Relaxed);
             slot.rate.store(rate, Ordering::Release);
         }
-    }
-    shared.region.beat();
-    if let Some(log) = &mut st.log {
-        log.maybe_write(now, shared.start, &st.bwss);
     }
 }
 
@@ -303,6 +308,7 @@ fn handle(shared: &Shared, conn: u64, program: &mut String, req: Request) -> Rep
                     holders: BTreeSet::from([conn]),
                 },
             );
+            publish(shared, st);
             Reply::Registered { slot }
         }
         Request::Unregister { inode } => {
@@ -333,6 +339,7 @@ fn release(shared: &Shared, st: &mut State, inode: u64, conn: u64) {
             s.rate.store(0, Ordering::Relaxed);
         }
         st.free.push(slot);
+        publish(shared, st);
     }
 }
 
@@ -354,7 +361,10 @@ struct RateLine<'a> {
 
 struct RateLog {
     out: std::io::BufWriter<std::fs::File>,
+    /// When the last line was written, and when the next is due (whole seconds of the
+    /// daemon's clock, so lines do not drift by a tick each second).
     last: Option<Instant>,
+    due: Option<Instant>,
     bytes: HashMap<FlowId, u64>,
 }
 
@@ -371,16 +381,22 @@ impl RateLog {
         Ok(RateLog {
             out: std::io::BufWriter::new(f),
             last: None,
+            due: None,
             bytes: HashMap::new(),
         })
     }
 
     fn maybe_write(&mut self, now: Instant, start: Instant, bwss: &Bwss) {
         let last = *self.last.get_or_insert(start);
-        let dt = now.duration_since(last).as_secs_f64();
-        if dt < 1.0 {
+        let due = self.due.get_or_insert(start + Duration::from_secs(1));
+        if now < *due {
             return;
         }
+        *due += Duration::from_secs(1);
+        if *due <= now {
+            *due = now + Duration::from_secs(1);
+        }
+        let dt = now.duration_since(last).as_secs_f64();
         self.last = Some(now);
         let status = bwss.status(now);
         let mut seen = HashMap::new();

@@ -23,7 +23,8 @@
 //! - **Flows starting or stopping** clear the per-flow congestion marks and restart the
 //!   probe timer (the paper resets "the BWSS state"); σ itself is kept, because the
 //!   aggregate right after a change measures the old set of flows.
-//! - σ never exceeds the access link's rate when it is configured.
+//! - σ never exceeds the access link's rate when it is configured, and starts there (the
+//!   paper starts from the first measured aggregate, which is what happens when it is not).
 //!
 //! Every transition is counted by reason ([`SigmaCounters`]).
 
@@ -85,7 +86,8 @@ impl SigmaRule {
     pub fn new(params: SigmaParams) -> Self {
         Self {
             params,
-            sigma: None,
+            // A known access link is the best first guess; else the first measurement.
+            sigma: params.link,
             congested: BTreeMap::new(),
             all_met_since: None,
             last_probe: None,
@@ -320,6 +322,7 @@ mod tests {
             link: Some(960e3),
             ..params()
         });
+        assert_eq!(r.sigma(), Some(960e3), "a known link is the first sigma");
         r.on_tick(t0, &[f(1, 0.0, 2e6)]);
         assert_eq!(r.sigma(), Some(960e3));
     }

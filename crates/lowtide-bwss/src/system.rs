@@ -99,7 +99,8 @@ impl Bwss {
         Duration::from_millis(self.config.system.interval_ms)
     }
 
-    /// A new flow, classified by the rules; it is unsteered until the next tick.
+    /// A new flow, classified by the rules; steered at once when σ is known (every flow's
+    /// target changes), else from the first tick that knows σ.
     pub fn add_flow(&mut self, now: Instant, info: FlowInfo) -> FlowId {
         let (class, rule) = self.config.classify(&info);
         let id = self.next_id;
@@ -115,11 +116,23 @@ impl Bwss {
                 fcs: Fcs::new(),
             },
         );
+        self.allocate();
         id
     }
 
+    /// A flow ended; its share goes to the others at once.
     pub fn remove_flow(&mut self, id: FlowId) {
         self.flows.remove(&id);
+        self.allocate();
+    }
+
+    /// Every flow's target from σ (Sec. 3.1).
+    fn allocate(&mut self) {
+        let classes: Vec<Class> = self.flows.values().map(|f| f.class).collect();
+        let targets = self.sigma.sigma().map(|s| allocate(s, &classes));
+        for (i, f) in self.flows.values_mut().enumerate() {
+            f.fcs.set_target(targets.as_ref().map(|t| t[i]));
+        }
     }
 
     /// A reading of the flow's cumulative count of bytes delivered to the application.
@@ -143,10 +156,8 @@ impl Bwss {
             })
             .collect();
         self.sigma.on_tick(now, &samples);
-        let classes: Vec<Class> = self.flows.values().map(|f| f.class).collect();
-        let targets = self.sigma.sigma().map(|s| allocate(s, &classes));
-        for (i, f) in self.flows.values_mut().enumerate() {
-            f.fcs.set_target(targets.as_ref().map(|t| t[i]));
+        self.allocate();
+        for f in self.flows.values_mut() {
             if let Some(m) = f.meter.rate(now) {
                 f.fcs.on_measurement(now, m);
             }

@@ -1,6 +1,7 @@
 //! The `lowtide` command: thin wrappers over the libraries.
 
 mod bench;
+mod bwss;
 mod demo;
 mod lab;
 mod media;
@@ -36,6 +37,10 @@ enum Command {
     /// The emulated network: check it, clean up after killed runs, run a command behind it.
     #[command(subcommand)]
     Netem(netem::NetemCommand),
+    /// Receiver bandwidth sharing among this host's TCP flows: the daemon, its status, and
+    /// programs run under the LD_PRELOAD library.
+    #[command(subcommand)]
+    Bwss(bwss::BwssCommand),
 }
 
 fn main() {
@@ -55,6 +60,7 @@ fn main() {
         Command::Bench(args) => bench::run(args).map(|()| 0),
         Command::Demo(args) => demo::run(args),
         Command::Netem(cmd) => netem::run(cmd),
+        Command::Bwss(cmd) => bwss::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
         Command::Send(args) => media::send(args),
         Command::Recv(args) => media::recv(args),

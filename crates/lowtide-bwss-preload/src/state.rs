@@ -1,0 +1,395 @@
+//! The library's state: which descriptors are registered flows, the connection to the
+//! daemon, and each flow's token bucket.
+//!
+//! The hot path (a read on any descriptor) costs one atomic load when the descriptor is not
+//! a registered flow; a registered one adds the daemon's heartbeat check and the bucket.
+//! Locks are tiny spin locks that the `fork` handlers take and release, so a child never
+//! inherits one held by a thread that does not exist there.
+
+use std::cell::UnsafeCell;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use lowtide_bwss::client::Client;
+use lowtide_bwss::shm::{monotonic_ns, Region, Slot};
+use lowtide_bwss::TokenBucket;
+
+/// Descriptors above this are passed through (a limit named in docs/bwss.md).
+pub const MAX_FDS: usize = 65536;
+/// How long to wait before trying an absent or dead daemon again.
+const RETRY_NS: u64 = 1_000_000_000;
+
+/// Per descriptor: slot + 1 (0: not a flow) and the socket's inode.
+static SLOT: [AtomicU32; MAX_FDS] = [const { AtomicU32::new(0) }; MAX_FDS];
+static INODE: [AtomicU64; MAX_FDS] = [const { AtomicU64::new(0) }; MAX_FDS];
+/// The daemon's shared memory (leaked: readers on other threads may still hold it).
+static REGION: AtomicPtr<Region> = AtomicPtr::new(std::ptr::null_mut());
+/// No daemon contact before this time (monotonic ns).
+static RETRY_AT: AtomicU64 = AtomicU64::new(0);
+static WARNED: AtomicBool = AtomicBool::new(false);
+/// Set in a forked child: register again under the child's own connection.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+static CONTROL: SpinLock<Option<Client>> = SpinLock::new(None);
+static BUCKETS: SpinLock<Vec<Option<TokenBucket>>> = SpinLock::new(Vec::new());
+
+/// A minimal lock whose holder never sleeps in a system call except the daemon's bounded
+/// requests; taken by `fork`'s prepare handler so the child gets it free.
+pub struct SpinLock<T> {
+    held: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: access to `value` is serialised by `held`.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    pub const fn new(v: T) -> Self {
+        Self {
+            held: AtomicBool::new(false),
+            value: UnsafeCell::new(v),
+        }
+    }
+
+    fn acquire(&self) {
+        while self
+            .held
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+    }
+
+    fn release(&self) {
+        self.held.store(false, Ordering::Release);
+    }
+
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        self.acquire();
+        // SAFETY: we hold the lock.
+        let r = f(unsafe { &mut *self.value.get() });
+        self.release();
+        r
+    }
+}
+
+/// `fork` handlers: hold both locks across the fork; the child re-registers its flows.
+pub fn install_fork_handlers() {
+    extern "C" fn prepare() {
+        CONTROL.acquire();
+        BUCKETS.acquire();
+    }
+    extern "C" fn parent() {
+        BUCKETS.release();
+        CONTROL.release();
+    }
+    extern "C" fn child() {
+        // The connection to the daemon is the parent's: close our copy, keep the memory.
+        // SAFETY: we hold the lock (taken in prepare).
+        let control = unsafe { &mut *CONTROL.value.get() };
+        if let Some(mut c) = control.take() {
+            if let Some(r) = c.take_region() {
+                std::mem::forget(r);
+            }
+            // SAFETY: closing the child's copy of our own socket.
+            unsafe { libc::close(c.socket().as_raw_fd()) };
+            std::mem::forget(c);
+        }
+        FORKED.store(true, Ordering::Relaxed);
+        BUCKETS.release();
+        CONTROL.release();
+    }
+    // SAFETY: registering plain functions.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+/// A registered flow as the hot path sees it.
+pub struct Flow {
+    pub slot: &'static Slot,
+}
+
+/// The flow behind `fd`, if it is registered and the daemon is alive.
+#[inline]
+pub fn lookup(fd: RawFd) -> Option<Flow> {
+    let i = usize::try_from(fd).ok().filter(|&i| i < MAX_FDS)?;
+    let s = SLOT[i].load(Ordering::Acquire);
+    if s == 0 {
+        return None;
+    }
+    lookup_slow(i, s - 1)
+}
+
+#[cold]
+fn lookup_slow(i: usize, slot: u32) -> Option<Flow> {
+    if FORKED.swap(false, Ordering::Relaxed) {
+        reconnect(true);
+    }
+    let region = region()?;
+    if !region.alive(monotonic_ns()) {
+        // The daemon died or restarts: pass through, and register again once it is back.
+        reconnect(false);
+        return None;
+    }
+    let slot = region.slot(slot)?;
+    (slot.inode.load(Ordering::Acquire) == INODE[i].load(Ordering::Relaxed)).then_some(Flow { slot })
+}
+
+fn region() -> Option<&'static Region> {
+    let p = REGION.load(Ordering::Acquire);
+    // SAFETY: regions are leaked, never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+fn program_name() -> String {
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+    let name = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// Says hello to the daemon if there is none yet; `None` (pass through) if it is absent.
+fn connected(control: &mut Option<Client>) -> Option<&mut Client> {
+    if control.is_none() {
+        let now = monotonic_ns();
+        if now < RETRY_AT.load(Ordering::Relaxed) {
+            return None;
+        }
+        let name = lowtide_bwss::wire::socket_name();
+        match Client::hello(&name, std::process::id(), &program_name()) {
+            Ok(mut c) => {
+                if let Some(r) = c.take_region() {
+                    REGION.store(Box::into_raw(Box::new(r)), Ordering::Release);
+                }
+                *control = Some(c);
+            }
+            Err(e) => {
+                RETRY_AT.store(now + RETRY_NS, Ordering::Relaxed);
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "lowtide-bwss: no BWSS daemon at {name} ({e}); TCP connections pass through unsteered"
+                    );
+                }
+                return None;
+            }
+        }
+    }
+    control.as_mut()
+}
+
+/// After a fork or a daemon restart: a new connection, and every flow registered again.
+fn reconnect(forked: bool) {
+    let now = monotonic_ns();
+    if !forked && now < RETRY_AT.load(Ordering::Relaxed) {
+        return;
+    }
+    RETRY_AT.store(if forked { 0 } else { now + RETRY_NS }, Ordering::Relaxed);
+    CONTROL.with(|control| {
+        if !forked {
+            // The old daemon is gone; its memory stays mapped (leaked) for racing readers.
+            if let Some(mut c) = control.take() {
+                if let Some(r) = c.take_region() {
+                    std::mem::forget(r);
+                }
+            }
+        }
+        *control = None;
+        let Some(c) = connected(control) else { return };
+        for i in 0..MAX_FDS {
+            if SLOT[i].load(Ordering::Relaxed) != 0 {
+                let inode = INODE[i].load(Ordering::Relaxed);
+                match addresses(i as RawFd).and_then(|(l, r)| c.register(inode, l, r).ok()) {
+                    Some(slot) => SLOT[i].store(slot + 1, Ordering::Release),
+                    None => SLOT[i].store(0, Ordering::Release),
+                }
+            }
+        }
+    });
+}
+
+/// The socket's inode, if `fd` is a TCP socket over IPv4 or IPv6.
+pub fn tcp_inode(fd: RawFd) -> Option<u64> {
+    let int_opt = |level, opt| {
+        let mut v: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` are valid for writes.
+        let r = unsafe { libc::getsockopt(fd, level, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+        (r == 0).then_some(v)
+    };
+    if int_opt(libc::SOL_SOCKET, libc::SO_TYPE)? != libc::SOCK_STREAM {
+        return None;
+    }
+    let domain = int_opt(libc::SOL_SOCKET, libc::SO_DOMAIN)?;
+    if domain != libc::AF_INET && domain != libc::AF_INET6 {
+        return None;
+    }
+    if int_opt(libc::SOL_SOCKET, libc::SO_PROTOCOL)? != libc::IPPROTO_TCP {
+        return None;
+    }
+    // SAFETY: `st` is valid for writes.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+}
+
+fn sockaddr(fd: RawFd, peer: bool) -> Option<SocketAddr> {
+    // SAFETY: sockaddr_storage is plain data, large enough for any address.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let p = (&mut ss as *mut libc::sockaddr_storage).cast();
+    // SAFETY: `ss` and `len` are valid for writes.
+    let r = unsafe {
+        if peer {
+            libc::getpeername(fd, p, &mut len)
+        } else {
+            libc::getsockname(fd, p, &mut len)
+        }
+    };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: the family field tells which layout the kernel wrote.
+    unsafe { from_sockaddr(p, len) }
+}
+
+/// A `sockaddr` of IPv4 or IPv6 as a [`SocketAddr`].
+///
+/// # Safety
+/// `p` must point to `len` readable bytes.
+pub unsafe fn from_sockaddr(p: *const libc::sockaddr, len: libc::socklen_t) -> Option<SocketAddr> {
+    if p.is_null() || (len as usize) < size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    // SAFETY: by the caller's contract and the family check.
+    unsafe {
+        match (*p).sa_family as libc::c_int {
+            libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
+                let a = &*(p as *const libc::sockaddr_in);
+                Some(SocketAddr::from((
+                    u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
+                    u16::from_be(a.sin_port),
+                )))
+            }
+            libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
+                let a = &*(p as *const libc::sockaddr_in6);
+                Some(SocketAddr::from((a.sin6_addr.s6_addr, u16::from_be(a.sin6_port))))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn addresses(fd: RawFd) -> Option<(SocketAddr, SocketAddr)> {
+    Some((sockaddr(fd, false)?, sockaddr(fd, true)?))
+}
+
+/// Registers a new TCP connection on `fd` (`remote` when the peer is not known yet, as
+/// during a non-blocking connect).
+pub fn register(fd: RawFd, remote: Option<SocketAddr>) {
+    let Some(i) = usize::try_from(fd).ok().filter(|&i| i < MAX_FDS) else {
+        return;
+    };
+    let Some(inode) = tcp_inode(fd) else { return };
+    let Some(local) = sockaddr(fd, false) else { return };
+    let Some(remote) = remote.or_else(|| sockaddr(fd, true)) else {
+        return;
+    };
+    FORKED.store(false, Ordering::Relaxed);
+    CONTROL.with(|control| {
+        let Some(c) = connected(control) else { return };
+        if let Ok(slot) = c.register(inode, local, remote) {
+            INODE[i].store(inode, Ordering::Relaxed);
+            SLOT[i].store(slot + 1, Ordering::Release);
+        }
+    });
+    BUCKETS.with(|b| {
+        if let Some(x) = b.get_mut(i) {
+            *x = None;
+        }
+    });
+}
+
+/// `fd` is being closed (or replaced by `dup2`): forget it; the daemon hears of it when no
+/// other descriptor of this process holds the socket.
+pub fn forget(fd: RawFd) {
+    let Some(i) = usize::try_from(fd).ok().filter(|&i| i < MAX_FDS) else {
+        return;
+    };
+    if SLOT[i].swap(0, Ordering::AcqRel) == 0 {
+        return;
+    }
+    let inode = INODE[i].swap(0, Ordering::Relaxed);
+    BUCKETS.with(|b| {
+        if let Some(x) = b.get_mut(i) {
+            *x = None;
+        }
+    });
+    let still_held = (0..MAX_FDS).any(|j| SLOT[j].load(Ordering::Relaxed) != 0 && INODE[j].load(Ordering::Relaxed) == inode);
+    if !still_held {
+        CONTROL.with(|control| {
+            if let Some(c) = control.as_mut() {
+                let _ = c.unregister(inode);
+            }
+        });
+    }
+}
+
+/// `new` now refers to the same socket as `old` (`dup`).
+pub fn duplicate(old: RawFd, new: RawFd) {
+    let (Some(o), Some(n)) = (
+        usize::try_from(old).ok().filter(|&i| i < MAX_FDS),
+        usize::try_from(new).ok().filter(|&i| i < MAX_FDS),
+    ) else {
+        return;
+    };
+    let s = SLOT[o].load(Ordering::Acquire);
+    if s != 0 {
+        INODE[n].store(INODE[o].load(Ordering::Relaxed), Ordering::Relaxed);
+        SLOT[n].store(s, Ordering::Release);
+    }
+}
+
+/// Whether `fd` is registered (steered or not).
+pub fn is_registered(fd: RawFd) -> bool {
+    usize::try_from(fd)
+        .ok()
+        .filter(|&i| i < MAX_FDS)
+        .is_some_and(|i| SLOT[i].load(Ordering::Relaxed) != 0)
+}
+
+/// The flow's budget now: `None` when unsteered; else bytes readable now, the least a read
+/// should wait for, and when that much will be there.
+pub fn budget(fd: RawFd, flow: &Flow, now: Instant) -> Option<(u64, u64, Instant)> {
+    let rate = flow.slot.rate.load(Ordering::Acquire);
+    if rate == 0 {
+        return None;
+    }
+    let depth = flow.slot.depth.load(Ordering::Relaxed).max(1);
+    let chunk = depth.min(1448);
+    let i = fd as usize;
+    Some(BUCKETS.with(|b| {
+        if b.len() <= i {
+            b.resize(i + 1, None);
+        }
+        let bucket = b[i].get_or_insert_with(|| TokenBucket::new(now, rate as f64, depth as f64));
+        if bucket.rate != rate as f64 || bucket.depth != depth as f64 {
+            bucket.set(now, rate as f64, depth as f64);
+        }
+        let avail = bucket.available(now);
+        (avail, chunk, bucket.ready_at(now, chunk))
+    }))
+}
+
+/// `n` bytes of `fd` were delivered to the application.
+pub fn consumed(fd: RawFd, flow: &Flow, now: Instant, n: u64, paced: bool) {
+    flow.slot.bytes_read.fetch_add(n, Ordering::Relaxed);
+    if paced {
+        BUCKETS.with(|b| {
+            if let Some(Some(bucket)) = b.get_mut(fd as usize) {
+                bucket.take(now, n);
+            }
+        });
+    }
+}
