@@ -88,30 +88,24 @@ fn paced(fd: RawFd, len: usize, flags: c_int, mut call: impl FnMut(usize) -> ssi
     }
     loop {
         let now = Instant::now();
-        match state::budget(fd, &flow, now) {
-            None => {
-                let n = call(len);
-                if n > 0 {
-                    state::consumed(fd, &flow, now, n as u64, false);
-                }
-                return n;
-            }
-            Some((avail, chunk, ready)) => {
-                if avail >= chunk.min(len as u64) {
-                    let n = call(len.min(avail as usize));
-                    if n > 0 {
-                        state::consumed(fd, &flow, Instant::now(), n as u64, true);
-                    }
-                    return n;
-                }
+        let allowed = match state::allowance(fd, &flow, now) {
+            None => len,
+            Some(a) if a.open(len) => len.min(a.bytes as usize),
+            Some(a) => {
                 if must_not_block(fd, flags) {
                     set_errno(libc::EAGAIN);
                     return -1;
                 }
                 // A blocking read waits for its budget, as the kernel would for data.
-                std::thread::sleep(ready.saturating_duration_since(now));
+                std::thread::sleep(a.ready.saturating_duration_since(now));
+                continue;
             }
+        };
+        let n = call(allowed);
+        if n > 0 {
+            state::consumed(fd, &flow, Instant::now(), n as u64);
         }
+        return n;
     }
 }
 
@@ -239,7 +233,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     let e = errno();
     if r == 0 || e == libc::EINPROGRESS {
         // SAFETY: the caller's address of `len` bytes.
-        if let Some(remote) = unsafe { state::from_sockaddr(addr, len) } {
+        if let Some(remote) = unsafe { lowtide_bwss::tcp::from_sockaddr(addr, len) } {
             state::register(fd, Some(remote));
         }
         set_errno(e);

@@ -19,8 +19,8 @@ const READ_EVENTS: i16 = libc::POLLIN | libc::POLLRDNORM;
 /// When `fd`'s budget allows a read again, if it does not now.
 fn throttled(fd: RawFd, now: Instant) -> Option<Instant> {
     let flow = state::lookup(fd)?;
-    let (avail, chunk, ready) = state::budget(fd, &flow, now)?;
-    (avail < chunk).then_some(ready)
+    let a = state::allowance(fd, &flow, now)?;
+    (!a.open(usize::MAX)).then_some(a.ready)
 }
 
 /// Milliseconds to wait: the caller's timeout (`None`: forever) cut at `wake`, rounded up.

@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use lowtide_bwss::client::Client;
+use lowtide_bwss::pacer::{Allowance, Pacer};
+use lowtide_bwss::tcp::{addresses, sockaddr, tcp_inode};
 use lowtide_bwss::shm::{monotonic_ns, Region, Slot};
-use lowtide_bwss::TokenBucket;
 
 /// Descriptors above this are passed through (a limit named in docs/bwss.md).
 pub const MAX_FDS: usize = 65536;
@@ -33,7 +34,7 @@ static WARNED: AtomicBool = AtomicBool::new(false);
 static FORKED: AtomicBool = AtomicBool::new(false);
 
 static CONTROL: SpinLock<Option<Client>> = SpinLock::new(None);
-static BUCKETS: SpinLock<Vec<Option<TokenBucket>>> = SpinLock::new(Vec::new());
+static PACERS: SpinLock<Vec<Pacer>> = SpinLock::new(Vec::new());
 
 /// A minimal lock whose holder never sleeps in a system call except the daemon's bounded
 /// requests; taken by `fork`'s prepare handler so the child gets it free.
@@ -80,10 +81,10 @@ impl<T> SpinLock<T> {
 pub fn install_fork_handlers() {
     extern "C" fn prepare() {
         CONTROL.acquire();
-        BUCKETS.acquire();
+        PACERS.acquire();
     }
     extern "C" fn parent() {
-        BUCKETS.release();
+        PACERS.release();
         CONTROL.release();
     }
     extern "C" fn child() {
@@ -99,7 +100,7 @@ pub fn install_fork_handlers() {
             std::mem::forget(c);
         }
         FORKED.store(true, Ordering::Relaxed);
-        BUCKETS.release();
+        PACERS.release();
         CONTROL.release();
     }
     // SAFETY: registering plain functions.
@@ -209,82 +210,6 @@ fn reconnect(forked: bool) {
     });
 }
 
-/// The socket's inode, if `fd` is a TCP socket over IPv4 or IPv6.
-pub fn tcp_inode(fd: RawFd) -> Option<u64> {
-    let int_opt = |level, opt| {
-        let mut v: libc::c_int = 0;
-        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `v` and `len` are valid for writes.
-        let r = unsafe { libc::getsockopt(fd, level, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
-        (r == 0).then_some(v)
-    };
-    if int_opt(libc::SOL_SOCKET, libc::SO_TYPE)? != libc::SOCK_STREAM {
-        return None;
-    }
-    let domain = int_opt(libc::SOL_SOCKET, libc::SO_DOMAIN)?;
-    if domain != libc::AF_INET && domain != libc::AF_INET6 {
-        return None;
-    }
-    if int_opt(libc::SOL_SOCKET, libc::SO_PROTOCOL)? != libc::IPPROTO_TCP {
-        return None;
-    }
-    // SAFETY: `st` is valid for writes.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
-}
-
-fn sockaddr(fd: RawFd, peer: bool) -> Option<SocketAddr> {
-    // SAFETY: sockaddr_storage is plain data, large enough for any address.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    let p = (&mut ss as *mut libc::sockaddr_storage).cast();
-    // SAFETY: `ss` and `len` are valid for writes.
-    let r = unsafe {
-        if peer {
-            libc::getpeername(fd, p, &mut len)
-        } else {
-            libc::getsockname(fd, p, &mut len)
-        }
-    };
-    if r != 0 {
-        return None;
-    }
-    // SAFETY: the family field tells which layout the kernel wrote.
-    unsafe { from_sockaddr(p, len) }
-}
-
-/// A `sockaddr` of IPv4 or IPv6 as a [`SocketAddr`].
-///
-/// # Safety
-/// `p` must point to `len` readable bytes.
-pub unsafe fn from_sockaddr(p: *const libc::sockaddr, len: libc::socklen_t) -> Option<SocketAddr> {
-    if p.is_null() || (len as usize) < size_of::<libc::sa_family_t>() {
-        return None;
-    }
-    // SAFETY: by the caller's contract and the family check.
-    unsafe {
-        match (*p).sa_family as libc::c_int {
-            libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
-                let a = &*(p as *const libc::sockaddr_in);
-                Some(SocketAddr::from((
-                    u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
-                    u16::from_be(a.sin_port),
-                )))
-            }
-            libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
-                let a = &*(p as *const libc::sockaddr_in6);
-                Some(SocketAddr::from((a.sin6_addr.s6_addr, u16::from_be(a.sin6_port))))
-            }
-            _ => None,
-        }
-    }
-}
-
-fn addresses(fd: RawFd) -> Option<(SocketAddr, SocketAddr)> {
-    Some((sockaddr(fd, false)?, sockaddr(fd, true)?))
-}
-
 /// Registers a new TCP connection on `fd` (`remote` when the peer is not known yet, as
 /// during a non-blocking connect).
 pub fn register(fd: RawFd, remote: Option<SocketAddr>) {
@@ -304,9 +229,9 @@ pub fn register(fd: RawFd, remote: Option<SocketAddr>) {
             SLOT[i].store(slot + 1, Ordering::Release);
         }
     });
-    BUCKETS.with(|b| {
-        if let Some(x) = b.get_mut(i) {
-            *x = None;
+    PACERS.with(|p| {
+        if let Some(x) = p.get_mut(i) {
+            *x = Pacer::default();
         }
     });
 }
@@ -321,9 +246,9 @@ pub fn forget(fd: RawFd) {
         return;
     }
     let inode = INODE[i].swap(0, Ordering::Relaxed);
-    BUCKETS.with(|b| {
-        if let Some(x) = b.get_mut(i) {
-            *x = None;
+    PACERS.with(|p| {
+        if let Some(x) = p.get_mut(i) {
+            *x = Pacer::default();
         }
     });
     let still_held = (0..MAX_FDS).any(|j| SLOT[j].load(Ordering::Relaxed) != 0 && INODE[j].load(Ordering::Relaxed) == inode);
@@ -359,37 +284,21 @@ pub fn is_registered(fd: RawFd) -> bool {
         .is_some_and(|i| SLOT[i].load(Ordering::Relaxed) != 0)
 }
 
-/// The flow's budget now: `None` when unsteered; else bytes readable now, the least a read
-/// should wait for, and when that much will be there.
-pub fn budget(fd: RawFd, flow: &Flow, now: Instant) -> Option<(u64, u64, Instant)> {
-    let rate = flow.slot.rate.load(Ordering::Acquire);
-    if rate == 0 {
-        return None;
-    }
-    let depth = flow.slot.depth.load(Ordering::Relaxed).max(1);
-    let chunk = depth.min(1448);
+/// The flow's allowance now; `None` when unsteered.
+pub fn allowance(fd: RawFd, flow: &Flow, now: Instant) -> Option<Allowance> {
     let i = fd as usize;
-    Some(BUCKETS.with(|b| {
-        if b.len() <= i {
-            b.resize(i + 1, None);
+    PACERS.with(|p| {
+        if p.len() <= i {
+            p.resize(i + 1, Pacer::default());
         }
-        let bucket = b[i].get_or_insert_with(|| TokenBucket::new(now, rate as f64, depth as f64));
-        if bucket.rate != rate as f64 || bucket.depth != depth as f64 {
-            bucket.set(now, rate as f64, depth as f64);
-        }
-        let avail = bucket.available(now);
-        (avail, chunk, bucket.ready_at(now, chunk))
-    }))
+        p[i].allowance(flow.slot, now)
+    })
 }
 
 /// `n` bytes of `fd` were delivered to the application.
-pub fn consumed(fd: RawFd, flow: &Flow, now: Instant, n: u64, paced: bool) {
-    flow.slot.bytes_read.fetch_add(n, Ordering::Relaxed);
-    if paced {
-        BUCKETS.with(|b| {
-            if let Some(Some(bucket)) = b.get_mut(fd as usize) {
-                bucket.take(now, n);
-            }
-        });
-    }
+pub fn consumed(fd: RawFd, flow: &Flow, now: Instant, n: u64) {
+    PACERS.with(|p| match p.get_mut(fd as usize) {
+        Some(pacer) => pacer.consumed(flow.slot, now, n),
+        None => Pacer::default().consumed(flow.slot, now, n),
+    });
 }

@@ -10,8 +10,9 @@
 //!
 //! The drivers: [`daemon`] (`lowtide bwss`: one per host, a Unix socket, shared memory with
 //! the readers), [`client`] (registering flows with it; used by the `LD_PRELOAD` library
-//! `liblowtide_bwss.so` in `crates/lowtide-bwss-preload` and by [`Local`]), [`shm`] (the
-//! shared slots), [`wire`] (the socket's messages).
+//! `liblowtide_bwss.so` in `crates/lowtide-bwss-preload` and by [`steering`], the API for
+//! Rust programs and lowtide channels), [`shm`] (the shared slots), [`pacer`] (a reader's
+//! side of its slot), [`wire`] (the socket's messages), [`unix`] and [`tcp`] (sockets).
 //!
 //! Design and measurements: `docs/bwss.md`.
 
@@ -21,12 +22,16 @@ pub mod config;
 pub mod daemon;
 pub mod fcs;
 pub mod meter;
+pub mod pacer;
 pub mod shm;
 pub mod sigma;
+pub mod steering;
 pub mod system;
+pub mod tcp;
 pub mod unix;
 pub mod wire;
 
 pub use config::{Class, Config, ConfigError, FlowInfo};
 pub use fcs::{Budget, TokenBucket};
+pub use steering::{PacedReader, SteeredFlow, Steering};
 pub use system::{Bwss, FlowId, FlowStatus, Status};

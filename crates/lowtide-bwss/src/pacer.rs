@@ -1,0 +1,66 @@
+//! The reader's side of a flow's slot: the token bucket that paces reads at the budget the
+//! daemon wrote (shared by the `LD_PRELOAD` library and [`crate::steering`]).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::fcs::{TokenBucket, MIN_DEPTH};
+use crate::shm::Slot;
+
+/// What a reader may do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowance {
+    /// Bytes readable now.
+    pub bytes: u64,
+    /// A read should wait until at least this much is allowed (one segment, or the depth).
+    pub chunk: u64,
+    /// When `chunk` bytes will be allowed.
+    pub ready: Instant,
+}
+
+impl Allowance {
+    /// Whether a read of up to `len` bytes may go ahead now.
+    pub fn open(&self, len: usize) -> bool {
+        self.bytes >= self.chunk.min(len as u64).max(1)
+    }
+}
+
+/// One flow's read pacing.
+#[derive(Debug, Clone, Default)]
+pub struct Pacer {
+    bucket: Option<TokenBucket>,
+}
+
+impl Pacer {
+    /// The allowance under the slot's budget; `None` when the flow is unsteered.
+    pub fn allowance(&mut self, slot: &Slot, now: Instant) -> Option<Allowance> {
+        let rate = slot.rate.load(Ordering::Acquire);
+        if rate == 0 {
+            self.bucket = None;
+            return None;
+        }
+        let depth = slot.depth.load(Ordering::Relaxed).max(1);
+        let (rate, depth) = (rate as f64, depth as f64);
+        let bucket = self
+            .bucket
+            .get_or_insert_with(|| TokenBucket::new(now, rate, depth));
+        if bucket.rate != rate || bucket.depth != depth {
+            bucket.set(now, rate, depth);
+        }
+        let chunk = (depth.min(MIN_DEPTH)) as u64;
+        Some(Allowance {
+            bytes: bucket.available(now),
+            chunk,
+            ready: bucket.ready_at(now, chunk),
+        })
+    }
+
+    /// `n` bytes were delivered to the application (counted for the daemon, and paid from
+    /// the bucket when the flow is steered).
+    pub fn consumed(&mut self, slot: &Slot, now: Instant, n: u64) {
+        slot.bytes_read.fetch_add(n, Ordering::Relaxed);
+        if let Some(b) = &mut self.bucket {
+            b.take(now, n);
+        }
+    }
+}
