@@ -120,11 +120,10 @@ pub fn lookup(fd: RawFd) -> Option<Flow> {
     if s == 0 {
         return None;
     }
-    lookup_slow(i, s - 1)
+    lookup_registered(i, s - 1)
 }
 
-#[cold]
-fn lookup_slow(i: usize, slot: u32) -> Option<Flow> {
+fn lookup_registered(i: usize, slot: u32) -> Option<Flow> {
     if FORKED.swap(false, Ordering::Relaxed) {
         reconnect(true);
     }
@@ -182,11 +181,12 @@ fn connected(control: &mut Option<Client>) -> Option<&mut Client> {
 
 /// After a fork or a daemon restart: a new connection, and every flow registered again.
 fn reconnect(forked: bool) {
-    let now = monotonic_ns();
-    if !forked && now < RETRY_AT.load(Ordering::Relaxed) {
+    if forked {
+        RETRY_AT.store(0, Ordering::Relaxed);
+    } else if monotonic_ns() < RETRY_AT.load(Ordering::Relaxed) {
+        // `connected` sets the time of the next try when the daemon does not answer.
         return;
     }
-    RETRY_AT.store(if forked { 0 } else { now + RETRY_NS }, Ordering::Relaxed);
     CONTROL.with(|control| {
         if !forked {
             // The old daemon is gone; its memory stays mapped (leaked) for racing readers.

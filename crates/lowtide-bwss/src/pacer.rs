@@ -7,12 +7,16 @@ use std::time::Instant;
 use crate::fcs::{TokenBucket, MIN_DEPTH};
 use crate::shm::Slot;
 
+/// A paced read waits for this much time of its rate (see [`Allowance::chunk`]).
+pub const CHUNK_SECS: f64 = 0.01;
+
 /// What a reader may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allowance {
     /// Bytes readable now.
     pub bytes: u64,
-    /// A read should wait until at least this much is allowed (one segment, or the depth).
+    /// A read should wait until at least this much is allowed: 10 ms of the rate, at least
+    /// one segment, at most the depth (fewer, larger reads; fewer wake-ups).
     pub chunk: u64,
     /// When `chunk` bytes will be allowed.
     pub ready: Instant,
@@ -47,7 +51,7 @@ impl Pacer {
         if bucket.rate != rate || bucket.depth != depth {
             bucket.set(now, rate, depth);
         }
-        let chunk = (depth.min(MIN_DEPTH)) as u64;
+        let chunk = (rate * CHUNK_SECS).max(MIN_DEPTH).min(depth) as u64;
         Some(Allowance {
             bytes: bucket.available(now),
             chunk,

@@ -266,4 +266,27 @@ mod tests {
         let s = b.status(t0 + Duration::from_secs(150));
         assert!(s.sigma_kbps.unwrap() >= 900.0, "{s:?}");
     }
+
+    #[test]
+    fn a_rule_for_an_absent_program_reserves_nothing() {
+        let cfg = Config::from_toml(
+            "[system]\nlink_kbps = 1000\n[[rule]]\nprogram = \"never-runs\"\npriority = 9\nmin_kbps = 900\n",
+        )
+        .unwrap();
+        let mut b = Bwss::new(cfg);
+        let t0 = Instant::now();
+        let id = b.add_flow(
+            t0,
+            FlowInfo {
+                program: "curl".into(),
+                local: "[::1]:4000".parse().unwrap(),
+                remote: "[::1]:80".parse().unwrap(),
+            },
+        );
+        // Steered from its first byte, with the whole link.
+        assert_eq!(b.budget(id).unwrap().rate * 8.0, 1000e3);
+        b.remove_flow(id);
+        assert!(b.budget(id).is_none());
+        assert!(b.status(t0).flows.is_empty());
+    }
 }
