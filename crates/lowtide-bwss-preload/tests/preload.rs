@@ -30,9 +30,27 @@ fn target_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
+/// The library under test. `cargo test` does not build a cdylib for its package's tests,
+/// so `run.sh test` builds it first; a library older than its sources fails here, rather
+/// than testing yesterday's code.
 fn lib() -> PathBuf {
     let p = target_dir().join("liblowtide_bwss.so");
-    assert!(p.exists(), "{} not built", p.display());
+    let build = "cargo build -p lowtide-bwss-preload (run.sh test does it before the tests)";
+    let built = std::fs::metadata(&p)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {build}", p.display()));
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in [here.join("src"), here.join("../lowtide-bwss/src")] {
+        for f in std::fs::read_dir(&dir).unwrap().flatten() {
+            let changed = f.metadata().and_then(|m| m.modified()).unwrap();
+            assert!(
+                changed <= built,
+                "{} is older than {}: {build}",
+                p.display(),
+                f.path().display()
+            );
+        }
+    }
     p
 }
 
