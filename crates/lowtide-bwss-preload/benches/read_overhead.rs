@@ -52,7 +52,11 @@ fn child(addr: &str) {
         }
         let ns = t.elapsed().as_nanos() as f64 / BLOCK as f64;
         if block >= 2 {
-            if block % 2 == 0 { hooked.push(ns) } else { raw.push(ns) }
+            if block % 2 == 0 {
+                hooked.push(ns)
+            } else {
+                raw.push(ns)
+            }
         }
     }
     println!("{} {}", median(hooked), median(raw));
@@ -77,21 +81,36 @@ fn main() {
     let socket = format!("@lowtide-bwss-bench-{}", std::process::id());
     // A budget of 100 Gbit/s: steered, never limited.
     let config = Config::from_toml("[system]\nlink_kbps = 100000000\n").unwrap();
-    let d = Daemon::bind(DaemonOptions { socket: socket.clone(), config, log: None }).unwrap();
+    let d = Daemon::bind(DaemonOptions {
+        socket: socket.clone(),
+        config,
+        log: None,
+    })
+    .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let daemon = std::thread::spawn(move || d.run(s));
     let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().unwrap().parent().unwrap().join("liblowtide_bwss.so");
+    let lib = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("liblowtide_bwss.so");
     assert!(lib.exists(), "{} not built", lib.display());
     let run = |preload: bool, sock: &str| -> (f64, f64) {
         let mut c = Command::new(&exe);
-        c.env("BWSS_BENCH_CHILD", &addr).env("LOWTIDE_BWSS_SOCKET", sock);
+        c.env("BWSS_BENCH_CHILD", &addr)
+            .env("LOWTIDE_BWSS_SOCKET", sock);
         if preload {
             c.env("LD_PRELOAD", &lib);
         }
         let out = c.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         let mut it = text.split_whitespace().map(|x| x.parse::<f64>().unwrap());
         (it.next().unwrap(), it.next().unwrap())
@@ -103,7 +122,10 @@ fn main() {
         ("steered", vec![], vec![]),
     ];
     for _ in 0..3 {
-        for (k, (preload, sock)) in [(false, &socket), (true, &absent), (true, &socket)].into_iter().enumerate() {
+        for (k, (preload, sock)) in [(false, &socket), (true, &absent), (true, &socket)]
+            .into_iter()
+            .enumerate()
+        {
             let (r, s) = run(preload, sock);
             rows[k].1.push(r);
             rows[k].2.push(s);
@@ -112,7 +134,10 @@ fn main() {
     stop.store(true, Ordering::Relaxed);
     let _ = daemon.join();
     println!("read_overhead: {READ}-byte reads on loopback, medians of 3 processes x {BLOCKS} blocks of {BLOCK}");
-    println!("{:<10} {:>10} {:>12} {:>10}", "process", "read ns", "syscall ns", "read-sys");
+    println!(
+        "{:<10} {:>10} {:>12} {:>10}",
+        "process", "read ns", "syscall ns", "read-sys"
+    );
     let base = median(rows[0].1.clone()) - median(rows[0].2.clone());
     for (name, r, s) in &rows {
         let (r, s) = (median(r.clone()), median(s.clone()));

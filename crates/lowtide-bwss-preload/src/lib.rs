@@ -42,7 +42,10 @@ macro_rules! real {
         if a == 0 {
             // SAFETY: looking up a libc symbol by its NUL-terminated name.
             a = unsafe {
-                libc::dlsym(libc::RTLD_NEXT, concat!(stringify!($name), "\0").as_ptr().cast())
+                libc::dlsym(
+                    libc::RTLD_NEXT,
+                    concat!(stringify!($name), "\0").as_ptr().cast(),
+                )
             } as usize;
             ADDR.store(a, Ordering::Relaxed);
         }
@@ -121,7 +124,16 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
     let f = real!(recv: unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int) -> ssize_t);
     if flags & libc::MSG_WAITALL != 0 && state::is_registered(fd) {
         // SAFETY: as for `recv`; each piece is a part of the caller's buffer.
-        return wait_all(len, |off, n| unsafe { paced(fd, n, flags & !libc::MSG_WAITALL, |m| f(fd, buf.cast::<u8>().add(off).cast(), m, flags & !libc::MSG_WAITALL)) });
+        return wait_all(len, |off, n| unsafe {
+            paced(fd, n, flags & !libc::MSG_WAITALL, |m| {
+                f(
+                    fd,
+                    buf.cast::<u8>().add(off).cast(),
+                    m,
+                    flags & !libc::MSG_WAITALL,
+                )
+            })
+        });
     }
     // SAFETY: as above.
     paced(fd, len, flags, |n| unsafe { f(fd, buf, n, flags) })
@@ -140,10 +152,16 @@ pub unsafe extern "C" fn recvfrom(
     if flags & libc::MSG_WAITALL != 0 && state::is_registered(fd) {
         let fl = flags & !libc::MSG_WAITALL;
         // SAFETY: each piece is a part of the caller's buffer.
-        return wait_all(len, |off, n| unsafe { paced(fd, n, fl, |m| f(fd, buf.cast::<u8>().add(off).cast(), m, fl, addr, alen)) });
+        return wait_all(len, |off, n| unsafe {
+            paced(fd, n, fl, |m| {
+                f(fd, buf.cast::<u8>().add(off).cast(), m, fl, addr, alen)
+            })
+        });
     }
     // SAFETY: forwarding the caller's arguments with a length no larger than theirs.
-    paced(fd, len, flags, |n| unsafe { f(fd, buf, n, flags, addr, alen) })
+    paced(fd, len, flags, |n| unsafe {
+        f(fd, buf, n, flags, addr, alen)
+    })
 }
 
 /// `MSG_WAITALL` on a paced flow: paced pieces until `len` bytes, EOF or an error.
@@ -259,9 +277,15 @@ pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut sockle
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
     init();
-    let f = real!(accept4: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int);
+    let f =
+        real!(accept4: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int);
     // SAFETY: forwarding unchanged.
     accepted(unsafe { f(fd, addr, len, flags) })
 }

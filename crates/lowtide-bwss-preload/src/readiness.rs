@@ -52,7 +52,11 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
         // SAFETY: the caller's array of `n` pollfds.
         let (saved, wake) = unsafe { hold_back(fds, n, now) };
         if saved.is_empty() {
-            let t = if now == start { timeout } else { wait_ms(now, deadline, None) };
+            let t = if now == start {
+                timeout
+            } else {
+                wait_ms(now, deadline, None)
+            };
             // SAFETY: forwarding the caller's array.
             return unsafe { f(fds, n, t) };
         }
@@ -76,7 +80,11 @@ pub unsafe extern "C" fn ppoll(
     let start = Instant::now();
     // SAFETY: the caller's timespec, if any.
     let deadline = (!ts.is_null()).then(|| unsafe {
-        start + Duration::new((*ts).tv_sec.max(0) as u64, (*ts).tv_nsec.clamp(0, 999_999_999) as u32)
+        start
+            + Duration::new(
+                (*ts).tv_sec.max(0) as u64,
+                (*ts).tv_nsec.clamp(0, 999_999_999) as u32,
+            )
     });
     loop {
         let now = Instant::now();
@@ -97,7 +105,9 @@ pub unsafe extern "C" fn ppoll(
                 tv_nsec: d.subsec_nanos() as libc::c_long,
             }
         });
-        let tp = t.as_ref().map_or(std::ptr::null(), |t| t as *const timespec);
+        let tp = t
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const timespec);
         // SAFETY: as for poll.
         let r = unsafe { f(fds, n, tp, mask) };
         unsafe { restore(fds, &saved) };
@@ -112,7 +122,11 @@ pub unsafe extern "C" fn ppoll(
 ///
 /// # Safety
 /// `fds` must point to `n` pollfds.
-unsafe fn hold_back(fds: *mut pollfd, n: nfds_t, now: Instant) -> (Vec<(usize, i16)>, Option<Instant>) {
+unsafe fn hold_back(
+    fds: *mut pollfd,
+    n: nfds_t,
+    now: Instant,
+) -> (Vec<(usize, i16)>, Option<Instant>) {
     let mut saved = Vec::new();
     let mut wake: Option<Instant> = None;
     if fds.is_null() {
@@ -161,7 +175,12 @@ fn real_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut epoll_event,
+) -> c_int {
     if !state::is_registered(fd) && TRACKED_LEN.load(Ordering::Relaxed) == 0 {
         return real_ctl(epfd, op, fd, ev);
     }
@@ -178,12 +197,14 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut e
         };
         if r == 0 {
             match (op, pos, event) {
-                (libc::EPOLL_CTL_ADD, _, Some(event)) if state::is_registered(fd) => t.push(Tracked {
-                    epfd,
-                    fd,
-                    event,
-                    held: false,
-                }),
+                (libc::EPOLL_CTL_ADD, _, Some(event)) if state::is_registered(fd) => {
+                    t.push(Tracked {
+                        epfd,
+                        fd,
+                        event,
+                        held: false,
+                    })
+                }
                 (libc::EPOLL_CTL_MOD, Some(k), Some(event)) => t[k].event = event,
                 (libc::EPOLL_CTL_DEL, Some(k), _) => {
                     t.swap_remove(k);
@@ -205,7 +226,10 @@ fn adjust(epfd: RawFd, now: Instant) -> (bool, Option<Instant>) {
     TRACKED.with(|t| {
         let mut wake: Option<Instant> = None;
         let mut any = false;
-        for x in t.iter_mut().filter(|x| x.epfd == epfd && x.event.events & EPOLLIN != 0) {
+        for x in t
+            .iter_mut()
+            .filter(|x| x.epfd == epfd && x.event.events & EPOLLIN != 0)
+        {
             let due = throttled(x.fd, now);
             match (x.held, due) {
                 (true, None) => {
@@ -235,7 +259,12 @@ fn adjust(epfd: RawFd, now: Instant) -> (bool, Option<Instant>) {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn epoll_wait(epfd: c_int, events: *mut epoll_event, max: c_int, timeout: c_int) -> c_int {
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     unsafe { epoll_pwait(epfd, events, max, timeout, std::ptr::null()) }
 }
@@ -255,7 +284,11 @@ pub unsafe extern "C" fn epoll_pwait(
         let now = Instant::now();
         let (held, wake) = adjust(epfd, now);
         if !held {
-            let t = if now == start { timeout } else { wait_ms(now, deadline, None) };
+            let t = if now == start {
+                timeout
+            } else {
+                wait_ms(now, deadline, None)
+            };
             // SAFETY: forwarding the caller's arguments.
             return unsafe { f(epfd, events, max, t, mask) };
         }

@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use lowtide_bwss::client::Client;
 use lowtide_bwss::pacer::{Allowance, Pacer};
-use lowtide_bwss::tcp::{addresses, sockaddr, tcp_inode};
 use lowtide_bwss::shm::{monotonic_ns, Region, Slot};
+use lowtide_bwss::tcp::{addresses, sockaddr, tcp_inode};
 
 /// Descriptors above this are passed through (a limit named in docs/bwss.md).
 pub const MAX_FDS: usize = 65536;
@@ -134,7 +134,8 @@ fn lookup_registered(i: usize, slot: u32) -> Option<Flow> {
         return None;
     }
     let slot = region.slot(slot)?;
-    (slot.inode.load(Ordering::Acquire) == INODE[i].load(Ordering::Relaxed)).then_some(Flow { slot })
+    (slot.inode.load(Ordering::Acquire) == INODE[i].load(Ordering::Relaxed))
+        .then_some(Flow { slot })
 }
 
 fn region() -> Option<&'static Region> {
@@ -217,7 +218,9 @@ pub fn register(fd: RawFd, remote: Option<SocketAddr>) {
         return;
     };
     let Some(inode) = tcp_inode(fd) else { return };
-    let Some(local) = sockaddr(fd, false) else { return };
+    let Some(local) = sockaddr(fd, false) else {
+        return;
+    };
     let Some(remote) = remote.or_else(|| sockaddr(fd, true)) else {
         return;
     };
@@ -251,7 +254,8 @@ pub fn forget(fd: RawFd) {
             *x = Pacer::default();
         }
     });
-    let still_held = (0..MAX_FDS).any(|j| SLOT[j].load(Ordering::Relaxed) != 0 && INODE[j].load(Ordering::Relaxed) == inode);
+    let still_held = (0..MAX_FDS)
+        .any(|j| SLOT[j].load(Ordering::Relaxed) != 0 && INODE[j].load(Ordering::Relaxed) == inode);
     if !still_held {
         CONTROL.with(|control| {
             if let Some(c) = control.as_mut() {
@@ -284,14 +288,16 @@ pub fn is_registered(fd: RawFd) -> bool {
         .is_some_and(|i| SLOT[i].load(Ordering::Relaxed) != 0)
 }
 
-/// The flow's allowance now; `None` when unsteered.
+/// The flow's allowance now (and its window clamp kept up); `None` when unsteered.
 pub fn allowance(fd: RawFd, flow: &Flow, now: Instant) -> Option<Allowance> {
     let i = fd as usize;
     PACERS.with(|p| {
         if p.len() <= i {
             p.resize(i + 1, Pacer::default());
         }
-        p[i].allowance(flow.slot, now)
+        let a = p[i].allowance(flow.slot, now);
+        p[i].maintain_clamp(fd, now);
+        a
     })
 }
 

@@ -56,7 +56,11 @@ fn lib() -> PathBuf {
 
 fn scenario() -> PathBuf {
     let p = target_dir().join("examples").join("scenario");
-    assert!(p.exists(), "{} not built (cargo test builds examples)", p.display());
+    assert!(
+        p.exists(),
+        "{} not built (cargo test builds examples)",
+        p.display()
+    );
     p
 }
 
@@ -177,7 +181,13 @@ impl HttpServer {
             l.local_addr().unwrap().port()
         };
         let child = Command::new("python3")
-            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
             .current_dir(&dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -207,14 +217,52 @@ impl Drop for HttpServer {
 /// `program` under the library, talking to the daemon at `socket`.
 fn preloaded(program: &Path, socket: &str) -> Command {
     let mut c = Command::new(program);
-    c.env("LD_PRELOAD", lib()).env("LOWTIDE_BWSS_SOCKET", socket);
+    c.env("LD_PRELOAD", lib())
+        .env("LOWTIDE_BWSS_SOCKET", socket);
     c
 }
 
 fn curl(socket: &str, url: &str) -> Command {
     let mut c = preloaded(Path::new("curl"), socket);
-    c.args(["-sS", "-o", "/dev/null", "-w", "%{size_download} %{time_total}\n", url]);
+    c.args([
+        "-sS",
+        "--max-time",
+        "20",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{size_download} %{time_total}\n",
+        url,
+    ]);
     c
+}
+
+/// Runs `cmd` to its end, killing it (and failing) if it takes longer than `secs`: a test
+/// must never hang on a stalled connection.
+fn output_within(cmd: &mut Command, secs: u64) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning");
+    wait_within(child, secs)
+}
+
+fn wait_within(mut child: Child, secs: u64) -> Output {
+    let give_up = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > give_up {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {secs} s (a stalled connection?): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 fn json(out: &Output) -> serde_json::Value {
@@ -238,8 +286,12 @@ fn curl_downloads_at_its_target() {
     // 16 Mbit/s for the one flow: 3 MB in 1.5 s.
     let d = TestDaemon::start("[system]\nlink_kbps = 16000\n");
     let www = HttpServer::start(&[("big", 3_000_000)]);
-    let out = curl(&d.socket, &www.url("big")).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = output_within(&mut curl(&d.socket, &www.url("big")), 10);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut it = text.split_whitespace();
     let size: f64 = it.next().unwrap().parse().unwrap();
@@ -247,7 +299,11 @@ fn curl_downloads_at_its_target() {
     assert_eq!(size, 3e6);
     let rate = size * 8.0 / secs;
     assert!(within(rate, 16e6, 0.2), "curl got {:.2} Mbit/s", rate / 1e6);
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -268,7 +324,10 @@ fn two_curls_get_minimum_by_priority_then_weights() {
     assert_eq!(s.flows.len(), 2, "{s:?}");
     let flow = |rule: Option<&str>| s.flows.iter().find(|f| f.rule.as_deref() == rule).unwrap();
     let (v, f) = (flow(Some("video")), flow(None));
-    assert_eq!((v.target_kbps, f.target_kbps), (Some(10000.0), Some(6000.0)));
+    assert_eq!(
+        (v.target_kbps, f.target_kbps),
+        (Some(10000.0), Some(6000.0))
+    );
     let (vm, fm) = (v.measured_kbps.unwrap(), f.measured_kbps.unwrap());
     assert!(within(vm, 10000.0, 0.2), "video measured {vm:.0} kbit/s");
     assert!(within(fm, 6000.0, 0.25), "bulk measured {fm:.0} kbit/s");
@@ -280,12 +339,13 @@ fn without_a_daemon_everything_passes_through_with_one_warning() {
     let www = HttpServer::start(&[("a", 200_000), ("b", 200_000)]);
     let socket = format!("@{}", unique("absent"));
     // Two connections (two URLs), one warning.
-    let out = curl(&socket, &www.url("a"))
-        .arg(www.url("b"))
-        .arg("-o")
-        .arg("/dev/null")
-        .output()
-        .unwrap();
+    let out = output_within(
+        curl(&socket, &www.url("a"))
+            .arg(www.url("b"))
+            .arg("-o")
+            .arg("/dev/null"),
+        10,
+    );
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("lowtide-bwss:").count(), 1, "{err}");
@@ -299,16 +359,21 @@ fn event_loop_is_paced(mode: &[&str]) {
     let _g = serial();
     let d = TestDaemon::start("[system]\nlink_kbps = 16000\n");
     let srv = BulkServer::start();
-    let out = preloaded(&scenario(), &d.socket)
-        .arg(mode[0])
-        .arg(srv.addr.to_string())
-        .arg("1.5")
-        .args(&mode[1..])
-        .output()
-        .unwrap();
+    let out = output_within(
+        preloaded(&scenario(), &d.socket)
+            .arg(mode[0])
+            .arg(srv.addr.to_string())
+            .arg("1.5")
+            .args(&mode[1..]),
+        10,
+    );
     let j = json(&out);
     let rate = j["bytes"].as_f64().unwrap() * 8.0 / j["secs"].as_f64().unwrap();
-    assert!(within(rate, 16e6, 0.2), "{mode:?}: {:.2} Mbit/s {j}", rate / 1e6);
+    assert!(
+        within(rate, 16e6, 0.2),
+        "{mode:?}: {:.2} Mbit/s {j}",
+        rate / 1e6
+    );
     let cpu = j["cpu"].as_f64().unwrap() / j["secs"].as_f64().unwrap();
     assert!(cpu < 0.3, "{mode:?}: the reader spins: {j}");
 }
@@ -333,10 +398,10 @@ fn a_dup_and_a_forked_child_stay_steered() {
     let _g = serial();
     let d = TestDaemon::start("[system]\nlink_kbps = 16000\n");
     let srv = BulkServer::start();
-    let out = preloaded(&scenario(), &d.socket)
-        .args(["fork-dup", &srv.addr.to_string(), "0.8"])
-        .output()
-        .unwrap();
+    let out = output_within(
+        preloaded(&scenario(), &d.socket).args(["fork-dup", &srv.addr.to_string(), "0.8"]),
+        10,
+    );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let j = json(&out);
     let child: serde_json::Value =
@@ -347,7 +412,10 @@ fn a_dup_and_a_forked_child_stay_steered() {
         ("in the forked child", child["child"].as_f64().unwrap()),
         ("after the child exited", j["after_fork"].as_f64().unwrap()),
     ] {
-        assert!(within(got, want, 0.25), "{what}: {got} bytes, want {want}: {text}");
+        assert!(
+            within(got, want, 0.25),
+            "{what}: {got} bytes, want {want}: {text}"
+        );
     }
     assert_eq!(j["child_ok"], true);
     // The parent's connection still holds the flow; it ends with the process.
@@ -359,7 +427,7 @@ fn a_dup_and_a_forked_child_stay_steered() {
 fn udp_is_untouched() {
     let _g = serial();
     let d = TestDaemon::start("[system]\nlink_kbps = 16000\n");
-    let out = preloaded(&scenario(), &d.socket).arg("udp").output().unwrap();
+    let out = output_within(preloaded(&scenario(), &d.socket).arg("udp"), 10);
     assert_eq!(json(&out)["udp_received"], 200);
     assert!(d.status().flows.is_empty());
 }
@@ -374,6 +442,7 @@ fn flows_survive_a_daemon_restart() {
     let child = preloaded(&scenario(), &socket)
         .args(["blocking", &srv.addr.to_string(), "5"])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
@@ -382,7 +451,7 @@ fn flows_survive_a_daemon_restart() {
     let d = TestDaemon::start_on(socket, rules);
     std::thread::sleep(Duration::from_millis(1500));
     let registered = d.status().flows.len();
-    let out = child.wait_with_output().unwrap();
+    let out = wait_within(child, 10);
     let j = json(&out);
     let halves: Vec<f64> = j["halves"]
         .as_array()
@@ -392,7 +461,10 @@ fn flows_survive_a_daemon_restart() {
         .collect();
     // Steered (8 Mbit/s), then unsteered once the heartbeat is stale, then steered again.
     assert!(within(halves[1], 8e6, 0.25), "{halves:?}");
-    assert!(halves[4..6].iter().any(|&r| r > 16e6), "never passed through: {halves:?}");
+    assert!(
+        halves[4..6].iter().any(|&r| r > 16e6),
+        "never passed through: {halves:?}"
+    );
     assert_eq!(registered, 1, "the flow did not register again");
     assert!(within(halves[9], 8e6, 0.25), "{halves:?}");
 }

@@ -126,10 +126,13 @@ struct Row {
     mech: Mech,
     rtt_ms: f64,
     target: f64,
-    /// Arrival rate (tcpi_bytes_received) in the first half's steady part, bit/s.
+    /// Arrival rate (tcpi_bytes_received) in the last 2 s of the first half, bit/s.
     first: f64,
     /// The same in the second half (target / 2).
     second: f64,
+    /// What the application read in the same two windows, bit/s.
+    read1: f64,
+    read2: f64,
     /// From the start until the 500 ms rate is within 20% of the target (or above and falls in).
     settle_start: Option<f64>,
     /// From the step until the 500 ms rate is within 20% of the halved target.
@@ -159,7 +162,7 @@ fn main() {
         args.secs / 2.0
     );
     println!(
-        "{:<13} {:>5} {:>7} {:>8} {:>6} {:>8} {:>6} {:>7} {:>7} {:>8} {:>9} {:>8} {:>6} {:>5}",
+        "{:<13} {:>5} {:>7} {:>8} {:>6} {:>8} {:>6} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>6} {:>5}",
         "mechanism",
         "rtt",
         "target",
@@ -167,6 +170,8 @@ fn main() {
         "err1",
         "got2",
         "err2",
+        "read1",
+        "read2",
         "settle1",
         "settle2",
         "rcv_wnd",
@@ -200,7 +205,7 @@ fn print_row(r: &Row) {
     let err = |got: f64, want: f64| format!("{:+.0}%", (got / want - 1.0) * 100.0);
     let secs = |s: Option<f64>| s.map_or("never".into(), |s| format!("{s:.1}s"));
     println!(
-        "{:<13} {:>5} {:>7} {:>8.0} {:>6} {:>8.0} {:>6} {:>7} {:>7} {:>8} {:>9} {:>8} {:>6} {:>5}",
+        "{:<13} {:>5} {:>7} {:>8.0} {:>6} {:>8.0} {:>6} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>6} {:>5}",
         r.mech.name(),
         r.rtt_ms,
         r.target / 1e6,
@@ -208,6 +213,8 @@ fn print_row(r: &Row) {
         err(r.first, r.target),
         r.second / 1e3,
         err(r.second, r.target / 2.0),
+        err(r.read1, r.target),
+        err(r.read2, r.target / 2.0),
         secs(r.settle_start),
         secs(r.settle_step),
         r.rcv_wnd_median,
@@ -229,7 +236,9 @@ fn run(
     let duration = Duration::from_secs_f64(secs);
     let recv = net
         .receiver(0)
-        .spawn("steer-recv", move || receive(mech, rtt_ms, target, duration, port))
+        .spawn("steer-recv", move || {
+            receive(mech, rtt_ms, target, duration, port)
+        })
         .map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(100));
     let to = SocketAddr::from((net.receiver(0).addr(), port));
@@ -357,6 +366,8 @@ fn receive(
     let mut next_sample = start;
     let mut next_reapply = start + Duration::from_millis(100);
     let mut samples: Vec<(f64, u64)> = vec![];
+    let mut reads: Vec<(f64, u64)> = vec![];
+    let mut read_total = 0u64;
     let (mut wnds, mut spaces) = (vec![], vec![]);
     let mut inq_max = 0;
     let mut rewrites = 0;
@@ -390,6 +401,7 @@ fn receive(
             next_sample += Duration::from_millis(50);
             let i = tcp_info(fd);
             samples.push((t.as_secs_f64(), i.tcpi_bytes_received));
+            reads.push((t.as_secs_f64(), read_total));
             wnds.push(i.tcpi_rcv_wnd);
             spaces.push(i.tcpi_rcv_space);
             inq_max = inq_max.max(inq(fd));
@@ -408,6 +420,7 @@ fn receive(
         match s.read(&mut buf[..want]) {
             Ok(0) => break,
             Ok(n) => {
+                read_total += n as u64;
                 if mech.paced() {
                     tokens -= n as f64;
                 }
@@ -420,7 +433,7 @@ fn receive(
     }
     let retrans = tcp_info(fd).tcpi_total_retrans;
     let secs = duration.as_secs_f64();
-    let rate_between = |a: f64, b: f64| -> f64 {
+    let rate_in = |samples: &[(f64, u64)], a: f64, b: f64| -> f64 {
         let first = samples.iter().find(|s| s.0 >= a);
         let last = samples.iter().rev().find(|s| s.0 <= b);
         match (first, last) {
@@ -428,6 +441,7 @@ fn receive(
             _ => f64::NAN,
         }
     };
+    let rate_between = |a: f64, b: f64| rate_in(&samples, a, b);
     let settle = |from: f64, to: f64, want: f64| -> Option<f64> {
         let mut t = from;
         while t + 0.5 <= to {
@@ -449,6 +463,8 @@ fn receive(
         target,
         first: rate_between(secs / 2.0 - 2.0, secs / 2.0),
         second: rate_between(secs - 2.0, secs),
+        read1: rate_in(&reads, secs / 2.0 - 2.0, secs / 2.0),
+        read2: rate_in(&reads, secs - 2.0, secs),
         settle_start: settle(0.0, secs / 2.0, target),
         settle_step: settle(secs / 2.0, secs, target / 2.0),
         rcv_wnd_median: median(&mut wnds),

@@ -65,7 +65,11 @@ mod tests {
     #[test]
     fn the_papers_fig6_allocation() {
         // Video: higher priority, 520 kbit/s minimum, weight 0; two FTP flows of weight 1.
-        let c = [class(10, 520.0, 0.0), class(0, 0.0, 1.0), class(0, 0.0, 1.0)];
+        let c = [
+            class(10, 520.0, 0.0),
+            class(0, 0.0, 1.0),
+            class(0, 0.0, 1.0),
+        ];
         let t = allocate(960e3, &c);
         assert_eq!(t, vec![520e3, 220e3, 220e3]);
         // During the 240 kbit/s interference sigma falls to 720: the video keeps 520.
@@ -78,10 +82,17 @@ mod tests {
 
     #[test]
     fn higher_priority_minimums_first_ties_in_proportion() {
-        let c = [class(1, 300.0, 0.0), class(5, 200.0, 0.0), class(1, 100.0, 0.0)];
+        let c = [
+            class(1, 300.0, 0.0),
+            class(5, 200.0, 0.0),
+            class(1, 100.0, 0.0),
+        ];
         let t = allocate(400e3, &c);
         assert_eq!(t[1], 200e3);
-        assert!((t[0] - 150e3).abs() < 1e-6 && (t[2] - 50e3).abs() < 1e-6, "{t:?}");
+        assert!(
+            (t[0] - 150e3).abs() < 1e-6 && (t[2] - 50e3).abs() < 1e-6,
+            "{t:?}"
+        );
     }
 
     fn classes() -> impl Strategy<Value = Vec<Class>> {

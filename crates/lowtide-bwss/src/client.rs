@@ -68,13 +68,19 @@ impl Client {
     }
 
     /// Registers a TCP connection by its socket's inode; returns its slot.
-    pub fn register(&mut self, inode: u64, local: SocketAddr, remote: SocketAddr) -> io::Result<u32> {
-        match self.request(&Request::Register {
-            inode,
-            local,
-            remote,
-        })?
-        .0
+    pub fn register(
+        &mut self,
+        inode: u64,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) -> io::Result<u32> {
+        match self
+            .request(&Request::Register {
+                inode,
+                local,
+                remote,
+            })?
+            .0
         {
             Reply::Registered { slot } => Ok(slot),
             other => Err(unexpected(other)),

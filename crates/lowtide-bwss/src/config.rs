@@ -5,6 +5,8 @@
 //! alpha = 0.9            # a flow below alpha x target is congested (Mehra, Sec. 3.3)
 //! interval_ms = 200      # how often the allocation and the sigma rule run
 //! window_ms = 1000       # rates are measured over this window
+//! link_kbps = 960        # the access link, if known (sigma starts there, never exceeds it)
+//! observe = false        # true: measure and log, steer nothing
 //!
 //! [default]              # flows no rule matches
 //! priority = 0
@@ -87,6 +89,8 @@ pub struct SystemConfig {
     pub probe_step: f64,
     /// The access link's rate, if known: sigma never exceeds it (kbit/s; 0: unknown).
     pub link_kbps: f64,
+    /// Measure and log every flow, steer none (a baseline with the same measurement).
+    pub observe: bool,
 }
 
 impl Default for SystemConfig {
@@ -98,6 +102,7 @@ impl Default for SystemConfig {
             probe_after_ms: 2000,
             probe_step: 0.05,
             link_kbps: 0.0,
+            observe: false,
         }
     }
 }
@@ -183,7 +188,11 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.system;
         if !(s.alpha > 0.0 && s.alpha < 1.0) {
-            return Err(ConfigError::invalid("system.alpha", s.alpha, "0 < alpha < 1"));
+            return Err(ConfigError::invalid(
+                "system.alpha",
+                s.alpha,
+                "0 < alpha < 1",
+            ));
         }
         if !(20..=10_000).contains(&s.interval_ms) {
             return Err(ConfigError::invalid(
@@ -253,7 +262,7 @@ impl Config {
                 && r.address.is_none()
             {
                 return Err(ConfigError::invalid(
-                    format!("{at}"),
+                    at.clone(),
                     "a rule without a matcher",
                     "at least one of program, local_port, remote_port, address",
                 ));

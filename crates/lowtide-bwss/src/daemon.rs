@@ -247,7 +247,11 @@ fn serve(shared: &Shared, sock: UnixStream, conn: u64, stop: &AtomicBool) {
                 }
             }
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
             Err(_) => break,
         }
         if line.len() > MAX_LINE {
@@ -316,12 +320,7 @@ fn handle(shared: &Shared, conn: u64, program: &mut String, req: Request) -> Rep
             release(shared, &mut g, inode, conn);
             Reply::Unregistered
         }
-        Request::Status => Reply::Status(
-            shared
-                .lock()
-                .bwss
-                .status(Instant::now()),
-        ),
+        Request::Status => Reply::Status(shared.lock().bwss.status(Instant::now())),
     }
 }
 

@@ -1,11 +1,13 @@
 //! The reader's side of a flow's slot: the token bucket that paces reads at the budget the
 //! daemon wrote (shared by the `LD_PRELOAD` library and [`crate::steering`]).
 
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::fcs::{TokenBucket, MIN_DEPTH};
+use crate::fcs::{window_clamp, TokenBucket, CLAMP_EVERY_MS, MIN_DEPTH, NO_CLAMP};
 use crate::shm::Slot;
+use crate::tcp;
 
 /// A paced read waits for this much time of its rate (see [`Allowance::chunk`]).
 pub const CHUNK_SECS: f64 = 0.01;
@@ -29,10 +31,12 @@ impl Allowance {
     }
 }
 
-/// One flow's read pacing.
+/// One flow's read pacing, and its window clamp.
 #[derive(Debug, Clone, Default)]
 pub struct Pacer {
     bucket: Option<TokenBucket>,
+    /// When the clamp was last applied, and whether one is in force.
+    clamped_at: Option<Instant>,
 }
 
 impl Pacer {
@@ -57,6 +61,29 @@ impl Pacer {
             chunk,
             ready: bucket.ready_at(now, chunk),
         })
+    }
+
+    /// Applies the window clamp when due (every [`CLAMP_EVERY_MS`]): two round trips of the
+    /// target while steered; unclamped again once the flow is not.
+    pub fn maintain_clamp(&mut self, fd: RawFd, now: Instant) {
+        match (&self.bucket, self.clamped_at) {
+            (Some(b), at)
+                if at
+                    .is_none_or(|t| now.duration_since(t).as_millis() as u64 >= CLAMP_EVERY_MS) =>
+            {
+                // Without an RTT estimate yet, assume 100 ms (a generous window).
+                if let Some((rtt, mss)) = tcp::rcv_path(fd) {
+                    let rtt = rtt.unwrap_or(Duration::from_millis(100));
+                    tcp::set_window_clamp(fd, window_clamp(b.rate, rtt, mss));
+                }
+                self.clamped_at = Some(now);
+            }
+            (None, Some(_)) => {
+                tcp::set_window_clamp(fd, NO_CLAMP);
+                self.clamped_at = None;
+            }
+            _ => {}
+        }
     }
 
     /// `n` bytes were delivered to the application (counted for the daemon, and paid from

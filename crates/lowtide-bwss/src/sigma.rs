@@ -129,8 +129,12 @@ impl SigmaRule {
             return;
         };
         let alpha = self.params.alpha;
-        let below = |f: &FlowSample| f.target > 0.0 && f.measured.is_some_and(|m| m < alpha * f.target);
-        let judged = flows.iter().filter(|f| f.measured.is_some() && f.target > 0.0).count();
+        let below =
+            |f: &FlowSample| f.target > 0.0 && f.measured.is_some_and(|m| m < alpha * f.target);
+        let judged = flows
+            .iter()
+            .filter(|f| f.measured.is_some() && f.target > 0.0)
+            .count();
         let n_below = flows.iter().filter(|f| below(f)).count();
         let probing = self
             .last_probe
@@ -248,7 +252,10 @@ mod tests {
         assert!(!r.is_congested(1));
         assert_eq!(r.sigma(), Some(940e3));
         let c = r.counters();
-        assert_eq!((c.flow_congested, c.flow_recovered, c.link_congested), (1, 1, 0));
+        assert_eq!(
+            (c.flow_congested, c.flow_recovered, c.link_congested),
+            (1, 1, 0)
+        );
     }
 
     #[test]
@@ -303,7 +310,10 @@ mod tests {
             ..params()
         });
         r.on_tick(t0, &[f(1, 0.0, 900e3), f(2, 0.0, 60e3), f(3, 0.0, 0.0)]);
-        r.on_tick(at(t0, 200), &[f(1, 800e3, 900e3), f(2, 100e3, 10e3), f(3, 100e3, 100e3)]);
+        r.on_tick(
+            at(t0, 200),
+            &[f(1, 800e3, 900e3), f(2, 100e3, 10e3), f(3, 100e3, 100e3)],
+        );
         assert!(r.is_congested(2));
         let young = FlowSample {
             measured: None,

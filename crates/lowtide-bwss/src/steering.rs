@@ -67,6 +67,7 @@ impl Steering {
         let slot = self.client().register(inode, local, remote)?;
         Ok(SteeredFlow {
             steering: self.clone(),
+            fd,
             slot,
             inode,
             pacer: Mutex::new(Pacer::default()),
@@ -91,6 +92,8 @@ impl Steering {
 /// One registered TCP connection.
 pub struct SteeredFlow {
     steering: Steering,
+    /// The socket, for its window clamp (its owner keeps it open while the flow lives).
+    fd: RawFd,
     slot: u32,
     inode: u64,
     pacer: Mutex<Pacer>,
@@ -110,7 +113,8 @@ impl SteeredFlow {
     fn live_slot(&self) -> Option<&Slot> {
         let r = &self.steering.region;
         let s = r.slot(self.slot)?;
-        (r.alive(monotonic_ns()) && s.inode.load(std::sync::atomic::Ordering::Acquire) == self.inode)
+        (r.alive(monotonic_ns())
+            && s.inode.load(std::sync::atomic::Ordering::Acquire) == self.inode)
             .then_some(s)
     }
 
@@ -121,7 +125,10 @@ impl SteeredFlow {
     /// What may be read now; `None`: unsteered (read freely).
     pub fn allowance(&self, now: Instant) -> Option<Allowance> {
         let slot = self.live_slot()?;
-        self.pacer().allowance(slot, now)
+        let mut pacer = self.pacer();
+        let a = pacer.allowance(slot, now);
+        pacer.maintain_clamp(self.fd, now);
+        a
     }
 
     /// `n` bytes were delivered to the application.
@@ -133,8 +140,11 @@ impl SteeredFlow {
 
     /// The flow's target now, bit/s (`None`: unsteered).
     pub fn target_bps(&self) -> Option<f64> {
-        let rate = self.live_slot()?.rate.load(std::sync::atomic::Ordering::Relaxed);
-        (rate > 0).then(|| rate as f64 * 8.0)
+        let rate = self
+            .live_slot()?
+            .rate
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (rate > 0).then_some(rate as f64 * 8.0)
     }
 }
 

@@ -53,7 +53,7 @@ pub struct FlowStatus {
     pub priority: i32,
     pub min_kbps: f64,
     pub weight: f64,
-    /// kbit/s; `None` while unsteered (before σ is known).
+    /// kbit/s; `None` while unsteered (before σ is known, or observing).
     pub target_kbps: Option<f64>,
     /// kbit/s over the last window; `None` while the flow is younger than a window.
     pub measured_kbps: Option<f64>,
@@ -164,8 +164,11 @@ impl Bwss {
         }
     }
 
-    /// The flow's read budget (`None`: unsteered, or no such flow).
+    /// The flow's read budget (`None`: unsteered, observing, or no such flow).
     pub fn budget(&self, id: FlowId) -> Option<Budget> {
+        if self.config.system.observe {
+            return None;
+        }
         self.flows.get(&id)?.fcs.budget()
     }
 
@@ -187,7 +190,11 @@ impl Bwss {
                 priority: f.class.priority,
                 min_kbps: f.class.min_kbps,
                 weight: f.class.weight,
-                target_kbps: f.fcs.target().map(|t| t / 1e3),
+                target_kbps: f
+                    .fcs
+                    .target()
+                    .filter(|_| !self.config.system.observe)
+                    .map(|t| t / 1e3),
                 measured_kbps: f.meter.rate(now).map(|r| r / 1e3),
                 congested: self.sigma.is_congested(id),
                 bytes: f.meter.total(),
@@ -239,7 +246,11 @@ mod tests {
         for k in 0..(150.0 / step) as u64 {
             let t = k as f64 * step;
             let now = t0 + Duration::from_secs_f64(t);
-            let capacity = if (60.0..100.0).contains(&t) { 720e3 } else { 960e3 };
+            let capacity = if (60.0..100.0).contains(&t) {
+                720e3
+            } else {
+                960e3
+            };
             // Each flow wants what its budget allows (unsteered: as much as TCP gives);
             // the link gives each its demand if they fit, else shares in proportion.
             let demand: Vec<f64> = ids
@@ -247,7 +258,11 @@ mod tests {
                 .map(|&id| b.budget(id).map_or(capacity, |x| x.rate * 8.0))
                 .collect();
             let total: f64 = demand.iter().sum();
-            let scale = if total > capacity { capacity / total } else { 1.0 };
+            let scale = if total > capacity {
+                capacity / total
+            } else {
+                1.0
+            };
             for i in 0..3 {
                 bytes[i] += demand[i] * scale * step / 8.0;
                 b.record_bytes(now, ids[i], bytes[i] as u64);
@@ -268,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rule_for_an_absent_program_reserves_nothing() {
+    fn a_rule_for_an_absent_program_reserves_nothing_and_observing_steers_nothing() {
         let cfg = Config::from_toml(
             "[system]\nlink_kbps = 1000\n[[rule]]\nprogram = \"never-runs\"\npriority = 9\nmin_kbps = 900\n",
         )
@@ -287,6 +302,20 @@ mod tests {
         assert_eq!(b.budget(id).unwrap().rate * 8.0, 1000e3);
         b.remove_flow(id);
         assert!(b.budget(id).is_none());
+        // Observing: measured, never steered.
+        let mut cfg = b.config().clone();
+        cfg.system.observe = true;
+        let mut o = Bwss::new(cfg);
+        let id = o.add_flow(
+            t0,
+            FlowInfo {
+                program: "curl".into(),
+                local: "10.2.1.1:4000".parse().unwrap(),
+                remote: "10.1.1.1:80".parse().unwrap(),
+            },
+        );
+        assert!(o.budget(id).is_none());
+        assert_eq!(o.status(t0).flows[0].target_kbps, None);
         assert!(b.status(t0).flows.is_empty());
     }
 }

@@ -10,7 +10,15 @@ pub fn tcp_inode(fd: RawFd) -> Option<u64> {
         let mut v: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: `v` and `len` are valid for writes.
-        let r = unsafe { libc::getsockopt(fd, level, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                level,
+                opt,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
         (r == 0).then_some(v)
     };
     if int_opt(libc::SOL_SOCKET, libc::SO_TYPE)? != libc::SOCK_STREAM {
@@ -70,7 +78,10 @@ pub unsafe fn from_sockaddr(p: *const libc::sockaddr, len: libc::socklen_t) -> O
             }
             libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
                 let a = &*(p as *const libc::sockaddr_in6);
-                Some(SocketAddr::from((a.sin6_addr.s6_addr, u16::from_be(a.sin6_port))))
+                Some(SocketAddr::from((
+                    a.sin6_addr.s6_addr,
+                    u16::from_be(a.sin6_port),
+                )))
             }
             _ => None,
         }
@@ -82,3 +93,40 @@ pub fn addresses(fd: RawFd) -> Option<(SocketAddr, SocketAddr)> {
     Some((sockaddr(fd, false)?, sockaddr(fd, true)?))
 }
 
+/// The receiver's view of the path: its round-trip estimate (`tcpi_rcv_rtt`, `None` before
+/// it has one) and the larger of the segment sizes it receives and advertises.
+pub fn rcv_path(fd: RawFd) -> Option<(Option<std::time::Duration>, u32)> {
+    // SAFETY: zeroed tcp_info is valid; the kernel writes at most `len` bytes.
+    let mut i: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: as above.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut i as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then(|| {
+        let rtt =
+            (i.tcpi_rcv_rtt > 0).then(|| std::time::Duration::from_micros(i.tcpi_rcv_rtt.into()));
+        (rtt, i.tcpi_rcv_mss.max(i.tcpi_advmss))
+    })
+}
+
+/// Sets `TCP_WINDOW_CLAMP` (errors ignored: a socket that refuses is left as it is).
+pub fn set_window_clamp(fd: RawFd, bytes: u32) {
+    let v = bytes.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: `v` outlives the call; the length matches.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_WINDOW_CLAMP,
+            (&v as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}

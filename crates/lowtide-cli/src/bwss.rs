@@ -39,6 +39,9 @@ pub struct DaemonArgs {
     /// Append each flow's rate per second (JSON lines) to this file.
     #[arg(long)]
     log: Option<PathBuf>,
+    /// Measure and log every flow, steer none (sets `system.observe`).
+    #[arg(long)]
+    observe: bool,
 }
 
 #[derive(Args)]
@@ -78,10 +81,11 @@ pub fn run(cmd: BwssCommand) -> anyhow::Result<i32> {
 }
 
 fn daemon(args: DaemonArgs) -> anyhow::Result<i32> {
-    let config = match &args.rules {
+    let mut config = match &args.rules {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
+    config.system.observe |= args.observe;
     let socket = args.socket.unwrap_or_else(socket_name);
     let daemon = Daemon::bind(DaemonOptions {
         socket,
@@ -152,7 +156,10 @@ fn table(s: &Status) -> String {
 }
 
 fn exec(args: ExecArgs) -> anyhow::Result<i32> {
-    let lib = match args.lib.or_else(|| std::env::var_os("LOWTIDE_BWSS_LIB").map(PathBuf::from)) {
+    let lib = match args
+        .lib
+        .or_else(|| std::env::var_os("LOWTIDE_BWSS_LIB").map(PathBuf::from))
+    {
         Some(p) => p,
         None => std::env::current_exe()?
             .parent()
