@@ -13,8 +13,6 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use lowtide_bwss::daemon::{Daemon, DaemonOptions};
@@ -81,15 +79,14 @@ fn main() {
     let socket = format!("@lowtide-bwss-bench-{}", std::process::id());
     // A budget of 100 Gbit/s: steered, never limited.
     let config = Config::from_toml("[system]\nlink_kbps = 100000000\n").unwrap();
-    let d = Daemon::bind(DaemonOptions {
+    let daemon = Daemon::bind(DaemonOptions {
         socket: socket.clone(),
         config,
         log: None,
     })
+    .unwrap()
+    .spawn()
     .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let daemon = std::thread::spawn(move || d.run(s));
     let exe = std::env::current_exe().unwrap();
     let lib = exe
         .parent()
@@ -131,8 +128,7 @@ fn main() {
             rows[k].2.push(s);
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let _ = daemon.join();
+    daemon.stop().unwrap();
     println!("read_overhead: {READ}-byte reads on loopback, medians of 3 processes x {BLOCKS} blocks of {BLOCK}");
     println!(
         "{:<10} {:>10} {:>12} {:>10}",

@@ -10,11 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use lowtide_bwss::client::Client;
-use lowtide_bwss::daemon::{Daemon, DaemonOptions};
+use lowtide_bwss::daemon::{Daemon, DaemonOptions, RunningDaemon};
 use lowtide_bwss::{Config, Status};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -75,8 +74,7 @@ fn unique(what: &str) -> String {
 /// A daemon in this process; stopped on drop.
 struct TestDaemon {
     socket: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _running: RunningDaemon,
 }
 
 impl TestDaemon {
@@ -86,33 +84,22 @@ impl TestDaemon {
 
     fn start_on(socket: String, rules: &str) -> TestDaemon {
         let config = Config::from_toml(rules).expect("rules");
-        let d = Daemon::bind(DaemonOptions {
+        let running = Daemon::bind(DaemonOptions {
             socket: socket.clone(),
             config,
             log: None,
         })
-        .expect("binding the daemon");
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || d.run(s).expect("daemon"));
+        .expect("binding the daemon")
+        .spawn()
+        .expect("starting the daemon");
         TestDaemon {
             socket,
-            stop,
-            thread: Some(thread),
+            _running: running,
         }
     }
 
     fn status(&self) -> Status {
         Client::connect(&self.socket).unwrap().status().unwrap()
-    }
-}
-
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -297,19 +297,7 @@ fn getsockopt(fd: RawFd, level: i32, opt: i32) -> i32 {
 }
 
 fn tcp_info(fd: RawFd) -> libc::tcp_info {
-    // SAFETY: zeroed tcp_info is valid; the kernel writes at most `len` bytes.
-    unsafe {
-        let mut i: libc::tcp_info = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::tcp_info>() as u32;
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut i as *mut libc::tcp_info).cast(),
-            &mut len,
-        );
-        i
-    }
+    lowtide_bwss::tcp::tcp_info(fd).expect("TCP_INFO")
 }
 
 fn inq(fd: RawFd) -> u32 {

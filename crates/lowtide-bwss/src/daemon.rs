@@ -128,6 +128,23 @@ impl Daemon {
         &self.socket
     }
 
+    /// Serves on a thread of its own until the returned handle is dropped (or stopped):
+    /// for programs and tests that run the daemon in-process, e.g. in an emulated host's
+    /// thread, where the abstract socket lands in that host's network namespace.
+    pub fn spawn(self) -> io::Result<RunningDaemon> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let socket = self.socket.clone();
+        let thread = std::thread::Builder::new()
+            .name("bwss-daemon".into())
+            .spawn(move || self.run(s))?;
+        Ok(RunningDaemon {
+            socket,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
     /// Serves readers until `stop` is set (checked every 50 ms); then removes a path socket.
     pub fn run(self, stop: Arc<AtomicBool>) -> io::Result<()> {
         self.listener.set_nonblocking(true)?;
@@ -161,6 +178,40 @@ impl Daemon {
             let _ = std::fs::remove_file(&self.socket);
         }
         Ok(())
+    }
+}
+
+/// A daemon serving on its own thread; dropping it stops the daemon and waits for it.
+pub struct RunningDaemon {
+    socket: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<io::Result<()>>>,
+}
+
+impl RunningDaemon {
+    pub fn socket(&self) -> &str {
+        &self.socket
+    }
+
+    /// Stops the daemon and returns how its loop ended.
+    pub fn stop(mut self) -> io::Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the daemon thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningDaemon {
+    fn drop(&mut self) {
+        let _ = self.finish();
     }
 }
 

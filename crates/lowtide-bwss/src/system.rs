@@ -230,11 +230,7 @@ mod tests {
         .unwrap();
         let mut b = Bwss::new(cfg);
         let t0 = Instant::now();
-        let flow = |p: &str, port| FlowInfo {
-            program: p.into(),
-            local: format!("10.2.1.1:{port}").parse().unwrap(),
-            remote: "10.1.1.1:80".parse().unwrap(),
-        };
+        let flow = |p: &str, port| info(p, &format!("10.2.1.1:{port}"));
         let ids = [
             b.add_flow(t0, flow("video", 1)),
             b.add_flow(t0, flow("curl", 2)),
@@ -282,6 +278,14 @@ mod tests {
         assert!(s.sigma_kbps.unwrap() >= 900.0, "{s:?}");
     }
 
+    fn info(program: &str, local: &str) -> FlowInfo {
+        FlowInfo {
+            program: program.into(),
+            local: local.parse().unwrap(),
+            remote: "10.1.1.1:80".parse().unwrap(),
+        }
+    }
+
     #[test]
     fn a_rule_for_an_absent_program_reserves_nothing_and_observing_steers_nothing() {
         let cfg = Config::from_toml(
@@ -290,14 +294,7 @@ mod tests {
         .unwrap();
         let mut b = Bwss::new(cfg);
         let t0 = Instant::now();
-        let id = b.add_flow(
-            t0,
-            FlowInfo {
-                program: "curl".into(),
-                local: "[::1]:4000".parse().unwrap(),
-                remote: "[::1]:80".parse().unwrap(),
-            },
-        );
+        let id = b.add_flow(t0, info("curl", "[::1]:4000"));
         // Steered from its first byte, with the whole link.
         assert_eq!(b.budget(id).unwrap().rate * 8.0, 1000e3);
         b.remove_flow(id);
@@ -306,14 +303,7 @@ mod tests {
         let mut cfg = b.config().clone();
         cfg.system.observe = true;
         let mut o = Bwss::new(cfg);
-        let id = o.add_flow(
-            t0,
-            FlowInfo {
-                program: "curl".into(),
-                local: "10.2.1.1:4000".parse().unwrap(),
-                remote: "10.1.1.1:80".parse().unwrap(),
-            },
-        );
+        let id = o.add_flow(t0, info("curl", "10.2.1.1:4000"));
         assert!(o.budget(id).is_none());
         assert_eq!(o.status(t0).flows[0].target_kbps, None);
         assert!(b.status(t0).flows.is_empty());

@@ -93,9 +93,8 @@ pub fn addresses(fd: RawFd) -> Option<(SocketAddr, SocketAddr)> {
     Some((sockaddr(fd, false)?, sockaddr(fd, true)?))
 }
 
-/// The receiver's view of the path: its round-trip estimate (`tcpi_rcv_rtt`, `None` before
-/// it has one) and the larger of the segment sizes it receives and advertises.
-pub fn rcv_path(fd: RawFd) -> Option<(Option<std::time::Duration>, u32)> {
+/// `TCP_INFO` of the socket.
+pub fn tcp_info(fd: RawFd) -> Option<libc::tcp_info> {
     // SAFETY: zeroed tcp_info is valid; the kernel writes at most `len` bytes.
     let mut i: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -109,11 +108,15 @@ pub fn rcv_path(fd: RawFd) -> Option<(Option<std::time::Duration>, u32)> {
             &mut len,
         )
     };
-    (r == 0).then(|| {
-        let rtt =
-            (i.tcpi_rcv_rtt > 0).then(|| std::time::Duration::from_micros(i.tcpi_rcv_rtt.into()));
-        (rtt, i.tcpi_rcv_mss.max(i.tcpi_advmss))
-    })
+    (r == 0).then_some(i)
+}
+
+/// The receiver's view of the path: its round-trip estimate (`tcpi_rcv_rtt`, `None` before
+/// it has one) and the larger of the segment sizes it receives and advertises.
+pub fn rcv_path(fd: RawFd) -> Option<(Option<std::time::Duration>, u32)> {
+    let i = tcp_info(fd)?;
+    let rtt = (i.tcpi_rcv_rtt > 0).then(|| std::time::Duration::from_micros(i.tcpi_rcv_rtt.into()));
+    Some((rtt, i.tcpi_rcv_mss.max(i.tcpi_advmss)))
 }
 
 /// Sets `TCP_WINDOW_CLAMP` (errors ignored: a socket that refuses is left as it is).

@@ -8,45 +8,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lowtide_bwss::daemon::{Daemon, DaemonOptions};
+use lowtide_bwss::daemon::{Daemon, DaemonOptions, RunningDaemon};
 use lowtide_bwss::{Config, Steering};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-struct TestDaemon {
-    socket: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl TestDaemon {
-    fn start(name: &str) -> TestDaemon {
-        let socket = format!("@lowtide-bwss-api-{}-{name}", std::process::id());
-        let config = Config::from_toml("[system]\nlink_kbps = 16000\n").unwrap();
-        let d = Daemon::bind(DaemonOptions {
-            socket: socket.clone(),
-            config,
-            log: None,
-        })
-        .unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = Some(std::thread::spawn(move || d.run(s).unwrap()));
-        TestDaemon {
-            socket,
-            stop,
-            thread,
-        }
-    }
-}
-
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+fn daemon(name: &str) -> RunningDaemon {
+    let socket = format!("@lowtide-bwss-api-{}-{name}", std::process::id());
+    let config = Config::from_toml("[system]\nlink_kbps = 16000\n").unwrap();
+    Daemon::bind(DaemonOptions {
+        socket,
+        config,
+        log: None,
+    })
+    .unwrap()
+    .spawn()
+    .unwrap()
 }
 
 fn within(got: f64, want: f64, margin: f64) -> bool {
@@ -79,10 +56,10 @@ fn bulk_server(stop: Arc<AtomicBool>) -> SocketAddr {
 #[test]
 fn a_paced_reader_reads_at_its_target() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let d = TestDaemon::start("reader");
+    let d = daemon("reader");
     let stop = Arc::new(AtomicBool::new(false));
     let addr = bulk_server(stop.clone());
-    let steering = Steering::connect_to(&d.socket, "api-test").unwrap();
+    let steering = Steering::connect_to(d.socket(), "api-test").unwrap();
     let stream = std::net::TcpStream::connect(addr).unwrap();
     let mut r = steering.paced_reader(stream).unwrap();
     assert_eq!(r.flow().target_bps(), Some(16e6));
@@ -100,7 +77,7 @@ fn a_paced_reader_reads_at_its_target() {
 #[test]
 fn a_lowtide_channel_is_a_flow() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let d = TestDaemon::start("channel");
+    let d = daemon("channel");
     let rt = lowtide::current_thread_runtime().unwrap();
     rt.block_on(async {
         let l = lowtide::listen("127.0.0.1:0".parse().unwrap(), Default::default())
@@ -109,7 +86,7 @@ fn a_lowtide_channel_is_a_flow() {
         let addr = l.local_addr().unwrap();
         let (tx, rx) = tokio::join!(lowtide::connect(addr, Default::default()), l.accept());
         let (tx, rx) = (tx.unwrap(), rx.unwrap());
-        let steering = Steering::connect_to(&d.socket, "api-test").unwrap();
+        let steering = Steering::connect_to(d.socket(), "api-test").unwrap();
         let _flow = steering.register_channel(&rx).unwrap();
         let stream = tx.open_stream(lowtide::StreamConfig::default()).unwrap();
         let sender = async {
