@@ -13,11 +13,14 @@
 //! Where we differ:
 //! - **Probing upwards.** A receiver that steers its flows exactly never measures more than
 //!   σ, so "the aggregate rises" cannot happen after σ fell (the paper's window-based FCS
-//!   let flows overshoot when queues drained). When no flow has been below α·T for
-//!   `probe_after`, σ grows by `probe_step`; a flow falling below α·T within `probe_after`
-//!   of a probe means the probe found the link's capacity, and σ returns to the aggregate
-//!   (counted as `probe_failed`) instead of growing further as per-flow congestion would.
-//!   This is the probing of the authors' earlier system (INFOCOM 2003), kept gentle.
+//!   let flows overshoot when queues drained). When for `probe_after` no flow has fallen
+//!   below α·T other than those already in congestion of their own (whose slack was handed
+//!   on: an application that wants less than its target, such as a video below its
+//!   minimum, must not stop the probe), σ grows by `probe_step`; a flow newly below α·T
+//!   within `probe_after` of a probe means the probe found the link's capacity, and σ
+//!   returns to the aggregate (counted as `probe_failed`) instead of growing further as
+//!   per-flow congestion would. This is the probing of the authors' earlier system
+//!   (INFOCOM 2003), kept gentle.
 //! - **Young flows** (measured over less than a full window) count in the aggregate but are
 //!   never called congested: their first, partial measurement is not a rate.
 //! - **Flows starting or stopping** clear the per-flow congestion marks and restart the
@@ -136,11 +139,16 @@ impl SigmaRule {
             .filter(|f| f.measured.is_some() && f.target > 0.0)
             .count();
         let n_below = flows.iter().filter(|f| below(f)).count();
+        // Flows short of their targets whose slack has not been handed on yet.
+        let newly_below = flows
+            .iter()
+            .filter(|f| below(f) && !self.congested.contains_key(&f.id))
+            .count();
         let probing = self
             .last_probe
             .zip(self.params.probe_after)
             .is_some_and(|(t, after)| now.duration_since(t) < after);
-        if n_below > 0 && probing {
+        if newly_below > 0 && probing {
             // The last probe went past the link's capacity.
             self.counters.probe_failed += 1;
             self.last_probe = None;
@@ -168,7 +176,7 @@ impl SigmaRule {
                 sigma = aggregate;
             }
         }
-        if n_below == 0 {
+        if newly_below == 0 {
             let since = *self.all_met_since.get_or_insert(now);
             if let Some(after) = self.params.probe_after {
                 let last = self.last_probe.map_or(since, |p| p.max(since));
@@ -300,6 +308,30 @@ mod tests {
         assert_eq!(r.counters().probe_failed, 1);
         assert_eq!(r.sigma(), Some(720e3));
         assert!(!r.is_congested(1));
+    }
+
+    #[test]
+    fn a_flow_that_wants_less_than_its_target_does_not_stop_the_probe() {
+        let t0 = Instant::now();
+        let mut r = SigmaRule::new(params());
+        // Sigma fell to 720 during congestion; the video only ever wants 450 of its 520.
+        r.on_tick(t0, &[f(1, 0.0, 450e3), f(2, 0.0, 135e3), f(3, 0.0, 135e3)]);
+        assert_eq!(r.sigma(), Some(720e3));
+        let mut t = 0;
+        let mut sigma: f64 = 720e3;
+        while t < 20_000 {
+            t += 200;
+            // The link has 960: the bulk flows get what they are given up to the rest.
+            let bulk = ((sigma - 520e3) / 2.0).min((960e3 - 450e3) / 2.0);
+            r.on_tick(
+                at(t0, t),
+                &[f(1, 520e3, 450e3), f(2, bulk, bulk), f(3, bulk, bulk)],
+            );
+            sigma = r.sigma().unwrap();
+        }
+        assert!(r.is_congested(1));
+        assert!(r.counters().probes >= 3, "{:?}", r.counters());
+        assert!(sigma >= 900e3, "sigma stuck at {sigma}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub const DEFAULT_SOCKET: &str = "@lowtide-bwss";
 /// The environment variable that overrides [`DEFAULT_SOCKET`].
 pub const SOCKET_ENV: &str = "LOWTIDE_BWSS_SOCKET";
 /// Longest line either side accepts.
-pub const MAX_LINE: usize = 1 << 20;
+pub const MAX_LINE: usize = 4 << 20;
 
 /// The socket name from the environment, else the default.
 pub fn socket_name() -> String {
