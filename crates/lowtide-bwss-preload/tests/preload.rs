@@ -3,9 +3,15 @@
 //! fork/dup/close, blocking reads, UDP) run under the library. Rates are measured over a
 //! second or two with margins of 20-25%; each test holds a lock so two never share the
 //! cores. Needs `curl` and `python3` (run.sh installs curl).
+//!
+//! Nothing outlives a test: the daemon is a thread of this process with an abstract socket
+//! and a memfd (both gone with it), every child is killed when its test ends, also on panic
+//! ([`Running`]), and by the kernel when this process is killed (`PR_SET_PDEATHSIG`); file
+//! trees a killed run left in the temporary folder are removed by the next run.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -63,12 +69,76 @@ fn scenario() -> PathBuf {
     p
 }
 
+const PREFIX: &str = "lowtide-bwss-test-";
+
 fn unique(what: &str) -> String {
     format!(
-        "lowtide-bwss-test-{}-{what}-{}",
+        "{PREFIX}{}-{what}-{}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Removes the temporary trees of earlier runs whose process is gone (killed before its
+/// `Drop` could run).
+fn remove_stale_trees() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// The kernel kills the child when the thread that spawned it (the test's) ends, so a test
+/// process killed with SIGKILL leaves no curl or http.server behind.
+fn dies_with_test(cmd: &mut Command) -> &mut Command {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl, getppid and _exit are async-signal-safe; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl: then nobody would signal us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A child killed (and reaped) when dropped: a failing assertion leaves no process behind.
+struct Running(Option<Child>);
+
+impl Running {
+    fn spawn(cmd: &mut Command) -> Running {
+        Running(Some(dies_with_test(cmd).spawn().expect("spawning")))
+    }
+
+    fn output_within(mut self, secs: u64) -> Output {
+        wait_within(self.0.take().unwrap(), secs)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// A daemon in this process; stopped on drop.
@@ -158,6 +228,7 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(files: &[(&str, usize)]) -> HttpServer {
+        remove_stale_trees();
         let dir = std::env::temp_dir().join(unique("www"));
         std::fs::create_dir_all(&dir).unwrap();
         for (name, size) in files {
@@ -167,7 +238,7 @@ impl HttpServer {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let child = Command::new("python3")
+        let child = dies_with_test(&mut Command::new("python3"))
             .args([
                 "-m",
                 "http.server",
@@ -227,12 +298,7 @@ fn curl(socket: &str, url: &str) -> Command {
 /// Runs `cmd` to its end, killing it (and failing) if it takes longer than `secs`: a test
 /// must never hang on a stalled connection.
 fn output_within(cmd: &mut Command, secs: u64) -> Output {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning");
-    wait_within(child, secs)
+    Running::spawn(cmd.stdout(Stdio::piped()).stderr(Stdio::piped())).output_within(secs)
 }
 
 fn wait_within(mut child: Child, secs: u64) -> Output {
@@ -303,11 +369,11 @@ fn two_curls_get_minimum_by_priority_then_weights() {
         "[system]\nlink_kbps = 16000\nprobe_after_ms = 0\n[[rule]]\nname = \"video\"\nremote_port = {}\npriority = 10\nmin_kbps = 10000\nweight = 0\n",
         video.port
     ));
-    let mut a = curl(&d.socket, &video.url("v")).spawn().unwrap();
-    let mut b = curl(&d.socket, &bulk.url("b")).spawn().unwrap();
+    let a = Running::spawn(&mut curl(&d.socket, &video.url("v")));
+    let b = Running::spawn(&mut curl(&d.socket, &bulk.url("b")));
     std::thread::sleep(Duration::from_millis(1800));
     let s = d.status();
-    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+    drop((a, b));
     assert_eq!(s.flows.len(), 2, "{s:?}");
     let flow = |rule: Option<&str>| s.flows.iter().find(|f| f.rule.as_deref() == rule).unwrap();
     let (v, f) = (flow(Some("video")), flow(None));
@@ -426,19 +492,19 @@ fn flows_survive_a_daemon_restart() {
     let rules = "[system]\nlink_kbps = 8000\n";
     let d = TestDaemon::start_on(socket.clone(), rules);
     let srv = BulkServer::start();
-    let child = preloaded(&scenario(), &socket)
-        .args(["blocking", &srv.addr.to_string(), "5"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Running::spawn(
+        preloaded(&scenario(), &socket)
+            .args(["blocking", &srv.addr.to_string(), "5"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     std::thread::sleep(Duration::from_millis(1000));
     drop(d); // the daemon dies under a live flow
     std::thread::sleep(Duration::from_millis(2000));
     let d = TestDaemon::start_on(socket, rules);
     std::thread::sleep(Duration::from_millis(1500));
     let registered = d.status().flows.len();
-    let out = wait_within(child, 10);
+    let out = child.output_within(10);
     let j = json(&out);
     let halves: Vec<f64> = j["halves"]
         .as_array()
