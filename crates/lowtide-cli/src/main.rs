@@ -4,6 +4,7 @@ mod bench;
 mod bwss;
 mod demo;
 mod lab;
+mod ladder;
 mod media;
 mod netem;
 
@@ -41,6 +42,10 @@ enum Command {
     /// programs run under the LD_PRELOAD library.
     #[command(subcommand)]
     Bwss(bwss::BwssCommand),
+    /// A bit-rate ladder over plain TCP: `ladder serve` paces the chosen rung, `ladder play`
+    /// switches as a commercial player does and prints its rates per sample.
+    #[command(subcommand)]
+    Ladder(ladder::LadderCommand),
 }
 
 fn main() {
@@ -62,6 +67,7 @@ fn main() {
         Command::Netem(cmd) => netem::run(cmd),
         Command::Bwss(cmd) => bwss::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
+        Command::Ladder(cmd) => ladder::run(cmd),
         Command::Send(args) => media::send(args),
         Command::Recv(args) => media::recv(args),
     };
