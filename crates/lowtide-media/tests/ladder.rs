@@ -144,12 +144,14 @@ fn bottleneck(t: f64) -> f64 {
     }
 }
 
-/// The rule at a quarter-second pace (the defaults are 2 s down, 10 s up).
+/// The rule at a quarter-second pace (the defaults are 2 s down, 10 s up); headroom at
+/// 1.05 x rate rather than 1.1, so the server's 1.15 leaves a margin against sampling jitter.
 fn fast_rule() -> ThroughputRuleConfig {
     ThroughputRuleConfig {
         down_after_ms: 500,
         up_after_ms: 600,
         max_up_after_ms: 1200,
+        up_headroom: 1.05,
         ..Default::default()
     }
 }
