@@ -36,11 +36,16 @@ pub enum StreamError {
     Overdrive(f64),
     #[error("the server closed the connection before its manifest")]
     NoManifest,
+    #[error("refused a client: already serving {MAX_CLIENTS}")]
+    Busy,
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> StreamError {
     move |source| StreamError::Io { what, source }
 }
+
+/// Clients served at once, at most (a thread each); more are refused.
+pub const MAX_CLIENTS: usize = 64;
 
 /// How often blocked calls look at their stop flag.
 const POLL: Duration = Duration::from_millis(100);
@@ -82,8 +87,8 @@ pub struct ServeReport {
     pub switches: u64,
 }
 
-/// Accepts connections and serves each on its own thread until `stop` is set; each
-/// connection's end (report or error) goes to `on_end`.
+/// Accepts connections and serves each on its own thread (at most [`MAX_CLIENTS`]) until
+/// `stop` is set; each connection's end (report or error) goes to `on_end`.
 pub fn serve(
     listener: TcpListener,
     cfg: ServerConfig,
@@ -98,6 +103,10 @@ pub fn serve(
     let mut threads = vec![];
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
+            Ok((s, _)) if threads.len() >= MAX_CLIENTS => {
+                drop(s);
+                on_end(Err(StreamError::Busy));
+            }
             Ok((s, _)) => {
                 let (cfg, stop, on_end) = (cfg.clone(), stop.clone(), on_end.clone());
                 threads.push(std::thread::spawn(move || {
