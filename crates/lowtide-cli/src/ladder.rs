@@ -108,6 +108,7 @@ fn play(args: PlayArgs) -> anyhow::Result<i32> {
         .with_context(|| format!("{}", p.display()))?,
         None => Default::default(),
     };
+    rule.check().context("the switching rule")?;
     let s = TcpStream::connect(args.to).with_context(|| format!("connecting to {}", args.to))?;
     let report = stream::play(
         s,
