@@ -13,10 +13,14 @@ need_root() {
 }
 
 install_system_packages() {
-  # ip (namespaces, veth), ping for `lowtide netem shell`, a font for the reports' PNG copies.
+  # ip (namespaces, veth), ping for `lowtide netem shell`, a font for the reports' PNG copies,
+  # curl and python3 (http.server) for the BWSS tests: unmodified programs under the
+  # LD_PRELOAD library.
   local missing=()
   command -v ip >/dev/null || missing+=(iproute2)
   command -v ping >/dev/null || missing+=(iputils-ping)
+  command -v curl >/dev/null || missing+=(curl)
+  command -v python3 >/dev/null || missing+=(python3)
   [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} (apt-get)" >&2
@@ -39,6 +43,9 @@ case "${1:-}" in
     install_system_packages
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
+    # The LD_PRELOAD library's tests run programs under the .so, which `cargo test` does not
+    # build for them.
+    cargo build --locked -p lowtide-bwss-preload
     # Emulator tests build namespaces and measure timing: one test binary at a time, each
     # test serialised inside its binary by a lock, so two cores are not oversubscribed.
     cargo test --workspace --locked -- --test-threads=2

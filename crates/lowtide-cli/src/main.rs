@@ -1,8 +1,10 @@
 //! The `lowtide` command: thin wrappers over the libraries.
 
 mod bench;
+mod bwss;
 mod demo;
 mod lab;
+mod ladder;
 mod media;
 mod netem;
 
@@ -36,6 +38,14 @@ enum Command {
     /// The emulated network: check it, clean up after killed runs, run a command behind it.
     #[command(subcommand)]
     Netem(netem::NetemCommand),
+    /// Receiver bandwidth sharing among this host's TCP flows: the daemon, its status, and
+    /// programs run under the LD_PRELOAD library.
+    #[command(subcommand)]
+    Bwss(bwss::BwssCommand),
+    /// A bit-rate ladder over plain TCP: `ladder serve` paces the chosen rung, `ladder play`
+    /// switches as a commercial player does and prints its rates per sample.
+    #[command(subcommand)]
+    Ladder(ladder::LadderCommand),
 }
 
 fn main() {
@@ -55,7 +65,9 @@ fn main() {
         Command::Bench(args) => bench::run(args).map(|()| 0),
         Command::Demo(args) => demo::run(args),
         Command::Netem(cmd) => netem::run(cmd),
+        Command::Bwss(cmd) => bwss::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
+        Command::Ladder(cmd) => ladder::run(cmd),
         Command::Send(args) => media::send(args),
         Command::Recv(args) => media::recv(args),
     };

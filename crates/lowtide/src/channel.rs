@@ -41,6 +41,18 @@ struct Inner {
     last_tcp: TcpState,
     /// Times the driver woke up (readiness, timer or application).
     wakeups: u64,
+    /// An outside limit on reading (see [`ReadGate`]).
+    gate: Option<Arc<dyn ReadGate>>,
+}
+
+/// An outside limit on how fast a channel reads from its socket, e.g. a receiver's
+/// bandwidth sharing (`lowtide-bwss`), which steers the peer's rate through the receive
+/// window by reading no faster than a flow's target.
+pub trait ReadGate: Send + Sync + std::fmt::Debug {
+    /// Bytes the channel may read now; with 0, when to ask again.
+    fn allowance(&self, now: Instant) -> (usize, Option<Instant>);
+    /// The channel read `n` bytes.
+    fn consumed(&self, now: Instant, n: usize);
 }
 
 #[derive(Debug)]
@@ -178,6 +190,7 @@ impl Channel {
                 lowat: None,
                 last_tcp,
                 wakeups: 0,
+                gate: None,
             }),
             fd,
             to_driver: Notify::new(),
@@ -197,6 +210,12 @@ impl Channel {
             local,
             peer,
         })
+    }
+
+    /// Limits reading by `gate` (`None`: read as fast as the protocol's budget allows).
+    pub fn set_read_gate(&self, gate: Option<Arc<dyn ReadGate>>) {
+        self.shared.lock().gate = gate;
+        self.shared.to_driver.notify_one();
     }
 
     /// Local address.
@@ -501,7 +520,7 @@ impl Driver {
         // controller was blocked (a stale snapshot): bounded, then we wait on a short timer.
         let mut spins = 0u32;
         loop {
-            self.read_phase()?;
+            let gate_wake = self.read_phase()?;
             let out = self.write_phase(fd)?;
             let (timeout, want_read, closed, staged) = {
                 let mut g = self.shared.lock();
@@ -518,9 +537,13 @@ impl Driver {
                         return Err(Error::Protocol(e.clone()));
                     }
                 }
+                let timeout = match (g.conn.poll_timeout(), gate_wake) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 (
-                    g.conn.poll_timeout(),
-                    !self.read_eof && g.conn.recv_budget() > 0,
+                    timeout,
+                    !self.read_eof && g.conn.recv_budget() > 0 && gate_wake.is_none(),
                     g.conn.is_closed(),
                     g.conn.staged_len(),
                 )
@@ -588,41 +611,56 @@ impl Driver {
         Ok(())
     }
 
-    fn read_phase(&mut self) -> Result<(), Error> {
+    /// Reads what the protocol's budget and the gate allow; `Some(t)`: the gate is closed
+    /// until `t` (do not wait for readability, wake then).
+    fn read_phase(&mut self) -> Result<Option<Instant>, Error> {
         if self.read_eof {
-            return Ok(());
+            return Ok(None);
         }
         for _ in 0..16 {
-            let budget = self.shared.lock().conn.recv_budget() as usize;
+            let (budget, gate) = {
+                let g = self.shared.lock();
+                (g.conn.recv_budget() as usize, g.gate.clone())
+            };
             if budget == 0 {
-                return Ok(());
+                return Ok(None);
             }
-            let want = budget.min(self.rbuf.len());
+            let mut want = budget.min(self.rbuf.len());
+            if let Some(gate) = &gate {
+                let (allowed, again) = gate.allowance(Instant::now());
+                if allowed == 0 {
+                    return Ok(Some(again.unwrap_or_else(Instant::now)));
+                }
+                want = want.min(allowed);
+            }
             match self.stream.try_read(&mut self.rbuf[..want]) {
                 Ok(0) => {
                     self.read_eof = true;
-                    return Ok(());
+                    return Ok(None);
                 }
                 Ok(n) => {
+                    if let Some(gate) = &gate {
+                        gate.consumed(Instant::now(), n);
+                    }
                     let mut g = self.shared.lock();
                     if let Err(e) = g.conn.handle_bytes(Instant::now(), &self.rbuf[..n]) {
                         log_protocol_error(&e);
                         // keep going: the CLOSE frame is staged and flushed by the write phase
-                        return Ok(());
+                        return Ok(None);
                     }
                     if n < want {
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
                     self.read_eof = true;
-                    return Ok(());
+                    return Ok(None);
                 }
                 Err(e) => return Err(Error::io("read", e)),
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     fn write_phase(&mut self, fd: RawFd) -> Result<WriteOutcome, Error> {

@@ -22,7 +22,7 @@ mod config;
 mod error;
 pub mod sys;
 
-pub use channel::{connect, listen, Channel, Listener};
+pub use channel::{connect, listen, Channel, Listener, ReadGate};
 pub use config::ChannelConfig;
 pub use error::Error;
 /// The sans-IO core, for types not re-exported here.

@@ -1,0 +1,97 @@
+//! The reader's side of a flow's slot: the token bucket that paces reads at the budget the
+//! daemon wrote (shared by the `LD_PRELOAD` library and [`crate::steering`]).
+
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::fcs::{window_clamp, TokenBucket, CLAMP_EVERY_MS, MIN_DEPTH, NO_CLAMP};
+use crate::shm::Slot;
+use crate::tcp;
+
+/// A paced read waits for this much time of its rate (see [`Allowance::chunk`]).
+pub const CHUNK_SECS: f64 = 0.01;
+
+/// What a reader may do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowance {
+    /// Bytes readable now.
+    pub bytes: u64,
+    /// A read should wait until at least this much is allowed: 10 ms of the rate, at least
+    /// one segment, at most the depth (fewer, larger reads; fewer wake-ups).
+    pub chunk: u64,
+    /// When `chunk` bytes will be allowed.
+    pub ready: Instant,
+}
+
+impl Allowance {
+    /// Whether a read of up to `len` bytes may go ahead now.
+    pub fn open(&self, len: usize) -> bool {
+        self.bytes >= self.chunk.min(len as u64).max(1)
+    }
+}
+
+/// One flow's read pacing, and its window clamp.
+#[derive(Debug, Clone, Default)]
+pub struct Pacer {
+    bucket: Option<TokenBucket>,
+    /// When the clamp was last applied, and whether one is in force.
+    clamped_at: Option<Instant>,
+}
+
+impl Pacer {
+    /// The allowance under the slot's budget; `None` when the flow is unsteered.
+    pub fn allowance(&mut self, slot: &Slot, now: Instant) -> Option<Allowance> {
+        let rate = slot.rate.load(Ordering::Acquire);
+        if rate == 0 {
+            self.bucket = None;
+            return None;
+        }
+        let depth = slot.depth.load(Ordering::Relaxed).max(1);
+        let (rate, depth) = (rate as f64, depth as f64);
+        let bucket = self
+            .bucket
+            .get_or_insert_with(|| TokenBucket::new(now, rate, depth));
+        if bucket.rate != rate || bucket.depth != depth {
+            bucket.set(now, rate, depth);
+        }
+        let chunk = (rate * CHUNK_SECS).max(MIN_DEPTH).min(depth) as u64;
+        Some(Allowance {
+            bytes: bucket.available(now),
+            chunk,
+            ready: bucket.ready_at(now, chunk),
+        })
+    }
+
+    /// Applies the window clamp when due (every [`CLAMP_EVERY_MS`]): two round trips of the
+    /// target while steered; unclamped again once the flow is not.
+    pub fn maintain_clamp(&mut self, fd: RawFd, now: Instant) {
+        match (&self.bucket, self.clamped_at) {
+            (Some(b), at)
+                if at
+                    .is_none_or(|t| now.duration_since(t).as_millis() as u64 >= CLAMP_EVERY_MS) =>
+            {
+                // Without an RTT estimate yet, assume 100 ms (a generous window).
+                if let Some((rtt, mss)) = tcp::rcv_path(fd) {
+                    let rtt = rtt.unwrap_or(Duration::from_millis(100));
+                    tcp::set_window_clamp(fd, window_clamp(b.rate, rtt, mss));
+                }
+                self.clamped_at = Some(now);
+            }
+            (None, Some(_)) => {
+                tcp::set_window_clamp(fd, NO_CLAMP);
+                self.clamped_at = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// `n` bytes were delivered to the application (counted for the daemon, and paid from
+    /// the bucket when the flow is steered).
+    pub fn consumed(&mut self, slot: &Slot, now: Instant, n: u64) {
+        slot.bytes_read.fetch_add(n, Ordering::Relaxed);
+        if let Some(b) = &mut self.bucket {
+            b.take(now, n);
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! The whole receiver-side system, sans-IO (Mehra, "Efficient Video Streaming using TCP",
+//! Sec. 3.2 and Fig. 1): per flow a meter and an FCS; the σ calculation; the target rate
+//! allocation. The driver (the daemon, or a program using [`crate::Local`]) calls, in
+//! order, at every control interval:
+//!
+//! 1. [`Bwss::add_flow`] / [`Bwss::remove_flow`] as flows come and go;
+//! 2. [`Bwss::record_bytes`] with each flow's cumulative byte counter;
+//! 3. [`Bwss::on_tick`]: σ rule, allocation, FCS;
+//! 4. [`Bwss::budget`] per flow, applied to its reader; [`Bwss::status`] for display.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::allocation::allocate;
+use crate::config::{Class, Config, FlowInfo};
+use crate::fcs::{Budget, Fcs};
+use crate::meter::Meter;
+use crate::sigma::{FlowSample, SigmaCounters, SigmaParams, SigmaRule};
+
+/// Identifies a flow within one [`Bwss`].
+pub type FlowId = u64;
+
+#[derive(Debug, Clone)]
+struct Flow {
+    info: FlowInfo,
+    class: Class,
+    rule: Option<String>,
+    meter: Meter,
+    fcs: Fcs,
+}
+
+/// The allocation state of one receiver.
+#[derive(Debug, Clone)]
+pub struct Bwss {
+    config: Config,
+    sigma: SigmaRule,
+    flows: BTreeMap<FlowId, Flow>,
+    next_id: FlowId,
+    last_tick: Option<Instant>,
+}
+
+/// One flow in [`Status`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FlowStatus {
+    pub id: FlowId,
+    pub program: String,
+    pub local: String,
+    pub remote: String,
+    /// The rule that classified it (`None`: the default class).
+    pub rule: Option<String>,
+    pub priority: i32,
+    pub min_kbps: f64,
+    pub weight: f64,
+    /// kbit/s; `None` while unsteered (before σ is known, or observing).
+    pub target_kbps: Option<f64>,
+    /// kbit/s over the last window; `None` while the flow is younger than a window.
+    pub measured_kbps: Option<f64>,
+    pub congested: bool,
+    pub bytes: u64,
+}
+
+/// Everything the daemon shows.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Status {
+    /// kbit/s; `None` until the first measurement.
+    pub sigma_kbps: Option<f64>,
+    /// kbit/s, sum of the flows measured.
+    pub aggregate_kbps: f64,
+    pub flows: Vec<FlowStatus>,
+    pub counters: SigmaCounters,
+}
+
+impl Bwss {
+    pub fn new(config: Config) -> Self {
+        let s = &config.system;
+        let sigma = SigmaRule::new(SigmaParams {
+            alpha: s.alpha,
+            probe_after: (s.probe_after_ms > 0).then(|| Duration::from_millis(s.probe_after_ms)),
+            probe_step: s.probe_step,
+            link: (s.link_kbps > 0.0).then_some(s.link_kbps * 1e3),
+        });
+        Self {
+            config,
+            sigma,
+            flows: BTreeMap::new(),
+            next_id: 1,
+            last_tick: None,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The control interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.config.system.interval_ms)
+    }
+
+    /// A new flow, classified by the rules; steered at once when σ is known (every flow's
+    /// target changes), else from the first tick that knows σ.
+    pub fn add_flow(&mut self, now: Instant, info: FlowInfo) -> FlowId {
+        let (class, rule) = self.config.classify(&info);
+        let id = self.next_id;
+        self.next_id += 1;
+        let window = Duration::from_millis(self.config.system.window_ms);
+        self.flows.insert(
+            id,
+            Flow {
+                info,
+                class,
+                rule,
+                meter: Meter::new(now, window),
+                fcs: Fcs::new(),
+            },
+        );
+        self.allocate();
+        id
+    }
+
+    /// A flow ended; its share goes to the others at once.
+    pub fn remove_flow(&mut self, id: FlowId) {
+        self.flows.remove(&id);
+        self.allocate();
+    }
+
+    /// Every flow's target from σ (Sec. 3.1).
+    fn allocate(&mut self) {
+        let classes: Vec<Class> = self.flows.values().map(|f| f.class).collect();
+        let targets = self.sigma.sigma().map(|s| allocate(s, &classes));
+        for (i, f) in self.flows.values_mut().enumerate() {
+            f.fcs.set_target(targets.as_ref().map(|t| t[i]));
+        }
+    }
+
+    /// A reading of the flow's cumulative count of bytes delivered to the application.
+    pub fn record_bytes(&mut self, now: Instant, id: FlowId, bytes: u64) {
+        if let Some(f) = self.flows.get_mut(&id) {
+            f.meter.record(now, bytes);
+        }
+    }
+
+    /// Runs the σ rule, the allocation and every FCS.
+    pub fn on_tick(&mut self, now: Instant) {
+        self.last_tick = Some(now);
+        let samples: Vec<FlowSample> = self
+            .flows
+            .iter()
+            .map(|(&id, f)| FlowSample {
+                id,
+                target: f.fcs.target().unwrap_or(0.0),
+                measured: f.meter.rate(now),
+                partial: f.meter.rate_since_start(now),
+            })
+            .collect();
+        self.sigma.on_tick(now, &samples);
+        self.allocate();
+        for f in self.flows.values_mut() {
+            if let Some(m) = f.meter.rate(now) {
+                f.fcs.on_measurement(now, m);
+            }
+        }
+    }
+
+    /// The flow's read budget (`None`: unsteered, observing, or no such flow).
+    pub fn budget(&self, id: FlowId) -> Option<Budget> {
+        if self.config.system.observe {
+            return None;
+        }
+        self.flows.get(&id)?.fcs.budget()
+    }
+
+    pub fn flow_ids(&self) -> impl Iterator<Item = FlowId> + '_ {
+        self.flows.keys().copied()
+    }
+
+    /// σ, the flows' targets and measured rates.
+    pub fn status(&self, now: Instant) -> Status {
+        let flows: Vec<FlowStatus> = self
+            .flows
+            .iter()
+            .map(|(&id, f)| FlowStatus {
+                id,
+                program: f.info.program.clone(),
+                local: f.info.local.to_string(),
+                remote: f.info.remote.to_string(),
+                rule: f.rule.clone(),
+                priority: f.class.priority,
+                min_kbps: f.class.min_kbps,
+                weight: f.class.weight,
+                target_kbps: f
+                    .fcs
+                    .target()
+                    .filter(|_| !self.config.system.observe)
+                    .map(|t| t / 1e3),
+                measured_kbps: f.meter.rate(now).map(|r| r / 1e3),
+                congested: self.sigma.is_congested(id),
+                bytes: f.meter.total(),
+            })
+            .collect();
+        Status {
+            sigma_kbps: self.sigma.sigma().map(|s| s / 1e3),
+            aggregate_kbps: flows.iter().filter_map(|f| f.measured_kbps).sum(),
+            flows,
+            counters: self.sigma.counters(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three flows share a simulated 960 kbit/s link in proportion to what each may read:
+    /// the paper's Fig. 6 set-up in simulated time, with the interferer taking 240 kbit/s
+    /// from 60 to 100 s.
+    #[test]
+    fn fig6_in_simulated_time_keeps_the_video_at_its_minimum() {
+        let cfg = Config::from_toml(
+            r#"
+            [[rule]]
+            program = "video"
+            priority = 10
+            min_kbps = 520
+            weight = 0
+            "#,
+        )
+        .unwrap();
+        let mut b = Bwss::new(cfg);
+        let t0 = Instant::now();
+        let flow = |p: &str, port| info(p, &format!("10.2.1.1:{port}"));
+        let ids = [
+            b.add_flow(t0, flow("video", 1)),
+            b.add_flow(t0, flow("curl", 2)),
+            b.add_flow(t0, flow("curl", 3)),
+        ];
+        let mut bytes = [0f64; 3];
+        let step = 0.2;
+        let mut video_during = vec![];
+        for k in 0..(150.0 / step) as u64 {
+            let t = k as f64 * step;
+            let now = t0 + Duration::from_secs_f64(t);
+            let capacity = if (60.0..100.0).contains(&t) {
+                720e3
+            } else {
+                960e3
+            };
+            // Each flow wants what its budget allows (unsteered: as much as TCP gives);
+            // the link gives each its demand if they fit, else shares in proportion.
+            let demand: Vec<f64> = ids
+                .iter()
+                .map(|&id| b.budget(id).map_or(capacity, |x| x.rate * 8.0))
+                .collect();
+            let total: f64 = demand.iter().sum();
+            let scale = if total > capacity {
+                capacity / total
+            } else {
+                1.0
+            };
+            for i in 0..3 {
+                bytes[i] += demand[i] * scale * step / 8.0;
+                b.record_bytes(now, ids[i], bytes[i] as u64);
+            }
+            b.on_tick(now);
+            if (65.0..100.0).contains(&t) {
+                video_during.push(demand[0] * scale);
+            }
+        }
+        let ok = video_during.iter().filter(|&&r| r >= 0.95 * 520e3).count();
+        assert!(
+            ok as f64 >= 0.95 * video_during.len() as f64,
+            "{ok} of {}",
+            video_during.len()
+        );
+        let s = b.status(t0 + Duration::from_secs(150));
+        assert!(s.sigma_kbps.unwrap() >= 900.0, "{s:?}");
+    }
+
+    fn info(program: &str, local: &str) -> FlowInfo {
+        FlowInfo {
+            program: program.into(),
+            local: local.parse().unwrap(),
+            remote: "10.1.1.1:80".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_rule_for_an_absent_program_reserves_nothing_and_observing_steers_nothing() {
+        let cfg = Config::from_toml(
+            "[system]\nlink_kbps = 1000\n[[rule]]\nprogram = \"never-runs\"\npriority = 9\nmin_kbps = 900\n",
+        )
+        .unwrap();
+        let mut b = Bwss::new(cfg);
+        let t0 = Instant::now();
+        let id = b.add_flow(t0, info("curl", "[::1]:4000"));
+        // Steered from its first byte, with the whole link.
+        assert_eq!(b.budget(id).unwrap().rate * 8.0, 1000e3);
+        b.remove_flow(id);
+        assert!(b.budget(id).is_none());
+        // Observing: measured, never steered.
+        let mut cfg = b.config().clone();
+        cfg.system.observe = true;
+        let mut o = Bwss::new(cfg);
+        let id = o.add_flow(t0, info("curl", "10.2.1.1:4000"));
+        assert!(o.budget(id).is_none());
+        assert_eq!(o.status(t0).flows[0].target_kbps, None);
+        assert!(b.status(t0).flows.is_empty());
+    }
+}
