@@ -1064,7 +1064,14 @@ impl Connection {
             }
         }
         let used = self.parse(now, data, 0, read)?;
-        pending.extend_from_slice(&data[used..]);
+        let tail = &data[used..];
+        // Room for the whole frame at once, so completing it (by `pending_frame`'s direct
+        // read or the next read) does not copy its head a second time on regrowth. The
+        // length is bounded by `max_chunk_len`; the budget leaves room for one frame.
+        if let Ok(Some(frame)) = Frame::frame_len(tail, self.config.max_chunk_len) {
+            pending.reserve(frame);
+        }
+        pending.extend_from_slice(tail);
         Ok(())
     }
 
