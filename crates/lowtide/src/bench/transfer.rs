@@ -63,6 +63,23 @@ fn spawn<T: Send + 'static>(
         .expect("spawning a bench thread")
 }
 
+/// Joins a transfer's threads: the sender's CPU time; the receiver's bytes, messages, span
+/// and CPU time.
+fn finish(
+    sender: thread::JoinHandle<Result<Duration, Error>>,
+    receiver: thread::JoinHandle<Result<(u64, u64, Duration, Duration), Error>>,
+) -> Result<Transfer, Error> {
+    let sender_cpu = join(sender)?;
+    let (bytes, msgs, span, receiver_cpu) = join(receiver)?;
+    Ok(Transfer {
+        bytes,
+        msgs,
+        span,
+        sender_cpu,
+        receiver_cpu,
+    })
+}
+
 fn join<T>(h: thread::JoinHandle<Result<T, Error>>) -> Result<T, Error> {
     h.join()
         .unwrap_or_else(|_| Err(Error::io("bench thread", std::io::Error::other("panicked"))))
@@ -119,15 +136,7 @@ pub(super) fn lowtide_transfer(
             Ok(cpu)
         })
     });
-    let sender_cpu = join(sender)?;
-    let (bytes, msgs, span, receiver_cpu) = join(receiver)?;
-    Ok(Transfer {
-        bytes,
-        msgs,
-        span,
-        sender_cpu,
-        receiver_cpu,
-    })
+    finish(sender, receiver)
 }
 
 async fn drive_sender(ch: &Channel, pattern: Pattern, secs: f64) -> Result<(), Error> {
@@ -301,15 +310,7 @@ pub(super) fn raw_transfer(
             .map_err(|e| Error::io("shutdown(SHUT_WR)", e))?;
         Ok(cpu)
     });
-    let sender_cpu = join(sender)?;
-    let (bytes, msgs, span, receiver_cpu) = join(receiver)?;
-    Ok(Transfer {
-        bytes,
-        msgs,
-        span,
-        sender_cpu,
-        receiver_cpu,
-    })
+    finish(sender, receiver)
 }
 
 fn channel_cfg(cfg: &BenchConfig, controller: ControllerConfig, mss: Option<u32>) -> ChannelConfig {
