@@ -1,22 +1,36 @@
 //! `lowtide bench`: transport benchmarks over loopback against raw TCP in the same run
 //! (logic in `lowtide::bench`).
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
-use lowtide::bench::{BenchConfig, BenchReport};
+use lowtide::bench::{BenchConfig, BenchReport, Part, Versus};
 
-/// Loopback benchmarks: goodput, small-message rate, CPU per GB (MinBuf vs Unlimited).
+/// A part of the benchmark, as named on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PartArg {
+    /// Bulk goodput and its CPU cost.
+    Goodput,
+    /// Small-message rate.
+    Small,
+    /// CPU per GB at a paced rate.
+    Cpu,
+}
+
+/// Loopback benchmarks against raw TCP: goodput, small-message rate, CPU per GB.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Seconds per measurement (seven measurements in all).
+    /// Seconds per measurement (all rounds of one variant).
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
     /// Rounds per measurement; variants alternate round by round, medians are reported.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Run only these parts (comma-separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<PartArg>,
     /// Congestion control for every socket ("default" keeps the system's).
     #[arg(long, default_value = "cubic")]
     pub congestion: String,
@@ -33,7 +47,7 @@ pub struct BenchArgs {
 
 /// Runs the benchmarks and prints the report.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let cfg = BenchConfig {
+    let mut cfg = BenchConfig {
         seconds: args.seconds,
         rounds: args.rounds,
         paced_rate: args.paced_rate_mb * 1e6,
@@ -42,6 +56,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         congestion: (args.congestion != "default").then(|| args.congestion.clone()),
         ..BenchConfig::default()
     };
+    if !args.only.is_empty() {
+        cfg.parts = args
+            .only
+            .iter()
+            .map(|p| match p {
+                PartArg::Goodput => Part::Goodput,
+                PartArg::Small => Part::Small,
+                PartArg::Cpu => Part::Cpu,
+            })
+            .collect();
+    }
     let command_line: Vec<String> = std::env::args().collect();
     if !args.json {
         println!("# {}", command_line.join(" "));
@@ -57,29 +82,51 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn row(what: &str, unit: &str, v: &Versus) {
+    println!(
+        "{what:<42} lowtide {:>11.3}  raw TCP {:>11.3}  ratio {:.3}   {unit}",
+        v.lowtide, v.raw_tcp, v.ratio
+    );
+}
+
 fn print_table(r: &BenchReport) {
     let p = &r.provenance;
     println!(
-        "# lowtide {} on Linux {}, congestion {:?}, {} s x {} rounds per measurement",
+        "# lowtide {} on Linux {}, congestion {:?}, {} s in {} rounds per measurement",
         p.version, p.kernel, p.config.congestion, p.config.seconds, p.config.rounds
     );
-    let g = &r.goodput;
-    println!(
-        "goodput, {} B messages:   lowtide {:9.1} MB/s   raw TCP {:9.1} MB/s   ratio {:.3} (goal >= 0.9)",
-        p.config.bulk_message, g.lowtide_mb_s, g.raw_tcp_mb_s, g.ratio
-    );
-    let s = &r.small_messages;
-    println!(
-        "{} B messages:           lowtide {:9.0} msg/s  raw TCP {:9.0} msg/s  ratio {:.3} (goal >= 1e6 msg/s)",
-        p.config.small_message, s.lowtide_msgs_s, s.raw_tcp_msgs_s, s.ratio
-    );
-    let c = &r.cpu;
-    println!(
-        "CPU at {:.0} MB/s:         MinBuf(1,3) {:.3} s/GB  Unlimited {:.3} s/GB  raw TCP {:.3} s/GB  ratio {:.3} (goal <= 1.3)",
-        p.config.paced_rate / 1e6,
-        c.min_buf_cpu_s_per_gb,
-        c.unlimited_cpu_s_per_gb,
-        c.raw_tcp_cpu_s_per_gb,
-        c.ratio
-    );
+    if let Some(g) = &r.goodput {
+        let what = format!("goodput, {} B messages", p.config.bulk_message);
+        row(&what, "MB/s", &g.mb_s);
+        row("  sender CPU", "s/GB", &g.sender_cpu_s_per_gb);
+        row("  receiver CPU", "s/GB", &g.receiver_cpu_s_per_gb);
+    }
+    if let Some(s) = &r.small_messages {
+        let what = format!("{} B messages", p.config.small_message);
+        row(&what, "msg/s", &s.msgs_s);
+        row(
+            "  sender CPU",
+            "s per 10^6 msgs",
+            &s.sender_cpu_s_per_m_msgs,
+        );
+    }
+    if let Some(c) = &r.cpu {
+        let at = format!("at {:.0} MB/s", p.config.paced_rate / 1e6);
+        row(&format!("sender CPU {at}, MinBuf(1,3)"), "s/GB", &c.min_buf);
+        row(&format!("sender CPU {at}, Unlimited"), "s/GB", &c.unlimited);
+        row("  receiver CPU, MinBuf(1,3)", "s/GB", &c.receiver_min_buf);
+        println!(
+            "  MinBuf / Unlimited {:.3}; achieved MB/s: MinBuf {:.1}, Unlimited {:.1}, raw TCP {:.1}",
+            c.min_buf_vs_unlimited, c.achieved_mb_s[0], c.achieved_mb_s[1], c.achieved_mb_s[2]
+        );
+    }
+    for g in &r.goals {
+        println!(
+            "goal: {:<40} {:>12.3} {:<8} {}",
+            g.what,
+            g.value,
+            g.bound,
+            if g.met { "met" } else { "NOT met" }
+        );
+    }
 }

@@ -42,6 +42,9 @@ pub struct Config {
     pub pack_every_bytes: u64,
     /// ... or this long (µs) after unacknowledged bytes arrived.
     pub pack_interval_us: u64,
+    /// Report `Written` events per message (a sender of millions of small messages a second
+    /// that does not need them saves the work).
+    pub written_events: bool,
     /// Report `Acked` events per message.
     pub ack_events: bool,
     /// Latency controller.
@@ -61,6 +64,7 @@ impl Default for Config {
             fairness: Fairness::Resource,
             pack_every_bytes: 16 << 10,
             pack_interval_us: 1000,
+            written_events: true,
             ack_events: true,
             controller: ControllerConfig::default(),
         }

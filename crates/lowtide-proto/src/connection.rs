@@ -17,8 +17,7 @@
 //! "Latency Controller") for streams, messages, chunking, cancellation and P-ACKs. Modelled on
 //! quinn-proto's `Connection` (`handle_*` inputs, `poll_*` outputs, `now` passed in).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -30,7 +29,8 @@ use crate::reassembly::{PeerCancelled, Reassembly, Received};
 use crate::scheduler::Scheduler;
 use crate::stream::{Pending, SendStream};
 use crate::wire::{
-    CancelReason, DataFrame, FirstChunk, Frame, Hello, HelloOption, MAX_HEADER_LEN, VERSION,
+    CancelReason, DataFrame, FirstChunk, Frame, FrameType, Hello, HelloOption, MAX_HEADER_LEN,
+    VERSION,
 };
 
 /// Which end of the TCP connection we are; decides stream-id parity.
@@ -237,6 +237,10 @@ const MAX_UNACKED_TRACKED: usize = 1 << 20;
 /// reference (a separate `writev` segment).
 const COPY_THRESHOLD: usize = 2048;
 
+/// An incomplete frame missing at least this many bytes is completed by a read of its own
+/// ([`Connection::pending_frame`]).
+pub const DIRECT_READ_MIN: usize = 4096;
+
 /// One lowtide channel, sans IO.
 #[derive(Debug)]
 pub struct Connection {
@@ -263,17 +267,18 @@ pub struct Connection {
     staged_len: u64,
     kernel_room: Option<u64>,
     markers: VecDeque<Marker>,
-    first_writes: HashMap<MessageId, Instant>,
+    first_writes: BTreeMap<MessageId, Instant>,
     unacked: VecDeque<(u64, MessageId, Instant, Instant, Instant)>,
     written: u64,
     acked: u64,
     last_decision: Option<Decision>,
     decisions: Option<(usize, VecDeque<DecisionRecord>)>,
     // receive side
-    inbuf: Vec<u8>,
+    /// Unparsed bytes: an incomplete frame (or handshake) at the end of the last read.
+    inbuf: BytesMut,
     consumed: u64,
     reasm: Reassembly,
-    peer_streams: HashSet<u64>,
+    peer_streams: BTreeSet<u64>,
     last_pack_bytes: u64,
     pack_needed: bool,
     pack_due: Option<Instant>,
@@ -318,16 +323,16 @@ impl Connection {
             staged_len: 0,
             kernel_room: None,
             markers: VecDeque::new(),
-            first_writes: HashMap::new(),
+            first_writes: BTreeMap::new(),
             unacked: VecDeque::new(),
             written: 0,
             acked: 0,
             last_decision: None,
             decisions: None,
-            inbuf: Vec::new(),
+            inbuf: BytesMut::new(),
             consumed: 0,
             reasm,
-            peer_streams: HashSet::new(),
+            peer_streams: BTreeSet::new(),
             last_pack_bytes: 0,
             pack_needed: false,
             pack_due: None,
@@ -497,8 +502,9 @@ impl Connection {
             seq,
             importance: msg.importance,
         };
-        s.queue.insert(
-            (Reverse(msg.importance), seq),
+        s.queue.push(
+            msg.importance,
+            seq,
             Pending {
                 cost: msg.cost.unwrap_or(size as f64),
                 data: msg.data,
@@ -539,7 +545,7 @@ impl Connection {
         let Some(s) = self.streams.get_mut(&id.stream) else {
             return false;
         };
-        let Some(p) = s.queue.remove(&(Reverse(id.importance), id.seq)) else {
+        let Some(p) = s.queue.remove(id.importance, id.seq) else {
             return false;
         };
         let now_empty = s.queue.is_empty();
@@ -701,17 +707,28 @@ impl Connection {
         }
     }
 
+    /// Stages frames up to `budget` bytes. The scheduler works in quanta of `chunk_len(mss)`
+    /// (the fairness step between streams), but consecutive quanta of one message that the
+    /// scheduler would pick anyway go out as one frame, up to `max_chunk_len`: the byte order
+    /// on the wire is the same as with one frame per quantum (a message that arrives later can
+    /// only preempt at the next staging pass either way), with one header instead of many.
     fn stage_data(&mut self, mut budget: u64, mss: u32) {
-        let chunk = (self.config.chunk_len(mss) as u64).min(self.peer_max_chunk) as usize;
+        if budget > 0 && self.sched.pick().is_some() {
+            // Headers and small payloads are copied here: one allocation for the whole pass
+            // rather than regrowth copies (the buffer's last allocation is usually still
+            // shared with bytes the kernel has not taken yet).
+            self.small
+                .reserve(budget.min(self.config.max_batch) as usize);
+        }
+        let quantum = (self.config.chunk_len(mss) as u64).min(self.peer_max_chunk) as usize;
+        let max_frame = self.config.max_chunk_len.min(self.peer_max_chunk) as usize;
         while let Some(sid) = self.sched.pick() {
+            let lead = self.sched.lead(sid) * self.sched.weight(sid).unwrap_or(1.0);
             let s = self
                 .streams
                 .get_mut(&sid)
                 .expect("scheduler lists only live streams");
-            let mut entry = s.queue.first_entry().expect("active streams have data");
-            let seq = entry.key().1;
-            let importance = (entry.key().0).0;
-            let p = entry.get_mut();
+            let (importance, seq, p) = s.queue.front_mut().expect("active streams have data");
             let total = p.data.len();
             let remaining = total - p.sent;
             let first = (p.sent == 0).then_some(FirstChunk {
@@ -719,8 +736,18 @@ impl Connection {
                 send_time_us: p.send_time_us,
                 total_len: total as u64,
             });
-            let p = entry.get_mut();
-            let want = remaining.min(chunk);
+            // Bytes this stream may send before another one's virtual time is lower.
+            let per_byte = match self.config.fairness {
+                Fairness::Resource => 1.0,
+                Fairness::Quality => p.cost / total.max(1) as f64,
+            };
+            let fair = lead / per_byte;
+            let fair = if fair.is_finite() {
+                (fair as usize).max(quantum)
+            } else {
+                usize::MAX
+            };
+            let want = remaining.min(fair).min(max_frame);
             let hdr = Frame::data_header_len(sid, seq, first, p.sent as u64, want as u64) as u64;
             let len = if hdr + want as u64 <= budget {
                 want
@@ -775,7 +802,7 @@ impl Connection {
             self.queued_bytes -= len as u64;
             self.stats.chunks_sent += 1;
             if done {
-                entry.remove();
+                self.streams.get_mut(&sid).and_then(|s| s.queue.pop_front());
                 if let Some(d) = deadline {
                     self.deadlines.remove(&(d, id));
                 }
@@ -841,8 +868,8 @@ impl Connection {
                 break;
             }
             if m.first
-                && !self.first_writes.contains_key(&m.id)
                 && !(m.last && m.end <= self.written)
+                && !self.first_writes.contains_key(&m.id)
             {
                 self.first_writes.insert(m.id, now);
             }
@@ -857,15 +884,17 @@ impl Connection {
                     self.first_writes.remove(&m.id).unwrap_or(now)
                 };
                 self.stats.messages_written += 1;
-                self.events.push_back(Event::Written {
-                    id: m.id,
-                    times: MessageTimes {
-                        enqueued: m.enqueued,
-                        first_write: Some(first),
-                        last_write: Some(now),
-                        acked: None,
-                    },
-                });
+                if self.config.written_events {
+                    self.events.push_back(Event::Written {
+                        id: m.id,
+                        times: MessageTimes {
+                            enqueued: m.enqueued,
+                            first_write: Some(first),
+                            last_write: Some(now),
+                            acked: None,
+                        },
+                    });
+                }
                 if self.config.ack_events {
                     if self.unacked.len() == MAX_UNACKED_TRACKED {
                         // a peer that never acknowledges must not grow our memory
@@ -888,10 +917,20 @@ impl Connection {
 
     /// How many bytes the driver may read from the socket now without exceeding
     /// `max_reassembly_bytes`. Zero means: wait until the application reads messages.
+    ///
+    /// Half of what is left: a read handed over as `Bytes` ([`handle_read`](Self::handle_read))
+    /// may cost twice its length while a message delivered as a slice of it keeps it alive
+    /// (the read itself, plus the bytes copied out of it into other messages).
     pub fn recv_budget(&self) -> u64 {
-        self.config
+        let left = self
+            .config
             .max_reassembly_bytes
-            .saturating_sub(self.recv_memory())
+            .saturating_sub(self.recv_memory());
+        if left == 1 {
+            1
+        } else {
+            left / 2
+        }
     }
 
     /// Number of partial messages being reassembled.
@@ -899,17 +938,67 @@ impl Connection {
         self.reasm.partial_count()
     }
 
-    /// Feeds bytes read from the socket. On a protocol violation the channel closes (a CLOSE
-    /// frame naming the violation is staged) and the error is returned.
+    /// Feeds bytes read from the socket (copied where they are kept). On a protocol violation
+    /// the channel closes (a CLOSE frame naming the violation is staged) and the error is
+    /// returned.
     pub fn handle_bytes(&mut self, now: Instant, data: &[u8]) -> Result<(), ProtocolError> {
+        self.handle_input(now, data, None, data.len())
+    }
+
+    /// [`handle_bytes`](Self::handle_bytes) for a read the driver owns as [`Bytes`]: a message
+    /// that arrives whole in it is delivered as a slice of it, without a copy (see the
+    /// reassembly notes on what that keeps alive and how it is charged).
+    pub fn handle_read(&mut self, now: Instant, data: Bytes) -> Result<(), ProtocolError> {
+        self.handle_input(now, &data, Some(&data), data.len())
+    }
+
+    /// The buffer of an incomplete large frame, and how many bytes complete it, when that is
+    /// worth a read of its own (at least [`DIRECT_READ_MIN`] bytes). The driver reads at most
+    /// that many bytes into the buffer's spare capacity (already reserved) and then calls
+    /// [`handle_pending_read`](Self::handle_pending_read): the rest of the frame lands where
+    /// it is parsed, and its message is delivered without a copy.
+    pub fn pending_frame(&mut self) -> Option<(&mut BytesMut, usize)> {
+        if self.error.is_some() || !self.peer_hello || self.inbuf.is_empty() {
+            return None;
+        }
+        let want = Frame::frame_len(&self.inbuf, self.config.max_chunk_len).ok()??;
+        let need = want.checked_sub(self.inbuf.len())?;
+        if need < DIRECT_READ_MIN {
+            return None;
+        }
+        self.inbuf.reserve(need);
+        Some((&mut self.inbuf, need))
+    }
+
+    /// The driver read `n` bytes into the buffer [`pending_frame`](Self::pending_frame) gave.
+    pub fn handle_pending_read(&mut self, now: Instant, n: usize) -> Result<(), ProtocolError> {
+        self.handle_input(now, &[], None, n)
+    }
+
+    fn handle_input(
+        &mut self,
+        now: Instant,
+        data: &[u8],
+        read: Option<&Bytes>,
+        n_read: usize,
+    ) -> Result<(), ProtocolError> {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
         let mut buf = std::mem::take(&mut self.inbuf);
-        let res = self.feed(now, &mut buf, data);
+        let res = self.feed(now, &mut buf, data, read);
+        self.reasm.end_read(data.len() as u64);
         self.inbuf = buf;
         match res {
             Ok(_) => {
+                // P-ACKs count bytes read, not frames parsed, so their granularity does not
+                // depend on frame sizes; a data frame still arriving needs acknowledging too.
+                self.consumed += n_read as u64;
+                self.pack_needed |= self.peer_hello
+                    && self
+                        .inbuf
+                        .first()
+                        .is_some_and(|&t| t != FrameType::PAck as u8);
                 if !self.pack_needed {
                     // only P-ACKs arrived: acknowledging them would ping-pong forever
                 } else if self.consumed - self.last_pack_bytes >= self.config.pack_every_bytes {
@@ -921,7 +1010,7 @@ impl Connection {
             }
             Err(e) => {
                 tracing::debug!(error = %e, "protocol error, closing channel");
-                self.inbuf = Vec::new();
+                self.inbuf = BytesMut::new();
                 if self.state == State::Open {
                     Frame::Close {
                         code: e.code(),
@@ -947,13 +1036,14 @@ impl Connection {
     fn feed(
         &mut self,
         now: Instant,
-        pending: &mut Vec<u8>,
+        pending: &mut BytesMut,
         mut data: &[u8],
+        read: Option<&Bytes>,
     ) -> Result<(), ProtocolError> {
         if !self.peer_hello {
             pending.extend_from_slice(data);
-            let used = self.parse(now, pending, 0)?;
-            pending.drain(..used);
+            let used = self.parse(now, pending, 0, None)?;
+            pending.advance(used);
             return Ok(());
         }
         while !pending.is_empty() {
@@ -966,12 +1056,22 @@ impl Connection {
                 return Ok(());
             }
             if Frame::frame_len(pending, self.config.max_chunk_len)? == Some(pending.len()) {
-                let used = self.parse(now, pending, data.len() as u64)?;
-                pending.drain(..used);
+                // One whole frame: it becomes the owner of its message (no second copy).
+                let frame = std::mem::take(pending).freeze();
+                let res = self.parse(now, &frame, data.len() as u64, Some(&frame));
+                self.reasm.end_read(frame.len() as u64);
+                res?;
             }
         }
-        let used = self.parse(now, data, 0)?;
-        pending.extend_from_slice(&data[used..]);
+        let used = self.parse(now, data, 0, read)?;
+        let tail = &data[used..];
+        // Room for the whole frame at once, so completing it (by `pending_frame`'s direct
+        // read or the next read) does not copy its head a second time on regrowth. The
+        // length is bounded by `max_chunk_len`; the budget leaves room for one frame.
+        if let Ok(Some(frame)) = Frame::frame_len(tail, self.config.max_chunk_len) {
+            pending.reserve(frame);
+        }
+        pending.extend_from_slice(tail);
         Ok(())
     }
 
@@ -993,7 +1093,14 @@ impl Connection {
     /// Parses as many whole frames as `buf` holds; returns the bytes used.
     /// `beyond` counts bytes of the current read that follow `buf` (not parsed yet); they are
     /// already inside the read budget, so reservations must leave room for them.
-    fn parse(&mut self, now: Instant, buf: &[u8], beyond: u64) -> Result<usize, ProtocolError> {
+    /// `read` owns `buf` when it is parsed in place from a read handed over as [`Bytes`].
+    fn parse(
+        &mut self,
+        now: Instant,
+        buf: &[u8],
+        beyond: u64,
+        read: Option<&Bytes>,
+    ) -> Result<usize, ProtocolError> {
         let mut pos = 0;
         if !self.peer_hello {
             let Some((hello, n)) = Hello::decode(buf)? else {
@@ -1010,7 +1117,6 @@ impl Connection {
             self.peer_hello = true;
             self.pack_needed = true;
             pos = n;
-            self.consumed += n as u64;
         }
         while pos < buf.len() && self.peer_hello {
             if self.peer_closed {
@@ -1030,9 +1136,8 @@ impl Connection {
                 .config
                 .max_reassembly_bytes
                 .saturating_sub(held + unparsed);
-            self.on_frame(now, frame)?;
+            self.on_frame(now, frame, read)?;
             pos += n;
-            self.consumed += n as u64;
         }
         Ok(pos)
     }
@@ -1050,7 +1155,12 @@ impl Connection {
         Ok(true)
     }
 
-    fn on_frame(&mut self, now: Instant, frame: Frame<'_>) -> Result<(), ProtocolError> {
+    fn on_frame(
+        &mut self,
+        now: Instant,
+        frame: Frame<'_>,
+        read: Option<&Bytes>,
+    ) -> Result<(), ProtocolError> {
         match frame {
             Frame::StreamOpen {
                 stream,
@@ -1070,9 +1180,9 @@ impl Connection {
             }
             Frame::Data(d) => {
                 self.note_peer_stream(d.stream)?;
-                let before = self.reasm.delivered.len();
-                self.reasm.on_data(&d, now, self.spare)?;
-                self.stats.messages_received += (self.reasm.delivered.len() - before) as u64;
+                let before = self.reasm.delivered_count();
+                self.reasm.on_data(&d, now, self.spare, read)?;
+                self.stats.messages_received += (self.reasm.delivered_count() - before) as u64;
             }
             Frame::Cancel {
                 stream,

@@ -10,11 +10,18 @@
 //! application count against the same budget, which the driver respects when it reads from
 //! the socket (back-pressure through TCP flow control rather than an error).
 //!
+//! Zero copy: a message that arrives whole in one frame of a read the driver hands over as
+//! [`Bytes`] ([`Connection::handle_read`](crate::Connection::handle_read)) is delivered as a
+//! slice of that read, without a copy, if it is at least a quarter of the read (so a message
+//! the application keeps pins at most four times its size). The read's other bytes (headers,
+//! copied messages) stay allocated while such a slice lives; that overhead is charged to the
+//! read's last zero-copy message, so the budget stays exact until the application takes it.
+//!
 //! Where we differ: a peer re-sending a sequence number that was already delivered is not
 //! detected (it would cost per-stream state for every sequence number); the duplicate is
 //! delivered again. Well-behaved senders never do it.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -52,6 +59,15 @@ pub struct PeerCancelled {
     pub freed: u64,
 }
 
+/// Zero-copy bookkeeping of the read being parsed.
+#[derive(Debug, Default)]
+struct ZeroCopyRead {
+    /// Payload bytes delivered as slices of the read.
+    bytes: u64,
+    /// Index in `delivered` of the last such message.
+    last: Option<usize>,
+}
+
 #[derive(Debug)]
 struct Partial {
     importance: u8,
@@ -65,10 +81,12 @@ struct Partial {
 /// Reassembly state of one channel.
 #[derive(Debug)]
 pub(crate) struct Reassembly {
-    partial: HashMap<(u64, u64), Partial>,
+    partial: BTreeMap<(u64, u64), Partial>,
     partial_bytes: u64,
-    pub delivered: std::collections::VecDeque<Received>,
+    /// Complete messages not yet taken, with the bytes charged for each.
+    delivered: std::collections::VecDeque<(Received, u64)>,
     pub delivered_bytes: u64,
+    read: ZeroCopyRead,
     max_message_size: u64,
     partial_limit: u64,
 }
@@ -76,10 +94,11 @@ pub(crate) struct Reassembly {
 impl Reassembly {
     pub fn new(max_message_size: u64, budget: u64, max_frame: u64) -> Self {
         Self {
-            partial: HashMap::new(),
+            partial: BTreeMap::new(),
             partial_bytes: 0,
             delivered: Default::default(),
             delivered_bytes: 0,
+            read: ZeroCopyRead::default(),
             max_message_size,
             partial_limit: budget.saturating_sub(max_frame),
         }
@@ -116,23 +135,45 @@ impl Reassembly {
     }
 
     fn deliver(&mut self, r: Received) {
-        self.delivered_bytes += r.data.len() as u64;
-        self.delivered.push_back(r);
+        let n = r.data.len() as u64;
+        self.delivered_bytes += n;
+        self.delivered.push_back((r, n));
+    }
+
+    /// Complete messages not yet taken.
+    pub fn delivered_count(&self) -> usize {
+        self.delivered.len()
     }
 
     pub fn pop(&mut self) -> Option<Received> {
-        let r = self.delivered.pop_front()?;
-        self.delivered_bytes -= r.data.len() as u64;
+        let (r, charged) = self.delivered.pop_front()?;
+        self.delivered_bytes -= charged;
         Some(r)
+    }
+
+    /// A read of `len` bytes was parsed: charge what its zero-copy messages keep alive beyond
+    /// their own bytes to the last of them.
+    pub fn end_read(&mut self, len: u64) {
+        let read = std::mem::take(&mut self.read);
+        if let Some(i) = read.last {
+            let extra = len.saturating_sub(read.bytes);
+            if let Some((_, charged)) = self.delivered.get_mut(i) {
+                *charged += extra;
+                self.delivered_bytes += extra;
+            }
+        }
     }
 
     /// Adds a chunk. `spare` is how much memory beyond the chunk's own bytes may be reserved
     /// now (the caller's budget minus what is held and what the current read still brings).
+    /// `read` is the read the chunk was parsed from in place, if the driver handed it over
+    /// as [`Bytes`] (zero copy is possible).
     pub fn on_data(
         &mut self,
         d: &DataFrame<'_>,
         now: Instant,
         spare: u64,
+        read: Option<&Bytes>,
     ) -> Result<(), ProtocolError> {
         let (stream, seq) = (d.stream, d.seq);
         let len = d.payload.len() as u64;
@@ -158,13 +199,21 @@ impl Reassembly {
                     return Err(ProtocolError::DuplicateMessage { stream, seq });
                 }
                 if len == f.total_len {
+                    let data = match read {
+                        Some(r) if len > 0 && len * 4 >= r.len() as u64 && within(r, d.payload) => {
+                            self.read.bytes += len;
+                            self.read.last = Some(self.delivered.len());
+                            r.slice_ref(d.payload)
+                        }
+                        _ => Bytes::copy_from_slice(d.payload),
+                    };
                     self.deliver(Received {
                         stream,
                         seq,
                         importance: f.importance,
                         send_time_us: f.send_time_us,
                         received_at: now,
-                        data: Bytes::copy_from_slice(d.payload),
+                        data,
                     });
                     return Ok(());
                 }
@@ -261,4 +310,10 @@ impl Reassembly {
         self.partial_bytes = before - freed;
         freed
     }
+}
+
+/// Whether `part` lies inside `whole`'s memory (so `Bytes::slice_ref` cannot panic).
+fn within(whole: &Bytes, part: &[u8]) -> bool {
+    let (w, p) = (whole.as_ptr() as usize, part.as_ptr() as usize);
+    p >= w && p + part.len() <= w + whole.len()
 }

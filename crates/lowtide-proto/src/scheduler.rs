@@ -93,6 +93,27 @@ impl Scheduler {
         best.map(|(id, _)| id)
     }
 
+    /// How far `id`'s virtual time may advance while it stays the scheduler's pick: the gap to
+    /// the smallest virtual time of the other active streams (infinite when it is alone). The
+    /// sender uses it to stage several chunks' worth of one message as one frame without
+    /// changing the schedule.
+    pub fn lead(&self, id: u64) -> f64 {
+        let Some(own) = self.entries.get(&id) else {
+            return 0.0;
+        };
+        self.entries
+            .iter()
+            .filter(|&(&other, e)| other != id && e.active)
+            .map(|(_, e)| (e.vtime - own.vtime).max(0.0))
+            .reduce(f64::min)
+            .unwrap_or(f64::INFINITY)
+    }
+
+    /// A stream's weight.
+    pub fn weight(&self, id: u64) -> Option<f64> {
+        self.entries.get(&id).map(|e| e.weight)
+    }
+
     /// Advances a stream's virtual time by `amount / weight`.
     pub fn charge(&mut self, id: u64, amount: f64) {
         if let Some(e) = self.entries.get_mut(&id) {
@@ -130,6 +151,25 @@ mod tests {
         let got = run(&mut s, 6000, 100.0);
         assert_eq!(got[&1] * 2.0, got[&2]);
         assert_eq!(got[&1] * 3.0, got[&3]);
+    }
+
+    #[test]
+    fn lead_is_the_gap_to_the_next_active_stream() {
+        let mut s = Scheduler::new();
+        s.add(1, 2.0);
+        s.set_active(1, true);
+        assert_eq!(
+            s.lead(1),
+            f64::INFINITY,
+            "alone: no other stream to yield to"
+        );
+        s.add(2, 1.0);
+        s.set_active(2, true);
+        s.charge(2, 300.0);
+        assert_eq!(s.lead(1), 300.0);
+        assert_eq!(s.lead(2), 0.0);
+        s.set_active(2, false);
+        assert_eq!(s.lead(1), f64::INFINITY, "idle streams do not count");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! while a more important one goes first (the receiver reassembles both).
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -23,13 +23,59 @@ pub(crate) struct Pending {
     pub send_time_us: u64,
 }
 
-/// Queue key: most important first, then oldest.
-pub(crate) type Key = (Reverse<u8>, u64);
+/// A stream's messages, most important first, then oldest: one FIFO per importance level
+/// (sequence numbers only grow, so a new message always joins the end of its level; this
+/// keeps `send` and staging O(levels) rather than O(log messages)).
+#[derive(Debug, Default)]
+pub(crate) struct MessageQueue {
+    levels: BTreeMap<Reverse<u8>, VecDeque<(u64, Pending)>>,
+}
+
+impl MessageQueue {
+    pub fn is_empty(&self) -> bool {
+        self.levels.is_empty()
+    }
+
+    /// Appends a message; `seq` must be larger than any queued at this importance.
+    pub fn push(&mut self, importance: u8, seq: u64, p: Pending) {
+        let level = self.levels.entry(Reverse(importance)).or_default();
+        debug_assert!(level.back().is_none_or(|(s, _)| *s < seq));
+        level.push_back((seq, p));
+    }
+
+    /// The message to send next: importance, sequence number, state.
+    pub fn front_mut(&mut self) -> Option<(u8, u64, &mut Pending)> {
+        let (imp, level) = self.levels.iter_mut().next()?;
+        let (seq, p) = level.front_mut()?;
+        Some((imp.0, *seq, p))
+    }
+
+    /// Removes the message [`front_mut`](Self::front_mut) returned.
+    pub fn pop_front(&mut self) -> Option<Pending> {
+        let mut level = self.levels.first_entry()?;
+        let (_, p) = level.get_mut().pop_front()?;
+        if level.get().is_empty() {
+            level.remove();
+        }
+        Some(p)
+    }
+
+    /// Removes a message by importance and sequence number.
+    pub fn remove(&mut self, importance: u8, seq: u64) -> Option<Pending> {
+        let level = self.levels.get_mut(&Reverse(importance))?;
+        let i = level.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
+        let (_, p) = level.remove(i)?;
+        if level.is_empty() {
+            self.levels.remove(&Reverse(importance));
+        }
+        Some(p)
+    }
+}
 
 /// One direction of one stream, on the sender.
 #[derive(Debug)]
 pub(crate) struct SendStream {
-    pub queue: BTreeMap<Key, Pending>,
+    pub queue: MessageQueue,
     pub next_seq: u64,
     /// Close once the queue is empty.
     pub closing: bool,
@@ -38,7 +84,7 @@ pub(crate) struct SendStream {
 impl SendStream {
     pub fn new() -> Self {
         Self {
-            queue: BTreeMap::new(),
+            queue: MessageQueue::default(),
             next_seq: 0,
             closing: false,
         }

@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Notify;
@@ -201,7 +201,8 @@ impl Channel {
         let driver = Driver {
             shared: shared.clone(),
             stream,
-            rbuf: vec![0; cfg.read_chunk],
+            rbuf: BytesMut::with_capacity(cfg.read_chunk),
+            read_chunk: cfg.read_chunk,
             read_eof: false,
         };
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
@@ -487,7 +488,10 @@ impl Channel {
 struct Driver {
     shared: Arc<Shared>,
     stream: TcpStream,
-    rbuf: Vec<u8>,
+    /// Reads land here and are handed to the core as `Bytes`: whole messages become slices
+    /// of the read (no copy); the allocation is reused once no message holds a slice of it.
+    rbuf: BytesMut,
+    read_chunk: usize,
     read_eof: bool,
 }
 
@@ -611,53 +615,61 @@ impl Driver {
         Ok(())
     }
 
-    /// Reads what the protocol's budget and the gate allow; `Some(t)`: the gate is closed
-    /// until `t` (do not wait for readability, wake then).
+    /// Reads what the protocol's budget and the gate allow, at most 16 times; `Some(t)`: the
+    /// gate is closed until `t` (do not wait for readability, wake then). A large frame that an
+    /// earlier read left incomplete is completed by a read straight into the core's frame buffer
+    /// ([`Connection::pending_frame`]); other reads go to `rbuf` and are handed over as `Bytes`.
     fn read_phase(&mut self) -> Result<Option<Instant>, Error> {
-        if self.read_eof {
-            return Ok(None);
-        }
         for _ in 0..16 {
-            let (budget, gate) = {
+            if self.read_eof {
+                return Ok(None);
+            }
+            let (mut budget, gate) = {
                 let g = self.shared.lock();
                 (g.conn.recv_budget() as usize, g.gate.clone())
             };
             if budget == 0 {
                 return Ok(None);
             }
-            let mut want = budget.min(self.rbuf.len());
             if let Some(gate) = &gate {
                 let (allowed, again) = gate.allowance(Instant::now());
                 if allowed == 0 {
                     return Ok(Some(again.unwrap_or_else(Instant::now)));
                 }
-                want = want.min(allowed);
+                budget = budget.min(allowed);
             }
-            match self.stream.try_read(&mut self.rbuf[..want]) {
-                Ok(0) => {
-                    self.read_eof = true;
+            let mut g = self.shared.lock();
+            let direct = g.conn.pending_frame().map(|(buf, need)| {
+                let want = need.min(budget);
+                (want, self.stream.try_read_buf(&mut buf.limit(want)))
+            });
+            let (want, n, handled) = if let Some((want, res)) = direct {
+                let Some(n) = read_result(res, &mut self.read_eof)? else {
                     return Ok(None);
-                }
-                Ok(n) => {
-                    if let Some(gate) = &gate {
-                        gate.consumed(Instant::now(), n);
-                    }
-                    let mut g = self.shared.lock();
-                    if let Err(e) = g.conn.handle_bytes(Instant::now(), &self.rbuf[..n]) {
-                        log_protocol_error(&e);
-                        // keep going: the CLOSE frame is staged and flushed by the write phase
-                        return Ok(None);
-                    }
-                    if n < want {
-                        return Ok(None);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
-                    self.read_eof = true;
+                };
+                (want, n, g.conn.handle_pending_read(Instant::now(), n))
+            } else {
+                drop(g);
+                let want = budget.min(self.read_chunk);
+                self.rbuf.reserve(self.read_chunk);
+                let res = self.stream.try_read_buf(&mut (&mut self.rbuf).limit(want));
+                let Some(n) = read_result(res, &mut self.read_eof)? else {
                     return Ok(None);
-                }
-                Err(e) => return Err(Error::io("read", e)),
+                };
+                let data = self.rbuf.split().freeze();
+                let handled = self.shared.lock().conn.handle_read(Instant::now(), data);
+                (want, n, handled)
+            };
+            if let (Some(gate), true) = (&gate, n > 0) {
+                gate.consumed(Instant::now(), n);
+            }
+            if let Err(e) = handled {
+                log_protocol_error(&e);
+                // keep going: the CLOSE frame is staged and flushed by the write phase
+                return Ok(None);
+            }
+            if n < want {
+                return Ok(None);
             }
         }
         Ok(None)
@@ -764,6 +776,23 @@ fn sys_shutdown_write(fd: RawFd) {
     // SAFETY: shutting down the write half of a socket we own; errors (already shut) are fine.
     unsafe {
         libc::shutdown(fd, libc::SHUT_WR);
+    }
+}
+
+/// A read's outcome: `Some(n)` bytes (0 at EOF, which is noted), `None` when nothing is
+/// there (would block, or reset, which counts as EOF).
+fn read_result(res: io::Result<usize>, eof: &mut bool) -> Result<Option<usize>, Error> {
+    match res {
+        Ok(n) => {
+            *eof |= n == 0;
+            Ok(Some(n))
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+            *eof = true;
+            Ok(None)
+        }
+        Err(e) => Err(Error::io("read", e)),
     }
 }
 

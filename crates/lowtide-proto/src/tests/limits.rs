@@ -219,3 +219,71 @@ fn byte_by_byte_feeding_parses_the_same() {
     );
     assert!(matches!(&evs[1], Event::Closed { by_peer: true, code: 0, reason } if reason == "bye"));
 }
+
+#[test]
+fn whole_messages_of_a_shared_read_arrive_without_copy_and_the_read_is_charged() {
+    let (mut c, now) = server(Config::default());
+    c.handle_bytes(now, &hello()).unwrap();
+    let mut read = Vec::new();
+    let big = vec![5u8; 3000];
+    read.extend(first(0, 0, 3000, &big));
+    read.extend(first(0, 1, 10, &[6u8; 10]));
+    let len = read.len() as u64;
+    let read = bytes::Bytes::from(read);
+    let range = read.as_ptr() as usize..read.as_ptr() as usize + read.len();
+    c.handle_read(now, read).unwrap();
+    // the large message is a slice of the read; it carries the read's other bytes as its
+    // charge (the small one is copied and charged its own 10 bytes)
+    assert_eq!(c.recv_memory(), len + 10);
+    let m = c.poll_message().unwrap();
+    assert_eq!(m.data.len(), 3000);
+    assert!(range.contains(&(m.data.as_ptr() as usize)), "zero copy");
+    assert_eq!(c.recv_memory(), 10);
+    let m = c.poll_message().unwrap();
+    assert!(
+        !range.contains(&(m.data.as_ptr() as usize)),
+        "small: copied"
+    );
+    assert_eq!(c.recv_memory(), 0);
+}
+
+#[test]
+fn a_message_smaller_than_a_quarter_of_its_read_is_copied() {
+    let (mut c, now) = server(Config::default());
+    c.handle_bytes(now, &hello()).unwrap();
+    let mut read = Vec::new();
+    read.extend(first(0, 0, 1000, &[1u8; 1000]));
+    read.extend(first(0, 1, 4000, &[2u8; 4000]));
+    let read = bytes::Bytes::from(read);
+    let range = read.as_ptr() as usize..read.as_ptr() as usize + read.len();
+    c.handle_read(now, read).unwrap();
+    let a = c.poll_message().unwrap();
+    let b = c.poll_message().unwrap();
+    assert!(!range.contains(&(a.data.as_ptr() as usize)));
+    assert!(range.contains(&(b.data.as_ptr() as usize)));
+    assert_eq!(c.recv_memory(), 0);
+}
+
+#[test]
+fn a_large_frame_split_across_reads_is_completed_in_place_and_delivered_without_copy() {
+    let (mut c, now) = server(Config::default());
+    c.handle_bytes(now, &hello()).unwrap();
+    let frame = first(0, 0, 50_000, &[3u8; 50_000]);
+    c.handle_read(now, bytes::Bytes::copy_from_slice(&frame[..1000]))
+        .unwrap();
+    assert_eq!(c.recv_memory(), 1000, "the incomplete frame is held");
+    let (buf, need) = c.pending_frame().expect("a large frame is pending");
+    assert_eq!(need, frame.len() - 1000);
+    assert!(buf.capacity() - buf.len() >= need, "room reserved");
+    let ptr = buf.as_ptr() as usize;
+    buf.extend_from_slice(&frame[1000..]);
+    c.handle_pending_read(now, need).unwrap();
+    assert!(c.pending_frame().is_none());
+    let m = c.poll_message().unwrap();
+    assert_eq!(m.data.len(), 50_000);
+    assert!(
+        (ptr..ptr + frame.len()).contains(&(m.data.as_ptr() as usize)),
+        "the message is a slice of the frame buffer"
+    );
+    assert_eq!(c.recv_memory(), 0);
+}

@@ -1,0 +1,316 @@
+//! `lowtide bench`: loopback measurements, every figure against raw TCP in the same run.
+//!
+//! - **goodput**: bulk 64 KB messages through a channel (default controller, MinBuf(1,3)) vs a
+//!   raw TCP socket writing the same bytes in 64 KB writes; sender and receiver CPU per GB of
+//!   both;
+//! - **small messages**: 100-byte messages per second through one channel vs raw TCP with a
+//!   4-byte length prefix per message behind a 64 KB `BufWriter`;
+//! - **CPU per GB**: sender-thread CPU (`getrusage(RUSAGE_THREAD)`, user + system) per GB at
+//!   the same paced rate, MinBuf(1,3) and Unlimited, each against raw TCP. Goel et al.,
+//!   "Low-Latency Adaptive Streaming over TCP", §5.2 and Table I: MIN_BUF(1,0) cost 2.7× TCP.
+//!
+//! Sender and receiver run as two OS threads, each with its own current-thread tokio runtime,
+//! as the lab does. Receiver goodput is measured from the first to the last message received.
+//! The variants of a comparison alternate round by round (so background load hits both
+//! alike); each figure is the median over rounds, each ratio the median of per-round ratios.
+
+mod transfer;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ControllerConfig, Error};
+use transfer::{lowtide_transfer, raw_transfer, Pattern, Transfer};
+
+/// The parts of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Part {
+    /// Bulk goodput and its CPU cost.
+    Goodput,
+    /// Small-message rate.
+    Small,
+    /// CPU per GB at a paced rate.
+    Cpu,
+}
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BenchConfig {
+    /// Total duration of each measurement (all rounds of one variant), seconds.
+    pub seconds: f64,
+    /// Each measurement is split into this many rounds.
+    pub rounds: usize,
+    /// Which parts to run.
+    pub parts: Vec<Part>,
+    /// Bulk message size, bytes.
+    pub bulk_message: usize,
+    /// Small message size, bytes.
+    pub small_message: usize,
+    /// Paced rate for the CPU comparison, bytes per second.
+    pub paced_rate: f64,
+    /// Message size for the CPU comparison, bytes.
+    pub paced_message: usize,
+    /// MSS (`TCP_MAXSEG`) for the CPU comparison; 1448 emulates Ethernet so that MinBuf's
+    /// limit is in realistic segments rather than 64 KB loopback ones.
+    pub paced_mss: Option<u32>,
+    /// Congestion control for every socket (`None`: system default).
+    pub congestion: Option<String>,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            seconds: 2.0,
+            rounds: 3,
+            parts: vec![Part::Goodput, Part::Small, Part::Cpu],
+            bulk_message: 64 << 10,
+            small_message: 100,
+            paced_rate: 200e6,
+            paced_message: 8 << 10,
+            paced_mss: Some(1448),
+            congestion: Some("cubic".into()),
+        }
+    }
+}
+
+/// Where and how the numbers were produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Provenance {
+    /// lowtide version.
+    pub version: &'static str,
+    /// `uname -r`.
+    pub kernel: String,
+    /// The configuration used.
+    pub config: BenchConfig,
+}
+
+/// One figure for lowtide and for raw TCP, measured in the same run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Versus {
+    /// lowtide (median over rounds).
+    pub lowtide: f64,
+    /// Raw TCP (median over rounds).
+    pub raw_tcp: f64,
+    /// lowtide / raw TCP (median of the per-round ratios).
+    pub ratio: f64,
+}
+
+/// Goodput with bulk messages.
+#[derive(Debug, Clone, Serialize)]
+pub struct Goodput {
+    /// Received MB/s (10^6 bytes).
+    pub mb_s: Versus,
+    /// Sender thread CPU seconds per GB.
+    pub sender_cpu_s_per_gb: Versus,
+    /// Receiver thread CPU seconds per GB.
+    pub receiver_cpu_s_per_gb: Versus,
+}
+
+/// Small-message rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct SmallMessages {
+    /// Messages per second (raw TCP: 4-byte length prefix per message).
+    pub msgs_s: Versus,
+    /// Sender thread CPU seconds per million messages.
+    pub sender_cpu_s_per_m_msgs: Versus,
+}
+
+/// Sender CPU per GB at a paced rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuCost {
+    /// MinBuf(1,3): sender CPU seconds per GB, against raw TCP.
+    pub min_buf: Versus,
+    /// Unlimited (plain TCP's policy through lowtide): sender CPU seconds per GB, against raw TCP.
+    pub unlimited: Versus,
+    /// MinBuf / Unlimited, median of per-round ratios.
+    pub min_buf_vs_unlimited: f64,
+    /// Receiver CPU seconds per GB under MinBuf, against raw TCP.
+    pub receiver_min_buf: Versus,
+    /// Rates actually received, MB/s: MinBuf, Unlimited, raw TCP.
+    pub achieved_mb_s: [f64; 3],
+}
+
+/// A goal of issue 14, checked on this run's numbers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Goal {
+    /// What is compared.
+    pub what: &'static str,
+    /// Measured.
+    pub value: f64,
+    /// The bound.
+    pub bound: &'static str,
+    /// Whether the measurement meets it.
+    pub met: bool,
+}
+
+/// The whole report (`lowtide bench --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Provenance.
+    pub provenance: Provenance,
+    /// Goodput (if run).
+    pub goodput: Option<Goodput>,
+    /// Small messages (if run).
+    pub small_messages: Option<SmallMessages>,
+    /// CPU cost (if run).
+    pub cpu: Option<CpuCost>,
+    /// The goals, against this run.
+    pub goals: Vec<Goal>,
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs the variants round-robin (order rotated each round); returns, per variant, the
+/// transfers of every round.
+fn rounds(
+    n: usize,
+    variants: &[&dyn Fn() -> Result<Transfer, Error>],
+) -> Result<Vec<Vec<Transfer>>, Error> {
+    let mut out = vec![Vec::new(); variants.len()];
+    for r in 0..n {
+        for k in 0..variants.len() {
+            let i = (k + r) % variants.len();
+            out[i].push(variants[i]()?);
+        }
+    }
+    Ok(out)
+}
+
+/// Medians of `f` over rounds for `a` and `b`, and the median of the per-round ratio.
+fn versus(a: &[Transfer], b: &[Transfer], f: impl Fn(&Transfer) -> f64) -> Versus {
+    Versus {
+        lowtide: median(a.iter().map(&f).collect()),
+        raw_tcp: median(b.iter().map(&f).collect()),
+        ratio: median(a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect()),
+    }
+}
+
+fn goal(what: &'static str, value: f64, bound: &'static str, met: bool) -> Goal {
+    Goal {
+        what,
+        value,
+        bound,
+        met,
+    }
+}
+
+/// Runs the configured parts.
+pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
+    if !(cfg.seconds > 0.0 && cfg.seconds <= 600.0) {
+        return Err(
+            lowtide_proto::ConfigError::new("bench.seconds", cfg.seconds, "(0, 600]").into(),
+        );
+    }
+    if !(1..=100).contains(&cfg.rounds) {
+        return Err(lowtide_proto::ConfigError::new("bench.rounds", cfg.rounds, "1..=100").into());
+    }
+    let n = cfg.rounds;
+    let secs = cfg.seconds / n as f64;
+    let cc = || cfg.congestion.clone();
+    let lt = |ctl, mss, pattern| lowtide_transfer(cfg, ctl, mss, pattern, secs);
+    let mut goals = Vec::new();
+
+    let goodput = if cfg.parts.contains(&Part::Goodput) {
+        let bulk = Pattern::Bulk(cfg.bulk_message);
+        let r = rounds(
+            n,
+            &[&|| lt(ControllerConfig::default(), None, bulk), &|| {
+                raw_transfer(cc(), None, bulk, false, secs)
+            }],
+        )?;
+        let g = Goodput {
+            mb_s: versus(&r[0], &r[1], Transfer::mb_s),
+            sender_cpu_s_per_gb: versus(&r[0], &r[1], Transfer::sender_cpu_s_per_gb),
+            receiver_cpu_s_per_gb: versus(&r[0], &r[1], Transfer::receiver_cpu_s_per_gb),
+        };
+        goals.push(goal(
+            "bulk goodput / raw TCP",
+            g.mb_s.ratio,
+            ">= 0.9",
+            g.mb_s.ratio >= 0.9,
+        ));
+        Some(g)
+    } else {
+        None
+    };
+
+    let small_messages = if cfg.parts.contains(&Part::Small) {
+        let small = Pattern::Bulk(cfg.small_message);
+        let r = rounds(
+            n,
+            &[&|| lt(ControllerConfig::default(), None, small), &|| {
+                raw_transfer(cc(), None, small, true, secs)
+            }],
+        )?;
+        let s = SmallMessages {
+            msgs_s: versus(&r[0], &r[1], Transfer::msgs_s),
+            sender_cpu_s_per_m_msgs: versus(&r[0], &r[1], Transfer::sender_cpu_s_per_m_msgs),
+        };
+        goals.push(goal(
+            "small messages per second",
+            s.msgs_s.lowtide,
+            ">= 2e6",
+            s.msgs_s.lowtide >= 2e6,
+        ));
+        Some(s)
+    } else {
+        None
+    };
+
+    let cpu = if cfg.parts.contains(&Part::Cpu) {
+        let paced = Pattern::Paced(cfg.paced_message, cfg.paced_rate);
+        let r = rounds(
+            n,
+            &[
+                &|| {
+                    lt(
+                        ControllerConfig::MinBuf { a: 1, b: 3 },
+                        cfg.paced_mss,
+                        paced,
+                    )
+                },
+                &|| lt(ControllerConfig::Unlimited, cfg.paced_mss, paced),
+                &|| raw_transfer(cc(), cfg.paced_mss, paced, false, secs),
+            ],
+        )?;
+        let rate = |v: &[Transfer]| median(v.iter().map(Transfer::mb_s).collect());
+        let c = CpuCost {
+            min_buf: versus(&r[0], &r[2], Transfer::sender_cpu_s_per_gb),
+            unlimited: versus(&r[1], &r[2], Transfer::sender_cpu_s_per_gb),
+            min_buf_vs_unlimited: versus(&r[0], &r[1], Transfer::sender_cpu_s_per_gb).ratio,
+            receiver_min_buf: versus(&r[0], &r[2], Transfer::receiver_cpu_s_per_gb),
+            achieved_mb_s: [rate(&r[0]), rate(&r[1]), rate(&r[2])],
+        };
+        goals.push(goal(
+            "MinBuf sender CPU per GB / raw TCP",
+            c.min_buf.ratio,
+            "<= 1.3",
+            c.min_buf.ratio <= 1.3,
+        ));
+        Some(c)
+    } else {
+        None
+    };
+
+    Ok(BenchReport {
+        provenance: Provenance {
+            version: env!("CARGO_PKG_VERSION"),
+            kernel: kernel_release(),
+            config: cfg.clone(),
+        },
+        goodput,
+        small_messages,
+        cpu,
+        goals,
+    })
+}
