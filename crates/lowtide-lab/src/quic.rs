@@ -78,7 +78,11 @@ impl QuicConfig {
         t.send_window(self.send_window_bytes)
             .enable_segmentation_offload(false)
             .max_concurrent_uni_streams(VarInt::from_u32(MAX_STREAMS))
-            .max_idle_timeout(Some(VarInt::from_u32(30_000).into()));
+            .max_idle_timeout(Some(VarInt::from_u32(30_000).into()))
+            // A first Initial sent before the receiver is bound is lost; quinn's default
+            // first RTT guess (333 ms) would wait about a second to resend it, longer than
+            // the lab's lead-in, so the first frames would expire before the handshake.
+            .initial_rtt(Duration::from_millis(100));
         match self.congestion.as_str() {
             "newreno" => t.congestion_controller_factory(Arc::new(NewRenoConfig::default())),
             "bbr" => t.congestion_controller_factory(Arc::new(BbrConfig::default())),

@@ -24,7 +24,7 @@ fn the_latency_stream_over_quic_delivers_each_message_once() {
     };
     let creds = Credentials::generate().unwrap();
     let addr = free_udp_port();
-    let start = Instant::now() + Duration::from_millis(300);
+    let start = Instant::now() + Duration::from_millis(500);
     let end = start + Duration::from_secs(1);
     let receive_end = end + Duration::from_millis(500);
     let stop = Stop::new(
@@ -66,7 +66,7 @@ fn a_conference_over_quic_shows_every_frame_on_an_idle_path() {
     .conference();
     let creds = Credentials::generate().unwrap();
     let addr = free_udp_port();
-    let start = Instant::now() + Duration::from_millis(300);
+    let start = Instant::now() + Duration::from_millis(500);
     let end = start + Duration::from_secs(1);
     let receive_end = end + Duration::from_millis(600);
     let stop = Stop::new(
