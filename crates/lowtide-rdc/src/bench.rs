@@ -1,0 +1,1 @@
+//! The agent measured on real packets (filled in below).
