@@ -307,7 +307,12 @@ impl<H> Agent<H> {
     /// A packet leaves this host: `parsed` is [`segment::parse`] of it (the driver parses
     /// before handing over the packet's `handle`, which comes back from
     /// [`poll_release`](Self::poll_release)).
-    pub fn handle_outgoing(&mut self, now: Instant, parsed: Result<Segment, ParseError>, handle: H) {
+    pub fn handle_outgoing(
+        &mut self,
+        now: Instant,
+        parsed: Result<Segment, ParseError>,
+        handle: H,
+    ) {
         self.counters.outgoing += 1;
         let max_held = self.cfg.max_held;
         let (flows, due, mut exit) = self.split();
@@ -569,7 +574,12 @@ mod tests {
         assert_eq!(a.counters().ce_cleared, 41);
         // Three ACKs 1 ms apart: held 40 ms each, in order.
         for (i, ack) in [1001u32, 3001, 5001].iter().enumerate() {
-            out(&mut a, t + MS * i as u32, &Spec::ack(*ack).build(), i as u32);
+            out(
+                &mut a,
+                t + MS * i as u32,
+                &Spec::ack(*ack).build(),
+                i as u32,
+            );
         }
         assert!(released(&mut a).is_empty());
         assert_eq!(a.poll_timeout(), Some(t + 40 * MS));
@@ -591,7 +601,11 @@ mod tests {
         let mut dup = Spec::ack(2001);
         dup.sack = Some((4001, 5001));
         out(&mut a, t + MS, &dup.build(), 3);
-        assert_eq!(released(&mut a), vec![1, 2, 3], "flushed in order, then the dup");
+        assert_eq!(
+            released(&mut a),
+            vec![1, 2, 3],
+            "flushed in order, then the dup"
+        );
         // Without SACK: the same ack and window twice is a duplicate.
         out(&mut a, t + 2 * MS, &Spec::ack(2001).build(), 4);
         assert_eq!(released(&mut a), vec![4]);
@@ -629,7 +643,13 @@ mod tests {
         let mut p = data(1, false);
         wire::stamp_delay(&mut p, 25 * MS).unwrap();
         let r = a.handle_incoming(t, &p);
-        assert_eq!(r, Rewrite { clear_ce: false, clear_delay: true });
+        assert_eq!(
+            r,
+            Rewrite {
+                clear_ce: false,
+                clear_delay: true
+            }
+        );
         r.apply(&mut p).unwrap();
         assert_eq!(wire::delay(&p), Ok(None));
         out(&mut a, t, &Spec::ack(1001).build(), 1);
@@ -645,7 +665,10 @@ mod tests {
         p[6] = 0x80; // the flag without DF: the ID may be a fragment ID
         assert_eq!(a.handle_incoming(t, &p), Rewrite::default());
         let c = a.counters();
-        assert_eq!((c.delays_read, c.delays_clamped, c.delays_invalid), (2, 1, 1));
+        assert_eq!(
+            (c.delays_read, c.delays_clamped, c.delays_invalid),
+            (2, 1, 1)
+        );
     }
 
     #[test]
@@ -674,7 +697,13 @@ mod tests {
         assert_eq!(released(&mut a), vec![1, 2, 10, 11, 12]);
         let c = a.counters();
         assert_eq!(
-            (c.passed.malformed, c.passed.untracked, c.passed.hold_full, c.incoming_untracked, c.incoming_malformed),
+            (
+                c.passed.malformed,
+                c.passed.untracked,
+                c.passed.hold_full,
+                c.incoming_untracked,
+                c.incoming_malformed
+            ),
             (1, 1, 1, 1, 1)
         );
     }
@@ -709,7 +738,10 @@ mod tests {
         d.ts = Some((9, 500));
         a.handle_incoming(t + 70 * MS, &d.build());
         let f = &a.status().flows[0];
-        assert_eq!((f.rtt_ms, f.rtt_source), (30.0, crate::rtt::RttSource::Timestamps));
+        assert_eq!(
+            (f.rtt_ms, f.rtt_source),
+            (30.0, crate::rtt::RttSource::Timestamps)
+        );
         assert_eq!(f.data_without_timestamps, 41);
     }
 

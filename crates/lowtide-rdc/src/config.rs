@@ -76,7 +76,12 @@ pub struct ConfigError {
     pub allowed: String,
 }
 
-fn check(ok: bool, field: &'static str, value: impl ToString, allowed: impl Into<String>) -> Result<(), ConfigError> {
+fn check(
+    ok: bool,
+    field: &'static str,
+    value: impl ToString,
+    allowed: impl Into<String>,
+) -> Result<(), ConfigError> {
     if ok {
         Ok(())
     } else {
@@ -102,7 +107,12 @@ impl AgentConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let (a, b) = (self.increase_above, self.decrease_below);
-        check(a > 0.0 && a <= 1.0, "increase_above", a, "a share above 0, at most 1")?;
+        check(
+            a > 0.0 && a <= 1.0,
+            "increase_above",
+            a,
+            "a share above 0, at most 1",
+        )?;
         check(
             (0.0..a).contains(&b),
             "decrease_below",
@@ -122,7 +132,10 @@ impl AgentConfig {
             ms(self.zero_below),
             format!("below max_delay ({})", ms(max)),
         )?;
-        for (field, d) in [("default_rtt", self.default_rtt), ("rtt_window", self.rtt_window)] {
+        for (field, d) in [
+            ("default_rtt", self.default_rtt),
+            ("rtt_window", self.rtt_window),
+        ] {
             check(
                 d >= Duration::from_millis(1) && d <= Duration::from_secs(600),
                 field,
@@ -171,7 +184,10 @@ mod tests {
             ..AgentConfig::default()
         };
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("decrease_below") && e.contains("0.95") && e.contains("0.9"), "{e}");
+        assert!(
+            e.contains("decrease_below") && e.contains("0.95") && e.contains("0.9"),
+            "{e}"
+        );
         let c = AgentConfig {
             max_held: 0,
             ..AgentConfig::default()

@@ -44,18 +44,22 @@ pub struct Selection {
 }
 
 fn run(tool: &str, args: &[&str]) -> Result<(), AgentError> {
-    let out = Command::new(tool).arg("-w").args(args).output().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            AgentError::IptablesMissing {
-                tried: tool.to_string(),
+    let out = Command::new(tool)
+        .arg("-w")
+        .args(args)
+        .output()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                AgentError::IptablesMissing {
+                    tried: tool.to_string(),
+                }
+            } else {
+                AgentError::Iptables {
+                    command: format!("{tool} -w {}", args.join(" ")),
+                    reason: e.to_string(),
+                }
             }
-        } else {
-            AgentError::Iptables {
-                command: format!("{tool} -w {}", args.join(" ")),
-                reason: e.to_string(),
-            }
-        }
-    })?;
+        })?;
     if out.status.success() {
         Ok(())
     } else {
@@ -113,7 +117,11 @@ impl Rules {
             let ports: Vec<Option<String>> = if selection.ports.is_empty() {
                 vec![None]
             } else {
-                selection.ports.iter().map(|p| Some(p.to_string())).collect()
+                selection
+                    .ports
+                    .iter()
+                    .map(|p| Some(p.to_string()))
+                    .collect()
             };
             for port in ports {
                 let mut args = vec!["-t", "mangle", "-A", chain, "-p", "tcp"];
@@ -187,7 +195,10 @@ fn remove_chains(tool: &str, queue: u16) -> Result<(), AgentError> {
 
 /// `-A HOOK ... -j CHAIN` lines of the mangle table that jump to `chain`.
 fn jumps_to(tool: &str, hook: &str, chain: &str) -> Vec<String> {
-    let Ok(out) = Command::new(tool).args(["-w", "-t", "mangle", "-S", hook]).output() else {
+    let Ok(out) = Command::new(tool)
+        .args(["-w", "-t", "mangle", "-S", hook])
+        .output()
+    else {
         return vec![];
     };
     String::from_utf8_lossy(&out.stdout)
@@ -207,7 +218,10 @@ fn chain_exists(tool: &str, chain: &str) -> bool {
 
 /// Chains of ours (`LT-RDC-…`) in this namespace's mangle table.
 pub fn our_chains(tool: &str) -> Vec<String> {
-    let Ok(out) = Command::new(tool).args(["-w", "-t", "mangle", "-S"]).output() else {
+    let Ok(out) = Command::new(tool)
+        .args(["-w", "-t", "mangle", "-S"])
+        .output()
+    else {
         return vec![];
     };
     String::from_utf8_lossy(&out.stdout)
@@ -274,7 +288,10 @@ fn unregister(queue: u16) {
 /// Removes every rule set this process still has installed, each from its own network
 /// namespace; for a signal handler that exits without running destructors. Returns how many.
 pub fn remove_live() -> usize {
-    let live: Vec<(String, u16, File)> = LIVE.lock().map(|mut l| l.drain(..).collect()).unwrap_or_default();
+    let live: Vec<(String, u16, File)> = LIVE
+        .lock()
+        .map(|mut l| l.drain(..).collect())
+        .unwrap_or_default();
     let n = live.len();
     for (tool, queue, ns) in live {
         let _ = std::thread::spawn(move || {

@@ -69,7 +69,8 @@ impl Period {
     /// Packets per round trip: the bytes seen, scaled to one period length, in segments.
     pub fn cwnd_estimate(&self, now: Instant, mss: u32) -> f64 {
         let elapsed = now.saturating_duration_since(self.start).max(self.len);
-        let per_period = self.seen.bytes as f64 * self.len.as_secs_f64() / elapsed.as_secs_f64().max(1e-9);
+        let per_period =
+            self.seen.bytes as f64 * self.len.as_secs_f64() / elapsed.as_secs_f64().max(1e-9);
         (per_period / f64::from(mss.max(1))).max(1.0)
     }
 }
@@ -99,7 +100,13 @@ pub struct OneBitLaw {
 impl OneBitLaw {
     /// The delay for the next period, given the current one, what the period saw, the path's
     /// round-trip time and the estimated cwnd (segments).
-    pub fn next(&self, delay: Duration, seen: Observation, rtt: Duration, cwnd: f64) -> (Duration, Change) {
+    pub fn next(
+        &self,
+        delay: Duration,
+        seen: Observation,
+        rtt: Duration,
+        cwnd: f64,
+    ) -> (Duration, Change) {
         if seen.packets == 0 {
             return (delay, Change::NoData);
         }
@@ -114,7 +121,11 @@ impl OneBitLaw {
         } else if share <= self.decrease_below && !delay.is_zero() {
             let cwnd = cwnd.max(1.0);
             let next = delay.mul_f64(cwnd / (cwnd + 1.0));
-            let next = if next < self.zero_below { Duration::ZERO } else { next };
+            let next = if next < self.zero_below {
+                Duration::ZERO
+            } else {
+                next
+            };
             (next, Change::Decreased)
         } else {
             (delay, Change::Kept)
@@ -161,7 +172,10 @@ mod tests {
         assert_eq!(LAW.next(d, seen(10, 5), RTT, 4.0), (d, Change::Kept));
         assert_eq!(LAW.next(d, seen(0, 0), RTT, 4.0), (d, Change::NoData));
         // A zero delay with no marks stays zero.
-        assert_eq!(LAW.next(Duration::ZERO, seen(10, 0), RTT, 4.0), (Duration::ZERO, Change::Kept));
+        assert_eq!(
+            LAW.next(Duration::ZERO, seen(10, 0), RTT, 4.0),
+            (Duration::ZERO, Change::Kept)
+        );
     }
 
     #[test]

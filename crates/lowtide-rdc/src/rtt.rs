@@ -135,7 +135,10 @@ mod tests {
         r.on_released(1000, t0 + Duration::from_millis(30));
         let s = r.on_echo(1000, t0 + Duration::from_millis(72), W);
         assert_eq!(s, Some(Duration::from_millis(42)));
-        assert_eq!(r.estimate(Duration::ZERO), (Duration::from_millis(42), RttSource::Timestamps));
+        assert_eq!(
+            r.estimate(Duration::ZERO),
+            (Duration::from_millis(42), RttSource::Timestamps)
+        );
         // The same TSval is echoed once; an unknown one gives nothing.
         assert_eq!(r.on_echo(1000, t0 + Duration::from_millis(90), W), None);
         assert_eq!(r.on_echo(7, t0 + Duration::from_millis(90), W), None);
@@ -165,7 +168,10 @@ mod tests {
         let mut r = RttEstimator::default();
         r.on_synack(t0);
         r.on_handshake_done(t0 + Duration::from_millis(33));
-        assert_eq!(r.estimate(Duration::from_millis(100)), (Duration::from_millis(33), RttSource::Handshake));
+        assert_eq!(
+            r.estimate(Duration::from_millis(100)),
+            (Duration::from_millis(33), RttSource::Handshake)
+        );
     }
 
     #[test]
@@ -178,7 +184,11 @@ mod tests {
         assert_eq!(r.sent.len(), REMEMBERED);
         for v in 0..10_000u32 {
             r.on_sent(v, Some(t0));
-            r.on_echo(v, t0 + Duration::from_millis(u64::from(10_000 - v)), Duration::from_secs(600));
+            r.on_echo(
+                v,
+                t0 + Duration::from_millis(u64::from(10_000 - v)),
+                Duration::from_secs(600),
+            );
         }
         assert!(r.samples.len() <= SAMPLES);
     }

@@ -157,7 +157,10 @@ impl AgentHandle {
 
     /// The latest published status.
     pub fn status(&self) -> AgentStatus {
-        self.status.lock().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
+        self.status
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
     }
 
     pub fn stopper(&self) -> Stopper {
@@ -227,10 +230,18 @@ fn bind(num: u16, copy: u16, max_len: u32) -> Result<Bound, AgentError> {
         source: io::Error::other("no netfilter socket of ours is listed for the queue"),
     })?;
     let what = |s: &str| format!("setting {s} of NFQUEUE {num}");
-    queue.set_copy_range(num, copy).map_err(system(what("the copy range")))?;
-    queue.set_queue_max_len(num, max_len).map_err(system(what("the length")))?;
-    queue.set_fail_open(num, true).map_err(system(what("fail-open")))?;
-    queue.set_recv_enobufs(true).map_err(system(what("overrun reports")))?;
+    queue
+        .set_copy_range(num, copy)
+        .map_err(system(what("the copy range")))?;
+    queue
+        .set_queue_max_len(num, max_len)
+        .map_err(system(what("the length")))?;
+    queue
+        .set_fail_open(num, true)
+        .map_err(system(what("fail-open")))?;
+    queue
+        .set_recv_enobufs(true)
+        .map_err(system(what("overrun reports")))?;
     netlink::set_rcvbuf(fd, RCVBUF).map_err(system(what("the receive buffer")))?;
     queue.set_nonblocking(true);
     Ok(Bound { queue, num, fd })
@@ -247,7 +258,10 @@ pub fn run(
     let mut agent = Agent::<Message>::new(cfg.agent.clone())?;
     check_root()?;
     let tool = iptables::find_tool(cfg.iptables.as_deref())?;
-    let out_num = cfg.queue.checked_add(1).ok_or_else(|| AgentError::QueueInUse { queue: cfg.queue })?;
+    let out_num = cfg
+        .queue
+        .checked_add(1)
+        .ok_or_else(|| AgentError::QueueInUse { queue: cfg.queue })?;
     let mut inq = bind(cfg.queue, u16::MAX, cfg.kernel_queue_len)?;
     let mut outq = bind(out_num, OUT_COPY, cfg.kernel_queue_len)?;
     let rules = Rules::install(&tool, cfg.queue, &cfg.selection)?;
@@ -260,8 +274,14 @@ pub fn run(
             publish(&status(&agent, &kernel, cfg.queue));
             next_status = now + cfg.status_interval;
         }
-        let deadline = agent.poll_timeout().map_or(next_status, |t| t.min(next_status));
-        let stopping = match netlink::wait(&[inq.fd, outq.fd], stop.0.raw(), Some(deadline.saturating_duration_since(now))) {
+        let deadline = agent
+            .poll_timeout()
+            .map_or(next_status, |t| t.min(next_status));
+        let stopping = match netlink::wait(
+            &[inq.fd, outq.fd],
+            stop.0.raw(),
+            Some(deadline.saturating_duration_since(now)),
+        ) {
             Ok(r) => r,
             Err(e) => break Err(system("waiting for packets")(e)),
         };

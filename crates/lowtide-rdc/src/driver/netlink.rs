@@ -31,7 +31,10 @@ pub struct QueueLine {
 pub fn queue_line(queue: u16) -> Option<QueueLine> {
     let text = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue").ok()?;
     text.lines().find_map(|l| {
-        let f: Vec<u64> = l.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        let f: Vec<u64> = l
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
         (f.len() >= 7 && f[0] == u64::from(queue)).then(|| QueueLine {
             queue,
             portid: f[1] as u32,
@@ -46,7 +49,15 @@ fn sockopt_int(fd: RawFd, opt: libc::c_int) -> Option<libc::c_int> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `v` and `len` are valid for writes of the sizes given.
-    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
     (rc == 0).then_some(v)
 }
 
@@ -54,7 +65,8 @@ fn netlink_portid(fd: RawFd) -> Option<u32> {
     // SAFETY: a zeroed sockaddr_nl is valid; getsockname writes at most `len` bytes.
     let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
-    let rc = unsafe { libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_nl).cast(), &mut len) };
+    let rc =
+        unsafe { libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_nl).cast(), &mut len) };
     (rc == 0 && i32::from(addr.nl_family) == libc::AF_NETLINK).then_some(addr.nl_pid)
 }
 
@@ -62,11 +74,14 @@ fn netlink_portid(fd: RawFd) -> Option<u32> {
 /// netlink socket whose port id the kernel lists for the queue.
 pub fn queue_socket(before: &HashSet<RawFd>, queue: u16) -> Option<RawFd> {
     let portid = queue_line(queue)?.portid;
-    open_fds().into_iter().filter(|fd| !before.contains(fd)).find(|&fd| {
-        sockopt_int(fd, libc::SO_DOMAIN) == Some(libc::AF_NETLINK)
-            && sockopt_int(fd, libc::SO_PROTOCOL) == Some(libc::NETLINK_NETFILTER)
-            && netlink_portid(fd) == Some(portid)
-    })
+    open_fds()
+        .into_iter()
+        .filter(|fd| !before.contains(fd))
+        .find(|&fd| {
+            sockopt_int(fd, libc::SO_DOMAIN) == Some(libc::AF_NETLINK)
+                && sockopt_int(fd, libc::SO_PROTOCOL) == Some(libc::NETLINK_NETFILTER)
+                && netlink_portid(fd) == Some(portid)
+        })
 }
 
 /// A larger receive buffer than the default, so a burst waits in the socket rather than
@@ -130,9 +145,18 @@ pub fn wait(fds: &[RawFd], stop: RawFd, timeout: Option<Duration>) -> io::Result
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
     });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `polls` is a live array of the length given; `ts_ptr` is null or a live timespec.
-    let rc = unsafe { libc::ppoll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ts_ptr, std::ptr::null()) };
+    let rc = unsafe {
+        libc::ppoll(
+            polls.as_mut_ptr(),
+            polls.len() as libc::nfds_t,
+            ts_ptr,
+            std::ptr::null(),
+        )
+    };
     if rc < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
