@@ -38,9 +38,6 @@ const OUT_COPY: u16 = 256;
 /// The sockets' receive buffers.
 const RCVBUF: libc::c_int = 4 << 20;
 
-/// Opening a queue and finding its socket must not interleave with another agent's.
-static OPEN: Mutex<()> = Mutex::new(());
-
 /// The agent and the system around it.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
@@ -208,8 +205,6 @@ struct Bound {
 }
 
 fn bind(num: u16, copy: u16, max_len: u32) -> Result<Bound, AgentError> {
-    let _one_at_a_time = OPEN.lock().unwrap_or_else(|p| p.into_inner());
-    let before = netlink::open_fds();
     let mut queue = Queue::open().map_err(|e| match e.raw_os_error() {
         Some(libc::EPERM) => AgentError::NotPrivileged,
         _ => AgentError::System {
@@ -217,15 +212,15 @@ fn bind(num: u16, copy: u16, max_len: u32) -> Result<Bound, AgentError> {
             source: e,
         },
     })?;
+    // Root was checked: the kernel answers EPERM when another socket owns the queue.
     queue.bind(num).map_err(|e| match e.raw_os_error() {
-        Some(libc::EBUSY) => AgentError::QueueInUse { queue: num },
-        Some(libc::EPERM) => AgentError::NotPrivileged,
+        Some(libc::EPERM | libc::EBUSY) => AgentError::QueueInUse { queue: num },
         _ => AgentError::System {
             what: format!("binding NFQUEUE {num}"),
             source: e,
         },
     })?;
-    let fd = netlink::queue_socket(&before, num).ok_or_else(|| AgentError::System {
+    let fd = netlink::queue_socket(num).ok_or_else(|| AgentError::System {
         what: format!("finding the socket of NFQUEUE {num}"),
         source: io::Error::other("no netfilter socket of ours is listed for the queue"),
     })?;

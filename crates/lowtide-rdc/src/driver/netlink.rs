@@ -17,7 +17,8 @@ pub fn open_fds() -> HashSet<RawFd> {
         .unwrap_or_default()
 }
 
-/// One line of `/proc/net/netfilter/nfnetlink_queue`.
+/// One line of `/proc/thread-self/net/netfilter/nfnetlink_queue` (this thread's network
+/// namespace: `/proc/net` is the process's first thread's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueLine {
     pub queue: u16,
@@ -29,7 +30,7 @@ pub struct QueueLine {
 
 /// The kernel's view of queue `queue` in this network namespace, if it is bound.
 pub fn queue_line(queue: u16) -> Option<QueueLine> {
-    let text = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue").ok()?;
+    let text = std::fs::read_to_string("/proc/thread-self/net/netfilter/nfnetlink_queue").ok()?;
     text.lines().find_map(|l| {
         let f: Vec<u64> = l
             .split_whitespace()
@@ -70,18 +71,34 @@ fn netlink_portid(fd: RawFd) -> Option<u32> {
     (rc == 0 && i32::from(addr.nl_family) == libc::AF_NETLINK).then_some(addr.nl_pid)
 }
 
-/// The socket bound to `queue`: among the descriptors opened since `before`, the netfilter
-/// netlink socket whose port id the kernel lists for the queue.
-pub fn queue_socket(before: &HashSet<RawFd>, queue: u16) -> Option<RawFd> {
+/// `SIOCGSKNS`: a descriptor of the network namespace a socket lives in.
+const SIOCGSKNS: libc::c_ulong = 0x894C;
+
+/// Whether socket `fd` lives in this thread's network namespace.
+fn in_this_namespace(fd: RawFd) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: SIOCGSKNS takes no argument and returns a new descriptor we own.
+    let ns = unsafe { libc::ioctl(fd, SIOCGSKNS as _) };
+    if ns < 0 {
+        return false;
+    }
+    let ns = unsafe { OwnedFd::from_raw_fd(ns) };
+    let theirs = std::fs::metadata(format!("/proc/self/fd/{}", ns.as_raw_fd()));
+    let ours = std::fs::metadata("/proc/thread-self/ns/net");
+    matches!((theirs, ours), (Ok(a), Ok(b)) if a.ino() == b.ino() && a.dev() == b.dev())
+}
+
+/// The socket bound to `queue`: the netfilter netlink socket of this process, in this
+/// namespace, whose port id the kernel lists for the queue (a port id is unique per
+/// namespace).
+pub fn queue_socket(queue: u16) -> Option<RawFd> {
     let portid = queue_line(queue)?.portid;
-    open_fds()
-        .into_iter()
-        .filter(|fd| !before.contains(fd))
-        .find(|&fd| {
-            sockopt_int(fd, libc::SO_DOMAIN) == Some(libc::AF_NETLINK)
-                && sockopt_int(fd, libc::SO_PROTOCOL) == Some(libc::NETLINK_NETFILTER)
-                && netlink_portid(fd) == Some(portid)
-        })
+    open_fds().into_iter().find(|&fd| {
+        sockopt_int(fd, libc::SO_DOMAIN) == Some(libc::AF_NETLINK)
+            && sockopt_int(fd, libc::SO_PROTOCOL) == Some(libc::NETLINK_NETFILTER)
+            && netlink_portid(fd) == Some(portid)
+            && in_this_namespace(fd)
+    })
 }
 
 /// A larger receive buffer than the default, so a burst waits in the socket rather than
