@@ -38,7 +38,7 @@ use crate::config::{AgentConfig, ConfigError, Mode};
 use crate::one_bit::{Change, OneBitLaw, Period};
 use crate::rtt::RttEstimator;
 use crate::segment::{self, ParseError, Segment};
-use crate::status::{AgentStatus, Counters, FlowStatus, KernelCounters, PassCounts, PassReason};
+use crate::status::{AgentStatus, Counters, DriverCounters, FlowStatus, PassCounts, PassReason};
 use crate::wire;
 
 /// Idle flows are looked for at most this often.
@@ -484,7 +484,7 @@ impl<H> Agent<H> {
             counters: self.counters,
             held_now: self.held_now,
             flows,
-            kernel: KernelCounters::default(),
+            driver: DriverCounters::default(),
         }
     }
 }

@@ -34,4 +34,4 @@ pub mod wire;
 pub use agent::{Agent, FlowKey, Rewrite};
 pub use config::{AgentConfig, ConfigError, Mode};
 pub use driver::{AgentError, AgentHandle, DriverConfig};
-pub use status::{AgentStatus, Counters, FlowStatus, KernelCounters};
+pub use status::{AgentStatus, Counters, DriverCounters, FlowStatus};

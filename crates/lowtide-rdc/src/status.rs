@@ -138,12 +138,14 @@ pub struct AgentStatus {
     pub held_now: usize,
     pub flows: Vec<FlowStatus>,
     /// Filled by the NFQUEUE driver; zero for the sans-IO core alone.
-    pub kernel: KernelCounters,
+    pub driver: DriverCounters,
 }
 
-/// What the kernel side reported (the NFQUEUE driver fills it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct KernelCounters {
+/// What the NFQUEUE driver and the kernel reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct DriverCounters {
+    /// CPU time the agent's thread used so far.
+    pub cpu_seconds: f64,
     /// Packets the kernel dropped because the queue was full (0 with fail-open, which the
     /// agent sets: then they pass unseen and uncounted by the kernel).
     pub queue_dropped: u64,

@@ -27,7 +27,7 @@ use nfq::{Message, Queue, Verdict};
 use crate::agent::Agent;
 use crate::config::{AgentConfig, ConfigError};
 use crate::iptables::{self, Rules, Selection};
-use crate::status::{AgentStatus, KernelCounters};
+use crate::status::{AgentStatus, DriverCounters};
 
 pub use netlink::queue_line;
 
@@ -261,12 +261,12 @@ pub fn run(
     let mut outq = bind(out_num, OUT_COPY, cfg.kernel_queue_len)?;
     let rules = Rules::install(&tool, cfg.queue, &cfg.selection)?;
     ready();
-    let mut kernel = KernelCounters::default();
+    let mut counts = DriverCounters::default();
     let mut next_status = Instant::now();
     let result = loop {
         let now = Instant::now();
         if now >= next_status {
-            publish(&status(&agent, &kernel, cfg.queue));
+            publish(&status(&agent, &counts, cfg.queue));
             next_status = now + cfg.status_interval;
         }
         let deadline = agent
@@ -283,7 +283,7 @@ pub fn run(
         if stopping {
             break Ok(());
         }
-        let drained = drain(&mut inq, &mut kernel, |mut msg| {
+        let drained = drain(&mut inq, &mut counts, |mut msg| {
             let rewrite = agent.handle_incoming(Instant::now(), msg.get_payload());
             if !rewrite.is_empty() {
                 // The core parsed this header; an edit cannot fail on it.
@@ -292,26 +292,26 @@ pub fn run(
             Some(msg)
         })
         .and_then(|()| {
-            drain(&mut outq, &mut kernel, |msg| {
+            drain(&mut outq, &mut counts, |msg| {
                 let parsed = crate::segment::parse(msg.get_payload());
                 agent.handle_outgoing(Instant::now(), parsed, msg);
                 None
             })
         });
-        release(&mut agent, &mut outq, &mut kernel);
+        release(&mut agent, &mut outq, &mut counts);
         if let Err(e) = drained {
             break Err(e);
         }
         agent.handle_timeout(Instant::now());
-        release(&mut agent, &mut outq, &mut kernel);
+        release(&mut agent, &mut outq, &mut counts);
     };
     // Held packets leave before the queues close (closing would drop them) and the rules go.
     agent.release_all(Instant::now());
-    release(&mut agent, &mut outq, &mut kernel);
+    release(&mut agent, &mut outq, &mut counts);
     let removed = rules.remove();
     let _ = inq.queue.unbind(inq.num);
     let _ = outq.queue.unbind(outq.num);
-    let last = status(&agent, &kernel, cfg.queue);
+    let last = status(&agent, &counts, cfg.queue);
     publish(&last);
     result?;
     removed?;
@@ -321,7 +321,7 @@ pub fn run(
 /// Reads up to [`BATCH`] messages from `q`; `handle` returns a message to accept at once.
 fn drain(
     q: &mut Bound,
-    kernel: &mut KernelCounters,
+    counts: &mut DriverCounters,
     mut handle: impl FnMut(Message) -> Option<Message>,
 ) -> Result<(), AgentError> {
     for n in 0..BATCH {
@@ -330,44 +330,45 @@ fn drain(
                 if let Some(mut msg) = handle(msg) {
                     msg.set_verdict(Verdict::Accept);
                     if q.queue.verdict(msg).is_err() {
-                        kernel.verdict_errors += 1;
+                        counts.verdict_errors += 1;
                     }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                kernel.packets_per_batch_max = kernel.packets_per_batch_max.max(n as u64);
+                counts.packets_per_batch_max = counts.packets_per_batch_max.max(n as u64);
                 return Ok(());
             }
             // The socket overflowed: those packets passed unseen (fail open).
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => kernel.overruns += 1,
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => counts.overruns += 1,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(system(format!("reading NFQUEUE {}", q.num))(e)),
         }
     }
-    kernel.packets_per_batch_max = kernel.packets_per_batch_max.max(BATCH as u64);
+    counts.packets_per_batch_max = counts.packets_per_batch_max.max(BATCH as u64);
     Ok(())
 }
 
 /// Gives the verdict on every packet the core released, in its order.
-fn release(agent: &mut Agent<Message>, outq: &mut Bound, kernel: &mut KernelCounters) {
+fn release(agent: &mut Agent<Message>, outq: &mut Bound, counts: &mut DriverCounters) {
     while let Some(mut msg) = agent.poll_release() {
         msg.set_verdict(Verdict::Accept);
         if outq.queue.verdict(msg).is_err() {
-            kernel.verdict_errors += 1;
+            counts.verdict_errors += 1;
         }
     }
 }
 
 /// The core's status with the kernel's counters of both queues.
-fn status(agent: &Agent<Message>, kernel: &KernelCounters, queue: u16) -> AgentStatus {
+fn status(agent: &Agent<Message>, counts: &DriverCounters, queue: u16) -> AgentStatus {
     let mut s = agent.status();
-    let mut k = *kernel;
+    let mut k = *counts;
     for q in [queue, queue.wrapping_add(1)] {
         if let Some(line) = queue_line(q) {
             k.queue_dropped += line.dropped;
             k.user_dropped += line.user_dropped;
         }
     }
-    s.kernel = k;
+    k.cpu_seconds = netlink::thread_cpu_time().as_secs_f64();
+    s.driver = k;
     s
 }

@@ -183,3 +183,13 @@ pub fn wait(fds: &[RawFd], stop: RawFd, timeout: Option<Duration>) -> io::Result
     }
     Ok(polls[fds.len()].revents & libc::POLLIN != 0)
 }
+
+/// CPU time of the calling thread.
+pub fn thread_cpu_time() -> Duration {
+    // SAFETY: a zeroed timespec is valid; clock_gettime writes into it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
