@@ -256,7 +256,7 @@ pub fn run(
     let out_num = cfg
         .queue
         .checked_add(1)
-        .ok_or_else(|| AgentError::QueueInUse { queue: cfg.queue })?;
+        .ok_or(AgentError::QueueInUse { queue: cfg.queue })?;
     let mut inq = bind(cfg.queue, u16::MAX, cfg.kernel_queue_len)?;
     let mut outq = bind(out_num, OUT_COPY, cfg.kernel_queue_len)?;
     let rules = Rules::install(&tool, cfg.queue, &cfg.selection)?;
