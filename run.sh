@@ -15,12 +15,13 @@ need_root() {
 install_system_packages() {
   # ip (namespaces, veth), ping for `lowtide netem shell`, a font for the reports' PNG copies,
   # curl and python3 (http.server) for the BWSS tests: unmodified programs under the
-  # LD_PRELOAD library.
+  # LD_PRELOAD library; iptables for the RDC agent's NFQUEUE rules.
   local missing=()
   command -v ip >/dev/null || missing+=(iproute2)
   command -v ping >/dev/null || missing+=(iputils-ping)
   command -v curl >/dev/null || missing+=(curl)
   command -v python3 >/dev/null || missing+=(python3)
+  command -v iptables >/dev/null || missing+=(iptables)
   [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} (apt-get)" >&2

@@ -7,6 +7,7 @@ mod lab;
 mod ladder;
 mod media;
 mod netem;
+mod rdc;
 
 use clap::{Parser, Subcommand};
 
@@ -46,6 +47,9 @@ enum Command {
     /// switches as a commercial player does and prints its rates per sample.
     #[command(subcommand)]
     Ladder(ladder::LadderCommand),
+    /// The RDC receiver agent: holds this host's ACKs by the delay routers ask for (NFQUEUE);
+    /// `rdc cleanup` removes a killed agent's rules, `rdc bench` measures the agent.
+    Rdc(rdc::RdcArgs),
 }
 
 fn main() {
@@ -70,6 +74,7 @@ fn main() {
         Command::Ladder(cmd) => ladder::run(cmd),
         Command::Send(args) => media::send(args),
         Command::Recv(args) => media::recv(args),
+        Command::Rdc(args) => rdc::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

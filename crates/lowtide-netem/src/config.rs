@@ -17,6 +17,7 @@
 //! [reverse]              # right -> left
 //! rate_mbps = 30
 //! delay_ms = 50
+//! # access_delay_ms = [0, 5] # extra one-way delay per sender host, each way (top level)
 //! ```
 //!
 //! Every check names the field, the value and what is allowed, so a bad scenario file fails
@@ -27,6 +28,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::aqm::rdc::{RdcConfig, RdcMode};
 use crate::error::ConfigError;
 use crate::trace::Trace;
 
@@ -44,6 +46,10 @@ pub struct TopologyConfig {
     pub hosts: HostConfig,
     pub forward: LinkConfig,
     pub reverse: LinkConfig,
+    /// Extra one-way delay between sender host i and the bottleneck, each way, ms (one entry
+    /// per sender, or none): flows of different round trips (`crate::access`).
+    #[serde(default)]
+    pub access_delay_ms: Vec<f64>,
 }
 
 fn one() -> usize {
@@ -164,6 +170,9 @@ pub enum AqmConfig {
         #[serde(default = "yes")]
         ecn: bool,
     },
+    /// RDC's token bucket (Hsiao, Kung, Tan): exact delay notifications or 1-bit CE marks
+    /// for receivers running the RDC agent (`crate::aqm::rdc`).
+    Rdc(RdcConfig),
     /// CoDel (RFC 8289).
     Codel {
         #[serde(default = "codel_target")]
@@ -204,6 +213,7 @@ impl AqmConfig {
             AqmConfig::Red { .. } => "red",
             AqmConfig::Drd { .. } => "drd",
             AqmConfig::Codel { .. } => "codel",
+            AqmConfig::Rdc(_) => "rdc",
         }
     }
 }
@@ -217,6 +227,7 @@ impl TopologyConfig {
             hosts: HostConfig::default(),
             forward: LinkConfig::new(rate_mbps, one_way_delay_ms),
             reverse: LinkConfig::new(rate_mbps, one_way_delay_ms),
+            access_delay_ms: vec![],
         }
     }
 
@@ -255,7 +266,7 @@ impl TopologyConfig {
         }
     }
 
-    /// The base round-trip time: both propagation delays, no queueing.
+    /// The base round-trip time: both propagation delays, no queueing, no access delay.
     pub fn base_rtt(&self) -> Duration {
         Duration::from_secs_f64((self.forward.delay_ms + self.reverse.delay_ms) / 1000.0)
     }
@@ -270,6 +281,7 @@ impl TopologyConfig {
             "1 to 32 hosts",
         )?;
         check_congestion_name("hosts.congestion", &self.hosts.congestion)?;
+        crate::access::validate(&self.access_delay_ms, self.senders)?;
         self.forward.validate("forward")?;
         self.reverse.validate("reverse")?;
         let rtt = self.base_rtt();
@@ -442,6 +454,7 @@ impl LinkConfig {
         }
         match &self.aqm {
             AqmConfig::DropTail => {}
+            AqmConfig::Rdc(rdc) => rdc.validate(&format!("{name}.aqm"))?,
             AqmConfig::Red { max_p, weight, .. } => {
                 check_range(
                     &format!("{name}.aqm.max_p"),
@@ -614,6 +627,24 @@ mod tests {
             "{ kind = \"drd\", max_bdp = 2.0, congest_bdp = 1.5 }",
         ));
         assert!(e.contains("congest_bdp") && e.contains("1.5"), "{e}");
+    }
+
+    #[test]
+    fn an_rdc_cell_parses_with_the_papers_defaults_and_bad_values_are_named() {
+        let cfg = TopologyConfig::from_toml(&GOOD.replace(
+            "{ kind = \"drd\" }",
+            "{ kind = \"rdc\", mode = \"exact\", rho = 0.95 }",
+        ))
+        .unwrap();
+        let AqmConfig::Rdc(rdc) = cfg.forward.aqm else {
+            panic!("{:?}", cfg.forward.aqm)
+        };
+        assert_eq!(rdc.mode, RdcMode::Exact);
+        assert_eq!((rdc.rho, rdc.size_tb, rdc.thresh_tb), (0.95, 6400.0, 500.0));
+        let e = err(&GOOD.replace("{ kind = \"drd\" }", "{ kind = \"rdc\", rho = 2 }"));
+        assert!(e.contains("forward.aqm.rho") && e.contains('2'), "{e}");
+        let e = err(&GOOD.replace("{ kind = \"drd\" }", "{ kind = \"rdc\", rh0 = 0.9 }"));
+        assert!(e.contains("rh0"), "{e}");
     }
 
     #[test]

@@ -36,7 +36,8 @@ use rtnetlink::packet_route::route::RouteScope;
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
-use crate::aqm::{Aqm, Codel, Drd, DropTail, Red};
+use crate::access;
+use crate::aqm::{Aqm, Codel, Drd, DropTail, Rdc, Red};
 use crate::cells::delay::DelayCell;
 use crate::cells::guard::{Guarded, Watch};
 use crate::cells::rate::{Capacity, RateCell};
@@ -51,7 +52,7 @@ use crate::tap::LinkTap;
 use crate::timing::{worker_runtime, Timing, WorkerInfo};
 use crate::trace::Trace;
 
-type Core = RattanCore<AfPacketDriver>;
+pub(crate) type Core = RattanCore<AfPacketDriver>;
 
 /// Options that are about a run, not about the network.
 #[derive(Debug, Clone, Default)]
@@ -272,6 +273,8 @@ impl Dumbbell {
             })
             .map_err(|e| NetemError::setup(what("interfaces"), e))?;
         }
+        let access = &self.config.access_delay_ms;
+        access::build(&mut core, access, self.timing.tail, &self.watch.failures)?;
         let directions = [
             (
                 Direction::Forward,
@@ -327,7 +330,7 @@ impl Dumbbell {
             })
             .map_err(|e| NetemError::setup(what(name), tap_err.clone().unwrap_or(e.to_string())))?;
             let receivers = (1..=n_to)
-                .map(|j| core.get_receiver(&veth_cell_id(to, j)))
+                .map(|j| core.get_receiver(&access::exit(to, j, access)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| NetemError::setup(what(name), e))?;
             let table = (1..=n_to)
@@ -353,7 +356,7 @@ impl Dumbbell {
             )
             .map_err(|e| NetemError::setup(what(name), e))?;
             for i in 1..=n_from {
-                core.link_cell(veth_cell_id(from, i), format!("{name}_bw"));
+                core.link_cell(access::entry(from, i, access), format!("{name}_bw"));
             }
             core.link_cell(format!("{name}_bw"), format!("{name}_delay"));
             core.link_cell(format!("{name}_delay"), format!("{name}_tap"));
@@ -509,7 +512,7 @@ impl Side {
     }
 }
 
-fn veth_cell_id(side: u8, i: usize) -> String {
+pub(crate) fn veth_cell_id(side: u8, i: usize) -> String {
     format!("{}{i}", if side == 1 { "s" } else { "r" })
 }
 
@@ -584,6 +587,7 @@ fn aqm_for(
             seed,
         )),
         AqmConfig::Drd { ecn, .. } => Box::new(Drd::new(min, max, hard, *ecn, seed)),
+        AqmConfig::Rdc(rdc) => Box::new(Rdc::new(rdc, link.nominal_rate_bps(), seed)),
         AqmConfig::Codel {
             target_ms,
             interval_ms,

@@ -3,10 +3,11 @@
 //!
 //! - [`config`]: the typed topology (TOML) and its checks; [`trace`]: capacity trace files;
 //! - [`dumbbell`]: builds namespaces, veths and the emulator; [`host`]: run code in a host;
+//!   [`access`]: per-sender access delay (flows of different RTTs);
 //! - [`link`]: how a link serves its queue (constant rate, mahimahi trace replay), sans-IO;
 //! - [`cells`]: our rattan cells (rate, delay) and the guard every cell runs in;
 //! - [`queue`]: the bottleneck queue; [`aqm`]: its control laws (drop-tail, RED, DRD,
-//!   CoDel); [`ecn`]: CE marking;
+//!   CoDel, RDC); [`ecn`]: CE marks and RDC delay stamps;
 //! - [`tap`]: the link exit (random loss, counters, lateness, pcap); [`stats`]: measurements;
 //! - [`timer`], [`timing`]: how the emulator's thread waits and is scheduled; [`noise`]: the
 //!   machine's own wake-up noise;
@@ -15,6 +16,7 @@
 //! - [`check`]: `lowtide netem check`, the emulator measured against its configuration;
 //! - [`cleanup`]: nothing outlives a run.
 
+pub mod access;
 pub mod aqm;
 pub mod cells;
 pub mod check;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use rattan_core::cells::bandwidth::queue::PacketQueue;
 use rattan_core::cells::Packet;
 
-use crate::aqm::{Aqm, QueueState, Reason, Verdict};
+use crate::aqm::{Aqm, Arrival, QueueState, Reason, Verdict};
 use crate::ecn;
 use crate::link::Backlog;
 use crate::stats::LinkStats;
@@ -59,10 +59,25 @@ impl<P: Packet> LinkQueue<P> {
             || self.limit_bytes.is_some_and(|l| self.bytes + size > l)
     }
 
-    fn mark(&self, packet: &mut P, reason: Reason) {
-        if ecn::set_ce(packet.as_raw_buffer()) {
-            self.stats.marked(reason);
+    /// Applies a verdict to the packet; returns whether the packet goes on.
+    fn apply(&self, packet: &mut P, verdict: Verdict) -> bool {
+        match verdict {
+            Verdict::Pass => {}
+            Verdict::Mark(reason) => {
+                if ecn::set_ce(packet.as_raw_buffer()) {
+                    self.stats.marked(reason);
+                }
+            }
+            Verdict::Stamp(delay) => match ecn::stamp_rdc_delay(packet.as_raw_buffer(), delay) {
+                Some(written) => self.stats.stamped(written),
+                None => self.stats.stamp_skipped(),
+            },
+            Verdict::Drop(reason) => {
+                self.stats.dropped(reason);
+                return false;
+            }
         }
+        true
     }
 
     /// The link takes the head packet at `now` (CoDel may drop packets on the way).
@@ -71,13 +86,9 @@ impl<P: Packet> LinkQueue<P> {
             self.bytes -= packet.l3_length();
             let sojourn = now.saturating_duration_since(packet.get_timestamp().into_std());
             let ect = ecn::is_ecn_capable(packet.as_slice());
-            match self.aqm.on_departure(sojourn, self.state(), ect, now) {
-                Verdict::Pass => {}
-                Verdict::Mark(reason) => self.mark(&mut packet, reason),
-                Verdict::Drop(reason) => {
-                    self.stats.dropped(reason);
-                    continue;
-                }
+            let verdict = self.aqm.on_departure(sojourn, self.state(), ect, now);
+            if !self.apply(&mut packet, verdict) {
+                continue;
             }
             self.stats
                 .dequeued(now, self.packets.len(), self.bytes, sojourn);
@@ -127,17 +138,15 @@ impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
             return;
         }
         // The packet's timestamp is the logical time it reached the queue.
-        let ect = ecn::is_ecn_capable(packet.as_slice());
-        match self
+        let arrival = Arrival {
+            bytes: size,
+            ecn_capable: ecn::is_ecn_capable(packet.as_slice()),
+        };
+        let verdict = self
             .aqm
-            .on_arrival(self.state(), ect, packet.get_timestamp().into_std())
-        {
-            Verdict::Pass => {}
-            Verdict::Mark(reason) => self.mark(&mut packet, reason),
-            Verdict::Drop(reason) => {
-                self.stats.dropped(reason);
-                return;
-            }
+            .on_arrival(self.state(), arrival, packet.get_timestamp().into_std());
+        if !self.apply(&mut packet, verdict) {
+            return;
         }
         self.bytes += size;
         self.packets.push_back(packet);
@@ -228,8 +237,8 @@ mod tests {
 
     struct AlwaysMark;
     impl Aqm for AlwaysMark {
-        fn on_arrival(&mut self, _: QueueState, ect: bool, _: Instant) -> Verdict {
-            if ect {
+        fn on_arrival(&mut self, _: QueueState, packet: Arrival, _: Instant) -> Verdict {
+            if packet.ecn_capable {
                 Verdict::Mark(Reason::RedEarly)
             } else {
                 Verdict::Drop(Reason::RedEarly)

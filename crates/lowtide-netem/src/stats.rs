@@ -38,6 +38,9 @@ pub struct LinkStats {
     marks: [AtomicU64; Reason::ALL.len()],
     queue: Mutex<Vec<QueueSample>>,
     lateness_us: Mutex<Vec<u32>>,
+    /// Exact RDC: the delays written into packets, and packets that could not carry one.
+    stamps_us: Mutex<Vec<u32>>,
+    stamp_skipped: AtomicU64,
     samples_skipped: AtomicU64,
 }
 
@@ -54,6 +57,8 @@ impl LinkStats {
             marks: Default::default(),
             queue: Mutex::new(Vec::new()),
             lateness_us: Mutex::new(Vec::new()),
+            stamps_us: Mutex::new(Vec::new()),
+            stamp_skipped: AtomicU64::new(0),
             samples_skipped: AtomicU64::new(0),
         }
     }
@@ -82,6 +87,17 @@ impl LinkStats {
         push_bounded(&self.queue, sample, &self.samples_skipped);
     }
 
+    /// Exact RDC wrote `delay` into a packet.
+    pub fn stamped(&self, delay: Duration) {
+        let us = delay.as_micros().min(u32::MAX as u128) as u32;
+        push_bounded(&self.stamps_us, us, &self.samples_skipped);
+    }
+
+    /// Exact RDC could not write into a packet (not an atomic IPv4 datagram).
+    pub fn stamp_skipped(&self) {
+        self.stamp_skipped.fetch_add(1, Relaxed);
+    }
+
     /// A packet left the link at `now`; it was due to leave at `due`.
     pub fn delivered(&self, bytes: usize, now: Instant, due: Instant) {
         self.delivered_packets.fetch_add(1, Relaxed);
@@ -106,6 +122,7 @@ impl LinkStats {
             &self.delivered_packets,
             &self.delivered_bytes,
             &self.max_frame,
+            &self.stamp_skipped,
             &self.samples_skipped,
         ] {
             c.store(0, Relaxed);
@@ -116,8 +133,10 @@ impl LinkStats {
         if let Ok(mut q) = self.queue.lock() {
             q.clear();
         }
-        if let Ok(mut l) = self.lateness_us.lock() {
-            l.clear();
+        for series in [&self.lateness_us, &self.stamps_us] {
+            if let Ok(mut l) = series.lock() {
+                l.clear();
+            }
         }
     }
 
@@ -136,6 +155,7 @@ impl LinkStats {
             .lock()
             .map(|l| l.clone())
             .unwrap_or_default();
+        let mut stamps = self.stamps_us.lock().map(|l| l.clone()).unwrap_or_default();
         LinkReport {
             arrived_packets: self.arrived_packets.load(Relaxed),
             arrived_bytes: self.arrived_bytes.load(Relaxed),
@@ -147,6 +167,8 @@ impl LinkStats {
             max_queue_packets: samples.iter().map(|s| s.packets).max().unwrap_or(0),
             sojourn_ms: Percentiles::of_micros(&mut sojourn),
             lateness_ms: Percentiles::of_micros(&mut lateness),
+            rdc_delay_ms: Percentiles::of_micros(&mut stamps),
+            rdc_unstamped: self.stamp_skipped.load(Relaxed),
             samples_skipped: self.samples_skipped.load(Relaxed),
         }
     }
@@ -177,6 +199,10 @@ pub struct LinkReport {
     pub sojourn_ms: Percentiles,
     /// How late packets left the link against the emulator's own schedule.
     pub lateness_ms: Percentiles,
+    /// Exact RDC: the delays written into packets (count 0 on other links).
+    pub rdc_delay_ms: Percentiles,
+    /// Exact RDC: packets that could not carry a delay (not atomic IPv4 datagrams).
+    pub rdc_unstamped: u64,
     pub samples_skipped: u64,
 }
 

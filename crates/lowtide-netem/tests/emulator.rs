@@ -35,6 +35,46 @@ fn minimum_rtt_is_the_configured_one() {
 }
 
 #[test]
+fn access_delay_sets_each_senders_minimum_rtt() {
+    let _g = serial();
+    let mut cfg = TopologyConfig::symmetric(50.0, 10.0);
+    cfg.senders = 3;
+    cfg.access_delay_ms = vec![0.0, 5.0, 20.0];
+    let n = net(cfg);
+    // A TCP connect takes one round trip (SYN out, SYN-ACK back): five per sender.
+    let listener = n
+        .receiver(0)
+        .spawn("listen", || -> std::io::Result<()> {
+            let l = TcpListener::bind(("0.0.0.0", 7100))?;
+            for _ in 0..15 {
+                drop(l.accept()?);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let dst = SocketAddr::from((n.receiver(0).addr(), 7100));
+    for (i, want) in [20.0, 30.0, 60.0].into_iter().enumerate() {
+        let min_ms = n
+            .sender(i)
+            .run(move || {
+                (0..5)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        drop(TcpStream::connect_timeout(&dst, Duration::from_secs(3)).unwrap());
+                        t.elapsed().as_secs_f64() * 1000.0
+                    })
+                    .fold(f64::INFINITY, f64::min)
+            })
+            .unwrap();
+        assert!(
+            (min_ms - want).abs() <= 1.0,
+            "sender {i}: min RTT {min_ms} ms, want {want}"
+        );
+    }
+    listener.join().unwrap().unwrap();
+}
+
+#[test]
 fn one_cubic_flow_fills_the_link() {
     let _g = serial();
     let n = net(TopologyConfig::symmetric(10.0, 10.0));

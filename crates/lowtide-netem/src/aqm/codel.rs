@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{mark_or_drop, Aqm, QueueState, Reason, Verdict};
+use super::{mark_or_drop, Aqm, Arrival, QueueState, Reason, Verdict};
 use crate::config::MTU;
 
 pub struct Codel {
@@ -58,7 +58,7 @@ impl Codel {
 }
 
 impl Aqm for Codel {
-    fn on_arrival(&mut self, _: QueueState, _: bool, _: Instant) -> Verdict {
+    fn on_arrival(&mut self, _: QueueState, _: Arrival, _: Instant) -> Verdict {
         Verdict::Pass
     }
 

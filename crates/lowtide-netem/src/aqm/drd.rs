@@ -15,7 +15,7 @@ use std::time::Instant;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{mark_or_drop, Aqm, QueueState, Reason, Verdict};
+use super::{mark_or_drop, Aqm, Arrival, QueueState, Reason, Verdict};
 use crate::config::MTU;
 
 /// The marking probability just above drdmin.
@@ -55,14 +55,14 @@ impl Drd {
 }
 
 impl Aqm for Drd {
-    fn on_arrival(&mut self, queue: QueueState, ecn_capable: bool, _now: Instant) -> Verdict {
+    fn on_arrival(&mut self, queue: QueueState, packet: Arrival, _now: Instant) -> Verdict {
         let q = queue.bytes as f64 / MTU as f64;
         if q >= self.congest {
             return Verdict::Drop(Reason::DrdCongest);
         }
         let p = self.probability(q);
         if p > 0.0 && self.rng.gen::<f64>() < p {
-            mark_or_drop(self.ecn, ecn_capable, Reason::DrdEarly)
+            mark_or_drop(self.ecn, packet.ecn_capable, Reason::DrdEarly)
         } else {
             Verdict::Pass
         }
@@ -85,7 +85,7 @@ mod tests {
         let now = Instant::now();
         let n = 20_000;
         let hits = (0..n)
-            .filter(|_| drd.on_arrival(q(packets), ect, now) == want)
+            .filter(|_| drd.on_arrival(q(packets), Arrival::mtu(ect), now) == want)
             .count();
         hits as f64 / n as f64
     }

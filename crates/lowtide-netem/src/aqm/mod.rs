@@ -13,12 +13,14 @@
 
 mod codel;
 mod drd;
+pub mod rdc;
 mod red;
 
 use std::time::{Duration, Instant};
 
 pub use codel::Codel;
 pub use drd::Drd;
+pub use rdc::Rdc;
 pub use red::Red;
 
 /// What the queue holds when a decision is made.
@@ -39,12 +41,34 @@ impl QueueState {
     }
 }
 
+/// The arriving packet, as a law sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// IP bytes (the queue's byte count).
+    pub bytes: usize,
+    /// ECT(0), ECT(1) or CE.
+    pub ecn_capable: bool,
+}
+
+#[cfg(test)]
+impl Arrival {
+    /// An MTU-sized packet.
+    pub(crate) fn mtu(ecn_capable: bool) -> Self {
+        Arrival {
+            bytes: crate::config::MTU,
+            ecn_capable,
+        }
+    }
+}
+
 /// A control law's decision for one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Pass,
     Mark(Reason),
     Drop(Reason),
+    /// Pass, writing this delay into the packet (exact RDC, [`rdc`]).
+    Stamp(Duration),
 }
 
 /// Why a packet was dropped or marked; reports count every drop and mark by one of these.
@@ -67,10 +91,14 @@ pub enum Reason {
     /// The emulator could not hand the packet to the destination host's interface: its send
     /// queue (1024 frames, rattan's) was full.
     InterfaceBusy,
+    /// RDC's token bucket is above size_tb.
+    RdcBucketFull,
+    /// 1-bit RDC's mark (or drop, for a packet that is not ECN-capable).
+    RdcExcess,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 10] = [
         Reason::QueueFull,
         Reason::RedEarly,
         Reason::RedForced,
@@ -79,6 +107,8 @@ impl Reason {
         Reason::Codel,
         Reason::RandomLoss,
         Reason::InterfaceBusy,
+        Reason::RdcBucketFull,
+        Reason::RdcExcess,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -91,6 +121,8 @@ impl Reason {
             Reason::Codel => "codel",
             Reason::RandomLoss => "random_loss",
             Reason::InterfaceBusy => "interface_busy",
+            Reason::RdcBucketFull => "rdc_bucket_full",
+            Reason::RdcExcess => "rdc_excess",
         }
     }
 
@@ -102,7 +134,7 @@ impl Reason {
 /// A control law. The queue limit itself is enforced by the queue, not here.
 pub trait Aqm: Send {
     /// A packet arrives at `now` to a queue in state `queue` (not counting the packet).
-    fn on_arrival(&mut self, queue: QueueState, ecn_capable: bool, now: Instant) -> Verdict;
+    fn on_arrival(&mut self, queue: QueueState, packet: Arrival, now: Instant) -> Verdict;
 
     /// The head packet leaves at `now` after `sojourn` in the queue, leaving `queue` behind.
     fn on_departure(
@@ -122,7 +154,7 @@ pub trait Aqm: Send {
 pub struct DropTail;
 
 impl Aqm for DropTail {
-    fn on_arrival(&mut self, _: QueueState, _: bool, _: Instant) -> Verdict {
+    fn on_arrival(&mut self, _: QueueState, _: Arrival, _: Instant) -> Verdict {
         Verdict::Pass
     }
     fn name(&self) -> &'static str {

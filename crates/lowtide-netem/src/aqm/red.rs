@@ -14,7 +14,7 @@ use std::time::Instant;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{mark_or_drop, Aqm, QueueState, Reason, Verdict};
+use super::{mark_or_drop, Aqm, Arrival, QueueState, Reason, Verdict};
 use crate::config::MTU;
 
 pub struct Red {
@@ -95,7 +95,7 @@ impl Red {
 }
 
 impl Aqm for Red {
-    fn on_arrival(&mut self, queue: QueueState, ecn_capable: bool, now: Instant) -> Verdict {
+    fn on_arrival(&mut self, queue: QueueState, packet: Arrival, now: Instant) -> Verdict {
         self.update_average(queue, now);
         let Some(pb) = self.base_probability() else {
             self.count = -1;
@@ -111,7 +111,7 @@ impl Aqm for Red {
         let pa = if denom <= 0.0 { 1.0 } else { pb / denom };
         if self.rng.gen::<f64>() < pa {
             self.count = 0;
-            mark_or_drop(self.ecn, ecn_capable, Reason::RedEarly)
+            mark_or_drop(self.ecn, packet.ecn_capable, Reason::RedEarly)
         } else {
             Verdict::Pass
         }
@@ -143,7 +143,7 @@ mod tests {
             .map(|i| {
                 red.on_arrival(
                     q(packets),
-                    ect,
+                    Arrival::mtu(ect),
                     start + Duration::from_micros(1200 * i as u64),
                 )
             })
@@ -222,9 +222,9 @@ mod tests {
         feed(&mut r, 50, 2000, true);
         let before = r.average();
         let t = Instant::now() + Duration::from_secs(10);
-        r.on_arrival(q(0), true, t);
+        r.on_arrival(q(0), Arrival::mtu(true), t);
         // 100 ms idle at 1.2 ms per packet is ~83 packet times: (1-0.2)^83 ~ 1e-8.
-        r.on_arrival(q(0), true, t + Duration::from_millis(100));
+        r.on_arrival(q(0), Arrival::mtu(true), t + Duration::from_millis(100));
         assert!(
             before > 40.0 && r.average() < 1.0,
             "{before} -> {}",

@@ -1,0 +1,402 @@
+//! RDC, the router side of Receiver-based Delay Control: Hsiao, Kung and Tan, "Streaming
+//! Video over TCP with Receiver-based Delay Control", Sections 2.1 and 2.3.
+//!
+//! Every arriving packet also puts a token into a token bucket that drains at ρ (the drain
+//! ratio, 0.9) times the link rate, and keeps draining while the FIFO is empty. The bucket is
+//! a FIFO on a link ρ times slower, so the excess of its level `O_tb` over the real FIFO's
+//! occupancy `O_FIFO` is the extra delay the packet would have had there:
+//!
+//! - Eq. (1): `D_local = T_transmission · (O_tb − O_FIFO)`;
+//! - Eq. (2): `D_outgoing = max(D_incoming, D_local)`, written into the packet (exact RDC;
+//!   the encoding is `lowtide_rdc::wire`'s, the receiver agent delays its ACKs by it);
+//! - 1-bit RDC: instead of a value, CE is set with probability `(O_tb − O_FIFO) / thresh_tb`,
+//!   capped at 1; the receiver learns the delay from the share of marks;
+//! - an arriving packet that finds the bucket above `size_tb` is dropped.
+//!
+//! With ρ < 1 a flow arriving between ρ·C and C raises the bucket but not the FIFO: the
+//! receivers slow their senders before any queue builds, so the FIFO stays at a few packets.
+//!
+//! Where we differ:
+//! - Tokens are bytes (the paper's own suggestion for packets of unequal size), so
+//!   `T_transmission · (O_tb − O_FIFO)` is `(O_tb − O_FIFO)` bytes at the link rate;
+//!   `size_tb` and `thresh_tb` are given in packets of `packet_bytes` (1500 by default; the
+//!   paper's packets are 1000 bytes).
+//! - Both levels are taken before the arriving packet's token is added: the delay of the
+//!   work ahead of it.
+//! - The bucket drains at ρ times the configured rate; on a link that replays a capacity
+//!   trace that is the trace's mean rate.
+//! - In 1-bit mode a packet that is not ECN-capable is dropped with the marking probability
+//!   (as RED does); the paper only considers ECN-capable flows. Exact mode never marks.
+//! - Exact mode writes only into atomic IPv4 datagrams, in 100 µs units up to 6.5535 s
+//!   (packets that cannot carry a delay are counted as `rdc_unstamped`).
+//! - An excess below zero (the FIFO above the bucket, possible only when the link is faster
+//!   than its nominal rate) counts as zero.
+
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::{mark_or_drop, Aqm, Arrival, QueueState, Reason, Verdict};
+use crate::config::MTU;
+use crate::error::ConfigError;
+
+/// Which notification the cell sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RdcMode {
+    /// The delay value in every packet (Section 2.1).
+    Exact,
+    /// CE marks (Section 2.3).
+    #[default]
+    OneBit,
+}
+
+/// `aqm = { kind = "rdc", mode = "one_bit", rho = 0.9, size_tb = 6400, thresh_tb = 500 }`.
+/// Defaults are the paper's (Section 3); `packet_bytes` is the unit of `size_tb` and
+/// `thresh_tb`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RdcConfig {
+    #[serde(default)]
+    pub mode: RdcMode,
+    /// Drain ratio ρ: the bucket drains at ρ times the link rate.
+    #[serde(default = "rho")]
+    pub rho: f64,
+    /// Bucket size, packets: above it arriving packets are dropped.
+    #[serde(default = "size_tb")]
+    pub size_tb: f64,
+    /// 1-bit: the excess (packets) at which every packet is marked.
+    #[serde(default = "thresh_tb")]
+    pub thresh_tb: f64,
+    /// Bytes per packet of `size_tb` and `thresh_tb`.
+    #[serde(default = "packet_bytes")]
+    pub packet_bytes: usize,
+    /// 1-bit: mark ECN-capable packets (else drop them).
+    #[serde(default = "yes")]
+    pub ecn: bool,
+}
+
+fn rho() -> f64 {
+    0.9
+}
+fn size_tb() -> f64 {
+    6400.0
+}
+fn thresh_tb() -> f64 {
+    500.0
+}
+fn packet_bytes() -> usize {
+    MTU
+}
+fn yes() -> bool {
+    true
+}
+
+impl Default for RdcConfig {
+    fn default() -> Self {
+        Self {
+            mode: RdcMode::default(),
+            rho: rho(),
+            size_tb: size_tb(),
+            thresh_tb: thresh_tb(),
+            packet_bytes: packet_bytes(),
+            ecn: true,
+        }
+    }
+}
+
+impl RdcConfig {
+    /// Checks every field; `field` is the prefix of the names in errors (`forward.aqm`).
+    pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
+        let check = |name: &str, ok: bool, value: f64, allowed: String| {
+            if ok && value.is_finite() {
+                Ok(())
+            } else {
+                Err(ConfigError::invalid(
+                    format!("{field}.{name}"),
+                    value,
+                    allowed,
+                ))
+            }
+        };
+        check(
+            "rho",
+            self.rho > 0.0 && self.rho <= 1.0,
+            self.rho,
+            "a drain ratio above 0, at most 1 (the paper: 0.9 or 0.95)".into(),
+        )?;
+        check(
+            "size_tb",
+            (1.0..=1e7).contains(&self.size_tb),
+            self.size_tb,
+            "1 to 10000000 packets".into(),
+        )?;
+        check(
+            "thresh_tb",
+            self.thresh_tb > 0.0 && self.thresh_tb <= self.size_tb,
+            self.thresh_tb,
+            format!("above 0, at most size_tb ({} packets)", self.size_tb),
+        )?;
+        check(
+            "packet_bytes",
+            (40..=MTU).contains(&self.packet_bytes),
+            self.packet_bytes as f64,
+            format!("40 to {MTU} bytes"),
+        )
+    }
+}
+
+pub struct Rdc {
+    mode: RdcMode,
+    ecn: bool,
+    /// Link rate, bytes per second.
+    rate: f64,
+    /// Bucket drain rate, bytes per second.
+    drain: f64,
+    size: f64,
+    thresh: f64,
+    /// Bucket level, bytes.
+    level: f64,
+    last: Option<Instant>,
+    rng: StdRng,
+}
+
+impl Rdc {
+    /// A cell for a link of `rate_bps` (IP bits per second).
+    pub fn new(cfg: &RdcConfig, rate_bps: f64, seed: u64) -> Self {
+        let rate = rate_bps.max(1.0) / 8.0;
+        let unit = cfg.packet_bytes as f64;
+        Rdc {
+            mode: cfg.mode,
+            ecn: cfg.ecn,
+            rate,
+            drain: cfg.rho * rate,
+            size: cfg.size_tb * unit,
+            thresh: cfg.thresh_tb * unit,
+            level: 0.0,
+            last: None,
+            rng: StdRng::seed_from_u64(seed),
+        }
+    }
+
+    /// The bucket level in bytes, drained up to `now`.
+    fn drain_to(&mut self, now: Instant) {
+        if let Some(last) = self.last {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.level = (self.level - dt * self.drain).max(0.0);
+        }
+        self.last = Some(self.last.map_or(now, |l| l.max(now)));
+    }
+
+    /// Bytes the bucket holds above the FIFO.
+    fn excess(&self, queue: QueueState) -> f64 {
+        (self.level - queue.bytes as f64).max(0.0)
+    }
+
+    /// Eq. (1): the delay the packet would have had in the slower FIFO.
+    pub fn local_delay(&self, queue: QueueState) -> Duration {
+        Duration::from_secs_f64(self.excess(queue) / self.rate)
+    }
+
+    /// 1-bit: the marking probability, linear from 0 to 1 at `thresh_tb`.
+    pub fn mark_probability(&self, queue: QueueState) -> f64 {
+        (self.excess(queue) / self.thresh).min(1.0)
+    }
+
+    /// The bucket level, bytes.
+    pub fn level_bytes(&self) -> f64 {
+        self.level
+    }
+}
+
+impl Aqm for Rdc {
+    fn on_arrival(&mut self, queue: QueueState, packet: Arrival, now: Instant) -> Verdict {
+        self.drain_to(now);
+        if self.level + packet.bytes as f64 > self.size {
+            return Verdict::Drop(Reason::RdcBucketFull);
+        }
+        let verdict = match self.mode {
+            RdcMode::Exact => Verdict::Stamp(self.local_delay(queue)),
+            RdcMode::OneBit => {
+                let p = self.mark_probability(queue);
+                if p > 0.0 && self.rng.gen::<f64>() < p {
+                    mark_or_drop(self.ecn, packet.ecn_capable, Reason::RdcExcess)
+                } else {
+                    Verdict::Pass
+                }
+            }
+        };
+        self.level += packet.bytes as f64;
+        verdict
+    }
+
+    fn name(&self) -> &'static str {
+        "rdc"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 10 Mbit/s: a 1500-byte packet every 1.2 ms.
+    const RATE: f64 = 10e6;
+    const GAP: Duration = Duration::from_micros(1200);
+
+    fn cell(mode: RdcMode) -> Rdc {
+        Rdc::new(
+            &RdcConfig {
+                mode,
+                thresh_tb: 100.0,
+                size_tb: 1000.0,
+                ..RdcConfig::default()
+            },
+            RATE,
+            1,
+        )
+    }
+
+    /// `n` MTU packets, `gap` apart, to a FIFO held at `queue` packets; the verdicts.
+    fn feed(c: &mut Rdc, t0: Instant, n: u32, gap: Duration, queue: usize) -> Vec<Verdict> {
+        (0..n)
+            .map(|i| {
+                c.on_arrival(
+                    QueueState::of_packets(queue),
+                    Arrival::mtu(true),
+                    t0 + gap * i,
+                )
+            })
+            .collect()
+    }
+
+    fn ms(v: &Verdict) -> f64 {
+        match v {
+            Verdict::Stamp(d) => d.as_secs_f64() * 1000.0,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn at_the_link_rate_the_bucket_grows_by_one_minus_rho() {
+        // One second at exactly the link rate into an empty FIFO: the bucket keeps 10% of
+        // 1.25 MB, and Eq. (1) turns that into 100 ms at the link rate.
+        let mut c = cell(RdcMode::Exact);
+        let v = feed(&mut c, Instant::now(), 834, GAP, 0);
+        let last = ms(v.last().unwrap());
+        assert!((last - 100.0).abs() < 1.5, "{last} ms");
+        assert!(
+            (c.level_bytes() - 125_000.0).abs() < 2_000.0,
+            "{}",
+            c.level_bytes()
+        );
+        // The delay grows steadily: each packet adds 0.1 packet times.
+        assert!((ms(&v[101]) - ms(&v[100]) - 0.12).abs() < 1e-3);
+    }
+
+    #[test]
+    fn below_rho_the_bucket_stays_empty_and_a_queue_is_subtracted() {
+        let mut c = cell(RdcMode::Exact);
+        // 85% of the link rate drains fully between packets: no delay.
+        let v = feed(&mut c, Instant::now(), 1000, GAP.mul_f64(1.0 / 0.85), 0);
+        assert!(
+            v.iter().all(|v| ms(v) <= 1.3),
+            "at most the packet's own token"
+        );
+        // A FIFO as long as the bucket means no extra delay: it is already delayed there.
+        let mut c = cell(RdcMode::Exact);
+        let t = Instant::now();
+        feed(&mut c, t, 100, Duration::ZERO, 0);
+        assert_eq!(
+            c.on_arrival(QueueState::of_packets(100), Arrival::mtu(true), t),
+            Verdict::Stamp(Duration::ZERO)
+        );
+        let d = c.on_arrival(QueueState::of_packets(40), Arrival::mtu(true), t);
+        assert!((ms(&d) - 1.2 * 61.0).abs() < 1e-6, "{d:?}");
+    }
+
+    #[test]
+    fn beyond_size_tb_packets_are_dropped_until_the_bucket_drains() {
+        let mut c = cell(RdcMode::Exact);
+        let t = Instant::now();
+        let v = feed(&mut c, t, 1010, Duration::ZERO, 0);
+        let drops = v
+            .iter()
+            .filter(|v| **v == Verdict::Drop(Reason::RdcBucketFull))
+            .count();
+        assert_eq!(drops, 10, "1000 packets fit");
+        // 12 packet times later, ρ·12 = 10.8 packets have drained: 10 more fit.
+        let v = feed(&mut c, t + GAP * 12, 11, Duration::ZERO, 0);
+        assert_eq!(
+            v.iter().filter(|v| matches!(v, Verdict::Drop(_))).count(),
+            1
+        );
+    }
+
+    #[test]
+    fn one_bit_marks_linearly_in_the_excess() {
+        let t = Instant::now();
+        for (excess, want) in [(0usize, 0.0), (25, 0.25), (50, 0.5), (100, 1.0), (300, 1.0)] {
+            let cfg = RdcConfig {
+                thresh_tb: 100.0,
+                size_tb: 10_000.0,
+                ..RdcConfig::default()
+            };
+            let mut c = Rdc::new(&cfg, RATE, 1);
+            feed(&mut c, t, excess as u32, Duration::ZERO, 0);
+            assert!((c.mark_probability(QueueState::of_packets(0)) - want).abs() < 1e-9);
+            // At that level (no time passes, the FIFO holds what the bucket gained since),
+            // the share of marks follows the probability.
+            let n = 4000;
+            let marks = (0..n)
+                .filter(|i| {
+                    c.on_arrival(QueueState::of_packets(*i as usize), Arrival::mtu(true), t)
+                        == Verdict::Mark(Reason::RdcExcess)
+                })
+                .count();
+            let share = marks as f64 / f64::from(n);
+            assert!(
+                (share - want).abs() < 0.03,
+                "excess {excess}: share {share}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_bit_drops_what_cannot_be_marked() {
+        let t = Instant::now();
+        let mut c = cell(RdcMode::OneBit);
+        feed(&mut c, t, 200, Duration::ZERO, 0);
+        let v = c.on_arrival(QueueState::of_packets(0), Arrival::mtu(false), t);
+        assert_eq!(v, Verdict::Drop(Reason::RdcExcess));
+    }
+
+    #[test]
+    fn config_errors_name_field_value_and_range() {
+        let bad = RdcConfig {
+            rho: 1.5,
+            ..RdcConfig::default()
+        };
+        let e = bad.validate("forward.aqm").unwrap_err().to_string();
+        assert!(
+            e.contains("forward.aqm.rho") && e.contains("1.5") && e.contains("at most 1"),
+            "{e}"
+        );
+        let bad = RdcConfig {
+            thresh_tb: 7000.0,
+            ..RdcConfig::default()
+        };
+        let e = bad.validate("forward.aqm").unwrap_err().to_string();
+        assert!(e.contains("thresh_tb") && e.contains("6400"), "{e}");
+        let bad = RdcConfig {
+            packet_bytes: 9000,
+            ..RdcConfig::default()
+        };
+        assert!(bad
+            .validate("x")
+            .unwrap_err()
+            .to_string()
+            .contains("x.packet_bytes"));
+    }
+}

@@ -1,0 +1,159 @@
+//! What the agent did: counters for the whole agent and per flow, by reason. Every packet is
+//! counted once in `incoming` or `outgoing`, and every outgoing packet leaves through exactly
+//! one of `held` (then `released_on_time` or `flushed`) or a `passed` reason.
+
+use std::net::SocketAddrV4;
+
+use serde::Serialize;
+
+use crate::config::Mode;
+use crate::rtt::RttSource;
+
+/// Why an outgoing packet was not held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassReason {
+    /// Not TCP over IPv4, or headers the agent cannot parse.
+    NotTcp,
+    Malformed,
+    /// No incoming data of this flow was seen (or the flow table is full).
+    Untracked,
+    /// SYN or RST: connection control is never delayed.
+    Control,
+    /// SACK blocks: data arrived out of order (the paper: never delayed).
+    Sack,
+    /// A duplicate ACK (same ack and window as the previous one).
+    DupAck,
+    /// The flow's delay is zero and nothing of it is held.
+    NoDelay,
+    /// `max_held` packets are already held: fail open.
+    HoldFull,
+}
+
+/// Outgoing packets passed at once, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PassCounts {
+    pub not_tcp: u64,
+    pub malformed: u64,
+    pub untracked: u64,
+    pub control: u64,
+    pub sack: u64,
+    pub dup_ack: u64,
+    pub no_delay: u64,
+    pub hold_full: u64,
+}
+
+impl PassCounts {
+    pub fn add(&mut self, reason: PassReason) {
+        let c = match reason {
+            PassReason::NotTcp => &mut self.not_tcp,
+            PassReason::Malformed => &mut self.malformed,
+            PassReason::Untracked => &mut self.untracked,
+            PassReason::Control => &mut self.control,
+            PassReason::Sack => &mut self.sack,
+            PassReason::DupAck => &mut self.dup_ack,
+            PassReason::NoDelay => &mut self.no_delay,
+            PassReason::HoldFull => &mut self.hold_full,
+        };
+        *c += 1;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.not_tcp
+            + self.malformed
+            + self.untracked
+            + self.control
+            + self.sack
+            + self.dup_ack
+            + self.no_delay
+            + self.hold_full
+    }
+}
+
+/// Agent-wide counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub incoming: u64,
+    pub outgoing: u64,
+    /// Incoming packets that are not TCP over IPv4, or cannot be parsed (passed untouched).
+    pub incoming_not_tcp: u64,
+    pub incoming_malformed: u64,
+    /// Incoming packets of flows the table had no room for (passed untouched, CE kept).
+    pub incoming_untracked: u64,
+    pub flows_created: u64,
+    pub flows_expired: u64,
+    /// 1-bit: CE marks cleared before the kernel saw them.
+    pub ce_cleared: u64,
+    /// Exact: delay notifications read (and removed).
+    pub delays_read: u64,
+    /// Exact: notifications above `max_delay`, clamped.
+    pub delays_clamped: u64,
+    /// Exact: data packets without a notification (the flow keeps its delay).
+    pub delays_absent: u64,
+    /// Exact: a notification flag on a packet that cannot carry one (left untouched).
+    pub delays_invalid: u64,
+    pub held: u64,
+    pub released_on_time: u64,
+    /// Held packets released early, in order, ahead of one that had to pass at once.
+    pub flushed: u64,
+    pub passed: PassCounts,
+}
+
+/// One flow, as the agent sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowStatus {
+    /// The receiver's end (this host) and the sender's.
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    /// The delay imposed on its ACKs now.
+    pub delay_ms: f64,
+    /// The path's round trip without the imposed delay, and its source.
+    pub rtt_ms: f64,
+    pub rtt_source: RttSource,
+    /// 1-bit: the last period's cwnd estimate (segments); 0 before the first period ends.
+    pub cwnd_estimate: f64,
+    pub data_packets: u64,
+    pub data_bytes: u64,
+    /// Data packets without the TCP timestamp option.
+    pub data_without_timestamps: u64,
+    pub ce_marked: u64,
+    pub delays_read: u64,
+    pub held: u64,
+    pub held_now: usize,
+    pub released_on_time: u64,
+    pub flushed: u64,
+    pub max_hold_ms: f64,
+    pub passed: PassCounts,
+    /// 1-bit decisions by outcome.
+    pub increases: u64,
+    pub decreases: u64,
+    pub capped: u64,
+    pub periods: u64,
+}
+
+/// A snapshot of the agent.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentStatus {
+    pub mode: Mode,
+    pub counters: Counters,
+    pub held_now: usize,
+    pub flows: Vec<FlowStatus>,
+    /// Filled by the NFQUEUE driver; zero for the sans-IO core alone.
+    pub driver: DriverCounters,
+}
+
+/// What the NFQUEUE driver and the kernel reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct DriverCounters {
+    /// CPU time the agent's thread used so far.
+    pub cpu_seconds: f64,
+    /// Packets the kernel dropped because the queue was full (0 with fail-open, which the
+    /// agent sets: then they pass unseen and uncounted by the kernel).
+    pub queue_dropped: u64,
+    /// Packets the kernel could not hand to the agent's socket.
+    pub user_dropped: u64,
+    /// recv() reported lost messages (ENOBUFS): packets the agent did not see.
+    pub overruns: u64,
+    /// Verdicts the kernel refused (the packet is then dropped by the kernel).
+    pub verdict_errors: u64,
+    pub packets_per_batch_max: u64,
+}
