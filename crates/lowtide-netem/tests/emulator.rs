@@ -125,7 +125,11 @@ fn red_marks_ecn_flows_instead_of_dropping() {
     let r = cubic_bulk(&n, 1, 4, 1);
     let f = n.forward().report();
     assert!(f.marks.get("red_early").copied().unwrap_or(0) > 0, "{f:?}");
-    assert_eq!(f.total_drops(), 0, "{:?}", f.drops);
+    // Data segments are ECT: marked, never dropped early, so the flow retransmitted nothing.
+    // The bare FIN at the end is not ECT (Linux sets ECT only on segments with data, as
+    // RFC 3168 section 6.1 allows for control packets) and may meet an average queue above
+    // min_th: at most that one early drop (seen once in many CI-sized runs).
+    assert!(f.total_drops() <= 1, "{:?}", f.drops);
     assert_eq!(r.tcp.retransmits, 0);
 }
 
