@@ -13,6 +13,9 @@
 //!   that never come (TFRC does not retransmit, so a lost fragment loses the message anyway;
 //!   the receiver counts that).
 //! - Every refusal, eviction, expiry and cancellation is counted.
+//!
+//! Where we differ (from DBAT as the paper runs it over TCP): DBAT's slow-start phase starts
+//! at TFRC's first feedback, not at the first queued byte (see [`SendBuffer::tune`]).
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -114,7 +117,9 @@ pub enum DropReason {
 #[non_exhaustive]
 pub enum SendError {
     /// The send buffer has no room (and nothing less important to evict).
-    #[error("send buffer full: {queued} of {capacity} bytes used, message of {size} bytes refused")]
+    #[error(
+        "send buffer full: {queued} of {capacity} bytes used, message of {size} bytes refused"
+    )]
     BufferFull {
         /// Bytes in the buffer.
         queued: u64,
@@ -233,10 +238,15 @@ impl SendBuffer {
         self.bytes == 0 && self.current.is_none() && self.queue.is_empty()
     }
 
-    /// Feeds DBAT a queue sample and resizes (no-op for a fixed buffer).
+    /// Feeds DBAT a queue sample and resizes (no-op for a fixed buffer). Until the transport
+    /// has an RTT (`srtt` is `None`: no feedback yet) DBAT only sizes the buffer: TFRC's slow
+    /// start begins with the first feedback, and before it the sender sends one packet per
+    /// second (RFC 5348 §4.2), so a queue then is neither slow start's nor congestion's.
     pub fn tune(&mut self, now: Instant, srtt: Option<Duration>, rate: u64, s: u32) {
         if let Some(d) = &mut self.dbat {
-            d.on_queue(now, self.bytes, srtt, rate, s);
+            if srtt.is_some() {
+                d.on_queue(now, self.bytes, srtt, rate, s);
+            }
             self.capacity = d.buffer_limit(srtt, rate, s);
         }
     }
@@ -392,16 +402,29 @@ mod tests {
     #[test]
     fn a_full_buffer_refuses_unless_it_can_evict_less_important_messages() {
         let mut b = fixed(3000);
-        b.push(Message::new(vec![0; 1000]).importance(1), 0).unwrap();
-        b.push(Message::new(vec![0; 1000]).importance(0), 0).unwrap();
-        b.push(Message::new(vec![0; 1000]).importance(0), 0).unwrap();
+        b.push(Message::new(vec![0; 1000]).importance(1), 0)
+            .unwrap();
+        b.push(Message::new(vec![0; 1000]).importance(0), 0)
+            .unwrap();
+        b.push(Message::new(vec![0; 1000]).importance(0), 0)
+            .unwrap();
         assert!(matches!(
             b.push(Message::new(vec![0; 1000]), 0),
             Err(SendError::BufferFull { queued: 3000, .. })
         ));
         // importance 2 evicts the newest importance-0 message
-        b.push(Message::new(vec![0; 1000]).importance(2), 0).unwrap();
-        assert_eq!(b.take_dropped(), vec![(MessageId { seq: 2, importance: 0 }, DropReason::Evicted)]);
+        b.push(Message::new(vec![0; 1000]).importance(2), 0)
+            .unwrap();
+        assert_eq!(
+            b.take_dropped(),
+            vec![(
+                MessageId {
+                    seq: 2,
+                    importance: 0
+                },
+                DropReason::Evicted
+            )]
+        );
         assert_eq!(b.stats.refused_full, 1);
         // most important first
         let (h, _, _) = b.next_fragment(0, 1000).unwrap();
@@ -413,14 +436,18 @@ mod tests {
         let mut b = fixed(1 << 20);
         let id = b.push(Message::new(vec![1; 2500]), 7).unwrap();
         let (h0, p0, done) = b.next_fragment(10, 1000).unwrap();
-        assert_eq!((h0.frag_index, h0.frag_count, h0.offset, p0.len()), (0, 3, 0, 1000));
+        assert_eq!(
+            (h0.frag_index, h0.frag_count, h0.offset, p0.len()),
+            (0, 3, 0, 1000)
+        );
         assert!(done.is_none());
         assert!(!b.cancel(id), "started: it is finished, not cut");
         b.next_fragment(11, 1000).unwrap();
         let (h2, p2, done) = b.next_fragment(12, 1000).unwrap();
         assert_eq!((h2.frag_index, h2.offset, p2.len()), (2, 2000, 500));
         assert_eq!(done, Some(id));
-        assert!(b.is_empty() && b.len() == 0);
+        assert!(b.is_empty());
+        assert_eq!(b.len(), 0);
         // an empty message is one empty fragment
         b.push(Message::new(Bytes::new()), 0).unwrap();
         let (h, p, done) = b.next_fragment(13, 1000).unwrap();
@@ -434,7 +461,8 @@ mod tests {
         let t0 = Instant::now();
         b.push(Message::new(vec![0; 10]).deadline(t0), 0).unwrap();
         let later = t0 + Duration::from_secs(1);
-        b.push(Message::new(vec![0; 10]).deadline(later), 0).unwrap();
+        b.push(Message::new(vec![0; 10]).deadline(later), 0)
+            .unwrap();
         assert_eq!(b.expire(t0), Some(later));
         assert_eq!(b.stats.expired, 1);
         assert_eq!(b.len(), 10);

@@ -52,25 +52,45 @@ impl Shared {
     }
 }
 
-/// A running TFRC session. Cheap to clone.
+/// A running TFRC session. Cheap to clone; dropping the last clone closes it (code 0), so the
+/// driver task sends CLOSE and ends.
 #[derive(Debug, Clone)]
 pub struct Session {
     shared: Arc<Shared>,
+    _close_on_drop: Arc<CloseOnDrop>,
     local: SocketAddr,
     peer: SocketAddr,
 }
 
+#[derive(Debug)]
+struct CloseOnDrop(Arc<Shared>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.lock().close(0);
+        self.0.to_driver.notify_one();
+    }
+}
+
 impl Session {
     /// Binds `local` and talks to `peer`.
-    pub async fn connect(local: SocketAddr, peer: SocketAddr, cfg: TfrcConfig) -> Result<Self, Error> {
-        let sock = UdpSocket::bind(local).await.map_err(io("bind UDP socket"))?;
+    pub async fn connect(
+        local: SocketAddr,
+        peer: SocketAddr,
+        cfg: TfrcConfig,
+    ) -> Result<Self, Error> {
+        let sock = UdpSocket::bind(local)
+            .await
+            .map_err(io("bind UDP socket"))?;
         sock.connect(peer).await.map_err(io("connect UDP socket"))?;
         Self::start(sock, cfg, None)
     }
 
     /// Binds `local`, waits for the first datagram and talks to its sender.
     pub async fn accept(local: SocketAddr, cfg: TfrcConfig) -> Result<Self, Error> {
-        let sock = UdpSocket::bind(local).await.map_err(io("bind UDP socket"))?;
+        let sock = UdpSocket::bind(local)
+            .await
+            .map_err(io("bind UDP socket"))?;
         Self::accept_on(sock, cfg).await
     }
 
@@ -78,14 +98,21 @@ impl Session {
     /// port first).
     pub async fn accept_on(sock: UdpSocket, cfg: TfrcConfig) -> Result<Self, Error> {
         let mut buf = vec![0u8; MAX_DATAGRAM];
-        let (n, from) = sock.recv_from(&mut buf).await.map_err(io("receive first datagram"))?;
+        let (n, from) = sock
+            .recv_from(&mut buf)
+            .await
+            .map_err(io("receive first datagram"))?;
         let at = Instant::now();
         sock.connect(from).await.map_err(io("connect UDP socket"))?;
         buf.truncate(n);
         Self::start(sock, cfg, Some((at, buf)))
     }
 
-    fn start(sock: UdpSocket, cfg: TfrcConfig, first: Option<(Instant, Vec<u8>)>) -> Result<Self, Error> {
+    fn start(
+        sock: UdpSocket,
+        cfg: TfrcConfig,
+        first: Option<(Instant, Vec<u8>)>,
+    ) -> Result<Self, Error> {
         let local = sock.local_addr().map_err(io("read local address"))?;
         let peer = sock.peer_addr().map_err(io("read peer address"))?;
         let mut ep = Endpoint::new(cfg, Instant::now())?;
@@ -99,7 +126,12 @@ impl Session {
             to_app: Notify::new(),
         });
         tokio::spawn(drive(sock, shared.clone()));
-        Ok(Self { shared, local, peer })
+        Ok(Self {
+            _close_on_drop: Arc::new(CloseOnDrop(shared.clone())),
+            shared,
+            local,
+            peer,
+        })
     }
 
     /// Our address.
@@ -140,8 +172,12 @@ impl Session {
 
     /// The next message; `None` once the session is closed and drained.
     pub async fn recv(&self) -> Option<Received> {
-        self.wait(|ep| ep.poll_message().map(Some).or(ep.is_closed().then_some(None)))
-            .await
+        self.wait(|ep| {
+            ep.poll_message()
+                .map(Some)
+                .or(ep.is_closed().then_some(None))
+        })
+        .await
     }
 
     /// The next event; `None` once the session is closed and drained.

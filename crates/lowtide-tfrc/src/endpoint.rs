@@ -19,7 +19,9 @@ use lowtide_proto::controller::{CongestionSignal, DbatConfig, ProbeResult};
 use lowtide_proto::ConfigError;
 use serde::{Deserialize, Serialize};
 
-use crate::buffer::{BufferConfig, BufferStats, DropReason, Message, MessageId, SendBuffer, SendError};
+use crate::buffer::{
+    BufferConfig, BufferStats, DropReason, Message, MessageId, SendBuffer, SendError,
+};
 use crate::loss::SeqJump;
 use crate::packet::{self, DecodeError, Packet, MAX_DATA_HEADER};
 use crate::reassembly::{Reassembly, ReassemblyStats, Received};
@@ -399,7 +401,9 @@ impl Endpoint {
                 if let Some(sent) = self.probing.sent_at.filter(|_| id == self.probing.id) {
                     self.probing.sent_at = None;
                     let dispersion = Duration::from_micros(dispersion_us);
-                    let rtt = now.saturating_duration_since(sent).saturating_sub(dispersion);
+                    let rtt = now
+                        .saturating_duration_since(sent)
+                        .saturating_sub(dispersion);
                     let result = ProbeResult::from_dispersion(
                         rtt,
                         dispersion,
@@ -485,13 +489,18 @@ impl Endpoint {
     /// The earliest time [`handle_timeout`](Self::handle_timeout) or
     /// [`poll_transmit`](Self::poll_transmit) has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let send = (!self.buffer.is_empty() && !self.closed)
-            .then(|| self.rc.next_send_time(self.epoch));
+        let send =
+            (!self.buffer.is_empty() && !self.closed).then(|| self.rc.next_send_time(self.epoch));
         let nofeedback = (self.sent_any && !self.closed).then(|| self.rc.nofeedback_deadline());
-        [send, nofeedback, self.receiver.poll_timeout(), self.next_deadline]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            send,
+            nofeedback,
+            self.receiver.poll_timeout(),
+            self.next_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Runs the timers due at `now`.
@@ -521,6 +530,22 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sender::FeedbackError;
+    use proptest::prelude::*;
+
+    #[test]
+    fn config_reads_from_toml() {
+        let c: TfrcConfig = toml::from_str("buffer = { fixed = { bytes = 16384 } }").unwrap();
+        assert_eq!(c.buffer, BufferConfig::Fixed { bytes: 16384 });
+        let c: TfrcConfig = toml::from_str(
+            "segment_size = 1000\nprobe_at_start = true\nbuffer = { dbat = { bit_rate_kbps = 640 } }",
+        )
+        .unwrap();
+        assert!(c.probe_at_start && c.segment_size == 1000);
+        assert!(matches!(c.buffer, BufferConfig::Dbat(d) if d.bit_rate_kbps == 640));
+        c.validate().unwrap();
+        assert!(toml::from_str::<TfrcConfig>("buffer = { fixed = { size = 1 } }").is_err());
+    }
 
     #[test]
     fn config_is_checked_with_field_names() {
@@ -542,5 +567,118 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.field, "buffer.fixed.bytes");
+    }
+
+    /// A valid data packet of message `msg` (one fragment).
+    fn data(seq: u64, msg: u64, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        Packet::Data(
+            packet::DataHeader {
+                seq,
+                timestamp_us: 1 + seq,
+                rtt_us: 100_000,
+                msg,
+                importance: 0,
+                msg_time_us: 0,
+                total_len: payload.len() as u64,
+                offset: 0,
+                frag_index: 0,
+                frag_count: 1,
+            },
+            payload,
+        )
+        .encode(&mut out);
+        out
+    }
+
+    #[test]
+    fn bad_feedback_is_a_named_error_and_counted() {
+        let t0 = Instant::now();
+        let mut ep = Endpoint::new(TfrcConfig::default(), t0).unwrap();
+        ep.send(t0, Message::new(vec![0; 100])).unwrap();
+        assert!(ep.poll_transmit(t0).is_some());
+        let report = |echo_us, delay_us, x_recv| {
+            let mut out = Vec::new();
+            Packet::Feedback(packet::Feedback {
+                echo_us,
+                delay_us,
+                x_recv,
+                p: 0.0,
+                loss_events: 0,
+            })
+            .encode(&mut out);
+            out
+        };
+        let t = t0 + Duration::from_millis(100);
+        // from the future: echoes a timestamp we never sent
+        let e = ep
+            .handle_datagram(t, &report(10_000_000, 0, 1000))
+            .unwrap_err();
+        assert!(
+            matches!(e, TfrcError::Feedback(FeedbackError::FromTheFuture { .. })),
+            "{e}"
+        );
+        assert!(e.to_string().contains("from the future"), "{e}");
+        // a delay longer than the time since the echoed packet
+        let e = ep
+            .handle_datagram(t, &report(1, 5_000_000, 1000))
+            .unwrap_err();
+        assert!(
+            matches!(e, TfrcError::Feedback(FeedbackError::DelayTooLong { .. })),
+            "{e}"
+        );
+        // an absurd receive rate (above 100 Gbit/s)
+        let e = ep
+            .handle_datagram(t, &report(1, 0, packet::MAX_REPORTED_RATE + 1))
+            .unwrap_err();
+        assert!(e.to_string().contains("feedback.x_recv"), "{e}");
+        let st = ep.stats();
+        assert_eq!((st.refused_feedback, st.refused_malformed), (2, 1));
+        assert_eq!(
+            ep.rate_control().rate(),
+            1200.0,
+            "nothing refused changed the rate"
+        );
+    }
+
+    proptest::proptest! {
+        /// Garbage and mutated packets: never a panic, every refusal counted, memory bounded.
+        #[test]
+        fn garbage_datagrams_are_refused_and_counted(
+            datagrams in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+                    (0..1000u64, 0..5u64, 0..40usize, proptest::num::u8::ANY).prop_map(
+                        |(seq, msg, cut, byte)| {
+                            let mut d = data(seq, msg, &[7; 40]);
+                            let at = cut % d.len();
+                            d[at] = byte;
+                            d
+                        }
+                    ),
+                ],
+                1..100,
+            )
+        ) {
+            let t0 = Instant::now();
+            let cfg = TfrcConfig {
+                max_message_size: 1000,
+                max_reassembly_bytes: 4000,
+                ..TfrcConfig::default()
+            };
+            let mut ep = Endpoint::new(cfg, t0).unwrap();
+            let mut refused = 0u64;
+            for (i, d) in datagrams.iter().enumerate() {
+                let now = t0 + Duration::from_millis(i as u64);
+                if ep.handle_datagram(now, d).is_err() {
+                    refused += 1;
+                }
+                while ep.poll_transmit(now).is_some() {}
+                while ep.poll_message().is_some() {}
+                prop_assert!(ep.reasm.memory() <= 4000);
+            }
+            let st = ep.stats();
+            prop_assert_eq!(refused, st.refused_malformed + st.refused_feedback + st.refused_seq_jump);
+        }
     }
 }

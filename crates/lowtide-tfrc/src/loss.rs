@@ -191,12 +191,18 @@ impl LossHistory {
 /// `I_mean` of RFC 5348 §5.4 from the open interval `I_0` and the closed ones `I_1 … I_k`,
 /// most recent first (at most 8 are used).
 pub fn mean_interval(open: u64, closed: impl IntoIterator<Item = u64>) -> f64 {
-    let closed: Vec<f64> = closed.into_iter().take(N_INTERVALS).map(|i| i as f64).collect();
+    let closed: Vec<f64> = closed
+        .into_iter()
+        .take(N_INTERVALS)
+        .map(|i| i as f64)
+        .collect();
     let k = closed.len();
     if k == 0 {
         return open.max(1) as f64;
     }
-    let all: Vec<f64> = std::iter::once(open as f64).chain(closed.iter().copied()).collect();
+    let all: Vec<f64> = std::iter::once(open as f64)
+        .chain(closed.iter().copied())
+        .collect();
     let (mut i_tot0, mut i_tot1, mut w_tot) = (0.0, 0.0, 0.0);
     for i in 0..k {
         i_tot0 += all[i] * WEIGHTS[i];
@@ -215,7 +221,11 @@ mod tests {
     #[test]
     fn mean_interval_uses_the_rfc_weights() {
         // I_1..I_8 = 100: I_tot1 = 100·6 = 600, W_tot = 6.
-        assert_eq!(mean_interval(50, [100; 8]), 100.0, "I_0 ignored when it lowers the mean");
+        assert_eq!(
+            mean_interval(50, [100; 8]),
+            100.0,
+            "I_0 ignored when it lowers the mean"
+        );
         // I_0 = 500: I_tot0 = 500 + 100·(1+1+1+0.8+0.6+0.4+0.2) = 1000
         assert!((mean_interval(500, [100; 8]) - 1000.0 / 6.0).abs() < 1e-9);
         // weights matter: an old short interval counts less than a recent one

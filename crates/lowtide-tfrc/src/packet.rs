@@ -204,7 +204,8 @@ impl<'a> Packet<'a> {
 
     /// The probe datagram of `total` bytes (never longer; at least the bare header).
     pub fn probe_of_len(id: u64, index: u8, total: usize) -> Packet<'static> {
-        let header = |pad: u64| 3 + varint::len(id) + varint::len(pad);
+        // type byte, id, index (one byte: 0 or 1), pad length
+        let header = |pad: u64| 2 + varint::len(id) + varint::len(pad);
         let mut pad = (total.saturating_sub(header(0)) as u64).min(MAX_PROBE_PAD);
         while pad > 0 && header(pad) + pad as usize > total {
             pad -= 1;
@@ -361,7 +362,10 @@ mod tests {
             for cut in 0..out.len() {
                 // a cut data packet is a shorter fragment (valid); the others must fail
                 if !matches!(p, Packet::Data(..)) {
-                    assert!(Packet::decode(&out[..cut], 1 << 20).is_err(), "{p:?} cut {cut}");
+                    assert!(
+                        Packet::decode(&out[..cut], 1 << 20).is_err(),
+                        "{p:?} cut {cut}"
+                    );
                 }
             }
         }
@@ -375,9 +379,15 @@ mod tests {
     #[test]
     fn garbage_is_a_named_error() {
         assert_eq!(Packet::decode(&[], 10), Err(DecodeError::Truncated("type")));
-        assert_eq!(Packet::decode(&[0x99], 10), Err(DecodeError::UnknownType(0x99)));
+        assert_eq!(
+            Packet::decode(&[0x99], 10),
+            Err(DecodeError::UnknownType(0x99))
+        );
         assert!(matches!(
-            Packet::decode(&[0x12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01], 10),
+            Packet::decode(
+                &[0x12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+                10
+            ),
             Err(DecodeError::VarintOverflow("feedback.echo_us"))
         ));
         // p above 1
@@ -387,14 +397,20 @@ mod tests {
         }
         assert!(matches!(
             Packet::decode(&out, 10),
-            Err(DecodeError::FieldOutOfRange { field: "feedback.p_ppb", .. })
+            Err(DecodeError::FieldOutOfRange {
+                field: "feedback.p_ppb",
+                ..
+            })
         ));
         // a message larger than allowed
         let mut out = Vec::new();
         Packet::Data(header(), &[]).encode(&mut out);
         assert!(matches!(
             Packet::decode(&out, 100),
-            Err(DecodeError::FieldOutOfRange { field: "data.total_len", .. })
+            Err(DecodeError::FieldOutOfRange {
+                field: "data.total_len",
+                ..
+            })
         ));
         // a fragment past the message's end
         let mut h = header();

@@ -39,6 +39,8 @@ pub struct ReassemblyStats {
     pub over_memory: u64,
     /// Messages dropped: too many partial messages at once.
     pub too_many_partials: u64,
+    /// Messages dropped: their fragments contradict each other (sizes, counts, positions).
+    pub inconsistent: u64,
 }
 
 #[derive(Debug)]
@@ -46,6 +48,8 @@ struct Partial {
     first_seq: u64,
     frag_count: u64,
     got: u64,
+    /// Payload bytes received; a complete message has exactly its length.
+    got_bytes: u64,
     importance: u8,
     time_us: u64,
     data: Vec<u8>,
@@ -98,6 +102,7 @@ impl Reassembly {
                     first_seq: h.seq - h.frag_index,
                     frag_count: h.frag_count,
                     got: 0,
+                    got_bytes: 0,
                     importance: h.importance,
                     time_us: h.msg_time_us,
                     data: vec![0; h.total_len as usize],
@@ -105,17 +110,25 @@ impl Reassembly {
             );
         }
         let p = self.partials.get_mut(&h.msg).expect("inserted above");
-        if p.data.len() as u64 != h.total_len || p.frag_count != h.frag_count {
+        let consistent = p.data.len() as u64 == h.total_len
+            && p.frag_count == h.frag_count
+            && p.first_seq == h.seq - h.frag_index;
+        if !consistent {
             // a fragment that contradicts the message's first: the message is unusable
-            let p = self.partials.remove(&h.msg).expect("present");
-            self.memory -= p.data.len() as u64;
-            self.stats.lost_fragment += 1;
+            self.discard(h.msg);
             return;
         }
         let at = h.offset as usize;
         p.data[at..at + payload.len()].copy_from_slice(payload);
         p.got += 1;
+        p.got_bytes += payload.len() as u64;
         if p.got == p.frag_count {
+            if p.got_bytes != h.total_len {
+                // every fragment came, yet bytes are missing (a cut datagram): never deliver
+                // a message with holes
+                self.discard(h.msg);
+                return;
+            }
             let p = self.partials.remove(&h.msg).expect("present");
             self.stats.delivered += 1;
             self.delivered.push_back(Received {
@@ -126,6 +139,12 @@ impl Reassembly {
                 arrived: now,
             });
         }
+    }
+
+    fn discard(&mut self, msg: u64) {
+        let p = self.partials.remove(&msg).expect("present");
+        self.memory -= p.data.len() as u64;
+        self.stats.inconsistent += 1;
     }
 
     /// Every packet below `horizon` is classified: partial messages that end below it miss a
@@ -149,5 +168,62 @@ impl Reassembly {
         let r = self.delivered.pop_front()?;
         self.memory -= r.data.len() as u64;
         Some(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frag(msg: u64, seq: u64, index: u64, count: u64, offset: u64, total: u64) -> DataHeader {
+        DataHeader {
+            seq,
+            timestamp_us: 1,
+            rtt_us: 0,
+            msg,
+            importance: 0,
+            msg_time_us: 0,
+            total_len: total,
+            offset,
+            frag_index: index,
+            frag_count: count,
+        }
+    }
+
+    #[test]
+    fn fragments_make_a_message_and_contradictions_or_holes_are_counted_not_delivered() {
+        let now = Instant::now();
+        let mut r = Reassembly::new(1 << 20);
+        r.on_fragment(now, &frag(0, 10, 1, 2, 3, 5), b"de");
+        r.on_fragment(now, &frag(0, 9, 0, 2, 0, 5), b"abc");
+        assert_eq!(&r.pop().unwrap().data[..], b"abcde");
+        assert_eq!(r.memory(), 0);
+        // two fragments, but the second was cut: 4 of 5 bytes
+        r.on_fragment(now, &frag(1, 11, 0, 2, 0, 5), b"abc");
+        r.on_fragment(now, &frag(1, 12, 1, 2, 3, 5), b"d");
+        // a fragment that names another first packet
+        r.on_fragment(now, &frag(2, 13, 0, 2, 0, 5), b"abc");
+        r.on_fragment(now, &frag(2, 15, 1, 2, 3, 5), b"de");
+        assert!(r.pop().is_none());
+        assert_eq!(r.stats.inconsistent, 2);
+        assert_eq!(r.memory(), 0);
+        // a message missing a fragment is dropped once its range is classified
+        r.on_fragment(now, &frag(3, 16, 0, 2, 0, 5), b"abc");
+        r.drop_incomplete_below(17);
+        assert_eq!(r.stats.lost_fragment, 0);
+        r.drop_incomplete_below(18);
+        assert_eq!(r.stats.lost_fragment, 1);
+        assert_eq!(r.memory(), 0);
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let now = Instant::now();
+        let mut r = Reassembly::new(10_000);
+        for m in 0..100 {
+            r.on_fragment(now, &frag(m, m * 10, 0, 10, 0, 4000), &[1; 400]);
+        }
+        assert!(r.memory() <= 10_000);
+        assert_eq!(r.stats.over_memory, 98);
     }
 }

@@ -14,9 +14,13 @@
 //!
 //! Where we differ:
 //! - Scheduling (§4.6) keeps no credit: a packet may leave `t_ipi` after the previous one, or
-//!   at once after an idle period, never in a burst.
+//!   at once after an idle period, never in a burst. The gap after a packet is computed with
+//!   the rate in force when the next one is due, so a higher `X` (the first feedback raises it
+//!   from one packet per second) applies at once.
 //! - "Data-limited" (§4.3, §8.2) is judged by the sender: an interval is data-limited unless
 //!   a packet waited for the rate at some point since the previous feedback.
+//! - Between slow-start doublings (less than an RTT since the last) a lower receive limit
+//!   applies at once, down to the initial rate; the RFC changes `X` only once per RTT.
 //! - The optional oscillation damping (§4.5) is not implemented.
 //! - `X` is never above what the equation allows for the reported `p` and never above
 //!   `recv_limit`; property tests check this for arbitrary feedback sequences.
@@ -47,7 +51,9 @@ pub enum FeedbackError {
     #[error("feedback before any data packet was sent")]
     NothingSent,
     /// `t_delay` exceeds the time since the echoed packet: the RTT sample would be negative.
-    #[error("feedback t_delay = {delay_us} µs exceeds the {elapsed_us} µs since the echoed packet")]
+    #[error(
+        "feedback t_delay = {delay_us} µs exceeds the {elapsed_us} µs since the echoed packet"
+    )]
     DelayTooLong {
         /// Reported delay.
         delay_us: u64,
@@ -76,7 +82,9 @@ pub struct RateControl {
     rate_limited: bool,
     /// Nothing was sent since the no-feedback timer was last set.
     idle_since_timer: bool,
-    next_send: Option<Instant>,
+    /// The last data packet's slot in the schedule and its length: the next may leave
+    /// `len / X` later, with `X` as it is then (a rate change applies at once).
+    last_slot: Option<(Instant, usize)>,
     last_sent_us: Option<u64>,
 }
 
@@ -99,7 +107,7 @@ impl RateControl {
             got_feedback: false,
             rate_limited: false,
             idle_since_timer: true,
-            next_send: None,
+            last_slot: None,
             last_sent_us: None,
         }
     }
@@ -147,7 +155,13 @@ impl RateControl {
 
     /// The earliest time the next data packet may leave (`now` if it may leave now).
     pub fn next_send_time(&self, now: Instant) -> Instant {
-        self.next_send.map_or(now, |t| t.max(now))
+        self.due().map_or(now, |t| t.max(now))
+    }
+
+    /// When the next packet is due by the schedule (`t_ipi = s/X` after the last one's slot).
+    fn due(&self) -> Option<Instant> {
+        self.last_slot
+            .map(|(t, len)| t + Duration::from_secs_f64(len.max(1) as f64 / self.x))
     }
 
     /// Data is waiting and may not leave before [`next_send_time`](Self::next_send_time): the
@@ -163,11 +177,11 @@ impl RateControl {
         let ipi = Duration::from_secs_f64(len.max(1) as f64 / self.x);
         // A packet sent a little late keeps the schedule (timer granularity must not lower the
         // rate); after an idle period the schedule restarts from now (no credit).
-        let base = match self.next_send {
+        let slot = match self.due() {
             Some(t) if now <= t + ipi => t,
             _ => now,
         };
-        self.next_send = Some(base + ipi);
+        self.last_slot = Some((slot, len));
         self.idle_since_timer = false;
         self.last_sent_us = Some(ts_us);
     }
@@ -238,10 +252,7 @@ impl RateControl {
     }
 
     fn max_x_recv_set(&self) -> f64 {
-        self.x_recv_set
-            .iter()
-            .map(|e| e.1)
-            .fold(0.0, f64::max)
+        self.x_recv_set.iter().map(|e| e.1).fold(0.0, f64::max)
     }
 
     /// Maximize_X_recv_set(): keep one entry, the largest of the set and `x_recv`.
@@ -259,7 +270,10 @@ impl RateControl {
             self.x = self.x_bps.min(self.recv_limit).max(self.min_rate());
         } else {
             self.x_bps = f64::INFINITY;
-            if self.tld.is_none_or(|t| now.saturating_duration_since(t) >= r) {
+            if self
+                .tld
+                .is_none_or(|t| now.saturating_duration_since(t) >= r)
+            {
                 self.x = (2.0 * self.x).min(self.recv_limit).max(initial_rate);
                 self.tld = Some(now);
             } else {
@@ -304,11 +318,12 @@ impl RateControl {
             }
         }
         let r = self.r.unwrap_or(Duration::ZERO);
-        self.nofeedback = now + self.rto(r).max(if self.got_feedback {
-            Duration::ZERO
-        } else {
-            Duration::from_secs(2)
-        });
+        self.nofeedback = now
+            + self.rto(r).max(if self.got_feedback {
+                Duration::ZERO
+            } else {
+                Duration::from_secs(2)
+            });
         self.idle_since_timer = true;
     }
 }
@@ -341,12 +356,14 @@ mod tests {
         // one RTT later, receiving 40 kB/s: doubles (limit 2·X_recv = 80 kB/s)
         rc.on_sent(t, 1000, 100_000);
         let t = t0 + Duration::from_millis(200);
-        rc.on_feedback(t, 200_000, &fb(100_000, 40_000, 0.0, 0)).unwrap();
+        rc.on_feedback(t, 200_000, &fb(100_000, 40_000, 0.0, 0))
+            .unwrap();
         assert!((rc.rate() - 80_000.0).abs() < 1e-6, "{}", rc.rate());
         // the receive rate caps slow start: receiving only 30 kB/s gives at most 60 kB/s
         rc.on_sent(t, 1000, 200_000);
         let t = t0 + Duration::from_millis(300);
-        rc.on_feedback(t, 300_000, &fb(200_000, 30_000, 0.0, 0)).unwrap();
+        rc.on_feedback(t, 300_000, &fb(200_000, 30_000, 0.0, 0))
+            .unwrap();
         assert!(rc.rate() <= 80_000.0 + 1e-6);
     }
 
@@ -359,7 +376,8 @@ mod tests {
         rc.note_waiting(t);
         rc.on_sent(t, 1460, 100_000);
         rc.note_waiting(t);
-        rc.on_feedback(t, 100_000, &fb(0, 10_000_000, 0.01, 1)).unwrap();
+        rc.on_feedback(t, 100_000, &fb(0, 10_000_000, 0.01, 1))
+            .unwrap();
         // R = 100 ms, p = 0.01: the equation's 164005.06 B/s (see equation.rs)
         assert!((rc.equation_rate() - 164_005.062_169_97).abs() < 1e-3);
         assert!((rc.rate() - 164_005.062_169_97).abs() < 1e-3);
@@ -406,5 +424,126 @@ mod tests {
             rc.on_nofeedback_timeout(rc.nofeedback_deadline());
         }
         assert!((rc.rate() - 1000.0 / 64.0).abs() < 1e-9);
+    }
+
+    /// What a peer may do to the sender, in any order and with any values.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A data packet leaves after `gap_us`.
+        Send { gap_us: u64, len: usize },
+        /// A report arrives after `gap_us`, echoing a timestamp `back_us` before our latest
+        /// one (or after it: `future`), with arbitrary fields.
+        Report {
+            gap_us: u64,
+            back_us: u64,
+            future: bool,
+            delay_us: u64,
+            x_recv: u64,
+            p_ppb: u64,
+            loss_events: u64,
+        },
+        /// The no-feedback timer fires.
+        Timeout,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..500_000u64, 1..1500usize).prop_map(|(gap_us, len)| Op::Send { gap_us, len }),
+            (
+                0..2_000_000u64,
+                0..3_000_000u64,
+                proptest::bool::weighted(0.1),
+                prop_oneof![Just(0u64), 0..1_000_000u64, Just(u64::MAX)],
+                prop_oneof![
+                    Just(0u64),
+                    0..10_000_000u64,
+                    Just(crate::packet::MAX_REPORTED_RATE)
+                ],
+                prop_oneof![Just(0u64), 0..1_000_000_000u64, 1..1000u64],
+                0..20u64,
+            )
+                .prop_map(
+                    |(gap_us, back_us, future, delay_us, x_recv, p_ppb, loss_events)| {
+                        Op::Report {
+                            gap_us,
+                            back_us,
+                            future,
+                            delay_us,
+                            x_recv,
+                            p_ppb,
+                            loss_events,
+                        }
+                    }
+                ),
+            Just(Op::Timeout),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the peer reports, `X` never exceeds what the equation allows for the
+        /// reported `p` (when `p > 0`), nor the receive limit (or the initial rate, or the
+        /// floor `s/t_mbi`); refused reports change nothing.
+        #[test]
+        fn the_rate_never_exceeds_what_the_equation_allows(
+            ops in proptest::collection::vec(op(), 1..200)
+        ) {
+            let s = 1200u32;
+            let t0 = Instant::now();
+            let mut rc = RateControl::new(s, t0);
+            let mut now_us = 0u64;
+            let at = |us: u64| t0 + Duration::from_micros(us);
+            for op in ops {
+                match op {
+                    Op::Send { gap_us, len } => {
+                        now_us += gap_us;
+                        rc.on_sent(at(now_us), len, now_us.max(1));
+                    }
+                    Op::Report { gap_us, back_us, future, delay_us, x_recv, p_ppb, loss_events } => {
+                        now_us += gap_us;
+                        let last = rc.last_sent_us.unwrap_or(0);
+                        let echo_us = if future { last + 1 + back_us } else { last.saturating_sub(back_us) };
+                        let fb = Feedback {
+                            echo_us,
+                            delay_us,
+                            x_recv,
+                            p: (p_ppb.min(1_000_000_000)) as f64 / 1e9,
+                            loss_events,
+                        };
+                        let before = (rc.rate(), rc.rtt(), rc.loss_event_rate());
+                        match rc.on_feedback(at(now_us), now_us, &fb) {
+                            Ok(()) => {}
+                            Err(e) => {
+                                proptest::prop_assert!(
+                                    future || rc.last_sent_us.is_none() || delay_us > now_us.saturating_sub(echo_us),
+                                    "refused {e} without cause"
+                                );
+                                proptest::prop_assert_eq!(before, (rc.rate(), rc.rtt(), rc.loss_event_rate()));
+                            }
+                        }
+                    }
+                    Op::Timeout => {
+                        let deadline = rc.nofeedback_deadline();
+                        now_us = now_us.max(deadline.duration_since(t0).as_micros() as u64);
+                        rc.on_nofeedback_timeout(at(now_us));
+                    }
+                }
+                let x = rc.rate();
+                let floor = f64::from(s) / T_MBI.as_secs_f64();
+                // (no floor in slow start: W_init/R falls below s/t_mbi when R is minutes long)
+                proptest::prop_assert!(x.is_finite() && x > 0.0, "X = {x}");
+                if let Some(r) = rc.rtt() {
+                    let p = rc.loss_event_rate();
+                    let slack = 1.0 + 1e-9;
+                    if p > 0.0 {
+                        let allowed = equation::throughput(f64::from(s), r, p).max(floor);
+                        proptest::prop_assert!(x <= allowed * slack, "X {x} > equation {allowed} (p {p}, R {r:?})");
+                    }
+                    let initial = rc.w_init() / r.as_secs_f64();
+                    let cap = rc.recv_limit().max(initial).max(floor);
+                    proptest::prop_assert!(x <= cap * slack, "X {x} > limit {cap}");
+                }
+            }
+        }
     }
 }

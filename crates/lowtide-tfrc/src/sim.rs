@@ -182,8 +182,15 @@ impl SimPair {
         }
     }
 
-    /// Runs both ends at the current time, then advances the clock to the next event. Returns `false` when nothing is left to do.
+    /// Runs both ends at the current time, then advances the clock to the next event. Returns
+    /// `false` when nothing is left to do.
     pub fn step(&mut self) -> bool {
+        self.step_within(None)
+    }
+
+    /// [`step`](Self::step), but the clock stops at `horizon` if the next event is later (so
+    /// the test can act at that time, as an application would).
+    fn step_within(&mut self, horizon: Option<Instant>) -> bool {
         let now = self.now;
         Self::run(now, &mut self.a, &mut self.ab, &mut self.ba);
         Self::run(now, &mut self.b, &mut self.ba, &mut self.ab);
@@ -198,6 +205,7 @@ impl SimPair {
         .min();
         match next {
             Some(t) => {
+                let t = horizon.map_or(t, |h| t.min(h));
                 self.now = t.max(now + Duration::from_micros(1));
                 true
             }
@@ -211,7 +219,7 @@ impl SimPair {
             if self.now >= until {
                 return;
             }
-            if !self.step() {
+            if !self.step_within(Some(until)) {
                 self.now = until;
                 return;
             }

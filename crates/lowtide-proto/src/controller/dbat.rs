@@ -20,10 +20,14 @@
 //! crate sizes its send buffer with [`Dbat::buffer_limit`] and feeds [`Dbat::on_queue`]).
 //!
 //! Where we differ:
-//! - The paper does not say how slow start ends for DBAT. We leave the slow-start phase when the
-//!   queue first falls to the threshold after one RTT of sending (the transport caught up), or
-//!   after the computed slow-start time plus two RTTs, whichever is first; past that, a queue
-//!   still above the threshold is congestion.
+//! - The paper does not say how slow start ends for DBAT. We leave the slow-start phase when,
+//!   after one RTT of sending, the transport's rate estimate has reached the stream's rate (or
+//!   the probed bandwidth, if lower) and the queue has fallen to the threshold (the transport
+//!   caught up), or after the computed slow-start time plus two RTTs, whichever is first. The
+//!   average then restarts from an empty queue: slow start's backlog is not congestion, so a
+//!   backlog that drains within about `smoothing_rtts` RTTs does not signal and one that
+//!   persists does. (TFRC ramps up more slowly than TCP: one packet per second until its first
+//!   feedback, then at most twice the receive rate, which lags an RTT.)
 //! - The average is weighted by time, not per packet: `avg += (1 − e^(−Δt/τ))·(q − avg)` with
 //!   `τ = smoothing_rtts × RTT`, so irregular sampling (one sample per write opportunity) does
 //!   not change the filter. The paper does not give its weight.
@@ -334,16 +338,20 @@ impl Dbat {
             Phase::SlowStart(start) => {
                 let elapsed = now.saturating_duration_since(start);
                 let limit = self.slow_start_time(mss, rtt) + rtt * 2;
-                if (elapsed >= rtt && queue <= threshold) || elapsed >= limit {
+                let target = self
+                    .probe
+                    .and_then(|p| p.bandwidth)
+                    .map_or(self.rate, |bw| bw.min(self.rate));
+                let caught_up = rate_estimate >= target && queue <= threshold;
+                if (elapsed >= rtt && caught_up) || elapsed >= limit {
                     self.phase = Phase::Steady;
-                    // Slow start's backlog is not congestion: restart the average.
-                    self.avg = Some((queue as f64, now));
+                    // Slow start's backlog is not congestion: restart the average from empty.
+                    self.avg = Some((0.0, now));
                 }
             }
             Phase::Steady => {
                 let onset = !self.congested && avg > threshold as f64;
-                let clear =
-                    self.congested && avg < threshold as f64 * self.cfg.clear_fraction;
+                let clear = self.congested && avg < threshold as f64 * self.cfg.clear_fraction;
                 if onset || clear {
                     self.congested = onset;
                     if self.signals.len() == MAX_SIGNALS {

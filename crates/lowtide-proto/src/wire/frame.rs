@@ -254,7 +254,11 @@ impl<'a> Frame<'a> {
         while pad > 0 && header(pad) + pad > total {
             pad -= 1;
         }
-        Frame::Probe { id, index, pad_len: pad }
+        Frame::Probe {
+            id,
+            index,
+            pad_len: pad,
+        }
     }
 
     /// Parses one frame from the front of `buf`. `max_payload` bounds chunk payloads.
@@ -469,7 +473,10 @@ mod tests {
         let bad = [0x0c, 0x00, 0x02, 0x00];
         assert!(matches!(
             Frame::decode(&bad, 10),
-            Err(DecodeError::FieldOutOfRange { field: "probe.index", .. })
+            Err(DecodeError::FieldOutOfRange {
+                field: "probe.index",
+                ..
+            })
         ));
     }
 
