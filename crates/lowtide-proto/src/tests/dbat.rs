@@ -129,6 +129,7 @@ fn dbat_signals_congestion_on_a_rate_drop_and_clears_after_a_switch_down() {
             .send(p.now, s, Message::new(Bytes::from(vec![7u8; bytes])))
             .unwrap();
     }
+    eprintln!("DBAT over TCP, signals (seconds, onset, threshold): {signals:?}");
     assert_eq!(
         signals.iter().map(|s| s.1).collect::<Vec<_>>(),
         vec![true, false],
@@ -139,4 +140,45 @@ fn dbat_signals_congestion_on_a_rate_drop_and_clears_after_a_switch_down() {
     let (onset, clear) = (signals[0].0, signals[1].0);
     assert!((10.0..13.0).contains(&onset), "onset at {onset}");
     assert!(clear > 16.0, "cleared at {clear}");
+}
+
+/// Reports for no probe of ours, or for an unknown id, are ignored and counted; a second probe
+/// packet without its first is not timed; the channel goes on.
+#[test]
+fn stray_probe_reports_and_half_pairs_are_ignored_and_counted() {
+    use crate::wire::Frame;
+    let now = std::time::Instant::now();
+    let mut c = Connection::new(Config::default(), Side::Client, now).unwrap();
+    let mut bytes = Vec::new();
+    Hello {
+        version: VERSION,
+        options: vec![HelloOption::AnswersProbes(1)],
+    }
+    .encode(&mut bytes);
+    for id in [0, 7] {
+        Frame::ProbeReport {
+            id,
+            dispersion_us: 1000,
+            second_len: 1448,
+        }
+        .encode(&mut bytes);
+    }
+    // the second packet of a pair whose first never came: nothing to answer
+    Frame::probe_of_len(3, 1, 200).encode(&mut bytes);
+    c.handle_bytes(now, &bytes).unwrap();
+    assert_eq!(c.stats().probe_reports_ignored, 2);
+    let mut events = Vec::new();
+    while let Some(e) = c.poll_event() {
+        events.push(e);
+    }
+    assert!(probed(&events).is_empty(), "{events:?}");
+    assert!(c.error().is_none());
+    // an oversized probe pad is a decode error naming the field
+    let mut bad = Vec::new();
+    bad.push(0x0c);
+    for v in [1u64, 0, crate::wire::MAX_PROBE_PAD + 1] {
+        crate::wire::varint::put(&mut bad, v);
+    }
+    let e = c.handle_bytes(now, &bad).unwrap_err();
+    assert!(e.to_string().contains("probe.pad_len"), "{e}");
 }
