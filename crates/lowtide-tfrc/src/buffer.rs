@@ -60,37 +60,10 @@ impl BufferConfig {
     }
 }
 
-/// A message to send.
-#[derive(Debug, Clone)]
-pub struct Message {
-    /// Payload.
-    pub data: Bytes,
-    /// Higher is more important: sent first, and may evict less important queued messages.
-    pub importance: u8,
-    /// Withdraw if its first fragment has not left by then.
-    pub deadline: Option<Instant>,
-}
-
-impl Message {
-    /// Importance 0, no deadline.
-    pub fn new(data: impl Into<Bytes>) -> Self {
-        Self {
-            data: data.into(),
-            importance: 0,
-            deadline: None,
-        }
-    }
-    /// Sets the importance.
-    pub fn importance(mut self, i: u8) -> Self {
-        self.importance = i;
-        self
-    }
-    /// Sets the deadline.
-    pub fn deadline(mut self, d: Instant) -> Self {
-        self.deadline = Some(d);
-        self
-    }
-}
+/// A message to send: lowtide's ([`lowtide_proto::Message`]). TFRC carries one stream, so
+/// `cost` (quality fairness between streams) is ignored; `deadline` withdraws the message if
+/// its first fragment has not left by then.
+pub use lowtide_proto::Message;
 
 /// Identifies a message of ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -270,16 +243,7 @@ impl SendBuffer {
                     size,
                 });
             };
-            let q = self.queue.remove(&key).expect("key from the map");
-            self.bytes -= q.data.len() as u64;
-            self.stats.evicted += 1;
-            self.dropped.push((
-                MessageId {
-                    seq: key.1,
-                    importance: key.0 .0,
-                },
-                DropReason::Evicted,
-            ));
+            self.withdraw(key, DropReason::Evicted);
         }
         let id = MessageId {
             seq: self.next_msg,
@@ -301,15 +265,27 @@ impl SendBuffer {
 
     /// Withdraws a message that has not started; `false` if it has or is unknown.
     pub fn cancel(&mut self, id: MessageId) -> bool {
-        match self.queue.remove(&(Reverse(id.importance), id.seq)) {
-            Some(q) => {
-                self.bytes -= q.data.len() as u64;
-                self.stats.cancelled += 1;
-                self.dropped.push((id, DropReason::Cancelled));
-                true
-            }
-            None => false,
+        self.withdraw((Reverse(id.importance), id.seq), DropReason::Cancelled)
+    }
+
+    /// Removes a queued message that has not started, counts it by reason and reports it;
+    /// `false` if it is not queued.
+    fn withdraw(&mut self, key: (Reverse<u8>, u64), reason: DropReason) -> bool {
+        let Some(q) = self.queue.remove(&key) else {
+            return false;
+        };
+        self.bytes -= q.data.len() as u64;
+        match reason {
+            DropReason::Evicted => self.stats.evicted += 1,
+            DropReason::Expired => self.stats.expired += 1,
+            DropReason::Cancelled => self.stats.cancelled += 1,
         }
+        let id = MessageId {
+            seq: key.1,
+            importance: key.0 .0,
+        };
+        self.dropped.push((id, reason));
+        true
     }
 
     /// Removes messages whose deadline passed; returns the earliest deadline left.
@@ -321,16 +297,7 @@ impl SendBuffer {
             .map(|(k, _)| *k)
             .collect();
         for key in expired {
-            let q = self.queue.remove(&key).expect("key from the map");
-            self.bytes -= q.data.len() as u64;
-            self.stats.expired += 1;
-            self.dropped.push((
-                MessageId {
-                    seq: key.1,
-                    importance: key.0 .0,
-                },
-                DropReason::Expired,
-            ));
+            self.withdraw(key, DropReason::Expired);
         }
         self.queue.values().filter_map(|q| q.deadline).min()
     }

@@ -17,6 +17,9 @@ use crate::reassembly::Received;
 
 /// Largest datagram read.
 const MAX_DATAGRAM: usize = 65_536;
+/// Receive buffer asked for (the kernel caps it at `net.core.rmem_max`): TFRC paces, but a
+/// receiver that is not scheduled for a while must not lose what the pacing let through.
+const RECV_BUFFER: usize = 1 << 20;
 
 /// Why a session could not start.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +116,9 @@ impl Session {
         cfg: TfrcConfig,
         first: Option<(Instant, Vec<u8>)>,
     ) -> Result<Self, Error> {
+        if let Err(e) = socket2::SockRef::from(&sock).set_recv_buffer_size(RECV_BUFFER) {
+            tracing::warn!(error = %e, "TFRC: could not enlarge the UDP receive buffer");
+        }
         let local = sock.local_addr().map_err(io("read local address"))?;
         let peer = sock.peer_addr().map_err(io("read peer address"))?;
         let mut ep = Endpoint::new(cfg, Instant::now())?;

@@ -8,7 +8,7 @@
 //! Parsing never panics and never allocates for the peer: a truncated packet, an unknown type,
 //! an overlong varint or a field out of range is a [`DecodeError`] naming the field.
 
-use lowtide_proto::wire::varint;
+use lowtide_proto::wire::{probe_pad_len, varint};
 
 /// Version 1 in the high nibble of byte 0.
 const VERSION_NIBBLE: u8 = 0x10;
@@ -202,18 +202,13 @@ impl<'a> Packet<'a> {
         }
     }
 
-    /// The probe datagram of `total` bytes (never longer; at least the bare header).
+    /// The probe datagram of `total` bytes (never longer; at least the bare header). Its
+    /// layout is that of lowtide's PROBE frame, so the pad length is computed the same way.
     pub fn probe_of_len(id: u64, index: u8, total: usize) -> Packet<'static> {
-        // type byte, id, index (one byte: 0 or 1), pad length
-        let header = |pad: u64| 2 + varint::len(id) + varint::len(pad);
-        let mut pad = (total.saturating_sub(header(0)) as u64).min(MAX_PROBE_PAD);
-        while pad > 0 && header(pad) + pad as usize > total {
-            pad -= 1;
-        }
         Packet::Probe {
             id,
             index,
-            pad_len: pad,
+            pad_len: probe_pad_len(id, total as u64, MAX_PROBE_PAD),
         }
     }
 

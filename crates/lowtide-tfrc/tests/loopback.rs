@@ -10,6 +10,22 @@ use tokio::time::timeout;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// A client bound to an ephemeral port and the server it reached (the server learns its
+/// peer from the first datagram, so `client` sends a first message).
+async fn connect() -> (Session, Session) {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = sock.local_addr().unwrap();
+    let server = tokio::spawn(Session::accept_on(sock, cfg()));
+    let client = Session::connect("127.0.0.1:0".parse().unwrap(), addr, cfg())
+        .await
+        .unwrap();
+    client.send(Message::new(&b"hello"[..])).unwrap();
+    let server = timeout(LIMIT, server).await.unwrap().unwrap().unwrap();
+    let first = timeout(LIMIT, server.recv()).await.unwrap().unwrap();
+    assert_eq!(&first.data[..], b"hello");
+    (client, server)
+}
+
 fn cfg() -> TfrcConfig {
     TfrcConfig {
         buffer: BufferConfig::Fixed { bytes: 1 << 20 },
@@ -17,24 +33,19 @@ fn cfg() -> TfrcConfig {
     }
 }
 
-/// 100 messages of 1 kB: all of it fits in the receiver's socket buffer, so even a receiver
-/// stalled by a busy machine loses nothing, and every message must arrive intact, in order.
+/// 60 messages of 1 kB: all of it fits in the receiver's socket buffer (the driver asks for
+/// 1 MiB; even the default 208 KiB holds 60 datagrams), so a receiver stalled by a busy
+/// machine loses nothing, and every message must arrive intact, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_cross_loopback_intact_and_in_order_and_close_reaches_the_peer() {
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = sock.local_addr().unwrap();
-    let server = tokio::spawn(Session::accept_on(sock, cfg()));
-    let client = Session::connect("127.0.0.1:0".parse().unwrap(), addr, cfg())
-        .await
-        .unwrap();
-    for i in 0..100u32 {
+    let (client, server) = connect().await;
+    for i in 0..60u32 {
         let mut m = vec![(i % 251) as u8; 1000];
         m[..4].copy_from_slice(&i.to_be_bytes());
         client.send(Message::new(m).importance(1)).unwrap();
     }
-    let server = timeout(LIMIT, server).await.unwrap().unwrap().unwrap();
     assert_eq!(server.peer_addr(), client.local_addr());
-    for i in 0..100u32 {
+    for i in 0..60u32 {
         let r = timeout(LIMIT, server.recv())
             .await
             .expect("message within the limit")
@@ -72,15 +83,7 @@ async fn messages_cross_loopback_intact_and_in_order_and_close_reaches_the_peer(
 /// Dropping the last handle closes the session: the peer hears CLOSE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_session_closes_it() {
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = sock.local_addr().unwrap();
-    let server = tokio::spawn(Session::accept_on(sock, cfg()));
-    let client = Session::connect("127.0.0.1:0".parse().unwrap(), addr, cfg())
-        .await
-        .unwrap();
-    client.send(Message::new(vec![1u8; 10])).unwrap();
-    let server = timeout(LIMIT, server).await.unwrap().unwrap().unwrap();
-    assert!(timeout(LIMIT, server.recv()).await.unwrap().is_some());
+    let (client, server) = connect().await;
     let clone = client.clone();
     drop(client);
     assert!(

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::server_policy::{
-    check_ms, rung_down, rung_for_probe, ServerPolicy, ServerPolicyError, ServerSignal,
-    ServerSwitch, ServerSwitchReason, SwitchLog, UpProbe,
+    check_ms, rung_down, rung_for_probe, RungState, ServerPolicy, ServerPolicyError, ServerSignal,
+    ServerSwitch, ServerSwitchReason,
 };
 use super::Ladder;
 
@@ -84,13 +84,10 @@ pub struct DbatRuleCounters {
 
 #[derive(Debug, Clone)]
 pub struct DbatRule {
-    ladder: Ladder,
+    s: RungState,
     cfg: DbatRuleConfig,
-    rung: usize,
-    up: UpProbe,
     congested: bool,
     capacity_bps: Option<u64>,
-    log: SwitchLog,
     counters: DbatRuleCounters,
 }
 
@@ -103,15 +100,18 @@ impl DbatRule {
         now: Instant,
     ) -> Result<Self, ServerPolicyError> {
         cfg.check()?;
-        let rung = ladder.check(start)?;
         let ms = Duration::from_millis;
-        Ok(DbatRule {
+        let s = RungState::new(
             ladder,
-            rung,
-            up: UpProbe::new(ms(cfg.up_after_ms), ms(cfg.max_up_after_ms), now),
+            start,
+            ms(cfg.up_after_ms),
+            ms(cfg.max_up_after_ms),
+            now,
+        )?;
+        Ok(DbatRule {
+            s,
             congested: false,
             capacity_bps: None,
-            log: SwitchLog::new(now),
             counters: DbatRuleCounters::default(),
             cfg,
         })
@@ -121,32 +121,11 @@ impl DbatRule {
         self.counters
     }
 
-    pub fn log(&self) -> &SwitchLog {
-        &self.log
-    }
-
-    /// Up-switches followed by an onset within `up_after`.
-    pub fn failed_probes(&self) -> u64 {
-        self.up.failed
-    }
-
-    fn switch(
-        &mut self,
-        now: Instant,
-        to: usize,
-        reason: ServerSwitchReason,
-    ) -> Option<ServerSwitch> {
-        (to != self.rung).then(|| {
-            let from = std::mem::replace(&mut self.rung, to);
-            self.log.record(now, from, to, reason)
-        })
-    }
-
     fn maybe_up(&mut self, now: Instant) -> Option<ServerSwitch> {
-        if self.congested || self.rung == self.ladder.top() || !self.up.due(now) {
+        if self.congested || self.s.rung == self.s.ladder.top() || !self.s.up.due(now) {
             return None;
         }
-        let next = self.ladder.rate_bps(self.rung + 1) as f64;
+        let next = self.s.ladder.rate_bps(self.s.rung + 1) as f64;
         if self
             .capacity_bps
             .is_none_or(|c| (c as f64) < self.cfg.up_headroom * next)
@@ -154,22 +133,19 @@ impl DbatRule {
             self.counters.up_refused_capacity += 1;
             return None;
         }
-        self.up.switched_up(now);
-        self.switch(now, self.rung + 1, ServerSwitchReason::Quiet)
+        self.s.up.switched_up(now);
+        self.s
+            .switch(now, self.s.rung + 1, ServerSwitchReason::Quiet)
     }
 }
 
 impl ServerPolicy for DbatRule {
-    fn ladder(&self) -> &Ladder {
-        &self.ladder
-    }
-
-    fn rung(&self) -> usize {
-        self.rung
+    fn state(&self) -> &RungState {
+        &self.s
     }
 
     fn on_signal(&mut self, now: Instant, signal: &ServerSignal) -> Option<ServerSwitch> {
-        if !self.log.in_order(now) {
+        if !self.s.log.in_order(now) {
             return None;
         }
         match *signal {
@@ -177,9 +153,9 @@ impl ServerPolicy for DbatRule {
                 if bandwidth_bps.is_some() {
                     self.capacity_bps = bandwidth_bps;
                 }
-                let to = rung_for_probe(&self.ladder, bandwidth_bps, self.rung);
-                self.up.restart_quiet(now);
-                self.switch(now, to, ServerSwitchReason::Probe)
+                let to = rung_for_probe(&self.s.ladder, bandwidth_bps, self.s.rung);
+                self.s.up.restart_quiet(now);
+                self.s.switch(now, to, ServerSwitchReason::Probe)
             }
             ServerSignal::Capacity { bps } => {
                 self.capacity_bps = Some(bps);
@@ -191,15 +167,15 @@ impl ServerPolicy for DbatRule {
             } => {
                 self.counters.onsets += 1;
                 self.congested = true;
-                self.up.trouble(now);
+                self.s.up.trouble(now);
                 let fits = (rate_estimate_bps > 0).then_some(rate_estimate_bps as f64);
-                let to = rung_down(&self.ladder, self.rung, fits);
-                self.switch(now, to, ServerSwitchReason::Congestion)
+                let to = rung_down(&self.s.ladder, self.s.rung, fits);
+                self.s.switch(now, to, ServerSwitchReason::Congestion)
             }
             ServerSignal::Congestion { onset: false, .. } => {
                 self.counters.clears += 1;
                 self.congested = false;
-                self.up.restart_quiet(now);
+                self.s.up.restart_quiet(now);
                 None
             }
             ServerSignal::Report(_) => {

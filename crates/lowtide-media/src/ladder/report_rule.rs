@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::server_policy::{
-    check_ms, rung_down, rung_for_probe, ServerPolicy, ServerPolicyError, ServerSignal,
-    ServerSwitch, ServerSwitchReason, SwitchLog, UpProbe,
+    check_ms, rung_down, rung_for_probe, RungState, ServerPolicy, ServerPolicyError, ServerSignal,
+    ServerSwitch, ServerSwitchReason,
 };
 use super::Ladder;
 
@@ -77,11 +77,8 @@ pub struct ReportRuleCounters {
 
 #[derive(Debug, Clone)]
 pub struct ReportRule {
-    ladder: Ladder,
+    s: RungState,
     cfg: ReportRuleConfig,
-    rung: usize,
-    up: UpProbe,
-    log: SwitchLog,
     counters: ReportRuleCounters,
 }
 
@@ -94,13 +91,16 @@ impl ReportRule {
         now: Instant,
     ) -> Result<Self, ServerPolicyError> {
         cfg.check()?;
-        let rung = ladder.check(start)?;
         let ms = Duration::from_millis;
-        Ok(ReportRule {
+        let s = RungState::new(
             ladder,
-            rung,
-            up: UpProbe::new(ms(cfg.up_after_ms), ms(cfg.max_up_after_ms), now),
-            log: SwitchLog::new(now),
+            start,
+            ms(cfg.up_after_ms),
+            ms(cfg.max_up_after_ms),
+            now,
+        )?;
+        Ok(ReportRule {
+            s,
             counters: ReportRuleCounters::default(),
             cfg,
         })
@@ -109,47 +109,22 @@ impl ReportRule {
     pub fn counters(&self) -> ReportRuleCounters {
         self.counters
     }
-
-    pub fn log(&self) -> &SwitchLog {
-        &self.log
-    }
-
-    /// Up-switches that met trouble within `up_after`.
-    pub fn failed_probes(&self) -> u64 {
-        self.up.failed
-    }
-
-    fn switch(
-        &mut self,
-        now: Instant,
-        to: usize,
-        reason: ServerSwitchReason,
-    ) -> Option<ServerSwitch> {
-        (to != self.rung).then(|| {
-            let from = std::mem::replace(&mut self.rung, to);
-            self.log.record(now, from, to, reason)
-        })
-    }
 }
 
 impl ServerPolicy for ReportRule {
-    fn ladder(&self) -> &Ladder {
-        &self.ladder
-    }
-
-    fn rung(&self) -> usize {
-        self.rung
+    fn state(&self) -> &RungState {
+        &self.s
     }
 
     fn on_signal(&mut self, now: Instant, signal: &ServerSignal) -> Option<ServerSwitch> {
-        if !self.log.in_order(now) {
+        if !self.s.log.in_order(now) {
             return None;
         }
         let r = match *signal {
             ServerSignal::Probed { bandwidth_bps } => {
-                let to = rung_for_probe(&self.ladder, bandwidth_bps, self.rung);
-                self.up.restart_quiet(now);
-                return self.switch(now, to, ServerSwitchReason::Probe);
+                let to = rung_for_probe(&self.s.ladder, bandwidth_bps, self.s.rung);
+                self.s.up.restart_quiet(now);
+                return self.s.switch(now, to, ServerSwitchReason::Probe);
             }
             ServerSignal::Congestion { .. } | ServerSignal::Capacity { .. } => {
                 self.counters.ignored_transport_signals += 1;
@@ -169,17 +144,19 @@ impl ServerPolicy for ReportRule {
             None
         };
         if let Some(reason) = trouble {
-            self.up.trouble(now);
-            let to = rung_down(&self.ladder, self.rung, r.bps());
-            return self.switch(now, to, reason);
+            self.s.up.trouble(now);
+            let to = rung_down(&self.s.ladder, self.s.rung, r.bps());
+            return self.s.switch(now, to, reason);
         }
         if loss.is_none() {
             self.counters.reports_without_data += 1;
             return None;
         }
-        if self.rung < self.ladder.top() && self.up.due(now) {
-            self.up.switched_up(now);
-            return self.switch(now, self.rung + 1, ServerSwitchReason::Quiet);
+        if self.s.rung < self.s.ladder.top() && self.s.up.due(now) {
+            self.s.up.switched_up(now);
+            return self
+                .s
+                .switch(now, self.s.rung + 1, ServerSwitchReason::Quiet);
         }
         None
     }

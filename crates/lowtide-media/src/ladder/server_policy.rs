@@ -117,9 +117,25 @@ pub struct ServerSwitch {
 /// now; feed every signal in time order to [`Self::on_signal`]; a returned switch has taken
 /// effect. Signals with a time earlier than the last are ignored and counted.
 pub trait ServerPolicy {
-    fn ladder(&self) -> &Ladder;
-    fn rung(&self) -> usize;
+    /// The ladder, rung, up-switch probe and records.
+    fn state(&self) -> &RungState;
     fn on_signal(&mut self, now: Instant, signal: &ServerSignal) -> Option<ServerSwitch>;
+
+    fn ladder(&self) -> &Ladder {
+        &self.state().ladder
+    }
+    /// The rung to stream now.
+    fn rung(&self) -> usize {
+        self.state().rung
+    }
+    /// The switches so far.
+    fn log(&self) -> &SwitchLog {
+        &self.state().log
+    }
+    /// Up-switches that met trouble within the base wait.
+    fn failed_probes(&self) -> u64 {
+        self.state().up.failed
+    }
 }
 
 /// Switch records kept (the oldest are dropped, and counted, beyond it).
@@ -197,6 +213,48 @@ impl SwitchLog {
             down += u64::from(s.to < s.from);
         }
         (all, down)
+    }
+}
+
+/// What every server rule keeps: the ladder, the rung it streams, its up-switch probe and
+/// its switch records.
+#[derive(Debug, Clone)]
+pub struct RungState {
+    pub ladder: Ladder,
+    pub rung: usize,
+    pub up: UpProbe,
+    pub log: SwitchLog,
+}
+
+impl RungState {
+    /// Rung `start` of `ladder`, up-switch waits `base`..=`max`, the clock starting at `now`.
+    pub fn new(
+        ladder: Ladder,
+        start: usize,
+        base: Duration,
+        max: Duration,
+        now: Instant,
+    ) -> Result<Self, ServerPolicyError> {
+        let rung = ladder.check(start)?;
+        Ok(RungState {
+            ladder,
+            rung,
+            up: UpProbe::new(base, max, now),
+            log: SwitchLog::new(now),
+        })
+    }
+
+    /// Moves to rung `to` (if it is another) and records why.
+    pub fn switch(
+        &mut self,
+        now: Instant,
+        to: usize,
+        reason: ServerSwitchReason,
+    ) -> Option<ServerSwitch> {
+        (to != self.rung).then(|| {
+            let from = std::mem::replace(&mut self.rung, to);
+            self.log.record(now, from, to, reason)
+        })
     }
 }
 

@@ -138,6 +138,18 @@ pub enum Frame<'a> {
     },
 }
 
+/// The pad length that makes a probe `total` bytes long when it is laid out as one type
+/// byte, the id, one index byte, the pad length and the pad (lowtide's PROBE frame and
+/// TFRC's probe datagram), as close as the varint lengths allow, never longer, at most `max`.
+pub fn probe_pad_len(id: u64, total: u64, max: u64) -> u64 {
+    let header = |pad: u64| (2 + varint::len(id) + varint::len(pad)) as u64;
+    let mut pad = total.saturating_sub(header(0)).min(max);
+    while pad > 0 && header(pad) + pad > total {
+        pad -= 1;
+    }
+    pad
+}
+
 impl<'a> Frame<'a> {
     /// Appends the header of a data frame (everything but the payload) to `out`.
     pub fn encode_data_header(out: &mut Vec<u8>, d: &DataFrame<'_>) {
@@ -249,15 +261,10 @@ impl<'a> Frame<'a> {
     /// The PROBE frame with this id and index whose encoding is `total` bytes long (as close
     /// as the varint lengths allow, never longer; at least the bare header).
     pub fn probe_of_len(id: u64, index: u8, total: u64) -> Frame<'static> {
-        let header = |pad: u64| (2 + varint::len(id) + varint::len(pad)) as u64;
-        let mut pad = total.saturating_sub(header(0)).min(MAX_PROBE_PAD);
-        while pad > 0 && header(pad) + pad > total {
-            pad -= 1;
-        }
         Frame::Probe {
             id,
             index,
-            pad_len: pad,
+            pad_len: probe_pad_len(id, total, MAX_PROBE_PAD),
         }
     }
 
