@@ -476,9 +476,7 @@ impl Endpoint {
         let mut out = Vec::with_capacity(MAX_DATA_HEADER + payload.len());
         packet::encode_data_header(&mut out, &h);
         out.extend_from_slice(&payload);
-        if !self.sent_any {
-            self.sent_any = true;
-        }
+        self.sent_any = true;
         self.rc.on_sent(now, out.len(), h.timestamp_us);
         self.stats.data_sent += 1;
         self.stats.data_bytes_sent += out.len() as u64;
