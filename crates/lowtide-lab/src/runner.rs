@@ -376,6 +376,7 @@ pub fn controller_name(c: &lowtide::ControllerConfig) -> String {
         C::NotsentLowat { bytes } => format!("NotsentLowat({bytes})"),
         C::MinBuf { a, b } => format!("MinBuf({a},{b})"),
         C::PaceA { b } => format!("PaceA({b})"),
+        C::Dbat(d) => format!("Dbat({}kbit/s)", d.bit_rate_kbps),
     }
 }
 

@@ -49,6 +49,9 @@ pub struct Config {
     pub ack_events: bool,
     /// Latency controller.
     pub controller: ControllerConfig,
+    /// Send one packet-pair probe at session start, once the peer announced that it answers
+    /// probes (`Event::Probed` carries the result; `docs/dbat.md`).
+    pub probe_at_start: bool,
 }
 
 impl Default for Config {
@@ -67,6 +70,7 @@ impl Default for Config {
             written_events: true,
             ack_events: true,
             controller: ControllerConfig::default(),
+            probe_at_start: false,
         }
     }
 }

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::config::{Config, ConfigError, Fairness, StreamConfig};
-use crate::controller::{AppProgress, Decision, LatencyController, PAckSample, TcpState, Wake};
+use crate::controller::{
+    AppProgress, Decision, LatencyController, PAckSample, ProbeResult, TcpState, Wake,
+};
 use crate::error::{ProtocolError, SendError, StreamError};
 use crate::reassembly::{PeerCancelled, Reassembly, Received};
 use crate::scheduler::Scheduler;
@@ -155,6 +157,19 @@ pub enum Event {
         /// Stream id.
         stream: u64,
     },
+    /// DBAT's smoothed send queue crossed its threshold (`onset`) or fell back below it.
+    Congestion {
+        /// `true` when congestion starts, `false` when it clears.
+        onset: bool,
+        /// Average send-queue size, bytes.
+        queue: u64,
+        /// The threshold (probed bandwidth × weighted RTT), bytes.
+        threshold: u64,
+        /// The transport's achieved-rate estimate, bytes per second.
+        rate_estimate: u64,
+    },
+    /// A packet-pair probe finished ([`Config::probe_at_start`]).
+    Probed(ProbeResult),
     /// The channel is closed.
     Closed {
         /// Closed by the peer's CLOSE frame.
@@ -193,6 +208,10 @@ pub struct Stats {
     pub controller_blocked: u64,
     /// Messages delivered to the application.
     pub messages_received: u64,
+    /// Packet-pair probes sent.
+    pub probes_sent: u64,
+    /// Probe reports ignored: unknown id, or for a probe not yet written.
+    pub probe_reports_ignored: u64,
     /// Peer cancellations received.
     pub peer_cancelled: u64,
     /// P-ACKs sent.
@@ -241,6 +260,21 @@ const COPY_THRESHOLD: usize = 2048;
 /// ([`Connection::pending_frame`]).
 pub const DIRECT_READ_MIN: usize = 4096;
 
+/// Packet-pair probing state (`docs/dbat.md`): at most one probe of ours in flight and one of
+/// the peer's being timed, so a peer cannot grow it.
+#[derive(Debug, Default)]
+struct Probing {
+    /// The peer announced that it answers probes.
+    peer_answers: bool,
+    /// A probe should go out at the next aligned write opportunity.
+    wanted: bool,
+    next_id: u64,
+    /// Our probe in flight: id, channel offset of its end, when the kernel took its end.
+    sent: Option<(u64, u64, Option<Instant>)>,
+    /// The peer's probe: id and arrival of its first packet.
+    first_arrival: Option<(u64, Instant)>,
+}
+
 /// One lowtide channel, sans IO.
 #[derive(Debug)]
 pub struct Connection {
@@ -287,6 +321,7 @@ pub struct Connection {
     stats: Stats,
     error: Option<ProtocolError>,
     peer_closed: bool,
+    probing: Probing,
     /// Receive budget left for reservations while parsing the current frame.
     spare: u64,
 }
@@ -340,6 +375,7 @@ impl Connection {
             stats: Stats::default(),
             error: None,
             peer_closed: false,
+            probing: Probing::default(),
             spare: 0,
             config,
         };
@@ -349,6 +385,7 @@ impl Connection {
                 HelloOption::MaxMessageSize(c.config.max_message_size),
                 HelloOption::MaxChunkLen(c.config.max_chunk_len),
                 HelloOption::MaxStreams(u64::from(c.config.max_streams)),
+                HelloOption::AnswersProbes(1),
             ],
         }
         .encode(&mut c.control);
@@ -375,9 +412,27 @@ impl Connection {
         self.controller.name()
     }
 
-    /// Whether the controller reads [`TcpState`] (else the driver may pass a default one).
+    /// Whether the controller reads [`TcpState`] (else the driver may pass a default one). A
+    /// pending probe needs it too (the MSS and the kernel's unsent bytes).
     pub fn needs_tcp_state(&self) -> bool {
-        self.controller.needs_tcp_state()
+        self.controller.needs_tcp_state() || self.probing.wanted
+    }
+
+    /// The application's stream bit rate changed, bytes per second (DBAT sizes slow start
+    /// from it; other controllers ignore it).
+    pub fn set_stream_rate(&mut self, bytes_per_sec: u64) {
+        self.controller.set_stream_rate(bytes_per_sec);
+    }
+
+    /// Asks for a packet-pair probe at the next write opportunity where nothing is staged or
+    /// unsent (so each probe frame fills one segment). Ignored if the peer does not answer
+    /// probes or one is in flight; returns whether it was requested.
+    pub fn request_probe(&mut self) -> bool {
+        if !self.probing.peer_answers || self.probing.sent.is_some() {
+            return false;
+        }
+        self.probing.wanted = true;
+        true
     }
 
     /// The error that closed the channel, if any.
@@ -647,13 +702,23 @@ impl Connection {
         // Bytes still staged now are bytes the kernel refused.
         let refused = self.staged_len;
         self.handle_timeout(now);
+        self.stage_probe(tcp);
         self.flush_control();
         let app = AppProgress {
             written: self.written,
             acked: self.acked,
             staged: self.staged_len,
+            queued: self.queued_bytes,
         };
         let d = self.controller.decide(tcp, &app, now);
+        while let Some(sig) = self.controller.poll_signal() {
+            self.events.push_back(Event::Congestion {
+                onset: sig.onset,
+                queue: sig.queue,
+                threshold: sig.threshold,
+                rate_estimate: sig.rate_estimate,
+            });
+        }
         if let Some((cap, rec)) = &mut self.decisions {
             if rec.len() == *cap {
                 rec.pop_front();
@@ -689,6 +754,31 @@ impl Connection {
         self.seal_small();
         self.last_decision = Some(d);
         d
+    }
+
+    /// Stages a wanted probe pair: two frames of one MSS each, first in an empty kernel queue,
+    /// so each fills one segment and their dispersion at the receiver is one segment's time at
+    /// the bottleneck.
+    fn stage_probe(&mut self, tcp: &TcpState) {
+        if !self.probing.wanted
+            || self.staged_len > 0
+            || tcp.notsent > 0
+            || self.state != State::Open
+        {
+            return;
+        }
+        self.probing.wanted = false;
+        let id = self.probing.next_id;
+        self.probing.next_id += 1;
+        let mss = u64::from(tcp.mss_or_default());
+        for index in 0..2 {
+            self.scratch.clear();
+            Frame::probe_of_len(id, index, mss).encode(&mut self.scratch);
+            self.small.extend_from_slice(&self.scratch);
+            self.staged_len += self.scratch.len() as u64;
+        }
+        self.probing.sent = Some((id, self.written + self.staged_len, None));
+        self.stats.probes_sent += 1;
     }
 
     fn flush_control(&mut self) {
@@ -849,6 +939,11 @@ impl Connection {
         self.written += n;
         self.stats.bytes_written += n;
         self.stats.write_calls += 1;
+        if let Some((_, end, at @ None)) = &mut self.probing.sent {
+            if self.written >= *end {
+                *at = Some(now);
+            }
+        }
         let mut left = n as usize;
         while left > 0 {
             let front = self
@@ -1111,11 +1206,15 @@ impl Connection {
                     HelloOption::MaxMessageSize(v) => self.peer_max_message = v,
                     HelloOption::MaxChunkLen(v) => self.peer_max_chunk = v.max(64),
                     HelloOption::MaxStreams(v) => self.peer_max_streams = v,
+                    HelloOption::AnswersProbes(v) => self.probing.peer_answers = v == 1,
                     _ => {}
                 }
             }
             self.peer_hello = true;
             self.pack_needed = true;
+            if self.config.probe_at_start {
+                self.request_probe();
+            }
             pos = n;
         }
         while pos < buf.len() && self.peer_hello {
@@ -1202,6 +1301,12 @@ impl Connection {
                 bytes,
                 recv_time_us,
             } => self.on_pack(now, bytes, recv_time_us),
+            Frame::Probe { id, index, pad_len } => self.on_probe(now, id, index, pad_len),
+            Frame::ProbeReport {
+                id,
+                dispersion_us,
+                second_len,
+            } => self.on_probe_report(now, id, dispersion_us, second_len),
             Frame::Close { code, reason } => {
                 self.state = State::Closed;
                 self.peer_closed = true;
@@ -1245,6 +1350,51 @@ impl Connection {
             recv_time_us,
             covered_write_time: covered,
         });
+    }
+
+    /// The peer's probe: time the pair and answer at once (the report leaves with the next
+    /// write, which the driver makes right after this read).
+    fn on_probe(&mut self, now: Instant, id: u64, index: u8, pad_len: u64) {
+        match (index, self.probing.first_arrival) {
+            (0, _) => self.probing.first_arrival = Some((id, now)),
+            (_, Some((first, t0))) if first == id => {
+                self.probing.first_arrival = None;
+                let mut frame = Vec::new();
+                Frame::Probe { id, index, pad_len }.encode(&mut frame);
+                Frame::ProbeReport {
+                    id,
+                    dispersion_us: now.saturating_duration_since(t0).as_micros() as u64,
+                    second_len: frame.len() as u64,
+                }
+                .encode(&mut self.control);
+            }
+            // a second packet without its first: nothing to time
+            _ => {}
+        }
+    }
+
+    fn on_probe_report(&mut self, now: Instant, id: u64, dispersion_us: u64, second_len: u64) {
+        let Some((sent_id, _, Some(written_at))) = self.probing.sent else {
+            self.stats.probe_reports_ignored += 1;
+            return;
+        };
+        if sent_id != id {
+            self.stats.probe_reports_ignored += 1;
+            return;
+        }
+        self.probing.sent = None;
+        let dispersion = Duration::from_micros(dispersion_us);
+        let rtt = now
+            .saturating_duration_since(written_at)
+            .saturating_sub(dispersion);
+        let result = ProbeResult::from_dispersion(
+            rtt,
+            dispersion,
+            second_len.min(u64::from(u32::MAX)) as u32,
+            Duration::from_micros(1),
+        );
+        self.controller.on_probe(&result);
+        self.events.push_back(Event::Probed(result));
     }
 
     /// Next event, if any.

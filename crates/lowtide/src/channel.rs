@@ -342,6 +342,20 @@ impl Channel {
         }
     }
 
+    /// The stream's bit rate changed, bytes per second (DBAT sizes its slow-start buffer from
+    /// it; other controllers ignore it).
+    pub fn set_stream_rate(&self, bytes_per_sec: u64) {
+        self.shared.lock().conn.set_stream_rate(bytes_per_sec);
+    }
+
+    /// Asks for a packet-pair probe (`Event::Probed` carries the result); `false` if the peer
+    /// does not answer probes or one is in flight.
+    pub fn request_probe(&self) -> bool {
+        let requested = self.shared.lock().conn.request_probe();
+        self.shared.to_driver.notify_one();
+        requested
+    }
+
     /// Bytes queued in lowtide (not yet staged for the kernel).
     pub fn queued_bytes(&self) -> u64 {
         self.shared.lock().conn.queued_bytes()

@@ -9,13 +9,21 @@
 //!   below the rung's rate, up after sustained headroom);
 //! - [`meter`]: bytes in, one throughput sample per interval out;
 //! - [`wire`]: the ladder's messages on a plain TCP socket (manifest, switch, media);
+//! - [`server_policy`], [`report_rule`], [`dbat_rule`]: server-side switching (Hasan et al.):
+//!   the first rung from a probe, then on client loss/rebuffer reports or on DBAT's
+//!   congestion signals, with switch records; [`playout_buffer`]: that client's playout
+//!   buffer (rebuffer events) and its reports;
 //! - [`stream`]: the thin driver: a server that paces the chosen rung, a client that reads,
 //!   measures and asks for switches (blocking std sockets, so it also runs under
 //!   `LD_PRELOAD` libraries such as BWSS's).
 //!
 //! All but [`stream`] is pure logic; time comes in as `now`.
 
+pub mod dbat_rule;
 pub mod meter;
+pub mod playout_buffer;
+pub mod report_rule;
+pub mod server_policy;
 pub mod stream;
 pub mod throughput_rule;
 pub mod wire;

@@ -61,39 +61,49 @@ impl LatencyController for MinBuf {
         true
     }
     fn decide(&mut self, tcp: &TcpState, app: &AppProgress, now: Instant) -> Decision {
-        let mss = u64::from(tcp.mss_or_default());
-        let limit = self.limit(tcp);
-        let occupied = u64::from(tcp.outq) + app.staged;
-        let raw = limit.saturating_sub(occupied);
-        let allowance = raw - raw % mss;
-        let min_write = mss.min(limit);
-        let wake = if allowance >= min_write {
-            Wake::Writable
+        decide_for_limit(self.limit(tcp), tcp, app, now)
+    }
+}
+
+/// The decision for a kernel-queue `limit` in bytes: the allowance in whole segments, and how
+/// to be woken when blocked. Shared with DBAT, which keeps the kernel queue at its own limit.
+pub(super) fn decide_for_limit(
+    limit: u64,
+    tcp: &TcpState,
+    app: &AppProgress,
+    now: Instant,
+) -> Decision {
+    let mss = u64::from(tcp.mss_or_default());
+    let occupied = u64::from(tcp.outq) + app.staged;
+    let raw = limit.saturating_sub(occupied);
+    let allowance = raw - raw % mss;
+    let min_write = mss.min(limit);
+    let wake = if allowance >= min_write {
+        Wake::Writable
+    } else {
+        // Blocked. We can write one MSS again once occupied <= limit - mss. With
+        // outq = in_flight + notsent that is notsent <= limit - mss - in_flight - staged,
+        // and the kernel reports writability while notsent < lowat.
+        let in_flight = u64::from(tcp.outq.saturating_sub(tcp.notsent));
+        let room = limit.saturating_sub(mss + in_flight + app.staged);
+        if room > 0 && u64::from(tcp.notsent) > room {
+            Wake::NotsentBelow((room + 1).min(u64::from(u32::MAX)) as u32)
         } else {
-            // Blocked. We can write one MSS again once occupied <= limit - mss. With
-            // outq = in_flight + notsent that is notsent <= limit - mss - in_flight - staged,
-            // and the kernel reports writability while notsent < lowat.
-            let in_flight = u64::from(tcp.outq.saturating_sub(tcp.notsent));
-            let room = limit.saturating_sub(mss + in_flight + app.staged);
-            if room > 0 && u64::from(tcp.notsent) > room {
-                Wake::NotsentBelow((room + 1).min(u64::from(u32::MAX)) as u32)
+            let rtt = if tcp.rtt.is_zero() {
+                Duration::from_millis(1)
             } else {
-                let rtt = if tcp.rtt.is_zero() {
-                    Duration::from_millis(1)
-                } else {
-                    tcp.rtt
-                };
-                let wait = (rtt / 4).clamp(Duration::from_micros(100), Duration::from_millis(10));
-                Wake::At(now + wait)
-            }
-        };
-        Decision {
-            allowance,
-            limit,
-            min_write,
-            wake,
-            fixed_lowat: None,
+                tcp.rtt
+            };
+            let wait = (rtt / 4).clamp(Duration::from_micros(100), Duration::from_millis(10));
+            Wake::At(now + wait)
         }
+    };
+    Decision {
+        allowance,
+        limit,
+        min_write,
+        wake,
+        fixed_lowat: None,
     }
 }
 

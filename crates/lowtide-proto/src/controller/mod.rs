@@ -13,10 +13,12 @@
 //! | [`NotsentLowatController`] | the kernel's `TCP_NOTSENT_LOWAT` | kernel writability with the option set |
 //! | [`MinBuf`] | `(a·cwnd + min(b, cwnd) + sacked)·mss − outq` (Goel et al. §6, §6.1) | `TCP_NOTSENT_LOWAT` = blocked part |
 //! | [`PaceA`] | `latency × bandwidth` from P-ACKs, `+ b·mss`, minus unacknowledged bytes | next P-ACK |
+//! | [`DbatController`] | slow-start allowance from the probe, then probed bandwidth × RTT (Hasan et al. §4); congestion signals | as MinBuf |
 //!
 //! See `docs/transport.md` for how the wake-up maps onto `TCP_NOTSENT_LOWAT` and where the
 //! mapping is inexact.
 
+mod dbat;
 mod min_buf;
 mod notsent_lowat;
 mod pace_a;
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use dbat::{CongestionSignal, Dbat, DbatConfig, DbatController, ProbeResult};
 pub use min_buf::MinBuf;
 pub use notsent_lowat::NotsentLowatController;
 pub use pace_a::{PAckSample, PaceA};
@@ -80,6 +83,8 @@ pub struct AppProgress {
     pub acked: u64,
     /// Bytes encoded and waiting for the next write (already committed).
     pub staged: u64,
+    /// Bytes waiting in lowtide's send queues, not yet staged.
+    pub queued: u64,
 }
 
 /// How the driver should learn that the controller's allowance has grown again.
@@ -128,6 +133,14 @@ pub trait LatencyController: Send + std::fmt::Debug {
     fn decide(&mut self, tcp: &TcpState, app: &AppProgress, now: Instant) -> Decision;
     /// A P-ACK arrived (only [`PaceA`] uses it).
     fn on_pack(&mut self, _sample: &PAckSample) {}
+    /// A packet-pair probe finished (only [`DbatController`] uses it).
+    fn on_probe(&mut self, _probe: &ProbeResult) {}
+    /// The application's stream bit rate changed, bytes per second (DBAT's slow start).
+    fn set_stream_rate(&mut self, _bytes_per_sec: u64) {}
+    /// The next congestion signal for the application (only [`DbatController`] has any).
+    fn poll_signal(&mut self) -> Option<CongestionSignal> {
+        None
+    }
 }
 
 /// Controller choice, as found in configuration files.
@@ -153,6 +166,9 @@ pub enum ControllerConfig {
         /// Extra segments beyond cwnd'.
         b: u32,
     },
+    /// Hasan et al.'s DBAT: buffer for slow start, then near the probed BDP, with congestion
+    /// signals (`{ dbat = { bit_rate_kbps = 320 } }`).
+    Dbat(DbatConfig),
 }
 
 impl Default for ControllerConfig {
@@ -181,6 +197,7 @@ impl ControllerConfig {
             ControllerConfig::PaceA { b } => {
                 check_range("controller.pace_a.b", b, 0, 1024, "0..=1024")
             }
+            ControllerConfig::Dbat(cfg) => cfg.validate(),
         }
     }
 
@@ -194,6 +211,7 @@ impl ControllerConfig {
             }
             ControllerConfig::MinBuf { a, b } => Box::new(MinBuf::new(a, b)),
             ControllerConfig::PaceA { b } => Box::new(PaceA::new(b)),
+            ControllerConfig::Dbat(cfg) => Box::new(DbatController::new(cfg)?),
         })
     }
 }
@@ -214,5 +232,28 @@ mod tests {
             ControllerConfig::default().build().unwrap().name(),
             "min_buf"
         );
+    }
+
+    #[test]
+    fn dbat_reads_from_toml_and_is_checked() {
+        #[derive(serde::Deserialize)]
+        struct File {
+            controller: ControllerConfig,
+        }
+        let f: File =
+            toml::from_str("controller = { dbat = { bit_rate_kbps = 640, smoothing_rtts = 4.0 } }")
+                .unwrap();
+        let ControllerConfig::Dbat(cfg) = f.controller else {
+            panic!("not dbat: {:?}", f.controller)
+        };
+        assert_eq!(cfg.bit_rate_kbps, 640);
+        assert_eq!(cfg.initial_window, DbatConfig::default().initial_window);
+        assert_eq!(f.controller.build().unwrap().name(), "dbat");
+        let bad: File = toml::from_str("controller = { dbat = { clear_fraction = 2.0 } }").unwrap();
+        assert_eq!(
+            bad.controller.build().unwrap_err().field,
+            "controller.dbat.clear_fraction"
+        );
+        assert!(toml::from_str::<File>("controller = { dbat = { nope = 1 } }").is_err());
     }
 }

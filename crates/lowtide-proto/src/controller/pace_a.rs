@@ -180,6 +180,7 @@ mod tests {
                 written: 30_000,
                 acked: 10_000,
                 staged: 0,
+                queued: 0,
             },
             t0,
         );
@@ -191,6 +192,7 @@ mod tests {
                 written: 40_000,
                 acked: 10_000,
                 staged: 0,
+                queued: 0,
             },
             t0,
         );

@@ -4,6 +4,8 @@ use super::{varint, DecodeError, Reader, Short};
 
 /// Longest close reason, in bytes.
 pub const MAX_CLOSE_REASON: usize = 1024;
+/// Largest PROBE padding, bytes (a probe packet is at most one 64 KB segment).
+pub const MAX_PROBE_PAD: u64 = 65_536;
 /// Longest possible header of a data frame (type and six varints).
 pub const MAX_HEADER_LEN: usize = 1 + 6 * varint::MAX_LEN;
 
@@ -25,6 +27,10 @@ pub enum FrameType {
     PAck = 0x06,
     /// `CLOSE { code, reason_len, reason }`
     Close = 0x07,
+    /// `PROBE { id, index, pad_len, pad }`
+    Probe = 0x0c,
+    /// `PROBE_REPORT { id, dispersion_us, second_len }`
+    ProbeReport = 0x0d,
 }
 
 /// Why a message was withdrawn by its sender.
@@ -112,6 +118,36 @@ pub enum Frame<'a> {
         /// Human-readable reason.
         reason: &'a str,
     },
+    /// One packet of a packet-pair probe; the pad makes the frame fill a segment.
+    Probe {
+        /// Probe id (the sender's count).
+        id: u64,
+        /// 0 for the first packet of the pair, 1 for the second.
+        index: u8,
+        /// Padding bytes that follow (content ignored).
+        pad_len: u64,
+    },
+    /// The receiver's answer to a probe pair.
+    ProbeReport {
+        /// Probe id.
+        id: u64,
+        /// Time between the arrivals of the two probe frames, µs.
+        dispersion_us: u64,
+        /// Length of the second probe frame as received, bytes.
+        second_len: u64,
+    },
+}
+
+/// The pad length that makes a probe `total` bytes long when it is laid out as one type
+/// byte, the id, one index byte, the pad length and the pad (lowtide's PROBE frame and
+/// TFRC's probe datagram), as close as the varint lengths allow, never longer, at most `max`.
+pub fn probe_pad_len(id: u64, total: u64, max: u64) -> u64 {
+    let header = |pad: u64| (2 + varint::len(id) + varint::len(pad)) as u64;
+    let mut pad = total.saturating_sub(header(0)).min(max);
+    while pad > 0 && header(pad) + pad > total {
+        pad -= 1;
+    }
+    pad
 }
 
 impl<'a> Frame<'a> {
@@ -201,6 +237,34 @@ impl<'a> Frame<'a> {
                 varint::put(out, r.len() as u64);
                 out.extend_from_slice(r.as_bytes());
             }
+            Frame::Probe { id, index, pad_len } => {
+                out.push(FrameType::Probe as u8);
+                varint::put(out, id);
+                varint::put(out, u64::from(index));
+                let pad = pad_len.min(MAX_PROBE_PAD);
+                varint::put(out, pad);
+                out.resize(out.len() + pad as usize, 0);
+            }
+            Frame::ProbeReport {
+                id,
+                dispersion_us,
+                second_len,
+            } => {
+                out.push(FrameType::ProbeReport as u8);
+                varint::put(out, id);
+                varint::put(out, dispersion_us);
+                varint::put(out, second_len);
+            }
+        }
+    }
+
+    /// The PROBE frame with this id and index whose encoding is `total` bytes long (as close
+    /// as the varint lengths allow, never longer; at least the bare header).
+    pub fn probe_of_len(id: u64, index: u8, total: u64) -> Frame<'static> {
+        Frame::Probe {
+            id,
+            index,
+            pad_len: probe_pad_len(id, total, MAX_PROBE_PAD),
         }
     }
 
@@ -299,6 +363,25 @@ impl<'a> Frame<'a> {
                 let reason = std::str::from_utf8(raw).map_err(|_| DecodeError::ReasonNotUtf8)?;
                 Frame::Close { code, reason }
             }
+            0x0c => {
+                let id = r.var()?;
+                let index = r.var_max("probe.index", 1)? as u8;
+                let pad_len = r.var_max("probe.pad_len", MAX_PROBE_PAD)?;
+                if pad_len > max_payload {
+                    return Err(DecodeError::FrameTooLarge {
+                        len: pad_len,
+                        max: max_payload,
+                    }
+                    .into());
+                }
+                r.bytes(pad_len as usize)?;
+                Frame::Probe { id, index, pad_len }
+            }
+            0x0d => Frame::ProbeReport {
+                id: r.var()?,
+                dispersion_us: r.var()?,
+                second_len: r.var_max("probe_report.second_len", MAX_PROBE_PAD + 32)?,
+            },
             other => return Err(DecodeError::UnknownFrameType(other).into()),
         };
         Ok(frame)
@@ -358,7 +441,50 @@ mod tests {
                 code: 3,
                 reason: "limit exceeded",
             },
+            Frame::Probe {
+                id: 1,
+                index: 1,
+                pad_len: 1400,
+            },
+            Frame::ProbeReport {
+                id: 1,
+                dispersion_us: 23_000,
+                second_len: 1448,
+            },
         ]
+    }
+
+    #[test]
+    fn probe_frames_fill_the_requested_length() {
+        for total in [4u64, 100, 127, 128, 129, 130, 1448, 9000] {
+            let f = Frame::probe_of_len(3, 0, total);
+            let mut out = Vec::new();
+            f.encode(&mut out);
+            assert_eq!(out.len() as u64, total, "{f:?}");
+        }
+        let mut out = Vec::new();
+        Frame::Probe {
+            id: 0,
+            index: 0,
+            pad_len: MAX_PROBE_PAD + 1,
+        }
+        .encode(&mut out);
+        assert_eq!(
+            Frame::decode(&out, MAX_PROBE_PAD).unwrap().unwrap().1,
+            out.len()
+        );
+        assert!(matches!(
+            Frame::decode(&out, 1000),
+            Err(DecodeError::FrameTooLarge { .. })
+        ));
+        let bad = [0x0c, 0x00, 0x02, 0x00];
+        assert!(matches!(
+            Frame::decode(&bad, 10),
+            Err(DecodeError::FieldOutOfRange {
+                field: "probe.index",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub enum HelloOption {
     MaxChunkLen(u64),
     /// Most concurrent streams the sender of the hello accepts from its peer (key 3).
     MaxStreams(u64),
+    /// The sender of the hello answers packet-pair PROBE frames with PROBE_REPORT (key 6,
+    /// value 1); a peer must not send PROBE to one that did not announce it.
+    AnswersProbes(u64),
     /// An option this version does not know: key, value.
     Unknown(u64, u64),
 }
@@ -29,6 +32,7 @@ impl HelloOption {
             HelloOption::MaxMessageSize(v) => (1, v),
             HelloOption::MaxChunkLen(v) => (2, v),
             HelloOption::MaxStreams(v) => (3, v),
+            HelloOption::AnswersProbes(v) => (6, v),
             HelloOption::Unknown(k, v) => (k, v),
         }
     }
@@ -37,6 +41,7 @@ impl HelloOption {
             1 => HelloOption::MaxMessageSize(v),
             2 => HelloOption::MaxChunkLen(v),
             3 => HelloOption::MaxStreams(v),
+            6 => HelloOption::AnswersProbes(v),
             _ => HelloOption::Unknown(k, v),
         }
     }

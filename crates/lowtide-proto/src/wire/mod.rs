@@ -18,7 +18,8 @@ mod handshake;
 pub mod varint;
 
 pub use frame::{
-    CancelReason, DataFrame, FirstChunk, Frame, FrameType, MAX_CLOSE_REASON, MAX_HEADER_LEN,
+    probe_pad_len, CancelReason, DataFrame, FirstChunk, Frame, FrameType, MAX_CLOSE_REASON,
+    MAX_HEADER_LEN, MAX_PROBE_PAD,
 };
 pub use handshake::{Hello, HelloOption, MAGIC, MAX_HELLO_OPTIONS, VERSION};
 

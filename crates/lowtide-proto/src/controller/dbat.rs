@@ -1,0 +1,578 @@
+//! DBAT: Dynamic Buffer Active Tuning. A send buffer sized for slow start, then held near the
+//! bandwidth-delay product, and a smoothed queue signal that tells the application when
+//! congestion starts and when it clears.
+//!
+//! Source: Hasan, Huang, Werstein, "Dynamic Send Buffer Active Tuning for Low Latency Streaming
+//! Media", Section 4 (the algorithm) and Section 3 (why a fixed send buffer hurts: 64 KB is
+//! 1.6 s of a 320 kbit/s stream). The rule:
+//! - At session start the server probes the path with packet pairs; the probe gives the
+//!   bottleneck bandwidth (used to pick the first bit rate) and an RTT.
+//! - **Slow start.** The transport doubles its rate every RTT from its initial window, so it
+//!   needs `n = ⌈log2(bit_rate / (initial_window / RTT))⌉` RTTs to reach the stream's bit rate;
+//!   the buffer during slow start is that time × the stream's rate.
+//! - **Afterwards** the queue threshold is the probed bandwidth × the weighted RTT (the
+//!   bandwidth-delay product).
+//! - A weighted average of the send-queue size filters transients; the application gets
+//!   feedback only when the average crosses the threshold, and switches bit rate early.
+//!
+//! The same state machine serves TCP (as a [`LatencyController`] of the lowtide channel: the
+//! queue is the kernel's send queue plus lowtide's own queues) and TFRC (the `lowtide-tfrc`
+//! crate sizes its send buffer with [`Dbat::buffer_limit`] and feeds [`Dbat::on_queue`]).
+//!
+//! Where we differ:
+//! - The paper does not say how slow start ends for DBAT. We leave the slow-start phase when,
+//!   after one RTT of sending, the transport's rate estimate has reached the stream's rate (or
+//!   the probed bandwidth, if lower) and the queue has fallen to the threshold (the transport
+//!   caught up), or after the computed slow-start time plus two RTTs, whichever is first. The
+//!   average then restarts from an empty queue: slow start's backlog is not congestion, so a
+//!   backlog that drains within about `smoothing_rtts` RTTs does not signal and one that
+//!   persists does. (TFRC ramps up more slowly than TCP: one packet per second until its first
+//!   feedback, then at most twice the receive rate, which lags an RTT.)
+//! - The average is weighted by time, not per packet: `avg += (1 − e^(−Δt/τ))·(q − avg)` with
+//!   `τ = smoothing_rtts × RTT`, so irregular sampling (one sample per write opportunity) does
+//!   not change the filter. The paper does not give its weight.
+//! - The signal has hysteresis: it clears when the average falls below `clear_fraction` ×
+//!   threshold, so a queue hovering at the threshold does not flap.
+//! - The buffer after slow start is `buffer_headroom` × threshold, not the threshold itself: a
+//!   buffer equal to the threshold could never hold a queue above it, so the signal could not
+//!   fire before the buffer drops data. Over TCP, data beyond the buffer stays in lowtide's
+//!   queues (where deadlines and cancellation still work) instead of being dropped.
+//! - Over TCP the kernel may always hold one congestion window plus one MSS: a probe that
+//!   underestimates the bandwidth must not make TCP application-limited (the paper's 16 KB row
+//!   shows what that costs).
+//! - Before a probe result arrives, the bandwidth is the transport's own rate estimate and the
+//!   RTT the transport's smoothed RTT (or `fallback_rtt_ms` before either exists).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{AppProgress, Decision, LatencyController, TcpState};
+use crate::config::{check_range, ConfigError};
+
+/// DBAT's parameters, as found in configuration files (`controller = { dbat = { ... } }`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DbatConfig {
+    /// The stream's bit rate until the application sets one, kbit/s.
+    pub bit_rate_kbps: u32,
+    /// The transport's initial window, segments (Linux TCP: 10; TFRC, RFC 3390: 3-4).
+    pub initial_window: u32,
+    /// Time constant of the queue average, in RTTs.
+    pub smoothing_rtts: f64,
+    /// The signal clears when the average falls below this fraction of the threshold.
+    pub clear_fraction: f64,
+    /// Send buffer after slow start, as a multiple of the threshold.
+    pub buffer_headroom: f64,
+    /// RTT assumed before any probe or transport sample, ms.
+    pub fallback_rtt_ms: u32,
+}
+
+impl Default for DbatConfig {
+    fn default() -> Self {
+        Self {
+            bit_rate_kbps: 320,
+            initial_window: 10,
+            smoothing_rtts: 2.0,
+            clear_fraction: 0.5,
+            buffer_headroom: 2.0,
+            fallback_rtt_ms: 100,
+        }
+    }
+}
+
+impl DbatConfig {
+    /// Checks every field; errors name the field, the value and the allowed range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range(
+            "controller.dbat.bit_rate_kbps",
+            self.bit_rate_kbps,
+            1,
+            10_000_000,
+            "1..=10000000",
+        )?;
+        check_range(
+            "controller.dbat.initial_window",
+            self.initial_window,
+            1,
+            1000,
+            "1..=1000",
+        )?;
+        check_range(
+            "controller.dbat.smoothing_rtts",
+            self.smoothing_rtts,
+            0.1,
+            100.0,
+            "0.1..=100",
+        )?;
+        check_range(
+            "controller.dbat.clear_fraction",
+            self.clear_fraction,
+            0.0,
+            1.0,
+            "0..=1",
+        )?;
+        check_range(
+            "controller.dbat.buffer_headroom",
+            self.buffer_headroom,
+            1.0,
+            100.0,
+            "1..=100",
+        )?;
+        check_range(
+            "controller.dbat.fallback_rtt_ms",
+            self.fallback_rtt_ms,
+            1,
+            60_000,
+            "1..=60000",
+        )
+    }
+}
+
+/// What a packet-pair probe measured (see `docs/dbat.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProbeResult {
+    /// Round-trip time: report arrival − pair sent − dispersion.
+    pub rtt: Duration,
+    /// Time between the arrivals of the two packets at the receiver.
+    pub dispersion: Duration,
+    /// Bytes of the second packet (what crossed the bottleneck during the dispersion).
+    pub second_len: u32,
+    /// Bottleneck estimate, bytes per second; `None` when the dispersion was below what the
+    /// receiver can resolve (both packets arrived in one read).
+    pub bandwidth: Option<u64>,
+}
+
+impl ProbeResult {
+    /// Builds the result from a dispersion; a dispersion under `resolution` gives no estimate.
+    pub fn from_dispersion(
+        rtt: Duration,
+        dispersion: Duration,
+        second_len: u32,
+        resolution: Duration,
+    ) -> Self {
+        let bandwidth = (dispersion >= resolution && !dispersion.is_zero())
+            .then(|| (f64::from(second_len) / dispersion.as_secs_f64()) as u64);
+        Self {
+            rtt,
+            dispersion,
+            second_len,
+            bandwidth,
+        }
+    }
+}
+
+/// DBAT's feedback to the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CongestionSignal {
+    /// `true`: the average queue crossed the threshold; `false`: it cleared.
+    pub onset: bool,
+    /// Average send-queue size, bytes.
+    pub queue: u64,
+    /// The threshold, bytes.
+    pub threshold: u64,
+    /// The transport's achieved-rate estimate, bytes per second.
+    pub rate_estimate: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Nothing queued yet.
+    Idle,
+    /// Slow start began at this time.
+    SlowStart(Instant),
+    Steady,
+}
+
+/// Signals kept for the application before the oldest are dropped (and counted).
+const MAX_SIGNALS: usize = 64;
+
+/// The DBAT state machine (sans-IO: every call takes `now`).
+#[derive(Debug, Clone)]
+pub struct Dbat {
+    cfg: DbatConfig,
+    /// The stream's bit rate, bytes per second.
+    rate: u64,
+    probe: Option<ProbeResult>,
+    phase: Phase,
+    avg: Option<(f64, Instant)>,
+    congested: bool,
+    signals: VecDeque<CongestionSignal>,
+    /// Signals dropped because the application did not collect them.
+    pub signals_dropped: u64,
+    /// The last threshold computed, bytes.
+    last_threshold: u64,
+}
+
+impl Dbat {
+    /// A checked DBAT.
+    pub fn new(cfg: DbatConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        Ok(Self {
+            cfg,
+            rate: u64::from(cfg.bit_rate_kbps) * 1000 / 8,
+            probe: None,
+            phase: Phase::Idle,
+            avg: None,
+            congested: false,
+            signals: VecDeque::new(),
+            signals_dropped: 0,
+            last_threshold: 0,
+        })
+    }
+
+    /// The stream's bit rate changed (bytes per second). A new rate while idle or in slow
+    /// start changes the slow-start allowance; afterwards only the queue it produces matters.
+    pub fn set_stream_rate(&mut self, bytes_per_sec: u64) {
+        self.rate = bytes_per_sec.max(1);
+    }
+
+    /// The stream's bit rate, bytes per second.
+    pub fn stream_rate(&self) -> u64 {
+        self.rate
+    }
+
+    /// A probe result arrived.
+    pub fn on_probe(&mut self, probe: ProbeResult) {
+        self.probe = Some(probe);
+    }
+
+    /// The probe result in use.
+    pub fn probe(&self) -> Option<ProbeResult> {
+        self.probe
+    }
+
+    /// Whether the slow-start phase is over.
+    pub fn in_slow_start(&self) -> bool {
+        self.phase != Phase::Steady
+    }
+
+    /// Whether the last signal was an onset.
+    pub fn congested(&self) -> bool {
+        self.congested
+    }
+
+    /// The weighted queue average, bytes.
+    pub fn queue_average(&self) -> Option<u64> {
+        self.avg.map(|(a, _)| a as u64)
+    }
+
+    /// The RTT to plan with: the transport's weighted RTT, else the probe's, else the fallback.
+    fn rtt(&self, srtt: Option<Duration>) -> Duration {
+        srtt.filter(|r| !r.is_zero())
+            .or(self.probe.map(|p| p.rtt).filter(|r| !r.is_zero()))
+            .unwrap_or(Duration::from_millis(u64::from(self.cfg.fallback_rtt_ms)))
+    }
+
+    /// Time slow start needs to reach the stream's rate from `initial_window` segments per
+    /// RTT: `⌈log2(rate / (iw·mss / rtt))⌉` RTTs.
+    pub fn slow_start_time(&self, mss: u32, rtt: Duration) -> Duration {
+        let start_rate =
+            f64::from(self.cfg.initial_window) * f64::from(mss) / rtt.as_secs_f64().max(1e-6);
+        let ratio = self.rate as f64 / start_rate;
+        let rtts = if ratio <= 1.0 {
+            0.0
+        } else {
+            ratio.log2().ceil()
+        };
+        rtt.mul_f64(rtts)
+    }
+
+    /// The buffer slow start needs: slow-start time × the stream's rate, at least the initial
+    /// window.
+    pub fn slow_start_allowance(&self, mss: u32, rtt: Duration) -> u64 {
+        let t = self.slow_start_time(mss, rtt);
+        let bytes = (t.as_secs_f64() * self.rate as f64) as u64;
+        bytes.max(u64::from(self.cfg.initial_window) * u64::from(mss))
+    }
+
+    /// The queue threshold: probed bandwidth (else `rate_estimate`) × weighted RTT, bytes;
+    /// at least one MSS.
+    pub fn threshold(&self, srtt: Option<Duration>, rate_estimate: u64, mss: u32) -> u64 {
+        let bw = self
+            .probe
+            .and_then(|p| p.bandwidth)
+            .unwrap_or(rate_estimate.max(self.rate));
+        let bdp = (bw as f64 * self.rtt(srtt).as_secs_f64()) as u64;
+        bdp.max(u64::from(mss))
+    }
+
+    /// The send buffer DBAT allows now, bytes: the slow-start allowance (or the threshold,
+    /// if larger) during slow start, `buffer_headroom` × threshold afterwards.
+    pub fn buffer_limit(&self, srtt: Option<Duration>, rate_estimate: u64, mss: u32) -> u64 {
+        let threshold = self.threshold(srtt, rate_estimate, mss);
+        let steady = (threshold as f64 * self.cfg.buffer_headroom) as u64;
+        if self.in_slow_start() {
+            self.slow_start_allowance(mss, self.rtt(srtt)).max(steady)
+        } else {
+            steady
+        }
+    }
+
+    /// A sample of the send queue (bytes waiting or unacknowledged at the sender) at `now`.
+    /// Updates the average and the phase; a crossing queues a [`CongestionSignal`].
+    pub fn on_queue(
+        &mut self,
+        now: Instant,
+        queue: u64,
+        srtt: Option<Duration>,
+        rate_estimate: u64,
+        mss: u32,
+    ) {
+        let rtt = self.rtt(srtt);
+        let threshold = self.threshold(srtt, rate_estimate, mss);
+        self.last_threshold = threshold;
+        let avg = match self.avg {
+            None => queue as f64,
+            Some((a, at)) => {
+                let dt = now.saturating_duration_since(at).as_secs_f64();
+                let tau = rtt.as_secs_f64() * self.cfg.smoothing_rtts;
+                a + (1.0 - (-dt / tau).exp()) * (queue as f64 - a)
+            }
+        };
+        self.avg = Some((avg, now));
+        match self.phase {
+            Phase::Idle if queue > 0 => self.phase = Phase::SlowStart(now),
+            Phase::Idle => {}
+            Phase::SlowStart(start) => {
+                let elapsed = now.saturating_duration_since(start);
+                let limit = self.slow_start_time(mss, rtt) + rtt * 2;
+                let target = self
+                    .probe
+                    .and_then(|p| p.bandwidth)
+                    .map_or(self.rate, |bw| bw.min(self.rate));
+                let caught_up = rate_estimate >= target && queue <= threshold;
+                if (elapsed >= rtt && caught_up) || elapsed >= limit {
+                    self.phase = Phase::Steady;
+                    // Slow start's backlog is not congestion: restart the average from empty.
+                    self.avg = Some((0.0, now));
+                }
+            }
+            Phase::Steady => {
+                let onset = !self.congested && avg > threshold as f64;
+                let clear = self.congested && avg < threshold as f64 * self.cfg.clear_fraction;
+                if onset || clear {
+                    self.congested = onset;
+                    if self.signals.len() == MAX_SIGNALS {
+                        self.signals.pop_front();
+                        self.signals_dropped += 1;
+                    }
+                    self.signals.push_back(CongestionSignal {
+                        onset,
+                        queue: avg as u64,
+                        threshold,
+                        rate_estimate,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The next signal for the application.
+    pub fn poll_signal(&mut self) -> Option<CongestionSignal> {
+        self.signals.pop_front()
+    }
+}
+
+/// DBAT as the lowtide channel's latency controller over TCP.
+#[derive(Debug, Clone)]
+pub struct DbatController {
+    dbat: Dbat,
+}
+
+impl DbatController {
+    /// A checked controller.
+    pub fn new(cfg: DbatConfig) -> Result<Self, ConfigError> {
+        Ok(Self {
+            dbat: Dbat::new(cfg)?,
+        })
+    }
+
+    /// The state machine.
+    pub fn dbat(&self) -> &Dbat {
+        &self.dbat
+    }
+
+    /// TCP's achieved rate: the kernel's delivery rate, else cwnd·mss / srtt.
+    fn rate_estimate(tcp: &TcpState) -> u64 {
+        if tcp.delivery_rate > 0 {
+            tcp.delivery_rate
+        } else if !tcp.rtt.is_zero() {
+            (f64::from(tcp.cwnd) * f64::from(tcp.mss_or_default()) / tcp.rtt.as_secs_f64()) as u64
+        } else {
+            0
+        }
+    }
+}
+
+impl LatencyController for DbatController {
+    fn name(&self) -> &'static str {
+        "dbat"
+    }
+    fn needs_tcp_state(&self) -> bool {
+        true
+    }
+    fn decide(&mut self, tcp: &TcpState, app: &AppProgress, now: Instant) -> Decision {
+        let mss = tcp.mss_or_default();
+        let srtt = (!tcp.rtt.is_zero()).then_some(tcp.rtt);
+        let rate = Self::rate_estimate(tcp);
+        // The paper's send buffer holds everything not yet acknowledged: the kernel's queue,
+        // bytes staged for it and lowtide's own queues.
+        let queue = u64::from(tcp.outq) + app.staged + app.queued;
+        self.dbat.on_queue(now, queue, srtt, rate, mss);
+        let phase_limit = if self.dbat.in_slow_start() {
+            self.dbat.buffer_limit(srtt, rate, mss)
+        } else {
+            self.dbat.threshold(srtt, rate, mss)
+        };
+        let window = (u64::from(tcp.cwnd.max(1)) + 1) * u64::from(mss);
+        let limit = phase_limit.max(window);
+        super::min_buf::decide_for_limit(limit, tcp, app, now)
+    }
+    fn on_probe(&mut self, probe: &ProbeResult) {
+        self.dbat.on_probe(*probe);
+    }
+    fn set_stream_rate(&mut self, bytes_per_sec: u64) {
+        self.dbat.set_stream_rate(bytes_per_sec);
+    }
+    fn poll_signal(&mut self) -> Option<CongestionSignal> {
+        self.dbat.poll_signal()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(rtt_ms: u64, bw: u64) -> ProbeResult {
+        ProbeResult {
+            rtt: Duration::from_millis(rtt_ms),
+            dispersion: Duration::from_micros(1),
+            second_len: 1448,
+            bandwidth: Some(bw),
+        }
+    }
+
+    #[test]
+    fn slow_start_allowance_follows_the_doubling_rule() {
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        // 640 kbit/s = 80_000 B/s; iw 10·1000 B per 400 ms = 25_000 B/s; ratio 3.2 → 2 RTTs.
+        d.set_stream_rate(80_000);
+        let rtt = Duration::from_millis(400);
+        assert_eq!(d.slow_start_time(1000, rtt), Duration::from_millis(800));
+        assert_eq!(d.slow_start_allowance(1000, rtt), 64_000);
+        // A rate below the initial window's: no doubling needed, the window itself.
+        d.set_stream_rate(10_000);
+        assert_eq!(d.slow_start_allowance(1000, rtt), 10_000);
+    }
+
+    #[test]
+    fn threshold_is_probed_bandwidth_times_weighted_rtt() {
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.on_probe(probe(400, 62_500));
+        let srtt = Some(Duration::from_millis(500));
+        assert_eq!(d.threshold(srtt, 1, 1448), 31_250);
+        // Without a transport RTT the probe's RTT is used.
+        assert_eq!(d.threshold(None, 1, 1448), 25_000);
+    }
+
+    /// Simulated time: a stream at 40 kB/s into a path that carries 62.5 kB/s, then 25 kB/s.
+    #[test]
+    fn signal_fires_when_the_smoothed_queue_crosses_and_clears_below() {
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.set_stream_rate(40_000);
+        d.on_probe(probe(400, 62_500));
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(400));
+        let mut queue = 0.0f64;
+        let mut signals = Vec::new();
+        let step = Duration::from_millis(10);
+        for i in 1..=3000u32 {
+            let now = t0 + step * i;
+            let secs = f64::from(i) * 0.01;
+            // slow start for 1 s, then 62.5 kB/s until 10 s, 25 kB/s until 20 s, then 62.5.
+            let drain = match secs {
+                s if s < 1.0 => 20_000.0,
+                s if s < 10.0 => 62_500.0,
+                s if s < 20.0 => 25_000.0,
+                _ => 62_500.0,
+            };
+            // 400 B per 10 ms in; what the path drains out, down to what is in flight.
+            queue = (queue + 400.0 - drain * 0.01).max(8_000.0f64.min(queue + 400.0));
+            d.on_queue(now, queue as u64, rtt, 40_000, 1448);
+            while let Some(s) = d.poll_signal() {
+                signals.push((secs, s));
+            }
+        }
+        assert!(!d.in_slow_start());
+        assert_eq!(signals.len(), 2, "{signals:?}");
+        let (t_on, on) = signals[0];
+        assert!(on.onset && on.threshold == 25_000);
+        // the queue grows 15 kB/s from 8 kB past 10 s and crosses 25 kB near 11.1 s; the
+        // average lags a ramp by τ = 2 RTTs = 0.8 s.
+        assert!((11.1..12.5).contains(&t_on), "onset at {t_on}");
+        let (t_off, off) = signals[1];
+        assert!(!off.onset && off.queue < 12_500);
+        assert!(t_off > 20.0, "cleared at {t_off}");
+    }
+
+    #[test]
+    fn slow_start_backlog_is_not_congestion() {
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.set_stream_rate(40_000);
+        d.on_probe(probe(400, 62_500));
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(400));
+        // a 60 kB backlog during the first second, then it drains to 10 kB
+        for i in 1..=100u32 {
+            let q = if i < 50 { 60_000 } else { 10_000 };
+            d.on_queue(t0 + Duration::from_millis(20) * i, q, rtt, 40_000, 1448);
+        }
+        assert!(!d.in_slow_start());
+        assert_eq!(d.poll_signal(), None);
+    }
+
+    #[test]
+    fn controller_limits_the_kernel_to_the_phase_limit_but_never_below_a_window() {
+        let mut c = DbatController::new(DbatConfig::default()).unwrap();
+        c.on_probe(&probe(400, 62_500));
+        let tcp = TcpState {
+            cwnd: 4,
+            mss: 1000,
+            rtt: Duration::from_millis(400),
+            ..Default::default()
+        };
+        let now = Instant::now();
+        let d = c.decide(&tcp, &AppProgress::default(), now);
+        // slow start: max(allowance, 2 × 25 kB threshold) = 50 kB
+        assert_eq!(d.limit, 50_000);
+        // steady with a tiny probe: the window floor (cwnd + 1 segments)
+        let mut c = DbatController::new(DbatConfig::default()).unwrap();
+        c.on_probe(&probe(400, 100));
+        let queued = AppProgress {
+            queued: 1,
+            ..Default::default()
+        };
+        c.decide(&tcp, &queued, now);
+        let d = c.decide(&tcp, &AppProgress::default(), now + Duration::from_secs(5));
+        assert!(!c.dbat().in_slow_start());
+        assert_eq!(d.limit, 5_000);
+    }
+
+    #[test]
+    fn config_is_checked_with_field_names() {
+        let e = Dbat::new(DbatConfig {
+            smoothing_rtts: 0.0,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "controller.dbat.smoothing_rtts");
+        let e = Dbat::new(DbatConfig {
+            buffer_headroom: 0.5,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "controller.dbat.buffer_headroom");
+    }
+}

@@ -1,0 +1,151 @@
+//! The receiver's side of RFC 5348 (§6): it measures the receive rate, keeps the loss history
+//! ([`crate::loss`]) and sends feedback once per RTT, or at once on a new loss event.
+//!
+//! - §6.1-6.2: on a data packet, update the loss history; if `p` increased, send feedback now.
+//!   When the feedback timer (one RTT, the sender's estimate from the packet header) expires
+//!   and data arrived since the last report, send feedback.
+//! - §6.3.1: at the first loss event the history is seeded with the interval that would give
+//!   the receive rate of the last RTT through the equation.
+//!
+//! Where we differ:
+//! - The seed targets half the receive rate of the last RTT, as TCP halves its window at the
+//!   first loss: the last RTT of slow start receives about the bottleneck's rate, which the
+//!   sender could not keep.
+//! - `X_recv` covers the time since the previous report (at least one RTT when the timer
+//!   drives it; an expedited report covers less).
+
+use std::time::{Duration, Instant};
+
+use crate::equation;
+use crate::loss::{Arrival, LossHistory, SeqJump};
+use crate::packet::{DataHeader, Feedback};
+
+/// RTT assumed before a data packet carries the sender's estimate.
+const DEFAULT_RTT: Duration = Duration::from_millis(100);
+
+/// The receiving half of a TFRC endpoint.
+#[derive(Debug, Clone)]
+pub struct Receiver {
+    s: f64,
+    history: LossHistory,
+    /// Bytes and start of the current measurement interval.
+    bytes_since_report: u64,
+    interval_start: Option<Instant>,
+    /// The receive rate of the previous interval (for the §6.3.1 seed).
+    last_x_recv: f64,
+    /// The last data packet: its timestamp and our arrival time.
+    last_data: Option<(u64, Instant)>,
+    rtt: Duration,
+    feedback_due: Option<Instant>,
+    last_p: f64,
+    /// Reports sent.
+    pub reports: u64,
+}
+
+impl Receiver {
+    /// A receiver for segments of about `s` bytes.
+    pub fn new(s: u32) -> Self {
+        Self {
+            s: f64::from(s.max(1)),
+            history: LossHistory::new(),
+            bytes_since_report: 0,
+            interval_start: None,
+            last_x_recv: 0.0,
+            last_data: None,
+            rtt: DEFAULT_RTT,
+            feedback_due: None,
+            last_p: 0.0,
+            reports: 0,
+        }
+    }
+
+    /// The loss history.
+    pub fn history(&self) -> &LossHistory {
+        &self.history
+    }
+
+    /// A data packet of `len` bytes arrived at `now`.
+    pub fn on_data(
+        &mut self,
+        now: Instant,
+        h: &DataHeader,
+        len: usize,
+    ) -> Result<Arrival, SeqJump> {
+        if h.rtt_us > 0 {
+            self.rtt = Duration::from_micros(h.rtt_us);
+        }
+        let (s, rtt) = (self.s, self.rtt);
+        let recent = self.current_rate(now).max(self.last_x_recv);
+        let arrival = self.history.on_packet(h.seq, now, self.rtt, || {
+            // §6.3.1: the interval whose equation rate is (half) the receive rate
+            let target = (recent / 2.0).max(s / 64.0);
+            let p = equation::loss_rate_for(s, rtt, target);
+            (1.0 / p).round().max(1.0) as u64
+        })?;
+        if arrival.late {
+            return Ok(arrival);
+        }
+        self.interval_start.get_or_insert(now);
+        self.bytes_since_report += len as u64;
+        self.last_data = Some((h.timestamp_us, now));
+        if self.feedback_due.is_none() {
+            // the first packet: report at once, so the sender learns the RTT
+            self.feedback_due = Some(now);
+        }
+        if self.history.loss_event_rate() > self.last_p {
+            self.feedback_due = Some(now);
+        }
+        Ok(arrival)
+    }
+
+    fn current_rate(&self, now: Instant) -> f64 {
+        match self.interval_start {
+            Some(t) => {
+                let dt = now.saturating_duration_since(t).as_secs_f64();
+                if dt > 0.0 {
+                    self.bytes_since_report as f64 / dt
+                } else {
+                    0.0
+                }
+            }
+            None => 0.0,
+        }
+    }
+
+    /// When feedback is due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.feedback_due
+    }
+
+    /// The report to send at `now`, if one is due and data arrived since the last one.
+    pub fn poll_feedback(&mut self, now: Instant) -> Option<Feedback> {
+        let due = self.feedback_due?;
+        if due > now {
+            return None;
+        }
+        let Some((echo_us, arrived)) = self.last_data else {
+            self.feedback_due = None;
+            return None;
+        };
+        if self.bytes_since_report == 0 {
+            // nothing new: wait for data (the next packet re-arms the timer)
+            self.feedback_due = None;
+            return None;
+        }
+        let x_recv = self.current_rate(now);
+        let p = self.history.loss_event_rate();
+        self.last_x_recv = x_recv;
+        self.last_p = p;
+        self.bytes_since_report = 0;
+        self.interval_start = Some(now);
+        self.feedback_due = Some(now + self.rtt);
+        self.reports += 1;
+        Some(Feedback {
+            echo_us,
+            delay_us: now.saturating_duration_since(arrived).as_micros() as u64,
+            x_recv: x_recv.min(crate::packet::MAX_REPORTED_RATE as f64) as u64,
+            p,
+            loss_events: self.history.loss_events,
+        })
+    }
+}

@@ -1,0 +1,549 @@
+//! The sender's rate control, RFC 5348 §4.
+//!
+//! - §4.2 initialisation: one packet per second until the first feedback, the no-feedback
+//!   timer at 2 s; `X_recv_set` holds one entry, infinity.
+//! - §4.3 on feedback: `R_sample = (t_now − t_recvdata) − t_delay`; `R = q·R + (1 − q)·R_sample`
+//!   with `q = 0.9`; `RTO = max(4R, 2s/X)`; the receive limit from `X_recv_set` (data-limited
+//!   intervals maximise it, a loss in a data-limited interval halves it); then
+//!   `X = max(min(X_Bps, recv_limit), s/t_mbi)` when `p > 0`, else slow start:
+//!   `X = max(min(2X, recv_limit), initial_rate)` once per RTT, `initial_rate = W_init/R`,
+//!   `W_init = min(4s, max(2s, 4380))`.
+//! - §4.4 the no-feedback timer halves the rate (through `X_recv_set` once `p > 0`), except
+//!   while idle at a rate already low.
+//! - §4.6 packets leave at intervals `t_ipi = s/X`.
+//!
+//! Where we differ:
+//! - Scheduling (§4.6) keeps no credit: a packet may leave `t_ipi` after the previous one, or
+//!   at once after an idle period, never in a burst. The gap after a packet is computed with
+//!   the rate in force when the next one is due, so a higher `X` (the first feedback raises it
+//!   from one packet per second) applies at once.
+//! - "Data-limited" (§4.3, §8.2) is judged by the sender: an interval is data-limited unless
+//!   a packet waited for the rate at some point since the previous feedback.
+//! - Between slow-start doublings (less than an RTT since the last) a lower receive limit
+//!   applies at once, down to the initial rate; the RFC changes `X` only once per RTT.
+//! - The optional oscillation damping (§4.5) is not implemented.
+//! - `X` is never above what the equation allows for the reported `p` and never above
+//!   `recv_limit`; property tests check this for arbitrary feedback sequences.
+
+use std::time::{Duration, Instant};
+
+use crate::equation;
+use crate::packet::Feedback;
+
+/// `t_mbi`: the longest interval between packets, 64 s (RFC 5348 §4.3).
+pub const T_MBI: Duration = Duration::from_secs(64);
+/// The RTT filter's `q` (RFC 5348 §4.3).
+pub const RTT_FILTER_Q: f64 = 0.9;
+
+/// Why a feedback packet was refused (the sender's state is unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FeedbackError {
+    /// It echoes a timestamp later than any data packet we sent.
+    #[error("feedback echoes t_recvdata = {echo_us} µs, later than our last data packet at {last_sent_us} µs (a report from the future)")]
+    FromTheFuture {
+        /// Echoed timestamp.
+        echo_us: u64,
+        /// Our latest data timestamp.
+        last_sent_us: u64,
+    },
+    /// It arrived before any data packet was sent.
+    #[error("feedback before any data packet was sent")]
+    NothingSent,
+    /// `t_delay` exceeds the time since the echoed packet: the RTT sample would be negative.
+    #[error(
+        "feedback t_delay = {delay_us} µs exceeds the {elapsed_us} µs since the echoed packet"
+    )]
+    DelayTooLong {
+        /// Reported delay.
+        delay_us: u64,
+        /// Time since the echoed packet was sent.
+        elapsed_us: u64,
+    },
+}
+
+/// RFC 5348's sender state. Rates are bytes per second, `s` is the segment size.
+#[derive(Debug, Clone)]
+pub struct RateControl {
+    s: f64,
+    x: f64,
+    r: Option<Duration>,
+    p: f64,
+    loss_events: u64,
+    tld: Option<Instant>,
+    /// (time, rate) entries; `f64::INFINITY` until the first report.
+    x_recv_set: Vec<(Instant, f64)>,
+    x_recv: f64,
+    x_bps: f64,
+    recv_limit: f64,
+    nofeedback: Instant,
+    got_feedback: bool,
+    /// A packet waited for the rate since the last feedback (the interval was not data-limited).
+    rate_limited: bool,
+    /// Nothing was sent since the no-feedback timer was last set.
+    idle_since_timer: bool,
+    /// The last data packet's slot in the schedule and its length: the next may leave
+    /// `len / X` later, with `X` as it is then (a rate change applies at once).
+    last_slot: Option<(Instant, usize)>,
+    last_sent_us: Option<u64>,
+}
+
+impl RateControl {
+    /// A sender for segments of `s` bytes, started at `now` (RFC 5348 §4.2).
+    pub fn new(s: u32, now: Instant) -> Self {
+        let s = f64::from(s.max(1));
+        Self {
+            s,
+            x: s, // one packet per second
+            r: None,
+            p: 0.0,
+            loss_events: 0,
+            tld: None,
+            x_recv_set: vec![(now, f64::INFINITY)],
+            x_recv: 0.0,
+            x_bps: f64::INFINITY,
+            recv_limit: f64::INFINITY,
+            nofeedback: now + Duration::from_secs(2),
+            got_feedback: false,
+            rate_limited: false,
+            idle_since_timer: true,
+            last_slot: None,
+            last_sent_us: None,
+        }
+    }
+
+    /// The allowed rate `X`, bytes per second.
+    pub fn rate(&self) -> f64 {
+        self.x
+    }
+    /// The RTT estimate `R`.
+    pub fn rtt(&self) -> Option<Duration> {
+        self.r
+    }
+    /// The loss event rate last reported.
+    pub fn loss_event_rate(&self) -> f64 {
+        self.p
+    }
+    /// The equation's rate for the reported `p` and `R` (infinite while `p = 0`).
+    pub fn equation_rate(&self) -> f64 {
+        self.x_bps
+    }
+    /// The receive limit in force (`2·max(X_recv_set)` or as §4.3 sets it).
+    pub fn recv_limit(&self) -> f64 {
+        self.recv_limit
+    }
+    /// The receive rate last reported.
+    pub fn x_recv(&self) -> f64 {
+        self.x_recv
+    }
+    /// Whether slow start (`p = 0`) is still on.
+    pub fn in_slow_start(&self) -> bool {
+        self.p == 0.0
+    }
+    /// When the no-feedback timer expires.
+    pub fn nofeedback_deadline(&self) -> Instant {
+        self.nofeedback
+    }
+
+    fn w_init(&self) -> f64 {
+        (4.0 * self.s).min((2.0 * self.s).max(4380.0))
+    }
+
+    fn min_rate(&self) -> f64 {
+        self.s / T_MBI.as_secs_f64()
+    }
+
+    /// The earliest time the next data packet may leave (`now` if it may leave now).
+    pub fn next_send_time(&self, now: Instant) -> Instant {
+        self.due().map_or(now, |t| t.max(now))
+    }
+
+    /// When the next packet is due by the schedule (`t_ipi = s/X` after the last one's slot).
+    fn due(&self) -> Option<Instant> {
+        self.last_slot
+            .map(|(t, len)| t + Duration::from_secs_f64(len.max(1) as f64 / self.x))
+    }
+
+    /// Data is waiting and may not leave before [`next_send_time`](Self::next_send_time): the
+    /// current interval is not data-limited.
+    pub fn note_waiting(&mut self, now: Instant) {
+        if self.next_send_time(now) > now {
+            self.rate_limited = true;
+        }
+    }
+
+    /// A data packet of `len` bytes with timestamp `ts_us` left at `now`.
+    pub fn on_sent(&mut self, now: Instant, len: usize, ts_us: u64) {
+        let ipi = Duration::from_secs_f64(len.max(1) as f64 / self.x);
+        // A packet sent a little late keeps the schedule (timer granularity must not lower the
+        // rate); after an idle period the schedule restarts from now (no credit).
+        let slot = match self.due() {
+            Some(t) if now <= t + ipi => t,
+            _ => now,
+        };
+        self.last_slot = Some((slot, len));
+        self.idle_since_timer = false;
+        self.last_sent_us = Some(ts_us);
+    }
+
+    /// A feedback packet arrived at `now` (`now_us` on our wire clock).
+    pub fn on_feedback(
+        &mut self,
+        now: Instant,
+        now_us: u64,
+        fb: &Feedback,
+    ) -> Result<(), FeedbackError> {
+        let last_sent_us = self.last_sent_us.ok_or(FeedbackError::NothingSent)?;
+        if fb.echo_us > last_sent_us {
+            return Err(FeedbackError::FromTheFuture {
+                echo_us: fb.echo_us,
+                last_sent_us,
+            });
+        }
+        let elapsed_us = now_us.saturating_sub(fb.echo_us);
+        if fb.delay_us > elapsed_us {
+            return Err(FeedbackError::DelayTooLong {
+                delay_us: fb.delay_us,
+                elapsed_us,
+            });
+        }
+        // 1-2: RTT sample and filter
+        let sample = Duration::from_micros((elapsed_us - fb.delay_us).max(1));
+        let r = match self.r {
+            None => sample,
+            Some(r) => r.mul_f64(RTT_FILTER_Q) + sample.mul_f64(1.0 - RTT_FILTER_Q),
+        };
+        self.r = Some(r);
+        let x_recv = fb.x_recv as f64;
+        self.x_recv = x_recv;
+        // 4: the receive limit
+        let new_loss = fb.loss_events > self.loss_events || fb.p > self.p;
+        if !self.rate_limited {
+            if new_loss {
+                for e in &mut self.x_recv_set {
+                    e.1 /= 2.0;
+                }
+                self.maximize_x_recv_set(now, 0.85 * x_recv);
+                self.recv_limit = self.max_x_recv_set();
+            } else {
+                self.maximize_x_recv_set(now, x_recv);
+                self.recv_limit = 2.0 * self.max_x_recv_set();
+            }
+        } else {
+            self.x_recv_set.push((now, x_recv));
+            let horizon = r * 2;
+            self.x_recv_set
+                .retain(|&(t, _)| now.saturating_duration_since(t) <= horizon);
+            self.recv_limit = 2.0 * self.max_x_recv_set();
+        }
+        self.p = fb.p;
+        self.loss_events = self.loss_events.max(fb.loss_events);
+        self.update_rate(now, r);
+        // 5: restart the no-feedback timer
+        self.nofeedback = now + self.rto(r);
+        self.idle_since_timer = true;
+        self.rate_limited = false;
+        self.got_feedback = true;
+        Ok(())
+    }
+
+    fn rto(&self, r: Duration) -> Duration {
+        (r * 4).max(Duration::from_secs_f64(2.0 * self.s / self.x))
+    }
+
+    fn max_x_recv_set(&self) -> f64 {
+        self.x_recv_set.iter().map(|e| e.1).fold(0.0, f64::max)
+    }
+
+    /// Maximize_X_recv_set(): keep one entry, the largest of the set and `x_recv`.
+    fn maximize_x_recv_set(&mut self, now: Instant, x_recv: f64) {
+        let m = self.max_x_recv_set().max(x_recv);
+        // the initial infinity stands only until a real report arrives
+        let m = if m.is_finite() { m } else { x_recv };
+        self.x_recv_set = vec![(now, m)];
+    }
+
+    fn update_rate(&mut self, now: Instant, r: Duration) {
+        let initial_rate = self.w_init() / r.as_secs_f64();
+        if self.p > 0.0 {
+            self.x_bps = equation::throughput(self.s, r, self.p);
+            self.x = self.x_bps.min(self.recv_limit).max(self.min_rate());
+        } else {
+            self.x_bps = f64::INFINITY;
+            if self
+                .tld
+                .is_none_or(|t| now.saturating_duration_since(t) >= r)
+            {
+                self.x = (2.0 * self.x).min(self.recv_limit).max(initial_rate);
+                self.tld = Some(now);
+            } else {
+                // not yet an RTT since the last doubling: X does not grow, but a lower receive
+                // limit applies at once (down to the initial rate)
+                self.x = self.x.min(self.recv_limit).max(self.x.min(initial_rate));
+            }
+        }
+    }
+
+    /// The no-feedback timer expired (RFC 5348 §4.4).
+    pub fn on_nofeedback_timeout(&mut self, now: Instant) {
+        let min = self.min_rate();
+        match self.r {
+            None => {
+                // no RTT sample yet: halve
+                self.x = (self.x / 2.0).max(min);
+            }
+            Some(r) => {
+                let recover_rate = self.w_init() / r.as_secs_f64();
+                let low = if self.p > 0.0 {
+                    self.x_recv < recover_rate
+                } else {
+                    self.x < 2.0 * recover_rate
+                };
+                if low && self.idle_since_timer {
+                    // idle at a low rate: keep it
+                } else if self.p == 0.0 {
+                    self.x = (self.x / 2.0).max(min);
+                } else {
+                    let limit = if self.x_bps > 2.0 * self.x_recv {
+                        self.x_recv
+                    } else {
+                        self.x_bps / 2.0
+                    };
+                    // Update_Limits(timer_limit)
+                    let limit = limit.max(min);
+                    self.x_recv_set = vec![(now, limit / 2.0)];
+                    self.recv_limit = limit;
+                    self.update_rate(now, r);
+                }
+            }
+        }
+        let r = self.r.unwrap_or(Duration::ZERO);
+        self.nofeedback = now
+            + self.rto(r).max(if self.got_feedback {
+                Duration::ZERO
+            } else {
+                Duration::from_secs(2)
+            });
+        self.idle_since_timer = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fb(echo_us: u64, x_recv: u64, p: f64, loss_events: u64) -> Feedback {
+        Feedback {
+            echo_us,
+            delay_us: 0,
+            x_recv,
+            p,
+            loss_events,
+        }
+    }
+
+    #[test]
+    fn starts_at_one_packet_per_second_then_w_init_over_r_and_doubles_per_rtt() {
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(1000, t0);
+        assert_eq!(rc.rate(), 1000.0);
+        rc.on_sent(t0, 1000, 0);
+        // feedback after 100 ms: R = 100 ms, X = W_init/R = 4000/0.1
+        let t = t0 + Duration::from_millis(100);
+        rc.on_feedback(t, 100_000, &fb(0, 1000, 0.0, 0)).unwrap();
+        assert_eq!(rc.rtt(), Some(Duration::from_millis(100)));
+        assert!((rc.rate() - 40_000.0).abs() < 1e-6, "{}", rc.rate());
+        // one RTT later, receiving 40 kB/s: doubles (limit 2·X_recv = 80 kB/s)
+        rc.on_sent(t, 1000, 100_000);
+        let t = t0 + Duration::from_millis(200);
+        rc.on_feedback(t, 200_000, &fb(100_000, 40_000, 0.0, 0))
+            .unwrap();
+        assert!((rc.rate() - 80_000.0).abs() < 1e-6, "{}", rc.rate());
+        // the receive rate caps slow start: receiving only 30 kB/s gives at most 60 kB/s
+        rc.on_sent(t, 1000, 200_000);
+        let t = t0 + Duration::from_millis(300);
+        rc.on_feedback(t, 300_000, &fb(200_000, 30_000, 0.0, 0))
+            .unwrap();
+        assert!(rc.rate() <= 80_000.0 + 1e-6);
+    }
+
+    #[test]
+    fn with_loss_the_rate_follows_the_equation() {
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(1460, t0);
+        rc.on_sent(t0, 1460, 0);
+        let t = t0 + Duration::from_millis(100);
+        rc.note_waiting(t);
+        rc.on_sent(t, 1460, 100_000);
+        rc.note_waiting(t);
+        rc.on_feedback(t, 100_000, &fb(0, 10_000_000, 0.01, 1))
+            .unwrap();
+        // R = 100 ms, p = 0.01: the equation's 164005.06 B/s (see equation.rs)
+        assert!((rc.equation_rate() - 164_005.062_169_97).abs() < 1e-3);
+        assert!((rc.rate() - 164_005.062_169_97).abs() < 1e-3);
+    }
+
+    #[test]
+    fn reports_from_the_future_and_impossible_delays_are_refused() {
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(1000, t0);
+        assert_eq!(
+            rc.on_feedback(t0, 0, &fb(0, 1, 0.0, 0)),
+            Err(FeedbackError::NothingSent)
+        );
+        rc.on_sent(t0, 1000, 500);
+        assert!(matches!(
+            rc.on_feedback(t0, 600, &fb(501, 1, 0.0, 0)),
+            Err(FeedbackError::FromTheFuture { .. })
+        ));
+        let mut bad = fb(500, 1, 0.0, 0);
+        bad.delay_us = 1_000_000;
+        assert!(matches!(
+            rc.on_feedback(t0, 600, &bad),
+            Err(FeedbackError::DelayTooLong { .. })
+        ));
+        assert_eq!(rc.rate(), 1000.0, "refused feedback changes nothing");
+    }
+
+    #[test]
+    fn the_nofeedback_timer_halves_the_rate() {
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(1000, t0);
+        rc.on_sent(t0, 1000, 0);
+        let t = t0 + Duration::from_millis(100);
+        rc.on_feedback(t, 100_000, &fb(0, 1000, 0.0, 0)).unwrap();
+        let x = rc.rate();
+        rc.on_sent(t, 1000, 100_000);
+        let deadline = rc.nofeedback_deadline();
+        assert_eq!(deadline, t + Duration::from_millis(400));
+        rc.on_nofeedback_timeout(deadline);
+        assert!((rc.rate() - x / 2.0).abs() < 1e-6);
+        // never below s/t_mbi
+        for _ in 0..100 {
+            rc.on_sent(rc.nofeedback_deadline(), 1000, 100_000);
+            rc.on_nofeedback_timeout(rc.nofeedback_deadline());
+        }
+        assert!((rc.rate() - 1000.0 / 64.0).abs() < 1e-9);
+    }
+
+    /// What a peer may do to the sender, in any order and with any values.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A data packet leaves after `gap_us`.
+        Send { gap_us: u64, len: usize },
+        /// A report arrives after `gap_us`, echoing a timestamp `back_us` before our latest
+        /// one (or after it: `future`), with arbitrary fields.
+        Report {
+            gap_us: u64,
+            back_us: u64,
+            future: bool,
+            delay_us: u64,
+            x_recv: u64,
+            p_ppb: u64,
+            loss_events: u64,
+        },
+        /// The no-feedback timer fires.
+        Timeout,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..500_000u64, 1..1500usize).prop_map(|(gap_us, len)| Op::Send { gap_us, len }),
+            (
+                0..2_000_000u64,
+                0..3_000_000u64,
+                proptest::bool::weighted(0.1),
+                prop_oneof![Just(0u64), 0..1_000_000u64, Just(u64::MAX)],
+                prop_oneof![
+                    Just(0u64),
+                    0..10_000_000u64,
+                    Just(crate::packet::MAX_REPORTED_RATE)
+                ],
+                prop_oneof![Just(0u64), 0..1_000_000_000u64, 1..1000u64],
+                0..20u64,
+            )
+                .prop_map(
+                    |(gap_us, back_us, future, delay_us, x_recv, p_ppb, loss_events)| {
+                        Op::Report {
+                            gap_us,
+                            back_us,
+                            future,
+                            delay_us,
+                            x_recv,
+                            p_ppb,
+                            loss_events,
+                        }
+                    }
+                ),
+            Just(Op::Timeout),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the peer reports, `X` never exceeds what the equation allows for the
+        /// reported `p` (when `p > 0`), nor the receive limit (or the initial rate, or the
+        /// floor `s/t_mbi`); refused reports change nothing.
+        #[test]
+        fn the_rate_never_exceeds_what_the_equation_allows(
+            ops in proptest::collection::vec(op(), 1..200)
+        ) {
+            let s = 1200u32;
+            let t0 = Instant::now();
+            let mut rc = RateControl::new(s, t0);
+            let mut now_us = 0u64;
+            let at = |us: u64| t0 + Duration::from_micros(us);
+            for op in ops {
+                match op {
+                    Op::Send { gap_us, len } => {
+                        now_us += gap_us;
+                        rc.on_sent(at(now_us), len, now_us.max(1));
+                    }
+                    Op::Report { gap_us, back_us, future, delay_us, x_recv, p_ppb, loss_events } => {
+                        now_us += gap_us;
+                        let last = rc.last_sent_us.unwrap_or(0);
+                        let echo_us = if future { last + 1 + back_us } else { last.saturating_sub(back_us) };
+                        let fb = Feedback {
+                            echo_us,
+                            delay_us,
+                            x_recv,
+                            p: (p_ppb.min(1_000_000_000)) as f64 / 1e9,
+                            loss_events,
+                        };
+                        let before = (rc.rate(), rc.rtt(), rc.loss_event_rate());
+                        match rc.on_feedback(at(now_us), now_us, &fb) {
+                            Ok(()) => {}
+                            Err(e) => {
+                                proptest::prop_assert!(
+                                    future || rc.last_sent_us.is_none() || delay_us > now_us.saturating_sub(echo_us),
+                                    "refused {e} without cause"
+                                );
+                                proptest::prop_assert_eq!(before, (rc.rate(), rc.rtt(), rc.loss_event_rate()));
+                            }
+                        }
+                    }
+                    Op::Timeout => {
+                        let deadline = rc.nofeedback_deadline();
+                        now_us = now_us.max(deadline.duration_since(t0).as_micros() as u64);
+                        rc.on_nofeedback_timeout(at(now_us));
+                    }
+                }
+                let x = rc.rate();
+                let floor = f64::from(s) / T_MBI.as_secs_f64();
+                // (no floor in slow start: W_init/R falls below s/t_mbi when R is minutes long)
+                proptest::prop_assert!(x.is_finite() && x > 0.0, "X = {x}");
+                if let Some(r) = rc.rtt() {
+                    let p = rc.loss_event_rate();
+                    let slack = 1.0 + 1e-9;
+                    if p > 0.0 {
+                        let allowed = equation::throughput(f64::from(s), r, p).max(floor);
+                        proptest::prop_assert!(x <= allowed * slack, "X {x} > equation {allowed} (p {p}, R {r:?})");
+                    }
+                    let initial = rc.w_init() / r.as_secs_f64();
+                    let cap = rc.recv_limit().max(initial).max(floor);
+                    proptest::prop_assert!(x <= cap * slack, "X {x} > limit {cap}");
+                }
+            }
+        }
+    }
+}
