@@ -44,6 +44,8 @@ case "${1:-}" in
     install_system_packages
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
+    # The API documentation builds without a warning (broken links, private items).
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
     # The LD_PRELOAD library's tests run programs under the .so, which `cargo test` does not
     # build for them.
     cargo build --locked -p lowtide-bwss-preload

@@ -1,5 +1,5 @@
 //! A connection to the daemon: say hello (get the shared memory), register and unregister
-//! flows, ask for the status. Used by the `LD_PRELOAD` library and by [`crate::Local`].
+//! flows, ask for the status. Used by the `LD_PRELOAD` library and by [`Steering`](crate::Steering).
 //!
 //! Every call is bounded by [`TIMEOUT`]: a daemon that hangs costs a reader at most that,
 //! once, and then the reader passes its traffic through.

@@ -1,6 +1,6 @@
 //! The whole receiver-side system, sans-IO (Mehra, "Efficient Video Streaming using TCP",
 //! Sec. 3.2 and Fig. 1): per flow a meter and an FCS; the σ calculation; the target rate
-//! allocation. The driver (the daemon, or a program using [`crate::Local`]) calls, in
+//! allocation. The driver (the daemon, or a program using [`Steering`](crate::Steering)) calls, in
 //! order, at every control interval:
 //!
 //! 1. [`Bwss::add_flow`] / [`Bwss::remove_flow`] as flows come and go;

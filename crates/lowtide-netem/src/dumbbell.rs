@@ -9,7 +9,7 @@
 //!
 //! Each direction is a chain of rattan-core cells: our [`RateCell`] (the bottleneck queue
 //! drained at the link's rate or by its capacity trace), our [`DelayCell`], our
-//! [`LinkTap`](crate::tap::LinkTap) (random loss, counters, lateness, pcap), and rattan's
+//! [`LinkTap`] (random loss, counters, lateness, pcap), and rattan's
 //! router to the destination host's veth. Frames cross unchanged: each host has static
 //! neighbour entries with the far hosts' MAC addresses, as rattan's own environments do.
 //! Senders are 10.1.i.1, receivers 10.2.j.1, inside namespaces this process made.

@@ -18,7 +18,7 @@
 //!   [`one_bit`] (the 1-bit delay law) and [`rtt`] (RTT from TCP timestamps);
 //! - [`status`]: counters by reason, per flow;
 //! - [`driver`]: the thin NFQUEUE shell and [`iptables`]: the rules of its own chain;
-//! - [`bench`]: the agent measured on real packets over loopback.
+//! - [`bench`](mod@bench): the agent measured on real packets over loopback.
 
 pub mod agent;
 pub mod bench;

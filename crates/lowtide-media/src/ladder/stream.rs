@@ -5,7 +5,7 @@
 //!   server's habit that Mehra notes: 350 kbit/s sent at 400), following every switch
 //!   request. Stored content: when TCP holds it back the media waits, and the pacer's
 //!   credit is capped at [`ServerConfig::burst`] so it does not rush afterwards.
-//! - [`play`]: reads, measures one [`ThroughputSample`] per interval, feeds the
+//! - [`play`]: reads, measures one [`ThroughputSample`](super::ThroughputSample) per interval, feeds the
 //!   [`SwitchPolicy`] and sends the switches it decides.
 
 use std::io::{ErrorKind, Read, Write};

@@ -7,7 +7,7 @@
 //! emulator says its queues held (plus a margin for ACK timing); time beyond that sits in a
 //! buffer the configuration does not account for (veth, AF_PACKET, channels).
 //!
-//! Honest verdicts ([`judge`]): a figure without samples fails as "no data"; a figure that
+//! Honest verdicts (`judge`): a figure without samples fails as "no data"; a figure that
 //! depends on how promptly the machine wakes threads is judged against the machine's own
 //! wake-up noise, measured before the check ([`crate::noise`]), and a miss within that noise
 //! is a "machine limit", shown with both numbers, never a silent pass.
