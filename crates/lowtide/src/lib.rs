@@ -20,11 +20,13 @@ pub mod bench;
 pub mod channel;
 mod config;
 mod error;
+mod handles;
 pub mod sys;
 
 pub use channel::{connect, listen, Channel, Listener, ReadGate};
 pub use config::ChannelConfig;
 pub use error::Error;
+pub use handles::{Messages, SendStream};
 /// The sans-IO core, for types not re-exported here.
 pub use lowtide_proto as proto;
 pub use lowtide_proto::{

@@ -1,0 +1,120 @@
+//! Handles in the style of quinn's `SendStream`/`RecvStream`: a [`SendStream`] owns one of
+//! our streams, and [`Messages`] yields the channel's received messages as a
+//! `futures::Stream`.
+//!
+//! The receive side is one sequence per channel, not one per stream, on purpose: the sender
+//! interleaves streams by importance and weight, and the receiver takes messages in arrival
+//! order. Per-stream receive halves would need a queue per stream, and a slow reader of one
+//! stream would then hold the receive budget (and so the TCP window) for all others. Filter
+//! [`Messages`] by [`Received::stream`] where one task serves one stream.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::stream::{BoxStream, Stream, StreamExt};
+
+use lowtide_proto::{Message, MessageId, Received, StreamConfig};
+
+use crate::channel::Channel;
+use crate::error::Error;
+
+/// The sending half of one of our streams on a [`Channel`].
+///
+/// ```no_run
+/// # async fn demo(ch: lowtide::Channel) -> Result<(), lowtide::Error> {
+/// use lowtide::{Message, StreamConfig};
+/// let video = ch.open_send_stream(StreamConfig::default())?;
+/// let id = video.send_when_writable(Message::new(vec![0u8; 1200]).importance(2)).await?;
+/// video.cancel(id); // too late for the frame: withdraw what is not yet written
+/// video.finish()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SendStream {
+    channel: Channel,
+    id: u64,
+}
+
+impl Channel {
+    /// Opens a stream and returns its sending half.
+    pub fn open_send_stream(&self, cfg: StreamConfig) -> Result<SendStream, Error> {
+        let id = self.open_stream(cfg)?;
+        Ok(SendStream {
+            channel: self.clone(),
+            id,
+        })
+    }
+
+    /// The received messages of every stream, in arrival order, as a `futures::Stream`; it
+    /// ends once the channel is closed and drained.
+    ///
+    /// ```no_run
+    /// # async fn demo(ch: lowtide::Channel) {
+    /// use futures_util::StreamExt;
+    /// let mut messages = ch.messages();
+    /// while let Some(m) = messages.next().await {
+    ///     println!("stream {} seq {}: {} bytes", m.stream, m.seq, m.data.len());
+    /// }
+    /// # }
+    /// ```
+    pub fn messages(&self) -> Messages {
+        let channel = self.clone();
+        Messages(
+            futures_util::stream::unfold(
+                channel,
+                |ch| async move { ch.recv().await.map(|m| (m, ch)) },
+            )
+            .boxed(),
+        )
+    }
+}
+
+impl SendStream {
+    /// The stream's id (as [`Received::stream`] at the peer).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The channel the stream belongs to.
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    /// Queues a message without waiting (see [`Channel::send`]).
+    pub fn send(&self, msg: Message) -> Result<MessageId, Error> {
+        self.channel.send(self.id, msg)
+    }
+
+    /// Waits until the transport can take more, then queues the message (see
+    /// [`Channel::send_when_writable`]).
+    pub async fn send_when_writable(&self, msg: Message) -> Result<MessageId, Error> {
+        self.channel.send_when_writable(self.id, msg).await
+    }
+
+    /// Withdraws a message not yet completely written; `false` if too late.
+    pub fn cancel(&self, id: MessageId) -> bool {
+        self.channel.cancel(id)
+    }
+
+    /// Closes our direction of the stream once its queue drains (quinn's `finish`).
+    pub fn finish(&self) -> Result<(), Error> {
+        self.channel.close_stream(self.id)
+    }
+}
+
+/// A channel's received messages as a `futures::Stream` (see [`Channel::messages`]).
+pub struct Messages(BoxStream<'static, Received>);
+
+impl std::fmt::Debug for Messages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Messages")
+    }
+}
+
+impl Stream for Messages {
+    type Item = Received;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Received>> {
+        self.0.poll_next_unpin(cx)
+    }
+}
