@@ -230,6 +230,8 @@ pub struct Stats {
     pub resent_messages: u64,
     /// Messages not P-ACKed at a failover whose deadline had passed (cancelled, not resent).
     pub failover_expired: u64,
+    /// Backup connections refused (more idle ones than `failover.backups`).
+    pub backups_refused: u64,
     /// Stalls detected while no backup connection was ready.
     pub stalls_without_backup: u64,
     /// Written messages whose copy for resending was dropped (more unacknowledged than

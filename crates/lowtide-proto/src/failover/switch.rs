@@ -147,6 +147,17 @@ impl Connection {
         }
     }
 
+    /// Accepting side: may another idle backup connection (ordinal `path`) join the channel,
+    /// with `idle` already held? At most `failover.backups` (none without failover).
+    pub fn admit_backup(&mut self, path: u64, idle: usize) -> Result<(), ProtocolError> {
+        let max = self.config.failover.map_or(0, |f| f.backups);
+        if idle >= max as usize {
+            self.stats.backups_refused += 1;
+            return Err(ProtocolError::TooManyBackups { path, max });
+        }
+        Ok(())
+    }
+
     /// A message's last byte was staged: keep it for resending until a P-ACK covers `end`.
     pub(super) fn retain_for_resend(&mut self, id: MessageId, end: u64, p: Pending) {
         let Some(f) = &mut self.failover else {
