@@ -103,7 +103,7 @@ pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Er
         Some(f) => {
             let token = failover::random_token();
             let paths = ClientPaths::new(addr, cfg.clone(), token, f.backups);
-            (token, Some(Paths::Client(paths)))
+            (token, Some(Paths::Client(Box::new(paths))))
         }
         None => (0, None),
     };

@@ -502,7 +502,7 @@ impl Drop for ServerPaths {
 /// The connections around the one in use, by side.
 #[derive(Debug)]
 pub(crate) enum Paths {
-    Client(ClientPaths),
+    Client(Box<ClientPaths>),
     Server(ServerPaths),
 }
 

@@ -80,7 +80,7 @@ impl StallDetector {
                 self.rttvar = r / 2;
             }
             Some(s) => {
-                let diff = if s > r { s - r } else { r - s };
+                let diff = s.abs_diff(r);
                 self.rttvar = (self.rttvar * 3 + diff) / 4;
                 self.srtt = Some((s * 7 + r) / 8);
             }
@@ -195,7 +195,7 @@ mod tests {
             None,
             "a new path starts with nothing outstanding"
         );
-        assert_eq!(d.srtt().is_some(), true);
+        assert!(d.srtt().is_some());
     }
 
     #[test]
