@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use proptest::prelude::*;
 
+use super::limits::hello;
 use crate::failover::FailoverConfig;
 use crate::sim::{LinkParams, Pair};
-use crate::wire::{DataFrame, FirstChunk, Frame, Hello, VERSION};
+use crate::wire::{DataFrame, FirstChunk, Frame};
 use crate::{CancelReason, Config, Connection, Event, Message, ProtocolError, Side, StreamConfig};
 
 const MS: Duration = Duration::from_millis(1);
@@ -248,16 +249,6 @@ fn both_directions_resend() {
 }
 
 // ------------------------------------------------------------------- bad input
-
-fn hello() -> Vec<u8> {
-    let mut v = Vec::new();
-    Hello {
-        version: VERSION,
-        options: vec![],
-    }
-    .encode(&mut v);
-    v
-}
 
 fn first(seq: u64, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::new();
