@@ -163,7 +163,7 @@ impl Listener {
     }
 
     /// Accepts the next channel. With failover on, a task reads the hello of every
-    /// connection (at most [`failover::HELLO_TIMEOUT`] each, one after the other) and hands
+    /// connection (at most 5 s each, one after the other) and hands
     /// backup connections to their channels.
     pub async fn accept(&self) -> Result<Channel, Error> {
         let l = match &self.inner {

@@ -312,7 +312,7 @@ pub(crate) struct Accepted {
 }
 
 /// With failover on, a task owns the listening socket: it reads every new connection's hello,
-/// routes backups to their channels and queues primaries for [`Listener::accept`]
+/// routes backups to their channels and queues primaries for `Listener::accept`
 /// (`crate::Listener`), so backups are routed even while the application is not accepting.
 /// Aborted when the listener is dropped.
 #[derive(Debug)]
