@@ -951,6 +951,7 @@ fn start_trial(
             ..ChannelConfig::default()
         };
         cfg.transport.controller = v.controller;
+        cfg.transport.failover = v.failover;
         cfg.sndbuf = v.sndbuf;
         let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
         let tx_host = net.sender(v.sender);

@@ -313,6 +313,10 @@ pub struct Variant {
     /// reference (`crate::quic`); `controller`, `congestion` and `sndbuf` then do not apply.
     #[serde(default)]
     pub quic: Option<crate::quic::QuicConfig>,
+    /// Failover to backup TCP connections (Paceline's connection manager), e.g.
+    /// `failover = { backups = 1, floor_ms = 200 }`; both ends of the variant's channel use it.
+    #[serde(default)]
+    pub failover: Option<lowtide::proto::FailoverConfig>,
     /// `SO_SNDBUF` of the stream's socket, bytes (default: the kernel's autotuning, up to
     /// `tcp_wmem`'s 4 MB). The kernel doubles it; 65536 gives Linux 2.4's largest buffer.
     #[serde(default)]
@@ -767,6 +771,17 @@ impl Scenario {
                     ));
                 }
             }
+            if let Some(f) = &v.failover {
+                if v.quic.is_some() {
+                    return Err(invalid(
+                        field("failover"),
+                        "with quic",
+                        "failover on lowtide's TCP variants only",
+                    ));
+                }
+                f.validate()
+                    .map_err(|e| invalid(field("failover"), format!("{f:?}"), e.to_string()))?;
+            }
             v.controller.validate().map_err(|e| {
                 invalid(
                     field("controller"),
@@ -1045,6 +1060,24 @@ controller = { min_buf = { a = 1, b = 3 } }
             plain.scenario.variants[2].controller,
             ControllerConfig::Unlimited
         );
+    }
+
+    #[test]
+    fn failover_variants_are_checked() {
+        let fo = |extra: &str| format!("{GOOD}[[variant]]\nname = \"FO\"\n{extra}\n");
+        let ok = Scenario::from_toml(&fo("failover = { backups = 2, floor_ms = 60 }")).unwrap();
+        let f = ok.scenario.variants[2].failover.unwrap();
+        assert_eq!((f.backups, f.floor_ms, f.factor), (2, 60, 2.0));
+        let e = err(&fo("failover = { backups = 0 }"));
+        assert!(
+            e.starts_with("variant[2].failover")
+                && e.contains("failover.backups")
+                && e.contains("1..=8"),
+            "{e}"
+        );
+        let e = err(&fo("failover = {}\nquic = {}"));
+        assert!(e.contains("failover on lowtide's TCP variants only"), "{e}");
+        assert!(Scenario::from_toml(&fo("failover = { bogus = 1 }")).is_err());
     }
 
     #[test]

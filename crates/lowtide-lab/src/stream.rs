@@ -132,6 +132,12 @@ pub struct SendCost {
     pub bytes_written: u64,
     /// Write opportunities the latency controller refused.
     pub controller_blocked: u64,
+    /// Failover variants: switches to a backup connection, and how many of them the old
+    /// connection's late P-ACKs mark as false positives.
+    #[serde(default)]
+    pub failovers: u64,
+    #[serde(default)]
+    pub false_failovers: u64,
 }
 
 /// User and system CPU time of the calling thread, seconds (`/proc/thread-self/stat`, in
@@ -237,6 +243,8 @@ impl CostMeter {
             write_calls: stats.write_calls,
             bytes_written: stats.bytes_written,
             controller_blocked: stats.controller_blocked,
+            failovers: stats.failovers,
+            false_failovers: stats.false_failovers,
         }
     }
 }

@@ -42,6 +42,7 @@ fn cost(name: &str) -> (String, SendCost) {
         write_calls: messages,
         bytes_written: messages * 1448,
         controller_blocked: 0,
+        ..SendCost::default()
     };
     (name.to_string(), cost)
 }

@@ -52,6 +52,8 @@ pub struct Config {
     /// Send one packet-pair probe at session start, once the peer announced that it answers
     /// probes (`Event::Probed` carries the result; `docs/dbat.md`).
     pub probe_at_start: bool,
+    /// Failover to backup connections (Paceline's connection manager; `None`: off).
+    pub failover: Option<crate::failover::FailoverConfig>,
 }
 
 impl Default for Config {
@@ -71,6 +73,7 @@ impl Default for Config {
             ack_events: true,
             controller: ControllerConfig::default(),
             probe_at_start: false,
+            failover: None,
         }
     }
 }
@@ -167,6 +170,9 @@ impl Config {
             10_000_000,
             "1..=10000000",
         )?;
+        if let Some(f) = &self.failover {
+            f.validate()?;
+        }
         self.controller.validate()
     }
 

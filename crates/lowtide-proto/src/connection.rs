@@ -27,6 +27,7 @@ use crate::controller::{
     AppProgress, Decision, LatencyController, PAckSample, ProbeResult, TcpState, Wake,
 };
 use crate::error::{ProtocolError, SendError, StreamError};
+use crate::failover::{Delivered, FailoverReport};
 use crate::reassembly::{PeerCancelled, Reassembly, Received};
 use crate::scheduler::Scheduler;
 use crate::stream::{Pending, SendStream};
@@ -170,6 +171,8 @@ pub enum Event {
     },
     /// A packet-pair probe finished ([`Config::probe_at_start`]).
     Probed(ProbeResult),
+    /// The channel moved to a backup connection (failover; `crate::failover`).
+    Failover(FailoverReport),
     /// The channel is closed.
     Closed {
         /// Closed by the peer's CLOSE frame.
@@ -218,6 +221,26 @@ pub struct Stats {
     pub packs_sent: u64,
     /// Written messages forgotten before their P-ACK (the peer did not acknowledge).
     pub ack_tracking_dropped: u64,
+    /// Switches to a backup connection, made (connecting side) or followed (accepting side).
+    pub failovers: u64,
+    /// Failovers after which the old connection still acknowledged bytes past the stall point
+    /// (an estimate of false positives, `failover::old_path`).
+    pub false_failovers: u64,
+    /// Messages queued again by failovers.
+    pub resent_messages: u64,
+    /// Messages not P-ACKed at a failover whose deadline had passed (cancelled, not resent).
+    pub failover_expired: u64,
+    /// Backup connections refused (more idle ones than `failover.backups`).
+    pub backups_refused: u64,
+    /// Stalls detected while no backup connection was ready.
+    pub stalls_without_backup: u64,
+    /// Written messages whose copy for resending was dropped (more unacknowledged than
+    /// `max_queued_bytes`): a failover could not resend them.
+    pub resend_tracking_dropped: u64,
+    /// Received copies of messages already delivered, dropped (identical to the first copy).
+    pub duplicates_dropped: u64,
+    /// Received copies dropped without comparison (first copy's hash forgotten, or cancelled).
+    pub duplicates_unverified: u64,
 }
 
 /// A controller decision with the state it was taken on, for plots.
@@ -324,18 +347,42 @@ pub struct Connection {
     probing: Probing,
     /// Receive budget left for reservations while parsing the current frame.
     spare: u64,
+    /// Failover state (`failover = Some(..)` in the config).
+    failover: Option<Box<switch::PathState>>,
 }
+
+// Failover's switch between connections lives with the rest of failover; it is a child of
+// this module because it rewinds the send and receive state.
+#[path = "failover/switch.rs"]
+mod switch;
 
 impl Connection {
     /// A new channel; `now` becomes its epoch (wire timestamps count µs from it).
     pub fn new(config: Config, side: Side, now: Instant) -> Result<Self, ConfigError> {
+        Self::with_token(config, side, now, 0)
+    }
+
+    /// A new channel whose hello carries `token` (hello key 4; failover's connecting side: a
+    /// random nonzero value naming the channel to the peer; 0: none).
+    pub fn with_token(
+        config: Config,
+        side: Side,
+        now: Instant,
+        token: u64,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
         let controller = config.controller.build()?;
         let max_frame = config.max_chunk_len + MAX_HEADER_LEN as u64;
+        let done = Delivered::new(
+            config.failover.map_or(4096, |f| f.dedup_window as usize),
+            config.failover.is_some(),
+            config.max_streams as usize,
+        );
         let reasm = Reassembly::new(
             config.max_message_size,
             config.max_reassembly_bytes,
             max_frame,
+            done,
         );
         let mut c = Self {
             side,
@@ -377,16 +424,23 @@ impl Connection {
             peer_closed: false,
             probing: Probing::default(),
             spare: 0,
+            failover: config
+                .failover
+                .map(|f| Box::new(switch::PathState::new(&f))),
             config,
         };
+        let mut options = vec![
+            HelloOption::MaxMessageSize(c.config.max_message_size),
+            HelloOption::MaxChunkLen(c.config.max_chunk_len),
+            HelloOption::MaxStreams(u64::from(c.config.max_streams)),
+            HelloOption::AnswersProbes(1),
+        ];
+        if token != 0 {
+            options.push(HelloOption::ChannelToken(token));
+        }
         Hello {
             version: VERSION,
-            options: vec![
-                HelloOption::MaxMessageSize(c.config.max_message_size),
-                HelloOption::MaxChunkLen(c.config.max_chunk_len),
-                HelloOption::MaxStreams(u64::from(c.config.max_streams)),
-                HelloOption::AnswersProbes(1),
-            ],
+            options,
         }
         .encode(&mut c.control);
         Ok(c)
@@ -668,7 +722,10 @@ impl Connection {
             }) if self.has_queued() => Some(t),
             _ => None,
         };
-        [deadline, self.pack_due, wake].into_iter().flatten().min()
+        [deadline, self.pack_due, wake, self.stall_at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Expires messages whose deadline passed and sends due P-ACKs.
@@ -683,6 +740,7 @@ impl Connection {
         if self.pack_due.is_some_and(|t| t <= now) {
             self.send_pack(now);
         }
+        self.check_stall(now);
     }
 
     // ---------------------------------------------------------------- transmit
@@ -892,7 +950,12 @@ impl Connection {
             self.queued_bytes -= len as u64;
             self.stats.chunks_sent += 1;
             if done {
-                self.streams.get_mut(&sid).and_then(|s| s.queue.pop_front());
+                let p = self
+                    .streams
+                    .get_mut(&sid)
+                    .and_then(|s| s.queue.pop_front())
+                    .expect("front exists");
+                self.retain_for_resend(id, start + frame_len, p);
                 if let Some(d) = deadline {
                     self.deadlines.remove(&(d, id));
                 }
@@ -937,6 +1000,7 @@ impl Connection {
         let n = (n as u64).min(self.staged_len);
         self.staged_len -= n;
         self.written += n;
+        self.note_data_written(now);
         self.stats.bytes_written += n;
         self.stats.write_calls += 1;
         if let Some((_, end, at @ None)) = &mut self.probing.sent {
@@ -1179,7 +1243,7 @@ impl Connection {
         self.last_pack_bytes = self.consumed;
         self.stats.packs_sent += 1;
         Frame::PAck {
-            bytes: self.consumed,
+            bytes: self.consumed - self.path_in_base(),
             recv_time_us: self.us_since_epoch(now),
         }
         .encode(&mut self.control);
@@ -1226,6 +1290,7 @@ impl Connection {
                 break;
             };
             self.pack_needed |= !matches!(frame, Frame::PAck { .. });
+            self.expect_switch(&frame)?;
             // Room for reserving a partial message beyond its received bytes: the budget minus
             // what is held, minus the rest of this read (this frame included).
             let unparsed = (buf.len() - pos) as u64 + beyond;
@@ -1282,6 +1347,7 @@ impl Connection {
                 let before = self.reasm.delivered_count();
                 self.reasm.on_data(&d, now, self.spare, read)?;
                 self.stats.messages_received += (self.reasm.delivered_count() - before) as u64;
+                self.sync_duplicate_stats();
             }
             Frame::Cancel {
                 stream,
@@ -1301,6 +1367,8 @@ impl Connection {
                 bytes,
                 recv_time_us,
             } => self.on_pack(now, bytes, recv_time_us),
+            // checked by `expect_switch` before
+            Frame::Switch { .. } => {}
             Frame::Probe { id, index, pad_len } => self.on_probe(now, id, index, pad_len),
             Frame::ProbeReport {
                 id,
@@ -1321,10 +1389,13 @@ impl Connection {
     }
 
     fn on_pack(&mut self, now: Instant, bytes: u64, recv_time_us: u64) {
+        // P-ACKs count the bytes of the connection in use
+        let bytes = bytes.saturating_add(self.path_out_base());
         if bytes <= self.acked {
             return;
         }
         self.acked = bytes.min(self.written);
+        self.release_acked(now);
         let mut covered = None;
         while let Some(&(end, id, enqueued, first, last)) = self.unacked.front() {
             if end > self.acked {

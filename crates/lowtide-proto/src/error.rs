@@ -76,6 +76,45 @@ pub enum ProtocolError {
         /// Sequence number.
         seq: u64,
     },
+    /// A message whose sequence number was already delivered (or cancelled), on a channel
+    /// without failover, where no sender repeats a number.
+    #[error("message {stream}/{seq} was already delivered")]
+    DuplicateDelivery {
+        /// Stream id.
+        stream: u64,
+        /// Sequence number.
+        seq: u64,
+    },
+    /// Failover: a resent message whose bytes differ from the copy delivered first.
+    #[error("resent message {stream}/{seq} differs from the copy delivered first")]
+    ResentMessageDiffers {
+        /// Stream id.
+        stream: u64,
+        /// Sequence number.
+        seq: u64,
+    },
+    /// Failover: a backup connection named a channel this side does not know.
+    #[error("backup connection names unknown channel token {token:#x}")]
+    UnknownChannelToken {
+        /// The token in its hello.
+        token: u64,
+    },
+    /// Failover: the peer opened more idle backup connections than this side accepts.
+    #[error("peer opened backup connection {path}, more than the {max} idle backups accepted")]
+    TooManyBackups {
+        /// The backup's ordinal.
+        path: u64,
+        /// Idle backups accepted per channel (`failover.backups`; 0: failover off).
+        max: u32,
+    },
+    /// Failover: a backup connection was used without a SWITCH for its ordinal first.
+    #[error("backup connection {expected} began without its SWITCH frame (got {got})")]
+    BadSwitch {
+        /// The ordinal the connection announced in its hello.
+        expected: u64,
+        /// What its first frame was instead.
+        got: String,
+    },
 }
 
 impl ProtocolError {
@@ -89,7 +128,12 @@ impl ProtocolError {
             ProtocolError::OffsetMismatch { .. }
             | ProtocolError::ChunkBeyondEnd { .. }
             | ProtocolError::UnknownMessage { .. }
-            | ProtocolError::DuplicateMessage { .. } => 5,
+            | ProtocolError::DuplicateMessage { .. }
+            | ProtocolError::DuplicateDelivery { .. } => 5,
+            ProtocolError::ResentMessageDiffers { .. }
+            | ProtocolError::UnknownChannelToken { .. }
+            | ProtocolError::TooManyBackups { .. }
+            | ProtocolError::BadSwitch { .. } => 6,
         }
     }
 }

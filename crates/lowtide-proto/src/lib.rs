@@ -20,12 +20,15 @@
 //!   `/work/shared/papers/000_b6e6729ee79515f7.txt`, PaceA);
 //! - `reassembly`: chunks back into messages, bounded memory;
 //! - [`Connection`]: the state machine tying them together;
+//! - [`failover`]: Paceline's connection manager (stall detection, resend, exactly-once
+//!   delivery across backup connections);
 //! - [`sim`]: a deterministic two-endpoint harness with a model of the kernel's send queue.
 
 pub mod config;
 mod connection;
 pub mod controller;
 mod error;
+pub mod failover;
 mod reassembly;
 pub mod scheduler;
 pub mod sim;
@@ -39,6 +42,7 @@ pub use connection::{
 };
 pub use controller::{AppProgress, ControllerConfig, Decision, LatencyController, TcpState, Wake};
 pub use error::{ProtocolError, SendError, StreamError};
+pub use failover::{FailoverConfig, FailoverReport};
 pub use reassembly::{PeerCancelled, Received};
 pub use wire::CancelReason;
 

@@ -17,9 +17,9 @@
 //! copied messages) stay allocated while such a slice lives; that overhead is charged to the
 //! read's last zero-copy message, so the budget stays exact until the application takes it.
 //!
-//! Where we differ: a peer re-sending a sequence number that was already delivered is not
-//! detected (it would cost per-stream state for every sequence number); the duplicate is
-//! delivered again. Well-behaved senders never do it.
+//! Exactly once: every complete message passes the delivered-set
+//! ([`crate::failover::Delivered`]) before it is delivered; a copy of a (stream, seq) already
+//! delivered is dropped (failover: a resend) or refused (no failover: a protocol error).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -27,6 +27,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::error::ProtocolError;
+use crate::failover::{Delivered, Verdict};
 use crate::wire::{CancelReason, DataFrame};
 
 /// A complete message, with its metadata.
@@ -89,11 +90,14 @@ pub(crate) struct Reassembly {
     read: ZeroCopyRead,
     max_message_size: u64,
     partial_limit: u64,
+    /// Which (stream, seq) were delivered.
+    pub done: Delivered,
 }
 
 impl Reassembly {
-    pub fn new(max_message_size: u64, budget: u64, max_frame: u64) -> Self {
+    pub fn new(max_message_size: u64, budget: u64, max_frame: u64, done: Delivered) -> Self {
         Self {
+            done,
             partial: BTreeMap::new(),
             partial_bytes: 0,
             delivered: Default::default(),
@@ -134,10 +138,14 @@ impl Reassembly {
         r
     }
 
-    fn deliver(&mut self, r: Received) {
+    fn deliver(&mut self, r: Received) -> Result<(), ProtocolError> {
+        if self.done.on_message(r.stream, r.seq, &r.data)? == Verdict::Duplicate {
+            return Ok(());
+        }
         let n = r.data.len() as u64;
         self.delivered_bytes += n;
         self.delivered.push_back((r, n));
+        Ok(())
     }
 
     /// Complete messages not yet taken.
@@ -214,7 +222,7 @@ impl Reassembly {
                         send_time_us: f.send_time_us,
                         received_at: now,
                         data,
-                    });
+                    })?;
                     return Ok(());
                 }
                 // Reserve the rest of the message up front where the budget allows (one
@@ -277,7 +285,7 @@ impl Reassembly {
                         send_time_us: p.send_time_us,
                         received_at: now,
                         data: Bytes::from(p.buf),
-                    });
+                    })?;
                 }
                 Ok(())
             }
@@ -286,6 +294,7 @@ impl Reassembly {
 
     /// Frees a partial message; returns the bytes freed.
     pub fn on_cancel(&mut self, stream: u64, seq: u64) -> u64 {
+        self.done.on_cancel(stream, seq);
         match self.partial.remove(&(stream, seq)) {
             Some(p) => {
                 self.partial_bytes -= p.charged;
@@ -295,8 +304,16 @@ impl Reassembly {
         }
     }
 
+    /// Drops every partial message (failover: they will be resent whole on the new
+    /// connection).
+    pub fn drop_partials(&mut self) {
+        self.partial.clear();
+        self.partial_bytes = 0;
+    }
+
     /// Drops every partial message of a stream; returns the bytes freed.
     pub fn drop_stream(&mut self, stream: u64) -> u64 {
+        self.done.on_stream_closed(stream);
         let before = self.partial_bytes;
         let mut freed = 0;
         self.partial.retain(|&(s, _), p| {

@@ -6,6 +6,12 @@
 //! `cwnd·mss`, serialised at `rate` bytes per second, arrive after `delay`, and are acknowledged
 //! another `delay` later. No loss, fixed cwnd: enough to exercise the latency controllers,
 //! priorities, cancellation and fairness without real sockets or clocks.
+//!
+//! Failover: [`SimPipe::blackholed`] loses everything a direction carries from then on (and
+//! never acknowledges it); [`Pair::switch_paths`] moves the client to a fresh pair of pipes (a
+//! backup connection) while the server keeps using the old ones until the new connection's
+//! first bytes arrive, as a real accepting side does; with [`Pair::auto_failover`] the pair
+//! switches whenever the client's stall detector asks.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -52,6 +58,8 @@ pub struct SimPipe {
     acks: VecDeque<(Instant, u64)>,
     /// Largest send-queue fill seen right after a write, bytes.
     pub max_outq: u64,
+    /// Everything sent from now on is lost and never acknowledged (a failed path).
+    pub blackholed: bool,
 }
 
 impl SimPipe {
@@ -64,6 +72,7 @@ impl SimPipe {
             arrivals: VecDeque::new(),
             acks: VecDeque::new(),
             max_outq: 0,
+            blackholed: false,
         }
     }
 
@@ -93,6 +102,10 @@ impl SimPipe {
     }
 
     fn advance(&mut self, now: Instant) {
+        if self.blackholed {
+            self.arrivals.clear();
+            self.acks.clear();
+        }
         while let Some(&(t, n)) = self.acks.front() {
             if t > now {
                 break;
@@ -113,9 +126,15 @@ impl SimPipe {
             let done = free + Duration::from_nanos(n * 1_000_000_000 / self.params.rate);
             self.link_free = Some(done);
             self.in_flight += n;
-            self.arrivals.push_back((done + self.params.delay, seg));
-            self.acks.push_back((done + self.params.delay * 2, n));
+            if !self.blackholed {
+                self.arrivals.push_back((done + self.params.delay, seg));
+                self.acks.push_back((done + self.params.delay * 2, n));
+            }
         }
+    }
+
+    fn has_arrived(&self, now: Instant) -> bool {
+        self.arrivals.front().is_some_and(|a| a.0 <= now)
     }
 
     fn next_event(&self, now: Instant) -> Option<Instant> {
@@ -170,6 +189,12 @@ pub struct Pair {
     pub c2s: SimPipe,
     /// Server to client.
     pub s2c: SimPipe,
+    /// The pipes before the last switch, and the path the server switches to once the new
+    /// connection's first bytes arrive (`None`: it has).
+    old: Option<(SimPipe, SimPipe, Option<u64>)>,
+    /// Switch whenever the client's stall detector asks.
+    pub auto_failover: bool,
+    paths: u64,
 }
 
 impl Pair {
@@ -188,7 +213,34 @@ impl Pair {
             server: mk(server, Side::Server),
             c2s: SimPipe::new(link),
             s2c: SimPipe::new(link),
+            old: None,
+            auto_failover: false,
+            paths: 0,
         }
+    }
+
+    /// The client moves to a new connection (fresh pipes with the same parameters); the server
+    /// follows when the new connection's first bytes reach it.
+    /// Does nothing before both hellos arrived (a real accepting side learns the channel's
+    /// token from the primary's hello and refuses backups before).
+    pub fn switch_paths(&mut self) -> bool {
+        if !self.client.conn.is_established() || !self.server.conn.is_established() {
+            return false;
+        }
+        self.paths += 1;
+        let p = self.paths;
+        self.client.conn.begin_path(self.now, p);
+        let link = self.c2s.params;
+        let c2s = std::mem::replace(&mut self.c2s, SimPipe::new(link));
+        let s2c = std::mem::replace(&mut self.s2c, SimPipe::new(link));
+        match &mut self.old {
+            // The server is still on an older connection: it follows to the newest one
+            // directly; the connection just abandoned is dropped unseen (as if its bytes never
+            // arrived).
+            Some((_, _, pending @ Some(_))) => *pending = Some(p),
+            _ => self.old = Some((c2s, s2c, Some(p))),
+        }
+        true
     }
 
     fn run_endpoint(
@@ -241,16 +293,48 @@ impl Pair {
         let now = self.now;
         self.c2s.advance(now);
         self.s2c.advance(now);
-        let a = Self::run_endpoint(now, &mut self.client, &mut self.c2s, &mut self.s2c);
-        let b = Self::run_endpoint(now, &mut self.server, &mut self.s2c, &mut self.c2s);
+        let mut a = Self::run_endpoint(now, &mut self.client, &mut self.c2s, &mut self.s2c);
+        let mut b = match &mut self.old {
+            Some((old_c2s, old_s2c, pending @ Some(_))) => {
+                old_c2s.advance(now);
+                old_s2c.advance(now);
+                if self.c2s.has_arrived(now) {
+                    let path = pending.take().expect("matched Some");
+                    self.server.conn.begin_path(now, path);
+                    Self::run_endpoint(now, &mut self.server, &mut self.s2c, &mut self.c2s)
+                } else {
+                    Self::run_endpoint(now, &mut self.server, old_s2c, old_c2s)
+                }
+            }
+            _ => Self::run_endpoint(now, &mut self.server, &mut self.s2c, &mut self.c2s),
+        };
+        if let Some((old_c2s, old_s2c, pending)) = &mut self.old {
+            old_c2s.advance(now);
+            old_s2c.advance(now);
+            if pending.is_none() {
+                // the server left the old connection: what still arrives there is not read
+                a |= !old_c2s.take_arrived(now).is_empty();
+            }
+            let late = old_s2c.take_arrived(now);
+            if !late.is_empty() {
+                self.client.conn.handle_old_path_bytes(&late);
+                b = true;
+            }
+        }
         self.c2s.advance(now);
         self.s2c.advance(now);
+        if self.auto_failover && self.client.conn.failover_wanted() && self.switch_paths() {
+            return true;
+        }
         if a || b {
             return true;
         }
+        let old = self.old.as_ref();
         let next = [
             self.c2s.next_event(now),
             self.s2c.next_event(now),
+            old.and_then(|o| o.0.next_event(now)),
+            old.and_then(|o| o.1.next_event(now)),
             self.client.conn.poll_timeout(),
             self.server.conn.poll_timeout(),
         ]

@@ -43,6 +43,27 @@ impl MessageQueue {
         level.push_back((seq, p));
     }
 
+    /// Puts a message back at its place (failover: a resend of a number older than the
+    /// queued ones).
+    pub fn push_resend(&mut self, importance: u8, seq: u64, p: Pending) {
+        let level = self.levels.entry(Reverse(importance)).or_default();
+        let i = level.partition_point(|(s, _)| *s < seq);
+        level.insert(i, (seq, p));
+    }
+
+    /// Failover: partly staged messages start again from their first byte; returns the bytes
+    /// that are queued again.
+    pub fn rewind_partial(&mut self) -> u64 {
+        let mut n = 0;
+        for level in self.levels.values_mut() {
+            for (_, p) in level.iter_mut() {
+                n += p.sent as u64;
+                p.sent = 0;
+            }
+        }
+        n
+    }
+
     /// The message to send next: importance, sequence number, state.
     pub fn front_mut(&mut self) -> Option<(u8, u64, &mut Pending)> {
         let (imp, level) = self.levels.iter_mut().next()?;

@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -25,6 +26,7 @@ use lowtide_proto::{
 
 use crate::config::ChannelConfig;
 use crate::error::Error;
+use crate::failover::{self, Acceptor, ClientPaths, PathEvent, Paths, ServerPaths};
 use crate::sys;
 
 #[derive(Debug)]
@@ -43,6 +45,10 @@ struct Inner {
     wakeups: u64,
     /// An outside limit on reading (see [`ReadGate`]).
     gate: Option<Arc<dyn ReadGate>>,
+    /// Failover: the local address of the connection in use, and backups ready (connecting
+    /// side) or idle (accepting side).
+    active_local: SocketAddr,
+    backups: usize,
 }
 
 /// An outside limit on how fast a channel reads from its socket, e.g. a receiver's
@@ -58,7 +64,8 @@ pub trait ReadGate: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 struct Shared {
     inner: Mutex<Inner>,
-    fd: RawFd,
+    /// The socket in use (failover replaces it).
+    fd: AtomicI32,
     /// Wakes the driver (app queued data, read messages, closed).
     to_driver: Notify,
     /// Wakes the application (messages, events, writability, end).
@@ -92,10 +99,18 @@ pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Er
         .connect(addr)
         .await
         .map_err(|e| Error::io(format!("connect({addr})"), e))?;
-    Channel::start(stream, cfg, Side::Client)
+    let (token, paths) = match cfg.transport.failover {
+        Some(f) => {
+            let token = failover::random_token();
+            let paths = ClientPaths::new(addr, cfg.clone(), token, f.backups);
+            (token, Some(Paths::Client(Box::new(paths))))
+        }
+        None => (0, None),
+    };
+    Channel::start(stream, cfg, Side::Client, token, paths, &[])
 }
 
-fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
+pub(crate) fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
     if addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
@@ -107,8 +122,15 @@ fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
 /// A listening socket that accepts lowtide channels.
 #[derive(Debug)]
 pub struct Listener {
-    inner: TcpListener,
+    inner: ListenerKind,
     cfg: ChannelConfig,
+}
+
+#[derive(Debug)]
+enum ListenerKind {
+    Plain(TcpListener),
+    /// Failover: a task accepts and routes backups to their channels.
+    Routed(Acceptor),
 }
 
 /// Binds a listener on `addr`.
@@ -123,30 +145,51 @@ pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Er
     let inner = sock
         .listen(128)
         .map_err(|e| Error::io(format!("listen({addr})"), e))?;
+    let inner = if cfg.transport.failover.is_some() {
+        ListenerKind::Routed(Acceptor::spawn(inner, cfg.clone())?)
+    } else {
+        ListenerKind::Plain(inner)
+    };
     Ok(Listener { inner, cfg })
 }
 
 impl Listener {
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddr, Error> {
-        self.inner
-            .local_addr()
-            .map_err(|e| Error::io("getsockname", e))
+        match &self.inner {
+            ListenerKind::Plain(l) => l.local_addr().map_err(|e| Error::io("getsockname", e)),
+            ListenerKind::Routed(a) => Ok(a.local),
+        }
     }
 
-    /// Accepts the next channel.
+    /// Accepts the next channel. With failover on, a task reads the hello of every
+    /// connection (at most 5 s each, one after the other) and hands
+    /// backup connections to their channels.
     pub async fn accept(&self) -> Result<Channel, Error> {
-        let (stream, _) = self
-            .inner
-            .accept()
-            .await
-            .map_err(|e| Error::io("accept", e))?;
+        let l = match &self.inner {
+            ListenerKind::Routed(acceptor) => {
+                let a = acceptor.next().await?;
+                let paths = a
+                    .token
+                    .map(|t| Paths::Server(ServerPaths::new(&acceptor.router, t)));
+                return Channel::start(
+                    a.stream,
+                    self.cfg.clone(),
+                    Side::Server,
+                    0,
+                    paths,
+                    &a.bytes,
+                );
+            }
+            ListenerKind::Plain(l) => l,
+        };
+        let (stream, _) = l.accept().await.map_err(|e| Error::io("accept", e))?;
         configure(stream.as_raw_fd(), &self.cfg)?;
-        Channel::start(stream, self.cfg.clone(), Side::Server)
+        Channel::start(stream, self.cfg.clone(), Side::Server, 0, None, &[])
     }
 }
 
-fn configure(fd: RawFd, cfg: &ChannelConfig) -> Result<(), Error> {
+pub(crate) fn configure(fd: RawFd, cfg: &ChannelConfig) -> Result<(), Error> {
     if let Some(cc) = &cfg.congestion {
         sys::set_congestion(fd, cc)?;
     }
@@ -167,10 +210,21 @@ fn configure(fd: RawFd, cfg: &ChannelConfig) -> Result<(), Error> {
 }
 
 impl Channel {
-    fn start(stream: TcpStream, cfg: ChannelConfig, side: Side) -> Result<Channel, Error> {
+    fn start(
+        stream: TcpStream,
+        cfg: ChannelConfig,
+        side: Side,
+        token: u64,
+        paths: Option<Paths>,
+        read: &[u8],
+    ) -> Result<Channel, Error> {
         let now = Instant::now();
-        let mut conn = Connection::new(cfg.transport.clone(), side, now)?;
+        let mut conn = Connection::with_token(cfg.transport.clone(), side, now, token)?;
         conn.record_decisions(cfg.record_decisions);
+        if !read.is_empty() {
+            // the listener read the hello (failover); an error is staged as a CLOSE frame
+            let _ = conn.handle_bytes(now, read);
+        }
         let fd = stream.as_raw_fd();
         let last_tcp = sys::tcp_state(fd, 0)?;
         let local = stream
@@ -191,8 +245,10 @@ impl Channel {
                 last_tcp,
                 wakeups: 0,
                 gate: None,
+                active_local: local,
+                backups: 0,
             }),
-            fd,
+            fd: AtomicI32::new(fd),
             to_driver: Notify::new(),
             to_app: Notify::new(),
             max_events: cfg.max_events,
@@ -204,6 +260,7 @@ impl Channel {
             rbuf: BytesMut::with_capacity(cfg.read_chunk),
             read_chunk: cfg.read_chunk,
             read_eof: false,
+            paths,
         };
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
         Ok(Channel {
@@ -231,7 +288,17 @@ impl Channel {
 
     /// The socket's file descriptor (for inspection: `TCP_INFO`, `SIOCOUTQ`).
     pub fn raw_fd(&self) -> RawFd {
-        self.shared.fd
+        self.shared.fd.load(Ordering::Relaxed)
+    }
+
+    /// Local address of the connection in use (failover moves the channel to backups).
+    pub fn active_local_addr(&self) -> SocketAddr {
+        self.shared.lock().active_local
+    }
+
+    /// Failover: backup connections ready (connecting side) or idle (accepting side).
+    pub fn backups(&self) -> usize {
+        self.shared.lock().backups
     }
 
     fn check_open(&self, inner: &Inner) -> Result<(), Error> {
@@ -507,6 +574,8 @@ struct Driver {
     rbuf: BytesMut,
     read_chunk: usize,
     read_eof: bool,
+    /// Failover's other connections.
+    paths: Option<Paths>,
 }
 
 /// What the write phase found.
@@ -532,13 +601,16 @@ impl Driver {
     }
 
     async fn run_inner(&mut self) -> Result<(), Error> {
-        let fd = self.shared.fd;
         let mut write_shut = false;
         // Consecutive rounds in which the kernel already reported writability while the
         // controller was blocked (a stale snapshot): bounded, then we wait on a short timer.
         let mut spins = 0u32;
         loop {
+            let fd = self.stream.as_raw_fd();
             let gate_wake = self.read_phase()?;
+            if self.switch_if_stalled() {
+                continue;
+            }
             let out = self.write_phase(fd)?;
             let (timeout, want_read, closed, staged) = {
                 let mut g = self.shared.lock();
@@ -609,11 +681,18 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            let paths = async {
+                match &mut self.paths {
+                    Some(p) => p.next().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = self.stream.readable(), if want_read => r.map_err(|e| Error::io("epoll(readable)", e))?,
                 r = self.stream.writable(), if want_write => r.map_err(|e| Error::io("epoll(writable)", e))?,
                 _ = self.shared.to_driver.notified() => {}
                 _ = sleep => {}
+                ev = paths => self.on_path_event(ev),
             }
             self.shared.lock().wakeups += 1;
             spins = 0;
@@ -698,7 +777,7 @@ impl Driver {
         // by the bytes written (outq and notsent grow, nothing else can make the allowance
         // larger than it really is), and re-sampled only when that stale view blocks.
         let mut tcp = if needs {
-            sys::tcp_state(fd, g.conn.written())?
+            sys::tcp_state(fd, g.conn.path_written())?
         } else {
             // chunk sizing still wants the MSS
             TcpState {
@@ -728,7 +807,7 @@ impl Driver {
             let staged = g.conn.staged_len();
             if staged == 0 {
                 if d.blocked() && needs && !fresh {
-                    tcp = sys::tcp_state(fd, g.conn.written())?;
+                    tcp = sys::tcp_state(fd, g.conn.path_written())?;
                     g.last_tcp = tcp;
                     fresh = true;
                     continue;
@@ -783,6 +862,82 @@ impl Driver {
             wake = Some(Wake::At(Instant::now()));
         }
         Ok(WriteOutcome { kernel_full, wake })
+    }
+}
+
+impl Driver {
+    /// Connecting side: the core detected a stall; move to the oldest ready backup.
+    /// Returns whether the channel switched.
+    fn switch_if_stalled(&mut self) -> bool {
+        let Some(Paths::Client(paths)) = &mut self.paths else {
+            return false;
+        };
+        let mut g = self.shared.lock();
+        if !g.conn.failover_wanted() {
+            return false;
+        }
+        let Some((path, stream)) = paths.take_ready() else {
+            g.conn.note_stall_without_backup();
+            return false;
+        };
+        let now = Instant::now();
+        let threshold = g.conn.stall_threshold().unwrap_or_default();
+        g.conn.begin_path(now, path);
+        Self::use_stream(&self.shared, &mut g, &stream);
+        g.backups = paths.ready();
+        drop(g);
+        let old = std::mem::replace(&mut self.stream, stream);
+        paths.watch_old(old, now, threshold);
+        self.read_eof = false;
+        true
+    }
+
+    fn use_stream(shared: &Shared, g: &mut Inner, stream: &TcpStream) {
+        g.lowat = None;
+        if let Ok(a) = stream.local_addr() {
+            g.active_local = a;
+        }
+        shared.fd.store(stream.as_raw_fd(), Ordering::Relaxed);
+    }
+
+    fn on_path_event(&mut self, ev: Option<PathEvent>) {
+        let Some(ev) = ev else {
+            return;
+        };
+        let mut g = self.shared.lock();
+        match (ev, &mut self.paths) {
+            (PathEvent::Backup, Some(Paths::Client(p))) => g.backups = p.ready(),
+            (PathEvent::OldReadable, Some(Paths::Client(p))) => {
+                let mut buf = [0u8; 16 << 10];
+                let r = p.old().map(|s| s.try_read(&mut buf));
+                match r {
+                    Some(Ok(n)) if n > 0 => g.conn.handle_old_path_bytes(&buf[..n]),
+                    Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    _ => {
+                        p.end_old();
+                        g.conn.end_old_path();
+                    }
+                }
+            }
+            (PathEvent::OldDone, Some(Paths::Client(p))) => {
+                p.end_old();
+                g.conn.end_old_path();
+            }
+            (PathEvent::Arrived(path, stream), Some(Paths::Server(p))) => {
+                p.admit(&mut g.conn, path, stream);
+                g.backups = p.idle();
+            }
+            (PathEvent::Activate(path, stream), Some(Paths::Server(p))) => {
+                g.conn.begin_path(Instant::now(), path);
+                Self::use_stream(&self.shared, &mut g, &stream);
+                g.backups = p.idle();
+                drop(g);
+                // the old connection is closed: the peer left it
+                self.stream = stream;
+                self.read_eof = false;
+            }
+            _ => {}
+        }
     }
 }
 

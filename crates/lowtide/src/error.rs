@@ -35,6 +35,14 @@ pub enum Error {
     /// The channel is closed.
     #[error("channel closed")]
     Closed,
+    /// Failover: the peer refused a backup connection (its CLOSE frame's reason).
+    #[error("peer refused backup connection {path}: {reason}")]
+    BackupRefused {
+        /// The backup's ordinal.
+        path: u64,
+        /// The reason the peer gave.
+        reason: String,
+    },
     /// The peer went away without a CLOSE frame.
     #[error("connection closed by peer without CLOSE")]
     PeerGone,

@@ -2,7 +2,8 @@
 //! controllers that keep the kernel's send buffer at low tide.
 //!
 //! This crate is the thin tokio driver over the sans-IO core [`lowtide_proto`] (the split of
-//! quinn over quinn-proto): [`sys`] holds every system call, [`channel`] the driver loop.
+//! quinn over quinn-proto): [`sys`] holds every system call, [`channel`] the driver loop,
+//! `failover` the backup connections (`failover = { .. }` in the transport config).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lowtide::Error> {
@@ -20,6 +21,7 @@ pub mod bench;
 pub mod channel;
 mod config;
 mod error;
+mod failover;
 mod handles;
 pub mod sys;
 

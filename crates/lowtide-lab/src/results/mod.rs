@@ -265,6 +265,12 @@ pub struct SenderCost {
     /// CPU (user + system) per message sent, µs.
     pub cpu_us_per_message: Option<f64>,
     pub wakeups_per_message: Option<f64>,
+    /// Failover variants: switches to a backup connection per run, and the false positives
+    /// estimated among them (`lowtide_proto::failover`).
+    #[serde(default)]
+    pub failovers: f64,
+    #[serde(default)]
+    pub false_failovers: f64,
 }
 
 impl SenderCost {
@@ -290,6 +296,8 @@ impl SenderCost {
             messages,
             cpu_us_per_message: per(user.zip(system).map(|(u, s)| (u + s) * 1e6)),
             wakeups_per_message: per(Some(wakeups)),
+            failovers: avg(|c| c.failovers as f64),
+            false_failovers: avg(|c| c.false_failovers as f64),
         })
     }
 }

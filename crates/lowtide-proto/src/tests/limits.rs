@@ -10,7 +10,7 @@ fn server(cfg: Config) -> (Connection, Instant) {
     (Connection::new(cfg, Side::Server, now).unwrap(), now)
 }
 
-fn hello() -> Vec<u8> {
+pub(super) fn hello() -> Vec<u8> {
     let mut v = Vec::new();
     Hello {
         version: VERSION,

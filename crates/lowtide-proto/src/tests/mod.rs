@@ -1,6 +1,7 @@
 //! Protocol tests in simulated time ([`crate::sim::Pair`]).
 
 mod dbat;
+mod failover;
 mod limits;
 mod props;
 mod service;

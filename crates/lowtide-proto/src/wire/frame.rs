@@ -27,6 +27,8 @@ pub enum FrameType {
     PAck = 0x06,
     /// `CLOSE { code, reason_len, reason }`
     Close = 0x07,
+    /// `SWITCH { path }` (failover)
+    Switch = 0x08,
     /// `PROBE { id, index, pad_len, pad }`
     Probe = 0x0c,
     /// `PROBE_REPORT { id, dispersion_us, second_len }`
@@ -117,6 +119,12 @@ pub enum Frame<'a> {
         code: u64,
         /// Human-readable reason.
         reason: &'a str,
+    },
+    /// The first frame on a backup connection the sender switched to (failover): from here on
+    /// the channel continues on this connection.
+    Switch {
+        /// The connection's ordinal, as in its hello (key 5).
+        path: u64,
     },
     /// One packet of a packet-pair probe; the pad makes the frame fill a segment.
     Probe {
@@ -236,6 +244,10 @@ impl<'a> Frame<'a> {
                 let r = truncate_utf8(reason, MAX_CLOSE_REASON);
                 varint::put(out, r.len() as u64);
                 out.extend_from_slice(r.as_bytes());
+            }
+            Frame::Switch { path } => {
+                out.push(FrameType::Switch as u8);
+                varint::put(out, path);
             }
             Frame::Probe { id, index, pad_len } => {
                 out.push(FrameType::Probe as u8);
@@ -363,6 +375,7 @@ impl<'a> Frame<'a> {
                 let reason = std::str::from_utf8(raw).map_err(|_| DecodeError::ReasonNotUtf8)?;
                 Frame::Close { code, reason }
             }
+            0x08 => Frame::Switch { path: r.var()? },
             0x0c => {
                 let id = r.var()?;
                 let index = r.var_max("probe.index", 1)? as u8;
@@ -451,6 +464,7 @@ mod tests {
                 dispersion_us: 23_000,
                 second_len: 1448,
             },
+            Frame::Switch { path: 300 },
         ]
     }
 

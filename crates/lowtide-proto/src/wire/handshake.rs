@@ -22,6 +22,12 @@ pub enum HelloOption {
     /// The sender of the hello answers packet-pair PROBE frames with PROBE_REPORT (key 6,
     /// value 1); a peer must not send PROBE to one that did not announce it.
     AnswersProbes(u64),
+    /// The channel this connection belongs to (key 4, failover): a random nonzero token the
+    /// connecting side chose for the channel, in the hello of its primary and of every backup.
+    ChannelToken(u64),
+    /// The connection's ordinal within its channel (key 5, failover): absent on the primary,
+    /// 1, 2, ... on the backups the connecting side opens; the accepting side echoes it.
+    Path(u64),
     /// An option this version does not know: key, value.
     Unknown(u64, u64),
 }
@@ -33,6 +39,8 @@ impl HelloOption {
             HelloOption::MaxChunkLen(v) => (2, v),
             HelloOption::MaxStreams(v) => (3, v),
             HelloOption::AnswersProbes(v) => (6, v),
+            HelloOption::ChannelToken(v) => (4, v),
+            HelloOption::Path(v) => (5, v),
             HelloOption::Unknown(k, v) => (k, v),
         }
     }
@@ -42,6 +50,8 @@ impl HelloOption {
             2 => HelloOption::MaxChunkLen(v),
             3 => HelloOption::MaxStreams(v),
             6 => HelloOption::AnswersProbes(v),
+            4 => HelloOption::ChannelToken(v),
+            5 => HelloOption::Path(v),
             _ => HelloOption::Unknown(k, v),
         }
     }
@@ -113,6 +123,8 @@ mod tests {
                 HelloOption::MaxMessageSize(1 << 20),
                 HelloOption::MaxChunkLen(65536),
                 HelloOption::Unknown(99, 7),
+                HelloOption::ChannelToken(u64::MAX),
+                HelloOption::Path(3),
             ],
         };
         let mut out = Vec::new();

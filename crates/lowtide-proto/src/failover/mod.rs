@@ -1,0 +1,155 @@
+//! Failover to backup TCP connections: Paceline's connection manager, sans IO.
+//!
+//! Source: Erbad and Krasic, "Sender-side Buffers and the Case for Multimedia Adaptation"
+//! (Paceline), section "Connection Manager: Which TCP Socket to Use?". The rule: a channel
+//! keeps a number of backup TCP sockets to the same peer and, transparently to the
+//! application, switches to a new one when the current one stalls. The threshold is "an
+//! equation that resembles TCP's RTO", with "a safety margin added to the failover factor to
+//! reduce the number of false positives caused by noise in measurements outside the kernel".
+//!
+//! Ours, per part:
+//! - [`stall`]: the stall rule. The oldest byte written and not yet P-ACKed is older than
+//!   `max(floor, factor × (srtt + 4·rttvar))`, srtt and rttvar estimated from P-ACKs as
+//!   RFC 6298 does from ACKs. SRT's main/backup bonding uses the same shape,
+//!   clamp(2·SRTT + 4·RTTVar, 60 ms, latency); `factor` is Paceline's safety margin.
+//! - [`delivered`]: exactly-once delivery per (stream, seq) at the receiver, bounded memory;
+//!   with failover on, a resent copy must have the first copy's bytes.
+//! - [`old_path`]: the false-positive estimate: P-ACKs that still arrive on the abandoned
+//!   connection and cover bytes past the stall point (the old path was delivering after all).
+//! - the switch itself is [`Connection::begin_path`](crate::Connection::begin_path): every
+//!   message not yet P-ACKed and not expired is queued again with its sequence number, the
+//!   expired ones are cancelled on the new path, partial reassemblies are dropped.
+//!
+//! Wire: hello keys 4 (channel token) and 5 (path ordinal of a backup), frame SWITCH (0x08);
+//! `docs/wire.md`.
+//!
+//! Where we differ:
+//! - Only the connecting side detects stalls and opens backups (it is the side that can open
+//!   TCP connections); the accepting side follows the switch and resends its own messages.
+//! - Stall detection counts bytes, not messages: the oldest unacknowledged write, which also
+//!   covers a message only partly written when the kernel stopped taking bytes.
+//! - RTT samples are P-ACK round trips (write to P-ACK), so they include the receiver's
+//!   P-ACK delay (`pack_interval_us`) and both kernels' queues.
+//! - Latency controllers keep their estimators across a switch (the new connection starts in
+//!   slow start under the same controller).
+//! - Frames staged for the old connection but not written are dropped with it: data is
+//!   resent, streams are announced again, a staged CANCEL or P-ACK is lost (the receiver's
+//!   window forgets the gap in bounded memory).
+
+pub mod delivered;
+pub mod old_path;
+pub mod stall;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{check_range, ConfigError};
+
+pub use delivered::{Delivered, Verdict};
+pub use old_path::OldPath;
+pub use stall::StallDetector;
+
+/// Failover settings (`failover = { backups = N, ... }`), checked by [`FailoverConfig::validate`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FailoverConfig {
+    /// Pre-established backup connections kept (the connecting side); the most idle backups
+    /// accepted per channel (the accepting side).
+    pub backups: u32,
+    /// Multiplier on `srtt + 4·rttvar` (Paceline's failover factor with its safety margin).
+    pub factor: f64,
+    /// Lower bound of the stall threshold, ms (SRT's 60 ms).
+    pub floor_ms: u64,
+    /// Delivered sequence numbers remembered per stream beyond the contiguous floor (and the
+    /// hashes of the most recent ones, for comparing resent copies).
+    pub dedup_window: u32,
+}
+
+impl Default for FailoverConfig {
+    fn default() -> Self {
+        Self {
+            backups: 1,
+            factor: 2.0,
+            floor_ms: 200,
+            dedup_window: 4096,
+        }
+    }
+}
+
+impl FailoverConfig {
+    /// Checks every field; errors name the field, the value and the allowed range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range("failover.backups", self.backups, 1, 8, "1..=8")?;
+        if !(self.factor >= 1.0 && self.factor <= 20.0) {
+            return Err(ConfigError::new(
+                "failover.factor",
+                self.factor,
+                "1.0..=20.0",
+            ));
+        }
+        check_range("failover.floor_ms", self.floor_ms, 10, 60_000, "10..=60000")?;
+        check_range(
+            "failover.dedup_window",
+            self.dedup_window,
+            64,
+            1 << 20,
+            "64..=1048576",
+        )
+    }
+}
+
+/// What a switch did, reported as [`Event::Failover`](crate::Event::Failover).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailoverReport {
+    /// Ordinal of the connection now in use (the primary is 0).
+    pub path: u64,
+    /// Messages queued again (not yet P-ACKed, not expired).
+    pub resent: u64,
+    /// Messages not P-ACKed whose deadline had passed: cancelled on the new path instead.
+    pub expired: u64,
+    /// The stall threshold when the stall was detected (zero on the following side).
+    pub threshold: std::time::Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_name_field_value_and_range() {
+        FailoverConfig::default().validate().unwrap();
+        let e = FailoverConfig {
+            backups: 0,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(
+            (e.field, e.value.as_str(), e.allowed),
+            ("failover.backups", "0", "1..=8")
+        );
+        let e = FailoverConfig {
+            factor: f64::NAN,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.field, "failover.factor");
+        let e = FailoverConfig {
+            floor_ms: 5,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.field, "failover.floor_ms");
+        let e = FailoverConfig {
+            dedup_window: 1,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.field, "failover.dedup_window");
+        let c: FailoverConfig = toml::from_str("backups = 2\nfloor_ms = 100").unwrap();
+        assert_eq!((c.backups, c.floor_ms, c.factor), (2, 100, 2.0));
+        assert!(toml::from_str::<FailoverConfig>("bogus = 1").is_err());
+    }
+}

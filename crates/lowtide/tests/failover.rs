@@ -1,0 +1,299 @@
+//! Failover against real Linux TCP: backup connections, refusals, and forced failovers by
+//! blackholing the connection in use with an iptables DROP inside a network namespace this
+//! test creates (and removes, also on panic).
+//!
+//! Needs root and `iptables` (`bash run.sh` installs it). Timing-sensitive: run under
+//! `/work/bin/lt-timing` on a shared machine.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use lowtide::proto::wire::{Frame, Hello, HelloOption, VERSION};
+use lowtide::proto::FailoverConfig;
+use lowtide::{ChannelConfig, Config, Error, Message, StreamConfig};
+
+fn any_port() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn fo(backups: u32, floor_ms: u64) -> ChannelConfig {
+    ChannelConfig {
+        transport: Config {
+            failover: Some(FailoverConfig {
+                backups,
+                floor_ms,
+                ..FailoverConfig::default()
+            }),
+            ..Config::default()
+        },
+        ..ChannelConfig::default()
+    }
+}
+
+/// A connected pair and its listener (which routes backups: keep it while the pair lives).
+async fn pair(
+    client: ChannelConfig,
+    server: ChannelConfig,
+) -> (lowtide::Channel, lowtide::Channel, lowtide::Listener) {
+    let l = lowtide::listen(any_port(), server).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (c, s) = tokio::join!(lowtide::connect(addr, client), l.accept());
+    (c.unwrap(), s.unwrap(), l)
+}
+
+async fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn backups_are_kept_and_extra_ones_are_refused_with_a_reason() {
+    // the client wants 3, the server accepts 1 idle backup per channel
+    let (c, s, _l) = pair(fo(3, 200), fo(1, 200)).await;
+    wait_for("one backup", Duration::from_secs(5), || {
+        c.backups() == 1 && s.backups() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(c.backups(), 1, "refused backups are not retried");
+    assert_eq!(
+        s.stats().backups_refused,
+        2,
+        "the client opens its three at once: two are refused, none retried"
+    );
+    // the channel itself is unaffected
+    let st = c.open_stream(StreamConfig::default()).unwrap();
+    c.send(st, Message::new(&b"still fine"[..])).unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), s.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&m.data[..], b"still fine");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_backup_with_an_unknown_token_gets_a_close_naming_it() {
+    let l = lowtide::listen(any_port(), fo(1, 200)).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut hello = Vec::new();
+    Hello {
+        version: VERSION,
+        options: vec![HelloOption::ChannelToken(0xdead), HelloOption::Path(1)],
+    }
+    .encode(&mut hello);
+    s.write_all(&hello).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let (reply, n) = Hello::decode(&buf).unwrap().unwrap();
+    assert!(!reply
+        .options
+        .iter()
+        .any(|o| matches!(o, HelloOption::Path(_))));
+    match Frame::decode(&buf[n..], 0).unwrap().unwrap().0 {
+        Frame::Close { code, reason } => {
+            assert_eq!(code, 6);
+            assert!(reason.contains("unknown channel token 0xdead"), "{reason}");
+        }
+        f => panic!("expected CLOSE, got {f:?}"),
+    }
+}
+
+// ------------------------------------------------------------------ forced failovers
+
+/// A network namespace with loopback up; removed on drop (also on panic), which removes its
+/// iptables rules with it.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Self {
+        let name = format!("lt-fo-{}", std::process::id());
+        // a namespace left by a killed run of this process id
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(std::process::Stdio::null())
+            .status();
+        run("ip", &["netns", "add", &name]);
+        let ns = Netns(name);
+        run("ip", &["-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Moves the calling thread into the namespace.
+    fn enter(&self) {
+        let f = std::fs::File::open(format!("/run/netns/{}", self.0)).unwrap();
+        // SAFETY: setns on a valid namespace fd affects only this thread.
+        let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+    }
+
+    /// Drops (`add`) or stops dropping TCP packets from or to local port `port`.
+    fn blackhole(&self, port: u16, add: bool) {
+        let op = if add { "-I" } else { "-D" };
+        for dir in ["--sport", "--dport"] {
+            run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &self.0,
+                    "iptables",
+                    op,
+                    "INPUT",
+                    "-p",
+                    "tcp",
+                    dir,
+                    &port.to_string(),
+                    "-j",
+                    "DROP",
+                ],
+            );
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) {
+    let st = Command::new(cmd).args(args).status().unwrap_or_else(|e| {
+        panic!("{cmd}: {e} (this test needs root, iproute2 and iptables; `bash run.sh test` installs them)")
+    });
+    assert!(
+        st.success(),
+        "{cmd} {args:?} failed (run as root; `bash run.sh` installs iptables)"
+    );
+}
+
+/// `failovers` forced failovers while a message goes out every 2 ms, then `quiet` of the
+/// same traffic without any blackhole; returns (messages, failovers during quiet, stats).
+fn forced_failovers(failovers: u64, quiet: Duration) {
+    let ns = std::sync::Arc::new(Netns::new());
+    let ns2 = ns.clone();
+    let t = std::thread::spawn(move || {
+        let ns = ns2;
+        ns.enter();
+        let rt = lowtide::current_thread_runtime().unwrap();
+        rt.block_on(async {
+            let floor = 100;
+            let (c, s, _l) = pair(fo(1, floor), fo(1, floor)).await;
+            let stream = c.open_stream(StreamConfig::default()).unwrap();
+            let sender = {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let mut i = 0u64;
+                    loop {
+                        let mut m = i.to_be_bytes().to_vec();
+                        m.resize(200, (i % 251) as u8);
+                        match c.send(stream, Message::new(m)) {
+                            Ok(_) => i += 1,
+                            Err(Error::Send(_)) => {}
+                            Err(Error::Closed) => return i,
+                            Err(e) => panic!("send: {e}"),
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        if c.is_finished() {
+                            return i;
+                        }
+                    }
+                })
+            };
+            let receiver = {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let mut got: BTreeMap<u64, u32> = BTreeMap::new();
+                    while let Some(m) = s.recv().await {
+                        let i = u64::from_be_bytes(m.data[..8].try_into().unwrap());
+                        assert_eq!(m.seq, i, "sequence numbers follow the sender's count");
+                        assert!(m.data[8..].iter().all(|&b| b == (i % 251) as u8), "bytes of {i}");
+                        *got.entry(i).or_default() += 1;
+                    }
+                    got
+                })
+            };
+            let t0 = Instant::now();
+            for k in 0..failovers {
+                wait_for("a ready backup", Duration::from_secs(10), || c.backups() >= 1).await;
+                let port = c.active_local_addr().port();
+                ns.blackhole(port, true);
+                wait_for("the failover", Duration::from_secs(10), || c.stats().failovers > k).await;
+                ns.blackhole(port, false);
+            }
+            let forced = t0.elapsed();
+            let before = c.stats().failovers;
+            tokio::time::sleep(quiet).await;
+            let false_ones = c.stats().failovers - before;
+            c.flush().await.unwrap();
+            // everything sent is P-ACKed once the receiver has it
+            wait_for("all acknowledged", Duration::from_secs(10), || {
+                let st = c.stats();
+                st.messages_acked >= st.messages_queued
+            })
+            .await;
+            c.close(0, "done").await;
+            let sent = sender.await.unwrap();
+            let got = receiver.await.unwrap();
+            let st = c.stats();
+            let sst = s.stats();
+            let dup: Vec<_> = got.iter().filter(|(_, n)| **n > 1).collect();
+            let lost: Vec<_> = (0..sent).filter(|i| !got.contains_key(i)).collect();
+            println!(
+                "forced failovers: {} in {:.1} s ({:.0} ms each); messages sent {sent}, received {}, lost {}, duplicated {}; \
+                 resent {}, false failovers (estimate) {}, stalls without backup {}; \
+                 receiver dropped {} duplicate copies ({} unverified); failovers in {:.0} s without blackhole: {false_ones}",
+                st.failovers,
+                forced.as_secs_f64(),
+                forced.as_secs_f64() * 1000.0 / failovers.max(1) as f64,
+                got.len(),
+                lost.len(),
+                dup.len(),
+                st.resent_messages,
+                st.false_failovers,
+                st.stalls_without_backup,
+                sst.duplicates_dropped,
+                sst.duplicates_unverified,
+                quiet.as_secs_f64(),
+            );
+            assert!(dup.is_empty(), "delivered twice: {dup:?}");
+            assert!(lost.is_empty(), "lost: {lost:?}");
+            assert_eq!(st.failovers, failovers);
+            assert_eq!(sst.failovers, failovers, "the server followed every switch");
+            assert_eq!(false_ones, 0, "no failover on an uncongested link");
+        });
+        drop(ns);
+    });
+    let r = t.join();
+    drop(ns);
+    if let Err(p) = r {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// The issue's goal: 0 lost or duplicated across 100 forced failovers, and no failover in 3 s
+/// of the same traffic without a blackhole (about 20 s in all).
+#[test]
+fn hundred_forced_failovers_lose_and_duplicate_nothing() {
+    forced_failovers(100, Duration::from_secs(3));
+}
+
+/// The longer run: 500 failovers, then a minute without blackhole (at most 1 false failover
+/// per minute is the issue's goal; this asserts 0).
+#[test]
+#[ignore = "about 2 minutes; run under lt-timing"]
+fn five_hundred_failovers_then_a_quiet_minute() {
+    forced_failovers(500, Duration::from_secs(60));
+}
