@@ -4,6 +4,14 @@
 
 use crate::summary::Measured;
 
+/// Each point the mean of `w` bins from it on (a series `w - 1` shorter).
+pub fn smooth(xs: &[u64], w: usize) -> Vec<u64> {
+    let w = w.max(1);
+    xs.windows(w)
+        .map(|b| (b.iter().sum::<u64>() as f64 / w as f64).round() as u64)
+        .collect()
+}
+
 /// When every flow settled: the time, from bin `from` on, after which each flow's packets
 /// per bin stay within `band` (a share) of that flow's mean over the last quarter of the
 /// run. `Some(seconds after bin from's start)`; `None` when a flow is outside its band in
@@ -98,6 +106,13 @@ mod tests {
         assert_eq!(settling_s(&[], 0, 0.1, 0.2), None);
         assert_eq!(settling_s(&[vec![5, 5, 0, 0]], 0, 0.1, 0.2), None);
         assert_eq!(settling_s(&[vec![5, 5]], 3, 0.1, 0.2), None);
+    }
+
+    #[test]
+    fn smoothing_is_a_moving_average() {
+        assert_eq!(smooth(&[0, 20, 0, 20, 0], 2), vec![10, 10, 10, 10]);
+        assert_eq!(smooth(&[3, 4], 1), vec![3, 4]);
+        assert!(smooth(&[3], 2).is_empty());
     }
 
     #[test]

@@ -59,9 +59,13 @@ pub struct RunSettings {
     /// Width of the packets-per-period bins (Fig. 3: 84 ms, two RTTs).
     #[serde(default = "bin_ms")]
     pub bin_ms: f64,
-    /// A flow has settled when every later bin is within this share of its final mean.
+    /// A flow has settled when every later bin, averaged over `settle_smooth_bins` bins, is
+    /// within this share of its mean over the last quarter of the run.
     #[serde(default = "settle_band")]
     pub settle_band: f64,
+    /// Bins averaged (a moving average) before the settling test; 1: none.
+    #[serde(default = "one_bin")]
+    pub settle_smooth_bins: usize,
     /// Oscillation is measured from this time on (Fig. 3's "after 10 s").
     #[serde(default = "oscillation_from")]
     pub oscillation_from_s: f64,
@@ -85,11 +89,17 @@ fn cubic() -> String {
 fn bin_ms() -> f64 {
     84.0
 }
+fn one_bin() -> usize {
+    1
+}
 fn settle_band() -> f64 {
     0.2
 }
 fn oscillation_from() -> f64 {
     10.0
+}
+fn yes() -> bool {
+    true
 }
 fn port() -> u16 {
     7400
@@ -105,6 +115,11 @@ pub struct RdcVariant {
     /// Hosts negotiate ECN (`net.ipv4.tcp_ecn`; 1-bit RDC needs ECT packets to mark).
     #[serde(default)]
     pub ecn: bool,
+    /// Linux's RFC 3168 fallback (`net.ipv4.tcp_ecn_fallback` on the senders): when a SYN
+    /// is retransmitted, the connection gives up ECN. `false` keeps every flow ECN-capable,
+    /// as the paper's simulated flows are, even when the bottleneck dropped its first SYN.
+    #[serde(default = "yes")]
+    pub ecn_fallback: bool,
     /// Start the RDC agent in the receivers' namespaces, in this mode.
     #[serde(default)]
     pub agent: Option<lowtide_rdc::Mode>,
@@ -292,6 +307,12 @@ impl RdcScenario {
             "rdc.settle_band",
             r.settle_band,
             "above 0, below 1",
+        )?;
+        check(
+            (1..=1000).contains(&r.settle_smooth_bins),
+            "rdc.settle_smooth_bins",
+            r.settle_smooth_bins,
+            "1 to 1000",
         )?;
         check(
             r.oscillation_from_s >= 0.0,

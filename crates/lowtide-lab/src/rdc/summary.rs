@@ -102,10 +102,14 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
     let complete = sent.len() == t.plans.len();
     let last_start = t.plans.iter().map(|p| p.start_s).fold(0.0, f64::max);
     let settle_from = (last_start / bin_s).ceil() as usize;
+    let smoothed: Vec<Vec<u64>> = sent
+        .iter()
+        .map(|f| measure::smooth(f, r.settle_smooth_bins))
+        .collect();
     let settling = complete
-        .then(|| measure::settling_s(&sent, settle_from, bin_s, r.settle_band))
+        .then(|| measure::settling_s(&smoothed, settle_from, bin_s, r.settle_band))
         .flatten();
-    let bins = sent.iter().map(Vec::len).min().unwrap_or(0);
+    let bins = smoothed.iter().map(Vec::len).min().unwrap_or(0);
     let settled = (complete && settle_from < bins).then_some(settling.is_some());
     let osc_from = (r.oscillation_from_s / bin_s).ceil() as usize;
     let oscillation = if complete {

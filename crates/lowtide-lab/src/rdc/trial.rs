@@ -59,6 +59,11 @@ pub fn run_variant(
             ..RunOptions::default()
         },
     )?;
+    if !v.ecn_fallback {
+        for h in net.senders() {
+            h.sysctl("net.ipv4.tcp_ecn_fallback", "0")?;
+        }
+    }
     // Declared after `net`: dropped (stopped, chains removed) before the namespaces go.
     let agents = match v.agent {
         Some(mode) => {
