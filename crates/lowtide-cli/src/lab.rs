@@ -166,7 +166,9 @@ fn run_rdc(args: &RunArgs, text: &str, folder: &std::path::Path) -> anyhow::Resu
         "run folder: {} ({}, {})",
         out_dir.display(),
         rdc::SUMMARY,
-        std::path::Path::new(rdc::PLOT).with_extension("png").display()
+        std::path::Path::new(rdc::PLOT)
+            .with_extension("png")
+            .display()
     );
     let goals_met = summary.goals.iter().all(|g| g.met);
     Ok(if !summary.errors.is_empty() {

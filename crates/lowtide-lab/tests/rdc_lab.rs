@@ -71,8 +71,15 @@ fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
     // The router's delays reached the agent, and it held ACKs by them.
     assert!(status.counters.delays_read > 100, "{:?}", status.counters);
     assert!(status.counters.held > 100, "{:?}", status.counters);
-    assert_eq!(status.held_now, 0, "every held ACK was released at the stop");
-    assert!(v.goodput_mbps[0].value.is_some_and(|g| g > 1.0), "{:?}", v.goodput_mbps);
+    assert_eq!(
+        status.held_now, 0,
+        "every held ACK was released at the stop"
+    );
+    assert!(
+        v.goodput_mbps[0].value.is_some_and(|g| g > 1.0),
+        "{:?}",
+        v.goodput_mbps
+    );
     assert!(out.join(rdc::SUMMARY).exists() && out.join(rdc::FLOWS_CSV).exists());
     assert_eq!(our_chains_here(), chains, "no chain of the agent here");
     assert_eq!(lab_namespaces(), namespaces, "no namespace left");

@@ -51,9 +51,7 @@ impl Agents {
             let handle = net
                 .receiver(flow)
                 .run(move || AgentHandle::start(cfg))?
-                .map_err(|e| {
-                    LabError::io(format!("starting the RDC agent for flow {flow}"), e)
-                })?;
+                .map_err(|e| LabError::io(format!("starting the RDC agent for flow {flow}"), e))?;
             // Pushed at once: an error for a later receiver drops (stops) the earlier ones.
             agents.running.push((flow, handle));
         }

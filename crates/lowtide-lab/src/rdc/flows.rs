@@ -99,7 +99,11 @@ fn set_int(fd: RawFd, opt: libc::c_int, v: libc::c_int, what: &str) -> Result<()
 
 /// The receiving end, in the receiver's namespace: accepts one connection on the plan's
 /// port (until the run ends) and reads until the sender closes or the run ends.
-pub fn receive(plan: &FlowPlan, t0: Instant, ready: impl FnOnce()) -> Result<ReceiverRecord, String> {
+pub fn receive(
+    plan: &FlowPlan,
+    t0: Instant,
+    ready: impl FnOnce(),
+) -> Result<ReceiverRecord, String> {
     let end = t0 + plan.duration;
     let listener = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| format!("receiver socket: {e}"))?;
@@ -108,7 +112,12 @@ pub fn receive(plan: &FlowPlan, t0: Instant, ready: impl FnOnce()) -> Result<Rec
         .map_err(|e| format!("SO_REUSEADDR: {e}"))?;
     let fd = listener.as_raw_fd();
     set_int(fd, libc::TCP_MAXSEG, plan.mss_option() as i32, "TCP_MAXSEG")?;
-    set_int(fd, libc::TCP_WINDOW_CLAMP, plan.window_bytes() as i32, "TCP_WINDOW_CLAMP")?;
+    set_int(
+        fd,
+        libc::TCP_WINDOW_CLAMP,
+        plan.window_bytes() as i32,
+        "TCP_WINDOW_CLAMP",
+    )?;
     let addr = SocketAddr::from(([0, 0, 0, 0], plan.port));
     listener
         .bind(&addr.into())
@@ -126,7 +135,10 @@ pub fn receive(plan: &FlowPlan, t0: Instant, ready: impl FnOnce()) -> Result<Rec
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                return Err(format!("no connection on port {} before the run ended", plan.port));
+                return Err(format!(
+                    "no connection on port {} before the run ended",
+                    plan.port
+                ));
             }
             Err(e) => return Err(format!("accept: {e}")),
         }
@@ -134,7 +146,12 @@ pub fn receive(plan: &FlowPlan, t0: Instant, ready: impl FnOnce()) -> Result<Rec
     conn.set_nonblocking(false)
         .and_then(|()| conn.set_read_timeout(Some(Duration::from_millis(50))))
         .map_err(|e| format!("receiver socket options: {e}"))?;
-    set_int(conn.as_raw_fd(), libc::TCP_WINDOW_CLAMP, plan.window_bytes() as i32, "TCP_WINDOW_CLAMP")?;
+    set_int(
+        conn.as_raw_fd(),
+        libc::TCP_WINDOW_CLAMP,
+        plan.window_bytes() as i32,
+        "TCP_WINDOW_CLAMP",
+    )?;
     let mut record = ReceiverRecord {
         received_bytes: vec![0; plan.bins() + 1],
     };
@@ -165,7 +182,12 @@ pub fn send(plan: &FlowPlan, dst: SocketAddr, t0: Instant) -> Result<SenderRecor
         .map_err(|e| format!("sender socket: {e}"))?;
     s.set_tcp_congestion(plan.congestion.as_bytes())
         .map_err(|e| format!("congestion control `{}`: {e}", plan.congestion))?;
-    set_int(s.as_raw_fd(), libc::TCP_MAXSEG, plan.mss_option() as i32, "TCP_MAXSEG")?;
+    set_int(
+        s.as_raw_fd(),
+        libc::TCP_MAXSEG,
+        plan.mss_option() as i32,
+        "TCP_MAXSEG",
+    )?;
     s.connect_timeout(&dst.into(), Duration::from_secs(3))
         .map_err(|e| format!("flow {} connecting to {dst}: {e}", plan.index))?;
     s.set_write_timeout(Some(Duration::from_millis(20)))

@@ -100,7 +100,10 @@ fn provenance(s: &RdcScenario, opts: &RdcOptions) -> Vec<(String, String)> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|| "unknown".into());
     vec![
-        ("command".into(), std::env::args().collect::<Vec<_>>().join(" ")),
+        (
+            "command".into(),
+            std::env::args().collect::<Vec<_>>().join(" "),
+        ),
         ("git revision".into(), git),
         (
             "kernel".into(),
@@ -137,14 +140,19 @@ fn write_folder(
         .map_err(|e| LabError::io("serialising the summary", e))?;
     std::fs::write(dir.join(SUMMARY), json).map_err(io(SUMMARY))?;
     let bin_s = s.rdc.bin_ms / 1000.0;
-    let mut csv = std::io::BufWriter::new(
-        std::fs::File::create(dir.join(FLOWS_CSV)).map_err(io(FLOWS_CSV))?,
-    );
+    let mut csv =
+        std::io::BufWriter::new(std::fs::File::create(dir.join(FLOWS_CSV)).map_err(io(FLOWS_CSV))?);
     writeln!(csv, "variant,flow,bin_start_s,sent_packets,received_bytes").map_err(io(FLOWS_CSV))?;
     for t in trials {
         for (i, (snd, rcv)) in t.senders.iter().zip(&t.receivers).enumerate() {
-            let sent = snd.as_ref().map(|x| x.sent_packets.as_slice()).unwrap_or(&[]);
-            let got = rcv.as_ref().map(|x| x.received_bytes.as_slice()).unwrap_or(&[]);
+            let sent = snd
+                .as_ref()
+                .map(|x| x.sent_packets.as_slice())
+                .unwrap_or(&[]);
+            let got = rcv
+                .as_ref()
+                .map(|x| x.received_bytes.as_slice())
+                .unwrap_or(&[]);
             for k in 0..sent.len().max(got.len()) {
                 let cell = |v: Option<&u64>| v.map_or(String::new(), u64::to_string);
                 writeln!(

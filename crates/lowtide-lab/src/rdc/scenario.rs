@@ -258,12 +258,7 @@ impl RdcScenario {
             r.measure_from_s,
             format!("0 up to duration_s - 1 ({})", r.duration_s - 1.0),
         )?;
-        check(
-            (1..=32).contains(&r.flows),
-            "rdc.flows",
-            r.flows,
-            "1 to 32",
-        )?;
+        check((1..=32).contains(&r.flows), "rdc.flows", r.flows, "1 to 32")?;
         check(
             (200..=1500).contains(&r.packet_bytes),
             "rdc.packet_bytes",
@@ -350,9 +345,8 @@ impl RdcScenario {
             )?;
             let mut with = t.clone();
             with.forward.aqm = v.aqm.clone();
-            with.validate().map_err(|e| {
-                RdcScenarioError::Topology(format!("variant `{}`: {e}", v.name))
-            })?;
+            with.validate()
+                .map_err(|e| RdcScenarioError::Topology(format!("variant `{}`: {e}", v.name)))?;
             if let Some(flows) = &v.agent_flows {
                 for &f in flows {
                     check(

@@ -127,7 +127,10 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
             Some(rec) if rec.received_bytes.len() > from_bin => {
                 let bytes: u64 = rec.received_bytes[from_bin..].iter().sum();
                 let secs = (rec.received_bytes.len() - from_bin) as f64 * bin_s;
-                Measured::new(Some(bytes as f64 * 8.0 / secs / 1e6), rec.received_bytes.len() - from_bin)
+                Measured::new(
+                    Some(bytes as f64 * 8.0 / secs / 1e6),
+                    rec.received_bytes.len() - from_bin,
+                )
             }
             _ => Measured::new(None, 0),
         })
@@ -150,7 +153,10 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
             let arrived = f.arrived_packets as usize;
             let util = f.delivered_bytes as f64 * 8.0 / (rate_bps * t.measured_s);
             (
-                Measured::new(Some(f.total_drops() as f64 / arrived.max(1) as f64), arrived),
+                Measured::new(
+                    Some(f.total_drops() as f64 / arrived.max(1) as f64),
+                    arrived,
+                ),
                 Measured::new(Some(util), f.delivered_packets as usize),
                 f.drops.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                 f.marks.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
@@ -212,9 +218,9 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
                 .iter()
                 .find(|v| v.name == g.variant)
                 .map_or(Measured::new(None, 0), |v| v.metric(g.metric));
-            let met = measured.value.is_some_and(|x| {
-                g.min.is_none_or(|m| x >= m) && g.max.is_none_or(|m| x <= m)
-            });
+            let met = measured
+                .value
+                .is_some_and(|x| g.min.is_none_or(|m| x >= m) && g.max.is_none_or(|m| x <= m));
             GoalResult {
                 variant: g.variant.clone(),
                 metric: g.metric.as_str().into(),
@@ -229,7 +235,8 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
 }
 
 fn show(m: &Measured, f: impl Fn(f64) -> String) -> String {
-    m.value.map_or_else(|| crate::summary::NO_DATA.to_string(), f)
+    m.value
+        .map_or_else(|| crate::summary::NO_DATA.to_string(), f)
 }
 
 /// The table `lowtide lab run` prints.

@@ -110,7 +110,10 @@ pub fn run_variant(
             return Err(e.into());
         }
         let next = if reset { end } else { from };
-        std::thread::sleep(next.saturating_duration_since(now).min(Duration::from_millis(500)));
+        std::thread::sleep(
+            next.saturating_duration_since(now)
+                .min(Duration::from_millis(500)),
+        );
         let held = agents.as_ref().map_or(0, |a| {
             a.statuses().iter().map(|(_, s)| s.held_now).sum::<usize>()
         });
