@@ -92,13 +92,7 @@ pub fn run(
 }
 
 fn provenance(s: &RdcScenario, opts: &RdcOptions) -> Vec<(String, String)> {
-    let git = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+    let git = crate::runner::git_revision();
     vec![
         (
             "command".into(),
