@@ -138,8 +138,16 @@ fn run_rdc(args: &RunArgs, text: &str, folder: &std::path::Path) -> anyhow::Resu
     use lowtide_lab::rdc::{self, RdcOptions, RdcScenario};
     let s = RdcScenario::from_toml_in(text, folder)
         .with_context(|| format!("checking scenario {}", args.file.display()))?;
-    if args.runs.is_some() || !args.queue_bdp.is_empty() || !args.cc.is_empty() {
-        anyhow::bail!("--runs, --queue-bdp and --cc do not apply to an RDC scenario ([rdc])");
+    if args.runs.is_some()
+        || !args.queue_bdp.is_empty()
+        || !args.cc.is_empty()
+        || args.window_frames.is_some()
+        || !args.threshold_ms.is_empty()
+    {
+        anyhow::bail!(
+            "--runs, --queue-bdp, --cc, --window-frames and --threshold-ms do not apply to an \
+             RDC scenario ([rdc])"
+        );
     }
     let out_dir = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("out/lab").join(format!(
