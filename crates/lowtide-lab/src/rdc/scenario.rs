@@ -403,3 +403,71 @@ impl RdcScenario {
         t
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped() -> Vec<(std::path::PathBuf, String)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                (p, text)
+            })
+            .filter(|(_, t)| is_rdc_scenario(t))
+            .collect()
+    }
+
+    #[test]
+    fn shipped_rdc_scenarios_check() {
+        let files = shipped();
+        assert!(files.len() >= 2, "rdc-fig3 and rdc-friendliness");
+        for (path, text) in files {
+            let s = RdcScenario::from_toml_in(&text, Path::new("."))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            s.quick()
+                .check()
+                .unwrap_or_else(|e| panic!("{} --quick: {e}", path.display()));
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field_value_and_range() {
+        let (_, text) = shipped()
+            .into_iter()
+            .find(|(p, _)| p.ends_with("rdc-fig3.toml"))
+            .unwrap();
+        let bad = text.replace("starts_s = [0.0, 1.0]", "starts_s = [0.0]");
+        let e = RdcScenario::from_toml_in(&bad, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rdc.starts_s") && e.contains("1 entries"), "{e}");
+        let bad = text.replace("flows = 2", "flows = 3");
+        let e = RdcScenario::from_toml_in(&bad, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rdc.starts_s") || e.contains("topology"), "{e}");
+        let bad = text.replace("agent = \"exact\"", "agent = \"exact\"\nagent_flows = [5]");
+        let e = RdcScenario::from_toml_in(&bad, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agent_flows") && e.contains("below 2"), "{e}");
+        assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
+    }
+
+    #[test]
+    fn random_starts_are_seeded_and_within_range() {
+        let (_, text) = shipped()
+            .into_iter()
+            .find(|(p, _)| p.ends_with("rdc-friendliness.toml"))
+            .unwrap();
+        let s = RdcScenario::from_toml_in(&text, Path::new(".")).unwrap();
+        let a = s.starts();
+        assert_eq!(a, s.starts());
+        assert!(a.iter().all(|&t| (0.0..2.0).contains(&t)), "{a:?}");
+    }
+}
