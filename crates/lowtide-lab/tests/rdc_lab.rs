@@ -4,6 +4,7 @@
 //! lab namespace either.
 
 use lowtide_lab::rdc::{self, RdcOptions, RdcScenario};
+use lowtide_netem::cleanup::leftover_namespaces;
 use lowtide_rdc::iptables;
 
 const SCENARIO: &str = r#"
@@ -29,18 +30,6 @@ aqm = { kind = "rdc", mode = "exact", packet_bytes = 1000 }
 agent = "exact"
 "#;
 
-fn lab_namespaces() -> Vec<String> {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("lt-"))
-        .map(str::to_string)
-        .collect()
-}
-
 fn our_chains_here() -> Vec<String> {
     iptables::TOOLS
         .iter()
@@ -50,7 +39,7 @@ fn our_chains_here() -> Vec<String> {
 
 #[test]
 fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
-    let namespaces = lab_namespaces();
+    let namespaces = leftover_namespaces();
     let chains = our_chains_here();
     let s = RdcScenario::from_toml_in(SCENARIO, std::path::Path::new(".")).unwrap();
     let out = std::env::temp_dir().join(format!("lowtide-rdc-lab-{}", std::process::id()));
@@ -82,6 +71,10 @@ fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
     );
     assert!(out.join(rdc::SUMMARY).exists() && out.join(rdc::FLOWS_CSV).exists());
     assert_eq!(our_chains_here(), chains, "no chain of the agent here");
-    assert_eq!(lab_namespaces(), namespaces, "no namespace left");
+    let new: Vec<String> = leftover_namespaces()
+        .into_iter()
+        .filter(|n| !namespaces.contains(n))
+        .collect();
+    assert!(new.is_empty(), "namespaces left: {new:?}");
     let _ = std::fs::remove_dir_all(out);
 }
