@@ -84,6 +84,9 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading scenario {}", args.file.display()))?;
     let folder = args.file.parent().unwrap_or(std::path::Path::new("."));
+    if lowtide_lab::rdc::is_rdc_scenario(&text) {
+        return run_rdc(&args, &text, folder);
+    }
     let checked = Scenario::from_toml_in(&text, folder)
         .with_context(|| format!("checking scenario {}", args.file.display()))?;
     if let Some(n) = args.runs {
@@ -127,6 +130,61 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
     );
     show(!args.no_fail_on_goals, |progress| {
         runner::run(&checked, &opts, progress)
+    })
+}
+
+/// An RDC scenario (`[rdc]`): one trial per variant, bulk flows, the agent in the receivers.
+fn run_rdc(args: &RunArgs, text: &str, folder: &std::path::Path) -> anyhow::Result<i32> {
+    use lowtide_lab::rdc::{self, RdcOptions, RdcScenario};
+    let s = RdcScenario::from_toml_in(text, folder)
+        .with_context(|| format!("checking scenario {}", args.file.display()))?;
+    if args.runs.is_some()
+        || !args.queue_bdp.is_empty()
+        || !args.cc.is_empty()
+        || args.window_frames.is_some()
+        || !args.threshold_ms.is_empty()
+    {
+        anyhow::bail!(
+            "--runs, --queue-bdp, --cc, --window-frames and --threshold-ms do not apply to an \
+             RDC scenario ([rdc])"
+        );
+    }
+    let out_dir = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("out/lab").join(format!(
+            "{}{}",
+            s.name,
+            if args.quick { "-quick" } else { "" }
+        ))
+    });
+    println!(
+        "lowtide lab: {}{} from {}",
+        s.name,
+        if args.quick { " (--quick)" } else { "" },
+        args.file.display()
+    );
+    let opts = RdcOptions {
+        quick: args.quick,
+        out_dir: out_dir.clone(),
+    };
+    let summary = rdc::run(&s, &opts, &mut progress_line());
+    eprintln!();
+    let summary = summary?;
+    print!("{}", rdc::text_table(&summary));
+    println!(
+        "run folder: {} ({}, {})",
+        out_dir.display(),
+        rdc::SUMMARY,
+        std::path::Path::new(rdc::PLOT)
+            .with_extension("png")
+            .display()
+    );
+    let goals_met = summary.goals.iter().all(|g| g.met);
+    Ok(if !summary.errors.is_empty() {
+        2
+    } else if goals_met || args.no_fail_on_goals {
+        0
+    } else {
+        1
     })
 }
 

@@ -16,7 +16,8 @@
 //! - [`runner`]: `lowtide lab run`, trials side by side and sequential, the run folder;
 //! - [`results`]: raw records, their files, and `summary.json`;
 //! - [`sweep`]: one scenario over several congestion controls and queues, one index;
-//! - [`render`]: a run folder's `report.html`, from its summary and CSV alone.
+//! - [`render`]: a run folder's `report.html`, from its summary and CSV alone;
+//! - [`rdc`]: the RDC experiments (Hsiao, Kung, Tan): bulk flows, the agent in the receivers.
 
 pub mod clock;
 pub mod conference;
@@ -24,6 +25,7 @@ pub mod demo;
 pub mod floor;
 pub mod goals;
 pub mod quic;
+pub mod rdc;
 pub mod render;
 pub mod report;
 pub mod results;

@@ -313,7 +313,7 @@ fn draw(
 /// Rasterises an SVG to the same name with `.png` (resvg). The text needs a sans-serif font
 /// on the system (`run.sh` installs DejaVu); without one the PNG has no labels, the SVG is
 /// unaffected.
-fn png_copy(svg_path: &Path) -> Result<(), String> {
+pub(crate) fn png_copy(svg_path: &Path) -> Result<(), String> {
     use resvg::{tiny_skia, usvg};
     static OPTIONS: std::sync::OnceLock<usvg::Options<'static>> = std::sync::OnceLock::new();
     let opt = OPTIONS.get_or_init(|| {

@@ -1,0 +1,98 @@
+//! The RDC agent (`lowtide-rdc`) in the receivers' namespaces for one trial: started before
+//! the flows, for the flows' ports only, and stopped after them. Stopping releases every held
+//! ACK and removes the agent's iptables chains; a dropped [`Agents`] (an error or a panic in
+//! the trial) stops them the same way, before the namespaces go. After the stop the
+//! receivers' mangle tables are read again: a chain of ours still there is reported.
+
+use lowtide_netem::Dumbbell;
+use lowtide_rdc::iptables::{self, Selection};
+use lowtide_rdc::{AgentConfig, AgentHandle, AgentStatus, DriverConfig, Mode};
+use serde::Serialize;
+
+use crate::LabError;
+
+/// One receiver's agent after the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentReport {
+    pub flow: usize,
+    /// Its final counters (None when it failed to stop cleanly: `error` says why).
+    pub status: Option<AgentStatus>,
+    pub error: Option<String>,
+    /// iptables chains of the agent found in the receiver after it stopped (should be none).
+    pub chains_left: Vec<String>,
+}
+
+/// Running agents, one per receiver that has one.
+pub struct Agents {
+    running: Vec<(usize, AgentHandle)>,
+}
+
+impl Agents {
+    /// Starts an agent in the receiver of every flow in `flows`, for that flow's port.
+    pub fn start(
+        net: &Dumbbell,
+        mode: Mode,
+        flows: &[usize],
+        port_of: impl Fn(usize) -> u16,
+    ) -> Result<Self, LabError> {
+        let mut agents = Agents { running: vec![] };
+        for &flow in flows {
+            let cfg = DriverConfig {
+                agent: AgentConfig {
+                    mode,
+                    ..AgentConfig::default()
+                },
+                selection: Selection {
+                    ports: vec![port_of(flow)],
+                    loopback: false,
+                },
+                ..DriverConfig::default()
+            };
+            let handle = net
+                .receiver(flow)
+                .run(move || AgentHandle::start(cfg))?
+                .map_err(|e| LabError::io(format!("starting the RDC agent for flow {flow}"), e))?;
+            // Pushed at once: an error for a later receiver drops (stops) the earlier ones.
+            agents.running.push((flow, handle));
+        }
+        Ok(agents)
+    }
+
+    /// The latest status of each agent, by flow.
+    pub fn statuses(&self) -> Vec<(usize, AgentStatus)> {
+        self.running.iter().map(|(f, h)| (*f, h.status())).collect()
+    }
+
+    /// Stops every agent and checks that its chains are gone.
+    pub fn stop(mut self, net: &Dumbbell) -> Vec<AgentReport> {
+        let running = std::mem::take(&mut self.running);
+        running
+            .into_iter()
+            .map(|(flow, handle)| {
+                let (status, error) = match handle.stop() {
+                    Ok(s) => (Some(s), None),
+                    Err(e) => (None, Some(e.to_string())),
+                };
+                let chains_left = chains_in(net, flow);
+                AgentReport {
+                    flow,
+                    status,
+                    error,
+                    chains_left,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Chains of the agent in receiver `flow`'s mangle table, with every iptables backend.
+pub fn chains_in(net: &Dumbbell, flow: usize) -> Vec<String> {
+    net.receiver(flow)
+        .run(|| {
+            iptables::TOOLS
+                .iter()
+                .flat_map(|t| iptables::our_chains(t))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_else(|e| vec![format!("(could not look: {e})")])
+}

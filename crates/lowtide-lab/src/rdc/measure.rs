@@ -1,0 +1,139 @@
+//! The numbers of an RDC run, from its raw records: how long the flows took to settle and how
+//! much they still oscillate (Fig. 3), how they share the link, and what the bottleneck's
+//! queue held. Pure functions, unit-tested on made-up series.
+
+use crate::summary::Measured;
+
+/// Each point the mean of `w` bins from it on (a series `w - 1` shorter).
+pub fn smooth(xs: &[u64], w: usize) -> Vec<u64> {
+    let w = w.max(1);
+    xs.windows(w)
+        .map(|b| (b.iter().sum::<u64>() as f64 / w as f64).round() as u64)
+        .collect()
+}
+
+/// When every flow settled: the time, from bin `from` on, after which each flow's packets
+/// per bin stay within `band` (a share) of that flow's mean over the last quarter of the
+/// run. `Some(seconds after bin from's start)`; `None` when a flow is outside its band in
+/// the last bin (it never settled) or a flow sent nothing at the end.
+pub fn settling_s(flows: &[Vec<u64>], from: usize, bin_s: f64, band: f64) -> Option<f64> {
+    let bins = flows.iter().map(Vec::len).min()?;
+    if from >= bins {
+        return None;
+    }
+    let tail = bins - (bins - from).div_ceil(4);
+    let mut last_outside: Option<usize> = None;
+    for f in flows {
+        let end: Vec<f64> = f[tail..bins].iter().map(|&x| x as f64).collect();
+        let mean = mean(&end)?;
+        if mean <= 0.0 {
+            return None;
+        }
+        for (i, &x) in f.iter().enumerate().take(bins).skip(from) {
+            if (x as f64 - mean).abs() > band * mean {
+                last_outside = Some(last_outside.map_or(i, |l: usize| l.max(i)));
+            }
+        }
+    }
+    match last_outside {
+        None => Some(0.0),
+        Some(i) if i + 1 >= bins => None,
+        Some(i) => Some((i + 1 - from) as f64 * bin_s),
+    }
+}
+
+/// Oscillation from bin `from` on: each flow's coefficient of variation (standard deviation
+/// over mean of its packets per bin), averaged over flows.
+pub fn oscillation(flows: &[Vec<u64>], from: usize) -> Measured {
+    let cvs: Vec<f64> = flows
+        .iter()
+        .filter_map(|f| {
+            let xs: Vec<f64> = f.iter().skip(from).map(|&x| x as f64).collect();
+            let m = mean(&xs)?;
+            (m > 0.0).then(|| {
+                let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / xs.len() as f64;
+                var.sqrt() / m
+            })
+        })
+        .collect();
+    Measured::new(mean(&cvs), cvs.len())
+}
+
+/// Smallest flow total over the largest (1 is an even share).
+pub fn share_ratio(totals: &[f64]) -> Measured {
+    let max = totals.iter().copied().fold(f64::NAN, f64::max);
+    let min = totals.iter().copied().fold(f64::NAN, f64::min);
+    Measured::new((max > 0.0).then(|| min / max), totals.len())
+}
+
+/// The `p`-th percentile (0-100) of `xs` by nearest rank; `None` for no samples.
+pub fn percentile(xs: &mut [u32], p: f64) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_unstable();
+    let rank = ((p / 100.0) * xs.len() as f64).ceil().max(1.0) as usize;
+    Some(f64::from(xs[rank.min(xs.len()) - 1]))
+}
+
+fn mean(xs: &[f64]) -> Option<f64> {
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settling_is_after_the_last_bin_outside_the_band() {
+        // Two flows: one swings until bin 5, then both sit at 50.
+        let a = vec![100, 0, 90, 10, 70, 30, 50, 50, 50, 50, 50, 50];
+        let b = vec![0, 100, 10, 90, 30, 70, 50, 50, 50, 50, 50, 50];
+        let s = settling_s(&[a.clone(), b.clone()], 0, 0.1, 0.2).unwrap();
+        assert!((s - 0.6).abs() < 1e-9);
+        // Counted from bin 2: the last bin outside is still bin 5.
+        let s = settling_s(&[a, b], 2, 0.1, 0.2).unwrap();
+        assert!((s - 0.4).abs() < 1e-9);
+        // Settled from the start.
+        assert_eq!(settling_s(&[vec![50; 8]], 0, 0.1, 0.2), Some(0.0));
+    }
+
+    #[test]
+    fn a_flow_still_swinging_at_the_end_never_settled() {
+        let a = vec![50, 50, 50, 50, 100, 0, 100, 0];
+        assert_eq!(settling_s(&[a], 0, 0.084, 0.2), None);
+        // No flows, a flow that stopped, or a start past the end: no answer either.
+        assert_eq!(settling_s(&[], 0, 0.1, 0.2), None);
+        assert_eq!(settling_s(&[vec![5, 5, 0, 0]], 0, 0.1, 0.2), None);
+        assert_eq!(settling_s(&[vec![5, 5]], 3, 0.1, 0.2), None);
+    }
+
+    #[test]
+    fn smoothing_is_a_moving_average() {
+        assert_eq!(smooth(&[0, 20, 0, 20, 0], 2), vec![10, 10, 10, 10]);
+        assert_eq!(smooth(&[3, 4], 1), vec![3, 4]);
+        assert!(smooth(&[3], 2).is_empty());
+    }
+
+    #[test]
+    fn oscillation_is_the_mean_coefficient_of_variation() {
+        let steady = vec![10, 10, 10, 10];
+        let swinging = vec![0, 20, 0, 20];
+        let o = oscillation(&[steady.clone(), swinging], 0);
+        assert_eq!(o.samples, 2);
+        assert!((o.value.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(oscillation(&[steady], 0).value, Some(0.0));
+        assert_eq!(oscillation(&[vec![0, 0]], 0).value, None);
+    }
+
+    #[test]
+    fn shares_and_percentiles() {
+        assert_eq!(share_ratio(&[8.0, 10.0]).value, Some(0.8));
+        assert_eq!(share_ratio(&[0.0, 0.0]).value, None);
+        assert_eq!(share_ratio(&[]).value, None);
+        let mut q: Vec<u32> = (1..=100).collect();
+        assert_eq!(percentile(&mut q, 99.0), Some(99.0));
+        assert_eq!(percentile(&mut q, 50.0), Some(50.0));
+        assert_eq!(percentile(&mut [], 50.0), None);
+    }
+}

@@ -1,0 +1,180 @@
+//! The lab's RDC experiments (Hsiao, Kung and Tan, "Streaming Video over TCP with
+//! Receiver-based Delay Control", Sections 3 and 5): bulk TCP flows through one bottleneck,
+//! one emulated dumbbell per variant (drop-tail, RED with ECN, the RDC cell in exact or 1-bit
+//! mode), and for the RDC variants the receiver agent of `lowtide-rdc` running in each
+//! receiver's namespace for the length of the trial.
+//!
+//! A scenario file with an `[rdc]` table is one of these (`lowtide lab run
+//! scenarios/rdc-fig3.toml`); the measured-stream scenarios are untouched.
+//!
+//! - [`scenario`]: the file, checked;
+//! - [`flows`]: the flows (packet size, window cap, start times, packets per bin, `TCP_INFO`);
+//! - [`agents`]: the agent in the receivers, stopped and checked for leftover rules;
+//! - [`trial`]: one variant on its own network;
+//! - [`measure`]: settling time, oscillation, shares, percentiles;
+//! - [`summary`]: `summary.json` and the printed table; [`plot`]: Fig. 3.
+//!
+//! Where we differ from the paper: real Linux TCP (the scenario's congestion control) in
+//! namespaces, not ns-2; packets per bin are counted at the sender (`tcpi_data_segs_out`,
+//! retransmissions included), the paper counts them at the router; the agent estimates the
+//! RTT from TCP timestamps and cwnd from bytes per RTT, where the paper's simulation used the
+//! first two packets' gap and the maximum window.
+
+pub mod agents;
+pub mod flows;
+pub mod measure;
+pub mod plot;
+pub mod scenario;
+pub mod summary;
+pub mod trial;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use scenario::{is_rdc_scenario, RdcScenario};
+pub use summary::{text_table, RdcSummary};
+
+use crate::LabError;
+
+/// How to run an RDC scenario.
+#[derive(Debug, Clone, Default)]
+pub struct RdcOptions {
+    pub quick: bool,
+    pub out_dir: PathBuf,
+}
+
+pub const SUMMARY: &str = "summary.json";
+pub const FLOWS_CSV: &str = "flows.csv";
+pub const PLOT: &str = "packets-per-bin.svg";
+
+/// Runs every variant, one trial each, and writes the run folder: `summary.json`,
+/// `flows.csv` (packets sent and bytes received per flow per bin), `scenario-as-run.toml`,
+/// and the Fig. 3 plot (SVG and PNG). A variant whose network fails is an error in the
+/// summary; the others still run.
+pub fn run(
+    s: &RdcScenario,
+    opts: &RdcOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<RdcSummary, LabError> {
+    let s = if opts.quick { s.quick() } else { s.clone() };
+    std::fs::create_dir_all(&opts.out_dir)
+        .map_err(|e| LabError::io(format!("creating {}", opts.out_dir.display()), e))?;
+    let rate_bps = s.topology.forward.nominal_rate_bps();
+    let mut trials = vec![];
+    let mut errors = vec![];
+    for v in &s.variants {
+        match trial::run_variant(&s, v, progress) {
+            Ok(t) => trials.push(t),
+            Err(e) => errors.push(format!("variant {}: {e}", v.name)),
+        }
+    }
+    let variants: Vec<summary::VariantSummary> = trials
+        .iter()
+        .map(|t| summary::of_trial(&s, t, rate_bps))
+        .collect();
+    errors.extend(
+        variants
+            .iter()
+            .flat_map(|v| v.errors.iter().map(move |e| format!("{}: {e}", v.name))),
+    );
+    let summary = RdcSummary {
+        scenario: s.name.clone(),
+        paper_figure: s.paper.figure.clone(),
+        paper_text: s.paper.text.clone(),
+        differences: s.paper.differences.clone(),
+        goals: summary::goals(&s, &variants),
+        variants,
+        provenance: provenance(&s, opts),
+        errors,
+    };
+    write_folder(&opts.out_dir, &s, &summary, &trials)?;
+    Ok(summary)
+}
+
+fn provenance(s: &RdcScenario, opts: &RdcOptions) -> Vec<(String, String)> {
+    let git = crate::runner::git_revision();
+    vec![
+        (
+            "command".into(),
+            std::env::args().collect::<Vec<_>>().join(" "),
+        ),
+        ("git revision".into(), git),
+        (
+            "kernel".into(),
+            std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .into(),
+        ),
+        (
+            "run".into(),
+            format!(
+                "{} s per variant{}, flows start at {:?} s",
+                s.rdc.duration_s,
+                if opts.quick { " (--quick)" } else { "" },
+                s.starts()
+            ),
+        ),
+    ]
+}
+
+fn write_folder(
+    dir: &Path,
+    s: &RdcScenario,
+    summary: &RdcSummary,
+    trials: &[trial::TrialRecord],
+) -> Result<(), LabError> {
+    let io = |what: &str| {
+        let what = format!("writing {what} in {}", dir.display());
+        move |e: std::io::Error| LabError::io(what, e)
+    };
+    let as_run = toml::to_string(s).map_err(|e| LabError::io("the scenario as run", e))?;
+    std::fs::write(dir.join("scenario-as-run.toml"), as_run).map_err(io("the scenario"))?;
+    let json = serde_json::to_string_pretty(summary)
+        .map_err(|e| LabError::io("serialising the summary", e))?;
+    std::fs::write(dir.join(SUMMARY), json).map_err(io(SUMMARY))?;
+    let bin_s = s.rdc.bin_ms / 1000.0;
+    let mut csv =
+        std::io::BufWriter::new(std::fs::File::create(dir.join(FLOWS_CSV)).map_err(io(FLOWS_CSV))?);
+    writeln!(csv, "variant,flow,bin_start_s,sent_packets,received_bytes").map_err(io(FLOWS_CSV))?;
+    for t in trials {
+        for (i, (snd, rcv)) in t.senders.iter().zip(&t.receivers).enumerate() {
+            let sent = snd
+                .as_ref()
+                .map(|x| x.sent_packets.as_slice())
+                .unwrap_or(&[]);
+            let got = rcv
+                .as_ref()
+                .map(|x| x.received_bytes.as_slice())
+                .unwrap_or(&[]);
+            for k in 0..sent.len().max(got.len()) {
+                let cell = |v: Option<&u64>| v.map_or(String::new(), u64::to_string);
+                writeln!(
+                    csv,
+                    "{},{i},{:.3},{},{}",
+                    t.variant,
+                    k as f64 * bin_s,
+                    cell(sent.get(k)),
+                    cell(got.get(k))
+                )
+                .map_err(io(FLOWS_CSV))?;
+            }
+        }
+    }
+    csv.flush().map_err(io(FLOWS_CSV))?;
+    let panels: Vec<plot::Panel> = trials
+        .iter()
+        .map(|t| plot::Panel {
+            title: t.variant.clone(),
+            flows: t
+                .senders
+                .iter()
+                .map(|x| x.as_ref().map_or(&[][..], |x| x.sent_packets.as_slice()))
+                .collect(),
+        })
+        .collect();
+    if !panels.is_empty() {
+        plot::packets_per_bin(&dir.join(PLOT), bin_s, &panels)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,473 @@
+//! RDC scenario files (`scenarios/rdc-*.toml`): bulk TCP flows through one bottleneck whose
+//! queue management each variant chooses, with or without the RDC agent in the receivers.
+//! Checked before anything runs; every error names the field, the value and what is allowed.
+
+use std::path::Path;
+
+use lowtide_netem::config::{AqmConfig, TopologyConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::PaperFigure;
+
+/// A whole RDC scenario file. Its `[rdc]` table is what marks it as one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RdcScenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub paper: PaperFigure,
+    pub rdc: RunSettings,
+    /// Flow i goes from sender i to receiver i; `senders` and `receivers` must equal
+    /// `rdc.flows`.
+    pub topology: TopologyConfig,
+    #[serde(rename = "variant")]
+    pub variants: Vec<RdcVariant>,
+    #[serde(default, rename = "goal")]
+    pub goals: Vec<RdcGoal>,
+}
+
+/// How long, how many flows and how they send.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    pub duration_s: f64,
+    /// Queue, utilization, loss, timeouts and shares count from here (the end is the run's).
+    pub measure_from_s: f64,
+    /// `--quick`: this duration and `measure_from_s` scaled with it.
+    #[serde(default = "quick_duration")]
+    pub quick_duration_s: f64,
+    #[serde(default = "one")]
+    pub seed: u64,
+    pub flows: usize,
+    /// IP packet size of the data segments (the MSS is set so a segment with timestamps is
+    /// this long).
+    #[serde(default = "packet_bytes")]
+    pub packet_bytes: usize,
+    /// The sender's window cap, packets (the receiver's window clamp).
+    pub window_packets: u32,
+    /// Congestion control of every flow.
+    #[serde(default = "cubic")]
+    pub congestion: String,
+    /// Start of each flow, s; when empty, each starts at a random time in
+    /// `[0, random_start_s)` (seeded).
+    #[serde(default)]
+    pub starts_s: Vec<f64>,
+    #[serde(default)]
+    pub random_start_s: f64,
+    /// Width of the packets-per-period bins (Fig. 3: 84 ms, two RTTs).
+    #[serde(default = "bin_ms")]
+    pub bin_ms: f64,
+    /// A flow has settled when every later bin, averaged over `settle_smooth_bins` bins, is
+    /// within this share of its mean over the last quarter of the run.
+    #[serde(default = "settle_band")]
+    pub settle_band: f64,
+    /// Bins averaged (a moving average) before the settling test; 1: none.
+    #[serde(default = "one_bin")]
+    pub settle_smooth_bins: usize,
+    /// Oscillation is measured from this time on (Fig. 3's "after 10 s").
+    #[serde(default = "oscillation_from")]
+    pub oscillation_from_s: f64,
+    /// The receivers' first TCP port (flow i listens on `port + i`).
+    #[serde(default = "port")]
+    pub port: u16,
+}
+
+fn quick_duration() -> f64 {
+    6.0
+}
+fn one() -> u64 {
+    1
+}
+fn packet_bytes() -> usize {
+    1000
+}
+fn cubic() -> String {
+    "cubic".into()
+}
+fn bin_ms() -> f64 {
+    84.0
+}
+fn one_bin() -> usize {
+    1
+}
+fn settle_band() -> f64 {
+    0.2
+}
+fn oscillation_from() -> f64 {
+    10.0
+}
+fn yes() -> bool {
+    true
+}
+fn port() -> u16 {
+    7400
+}
+
+/// One way of running the bottleneck and the receivers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RdcVariant {
+    pub name: String,
+    /// The forward bottleneck's queue management (replaces `topology.forward.aqm`).
+    pub aqm: AqmConfig,
+    /// Hosts negotiate ECN (`net.ipv4.tcp_ecn`; 1-bit RDC needs ECT packets to mark).
+    #[serde(default)]
+    pub ecn: bool,
+    /// Linux's RFC 3168 fallback (`net.ipv4.tcp_ecn_fallback` on the senders): when a SYN
+    /// is retransmitted, the connection gives up ECN. `false` keeps every flow ECN-capable,
+    /// as the paper's simulated flows are, even when the bottleneck dropped its first SYN.
+    #[serde(default = "yes")]
+    pub ecn_fallback: bool,
+    /// Start the RDC agent in the receivers' namespaces, in this mode.
+    #[serde(default)]
+    pub agent: Option<lowtide_rdc::Mode>,
+    /// Flows whose receiver runs the agent (default: every flow).
+    #[serde(default)]
+    pub agent_flows: Option<Vec<usize>>,
+    /// What the paper reports for this variant (shown beside ours).
+    #[serde(default)]
+    pub paper: String,
+}
+
+impl RdcVariant {
+    pub fn has_agent(&self, flow: usize) -> bool {
+        self.agent.is_some() && self.agent_flows.as_ref().is_none_or(|f| f.contains(&flow))
+    }
+}
+
+/// A number a variant must reach.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RdcGoal {
+    pub variant: String,
+    pub metric: RdcMetric,
+    #[serde(default)]
+    pub min: Option<f64>,
+    #[serde(default)]
+    pub max: Option<f64>,
+    #[serde(default)]
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RdcMetric {
+    /// Bottleneck queue after each dequeue, 99th percentile, packets.
+    QueueP99Packets,
+    /// Bytes the bottleneck delivered over what its rate allows, in the window.
+    Utilization,
+    /// Smallest flow goodput over the largest, in the window.
+    ShareRatio,
+    /// Retransmission timeouts of all flows in the window.
+    Timeouts,
+    /// Bottleneck drops over arrivals in the window.
+    LossRate,
+    /// Seconds after the last flow started until every flow settled.
+    SettlingS,
+}
+
+impl RdcMetric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RdcMetric::QueueP99Packets => "queue_p99_packets",
+            RdcMetric::Utilization => "utilization",
+            RdcMetric::ShareRatio => "share_ratio",
+            RdcMetric::Timeouts => "timeouts",
+            RdcMetric::LossRate => "loss_rate",
+            RdcMetric::SettlingS => "settling_s",
+        }
+    }
+}
+
+/// A field outside what is allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum RdcScenarioError {
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    #[error("`{field}` = {value}: allowed is {allowed}")]
+    Field {
+        field: String,
+        value: String,
+        allowed: String,
+    },
+    #[error("topology: {0}")]
+    Topology(String),
+}
+
+fn check(
+    ok: bool,
+    field: impl Into<String>,
+    value: impl std::fmt::Display,
+    allowed: impl Into<String>,
+) -> Result<(), RdcScenarioError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(RdcScenarioError::Field {
+            field: field.into(),
+            value: value.to_string(),
+            allowed: allowed.into(),
+        })
+    }
+}
+
+/// Whether a scenario file is an RDC scenario (has an `[rdc]` table).
+pub fn is_rdc_scenario(text: &str) -> bool {
+    text.parse::<toml::Table>()
+        .is_ok_and(|t| t.get("rdc").is_some_and(toml::Value::is_table))
+}
+
+impl RdcScenario {
+    /// Parses and checks a file's text; relative trace paths are relative to `base`.
+    pub fn from_toml_in(text: &str, base: &Path) -> Result<Self, RdcScenarioError> {
+        let mut s: RdcScenario = toml::from_str(text)?;
+        s.topology.resolve_paths(base);
+        s.check()?;
+        Ok(s)
+    }
+
+    /// The `--quick` form: a shorter run, the measurement window scaled with it.
+    pub fn quick(&self) -> Self {
+        let mut s = self.clone();
+        let scale = (s.rdc.quick_duration_s / s.rdc.duration_s).min(1.0);
+        s.rdc.duration_s *= scale;
+        s.rdc.measure_from_s *= scale;
+        s.rdc.oscillation_from_s *= scale;
+        s
+    }
+
+    pub fn check(&self) -> Result<(), RdcScenarioError> {
+        let r = &self.rdc;
+        check(
+            (2.0..=3600.0).contains(&r.duration_s),
+            "rdc.duration_s",
+            r.duration_s,
+            "2 to 3600",
+        )?;
+        check(
+            (2.0..=3600.0).contains(&r.quick_duration_s),
+            "rdc.quick_duration_s",
+            r.quick_duration_s,
+            "2 to 3600",
+        )?;
+        check(
+            r.measure_from_s >= 0.0 && r.measure_from_s < r.duration_s - 1.0,
+            "rdc.measure_from_s",
+            r.measure_from_s,
+            format!("0 up to duration_s - 1 ({})", r.duration_s - 1.0),
+        )?;
+        check((1..=32).contains(&r.flows), "rdc.flows", r.flows, "1 to 32")?;
+        check(
+            (200..=1500).contains(&r.packet_bytes),
+            "rdc.packet_bytes",
+            r.packet_bytes,
+            "200 to 1500 bytes",
+        )?;
+        check(
+            (2..=100_000).contains(&r.window_packets),
+            "rdc.window_packets",
+            r.window_packets,
+            "2 to 100000",
+        )?;
+        check(
+            r.starts_s.is_empty() || r.starts_s.len() == r.flows,
+            "rdc.starts_s",
+            format!("{} entries", r.starts_s.len()),
+            format!("none (random starts) or one per flow ({})", r.flows),
+        )?;
+        for (i, &t) in r.starts_s.iter().enumerate() {
+            check(
+                t >= 0.0 && t < r.duration_s,
+                format!("rdc.starts_s[{i}]"),
+                t,
+                format!("0 up to duration_s ({})", r.duration_s),
+            )?;
+        }
+        check(
+            r.random_start_s >= 0.0 && r.random_start_s < r.duration_s,
+            "rdc.random_start_s",
+            r.random_start_s,
+            format!("0 up to duration_s ({})", r.duration_s),
+        )?;
+        check(
+            (10.0..=10_000.0).contains(&r.bin_ms),
+            "rdc.bin_ms",
+            r.bin_ms,
+            "10 to 10000 ms",
+        )?;
+        check(
+            r.settle_band > 0.0 && r.settle_band < 1.0,
+            "rdc.settle_band",
+            r.settle_band,
+            "above 0, below 1",
+        )?;
+        check(
+            (1..=1000).contains(&r.settle_smooth_bins),
+            "rdc.settle_smooth_bins",
+            r.settle_smooth_bins,
+            "1 to 1000",
+        )?;
+        check(
+            r.oscillation_from_s >= 0.0,
+            "rdc.oscillation_from_s",
+            r.oscillation_from_s,
+            "0 or more",
+        )?;
+        check(
+            usize::from(r.port) + r.flows <= 65535 && r.port >= 1024,
+            "rdc.port",
+            r.port,
+            "1024 up to 65535 - flows",
+        )?;
+        let t = &self.topology;
+        check(
+            t.senders == r.flows && t.receivers == r.flows,
+            "topology.senders/receivers",
+            format!("{}/{}", t.senders, t.receivers),
+            format!("both equal to rdc.flows ({})", r.flows),
+        )?;
+        t.validate()
+            .map_err(|e| RdcScenarioError::Topology(e.to_string()))?;
+        check(
+            !self.variants.is_empty(),
+            "variant",
+            "none",
+            "at least one [[variant]]",
+        )?;
+        for (i, v) in self.variants.iter().enumerate() {
+            check(
+                self.variants[..i].iter().all(|w| w.name != v.name),
+                format!("variant[{i}].name"),
+                &v.name,
+                "a name no other variant has",
+            )?;
+            let mut with = t.clone();
+            with.forward.aqm = v.aqm.clone();
+            with.validate()
+                .map_err(|e| RdcScenarioError::Topology(format!("variant `{}`: {e}", v.name)))?;
+            if let Some(flows) = &v.agent_flows {
+                for &f in flows {
+                    check(
+                        f < r.flows,
+                        format!("variant[{i}].agent_flows"),
+                        f,
+                        format!("flow indices below {}", r.flows),
+                    )?;
+                }
+            }
+        }
+        for (i, g) in self.goals.iter().enumerate() {
+            check(
+                self.variants.iter().any(|v| v.name == g.variant),
+                format!("goal[{i}].variant"),
+                &g.variant,
+                "the name of a [[variant]]",
+            )?;
+            check(
+                g.min.is_some() || g.max.is_some(),
+                format!("goal[{i}]"),
+                "no bound",
+                "min, max or both",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Each flow's start, s: the given ones, or random in `[0, random_start_s)` from the seed.
+    pub fn starts(&self) -> Vec<f64> {
+        use rand::{Rng, SeedableRng};
+        let r = &self.rdc;
+        if !r.starts_s.is_empty() {
+            return r.starts_s.clone();
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(r.seed);
+        (0..r.flows)
+            .map(|_| {
+                if r.random_start_s > 0.0 {
+                    rng.gen_range(0.0..r.random_start_s)
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+
+    /// The topology a variant runs on.
+    pub fn topology_of(&self, v: &RdcVariant) -> TopologyConfig {
+        let mut t = self.topology.clone();
+        t.forward.aqm = v.aqm.clone();
+        t.hosts.ecn = v.ecn;
+        t.hosts.congestion = self.rdc.congestion.clone();
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped() -> Vec<(std::path::PathBuf, String)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                (p, text)
+            })
+            .filter(|(_, t)| is_rdc_scenario(t))
+            .collect()
+    }
+
+    #[test]
+    fn shipped_rdc_scenarios_check() {
+        let files = shipped();
+        assert!(files.len() >= 2, "rdc-fig3 and rdc-friendliness");
+        for (path, text) in files {
+            let s = RdcScenario::from_toml_in(&text, Path::new("."))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            s.quick()
+                .check()
+                .unwrap_or_else(|e| panic!("{} --quick: {e}", path.display()));
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field_value_and_range() {
+        let (_, text) = shipped()
+            .into_iter()
+            .find(|(p, _)| p.ends_with("rdc-fig3.toml"))
+            .unwrap();
+        let bad = text.replace("starts_s = [0.0, 1.0]", "starts_s = [0.0]");
+        let e = RdcScenario::from_toml_in(&bad, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rdc.starts_s") && e.contains("1 entries"), "{e}");
+        let bad = text.replace("flows = 2", "flows = 3");
+        let e = RdcScenario::from_toml_in(&bad, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rdc.starts_s") || e.contains("topology"), "{e}");
+        let bad = text.replace("agent = \"exact\"", "agent = \"exact\"\nagent_flows = [5]");
+        let e = RdcScenario::from_toml_in(&bad, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agent_flows") && e.contains("below 2"), "{e}");
+        assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
+    }
+
+    #[test]
+    fn random_starts_are_seeded_and_within_range() {
+        let (_, text) = shipped()
+            .into_iter()
+            .find(|(p, _)| p.ends_with("rdc-friendliness.toml"))
+            .unwrap();
+        let s = RdcScenario::from_toml_in(&text, Path::new(".")).unwrap();
+        let a = s.starts();
+        assert_eq!(a, s.starts());
+        assert!(a.iter().all(|&t| (0.0..2.0).contains(&t)), "{a:?}");
+    }
+}

@@ -1,0 +1,283 @@
+//! `summary.json` of an RDC run: per variant the Fig. 3 numbers (settling time, oscillation),
+//! the Table 1 numbers (timeouts from `TCP_INFO`, the bottleneck's loss rate), the queue it
+//! kept, utilization and shares, and the agents' counters; then the goals. Every number
+//! carries its samples; none is `null` ("no data"), never 0.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::agents::AgentReport;
+use super::measure;
+use super::scenario::{RdcMetric, RdcScenario};
+use super::trial::TrialRecord;
+use crate::results::Window;
+use crate::summary::Measured;
+use crate::tcpinfo::{TcpTimeline, TransportSummary};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RdcSummary {
+    pub scenario: String,
+    pub paper_figure: String,
+    pub paper_text: String,
+    pub differences: String,
+    pub variants: Vec<VariantSummary>,
+    pub goals: Vec<GoalResult>,
+    pub provenance: Vec<(String, String)>,
+    /// Whatever went wrong (a flow that failed, an agent that left a rule).
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QueuePackets {
+    pub p50: Measured,
+    pub p99: Measured,
+    pub max: Measured,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantSummary {
+    pub name: String,
+    pub aqm: String,
+    pub agent: Option<String>,
+    pub ecn: bool,
+    pub paper: String,
+    /// Seconds after the last flow's start until every flow stayed within the band.
+    /// `settled = false`: still outside it in the last bin.
+    pub settling_s: Measured,
+    pub settled: Option<bool>,
+    /// Mean coefficient of variation of packets per bin from `oscillation_from_s`.
+    pub oscillation_cv: Measured,
+    /// Retransmission timeouts and retransmitted segments of all flows, in the window.
+    pub timeouts: Measured,
+    pub retransmitted_segments: Measured,
+    pub srtt_p50_ms: Measured,
+    /// Bottleneck drops over arrivals in the window, and drops and marks by reason.
+    pub loss_rate: Measured,
+    pub drops: BTreeMap<String, u64>,
+    pub marks: BTreeMap<String, u64>,
+    /// Forward queue after each dequeue in the window, packets.
+    pub queue_packets: QueuePackets,
+    /// Delivered IP bytes over the nominal rate, in the window.
+    pub utilization: Measured,
+    /// Each flow's goodput (bytes read by its receiver) in the window, Mbit/s.
+    pub goodput_mbps: Vec<Measured>,
+    pub share_ratio: Measured,
+    /// Exact RDC: the delays the router wrote, ms.
+    pub rdc_delay_ms: Option<lowtide_netem::Percentiles>,
+    pub agents: Vec<AgentReport>,
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GoalResult {
+    pub variant: String,
+    pub metric: String,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub measured: Measured,
+    pub met: bool,
+    pub why: String,
+}
+
+/// The variant's numbers from its trial record.
+pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSummary {
+    let r = &s.rdc;
+    let v = s
+        .variants
+        .iter()
+        .find(|v| v.name == t.variant)
+        .expect("a trial of a scenario variant");
+    let bin_s = r.bin_ms / 1000.0;
+    let window = Window {
+        from_s: r.measure_from_s,
+        to_s: r.duration_s,
+    };
+    let sent: Vec<Vec<u64>> = t
+        .senders
+        .iter()
+        .flatten()
+        .map(|x| x.sent_packets.clone())
+        .collect();
+    let complete = sent.len() == t.plans.len();
+    let last_start = t.plans.iter().map(|p| p.start_s).fold(0.0, f64::max);
+    let settle_from = (last_start / bin_s).ceil() as usize;
+    let smoothed: Vec<Vec<u64>> = sent
+        .iter()
+        .map(|f| measure::smooth(f, r.settle_smooth_bins))
+        .collect();
+    let settling = complete
+        .then(|| measure::settling_s(&smoothed, settle_from, bin_s, r.settle_band))
+        .flatten();
+    let bins = smoothed.iter().map(Vec::len).min().unwrap_or(0);
+    let settled = (complete && settle_from < bins).then_some(settling.is_some());
+    let osc_from = (r.oscillation_from_s / bin_s).ceil() as usize;
+    let oscillation = if complete {
+        measure::oscillation(&sent, osc_from)
+    } else {
+        Measured::new(None, 0)
+    };
+    let timelines: Vec<&TcpTimeline> = t.senders.iter().flatten().map(|x| &x.timeline).collect();
+    let transport = TransportSummary::of(&timelines, window);
+    let from_bin = (r.measure_from_s / bin_s).ceil() as usize;
+    let goodput: Vec<Measured> = t
+        .receivers
+        .iter()
+        .map(|x| match x {
+            Some(rec) if rec.received_bytes.len() > from_bin => {
+                let bytes: u64 = rec.received_bytes[from_bin..].iter().sum();
+                let secs = (rec.received_bytes.len() - from_bin) as f64 * bin_s;
+                Measured::new(
+                    Some(bytes as f64 * 8.0 / secs / 1e6),
+                    rec.received_bytes.len() - from_bin,
+                )
+            }
+            _ => Measured::new(None, 0),
+        })
+        .collect();
+    let totals: Vec<f64> = goodput.iter().filter_map(|g| g.value).collect();
+    let share = if totals.len() == goodput.len() {
+        measure::share_ratio(&totals)
+    } else {
+        Measured::new(None, 0)
+    };
+    let mut q: Vec<u32> = t.queue.iter().map(|x| x.packets).collect();
+    let n = q.len();
+    let queue_packets = QueuePackets {
+        p50: Measured::new(measure::percentile(&mut q, 50.0), n),
+        p99: Measured::new(measure::percentile(&mut q, 99.0), n),
+        max: Measured::new(q.last().map(|&x| f64::from(x)), n),
+    };
+    let (loss, utilization, drops, marks, delay) = match &t.forward {
+        Some(f) => {
+            let arrived = f.arrived_packets as usize;
+            let util = f.delivered_bytes as f64 * 8.0 / (rate_bps * t.measured_s);
+            (
+                Measured::new(
+                    Some(f.total_drops() as f64 / arrived.max(1) as f64),
+                    arrived,
+                ),
+                Measured::new(Some(util), f.delivered_packets as usize),
+                f.drops.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                f.marks.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                (f.rdc_delay_ms.count > 0).then_some(f.rdc_delay_ms),
+            )
+        }
+        None => (
+            Measured::new(None, 0),
+            Measured::new(None, 0),
+            BTreeMap::new(),
+            BTreeMap::new(),
+            None,
+        ),
+    };
+    VariantSummary {
+        name: v.name.clone(),
+        aqm: v.aqm.name().into(),
+        agent: v.agent.map(|m| m.as_str().to_string()),
+        ecn: v.ecn,
+        paper: v.paper.clone(),
+        settling_s: Measured::new(settling, if settled.is_some() { bins } else { 0 }),
+        settled,
+        oscillation_cv: oscillation,
+        timeouts: transport.timeouts,
+        retransmitted_segments: transport.retransmitted_segments,
+        srtt_p50_ms: transport.srtt_p50_ms,
+        loss_rate: loss,
+        drops,
+        marks,
+        queue_packets,
+        utilization,
+        goodput_mbps: goodput,
+        share_ratio: share,
+        rdc_delay_ms: delay,
+        agents: t.agents.clone(),
+        errors: t.errors.clone(),
+    }
+}
+
+impl VariantSummary {
+    pub fn metric(&self, m: RdcMetric) -> Measured {
+        match m {
+            RdcMetric::QueueP99Packets => self.queue_packets.p99,
+            RdcMetric::Utilization => self.utilization,
+            RdcMetric::ShareRatio => self.share_ratio,
+            RdcMetric::Timeouts => self.timeouts,
+            RdcMetric::LossRate => self.loss_rate,
+            RdcMetric::SettlingS => self.settling_s,
+        }
+    }
+}
+
+/// Each goal of the scenario against the variants' numbers; no data is never met.
+pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
+    s.goals
+        .iter()
+        .map(|g| {
+            let measured = variants
+                .iter()
+                .find(|v| v.name == g.variant)
+                .map_or(Measured::new(None, 0), |v| v.metric(g.metric));
+            let met = measured
+                .value
+                .is_some_and(|x| g.min.is_none_or(|m| x >= m) && g.max.is_none_or(|m| x <= m));
+            GoalResult {
+                variant: g.variant.clone(),
+                metric: g.metric.as_str().into(),
+                min: g.min,
+                max: g.max,
+                measured,
+                met,
+                why: g.why.clone(),
+            }
+        })
+        .collect()
+}
+
+fn show(m: &Measured, f: impl Fn(f64) -> String) -> String {
+    m.value
+        .map_or_else(|| crate::summary::NO_DATA.to_string(), f)
+}
+
+/// The table `lowtide lab run` prints.
+pub fn text_table(s: &RdcSummary) -> String {
+    let mut out = format!(
+        "{:<12} {:>12} {:>8} {:>8} {:>10} {:>9} {:>9} {:>7} {:>7}  paper\n",
+        "variant", "settling s", "cv", "RTOs", "loss", "queue p50", "queue p99", "util", "share"
+    );
+    for v in &s.variants {
+        let settling = match v.settled {
+            Some(false) => "not settled".to_string(),
+            _ => show(&v.settling_s, |x| format!("{x:.2}")),
+        };
+        out += &format!(
+            "{:<12} {:>12} {:>8} {:>8} {:>10} {:>9} {:>9} {:>7} {:>7}  {}\n",
+            v.name,
+            settling,
+            show(&v.oscillation_cv, |x| format!("{x:.3}")),
+            show(&v.timeouts, |x| format!("{x:.0}")),
+            show(&v.loss_rate, |x| format!("{:.3}%", x * 100.0)),
+            show(&v.queue_packets.p50, |x| format!("{x:.0}")),
+            show(&v.queue_packets.p99, |x| format!("{x:.0}")),
+            show(&v.utilization, |x| format!("{:.1}%", x * 100.0)),
+            show(&v.share_ratio, |x| format!("{x:.2}")),
+            v.paper
+        );
+    }
+    for g in &s.goals {
+        out += &format!(
+            "goal {} {} {}{}{}: {} ({})\n",
+            g.variant,
+            g.metric,
+            g.min.map_or(String::new(), |m| format!("≥ {m} ")),
+            g.max.map_or(String::new(), |m| format!("≤ {m} ")),
+            show(&g.measured, |x| format!("measured {x:.3}")),
+            if g.met { "met" } else { "NOT met" },
+            g.why
+        );
+    }
+    for e in &s.errors {
+        out += &format!("error: {e}\n");
+    }
+    out
+}

@@ -1,0 +1,189 @@
+//! One variant of an RDC scenario on its own emulated dumbbell: the variant's queue
+//! management on the forward bottleneck, the agent in the receivers that have one, the flows,
+//! and what the bottleneck saw from `measure_from_s` on.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lowtide_netem::stats::QueueSample;
+use lowtide_netem::{Dumbbell, LinkReport, RunOptions};
+
+use super::agents::{AgentReport, Agents};
+use super::flows::{self, FlowPlan, ReceiverRecord, SenderRecord};
+use super::scenario::{RdcScenario, RdcVariant};
+use crate::LabError;
+
+/// Everything one variant's trial recorded.
+#[derive(Debug, Clone)]
+pub struct TrialRecord {
+    pub variant: String,
+    pub plans: Vec<FlowPlan>,
+    /// Per flow (None: that side failed; `errors` says why).
+    pub senders: Vec<Option<SenderRecord>>,
+    pub receivers: Vec<Option<ReceiverRecord>>,
+    /// The forward bottleneck from `measure_from_s` to the end.
+    pub forward: Option<LinkReport>,
+    pub queue: Vec<QueueSample>,
+    /// Seconds the forward link was measured for.
+    pub measured_s: f64,
+    pub agents: Vec<AgentReport>,
+    pub errors: Vec<String>,
+}
+
+/// Runs one variant; a failure of the network or the agent is an error, a failed flow is
+/// recorded in `errors`.
+pub fn run_variant(
+    s: &RdcScenario,
+    v: &RdcVariant,
+    progress: &mut dyn FnMut(&str),
+) -> Result<TrialRecord, LabError> {
+    let r = &s.rdc;
+    let starts = s.starts();
+    let plans: Vec<FlowPlan> = (0..r.flows)
+        .map(|i| FlowPlan {
+            index: i,
+            start_s: starts[i],
+            port: r.port + i as u16,
+            packet_bytes: r.packet_bytes,
+            window_packets: r.window_packets,
+            congestion: r.congestion.clone(),
+            bin: Duration::from_secs_f64(r.bin_ms / 1000.0),
+            duration: Duration::from_secs_f64(r.duration_s),
+        })
+        .collect();
+    progress(&format!("{}: building the network", v.name));
+    let net = Dumbbell::new(
+        s.topology_of(v),
+        RunOptions {
+            seed: r.seed,
+            ..RunOptions::default()
+        },
+    )?;
+    if !v.ecn_fallback {
+        for h in net.senders() {
+            h.sysctl("net.ipv4.tcp_ecn_fallback", "0")?;
+        }
+    }
+    // Declared after `net`: dropped (stopped, chains removed) before the namespaces go.
+    let agents = match v.agent {
+        Some(mode) => {
+            let with: Vec<usize> = (0..r.flows).filter(|&f| v.has_agent(f)).collect();
+            Some(Agents::start(&net, mode, &with, |f| plans[f].port)?)
+        }
+        None => None,
+    };
+    let t0 = Instant::now();
+    let mut receivers = vec![];
+    for p in &plans {
+        let plan = p.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        receivers.push(net.receiver(p.index).spawn("rdc-sink", move || {
+            flows::receive(&plan, t0, move || {
+                let _ = tx.send(());
+            })
+        })?);
+        // Listening before any sender connects (a failed receiver ends its wait too).
+        let _ = rx.recv_timeout(Duration::from_secs(5));
+    }
+    let mut senders = vec![];
+    for p in &plans {
+        let plan = p.clone();
+        let dst = SocketAddr::from((net.receiver(p.index).addr(), p.port));
+        senders.push(
+            net.sender(p.index)
+                .spawn("rdc-source", move || flows::send(&plan, dst, t0))?,
+        );
+    }
+    let from = t0 + Duration::from_secs_f64(r.measure_from_s);
+    let end = t0 + Duration::from_secs_f64(r.duration_s);
+    let mut reset = false;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        if !reset && now >= from {
+            net.forward().reset();
+            reset = true;
+        }
+        if let Some(e) = net.failure() {
+            return Err(e.into());
+        }
+        let next = if reset { end } else { from };
+        std::thread::sleep(
+            next.saturating_duration_since(now)
+                .min(Duration::from_millis(500)),
+        );
+        let held = agents.as_ref().map_or(0, |a| {
+            a.statuses().iter().map(|(_, s)| s.held_now).sum::<usize>()
+        });
+        progress(&format!(
+            "{}: {:.0} / {:.0} s{}",
+            v.name,
+            t0.elapsed().as_secs_f64(),
+            r.duration_s,
+            if agents.is_some() {
+                format!(", {held} ACKs held")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let forward = net.forward().report();
+    let queue = net.forward().queue_samples();
+    let measured_s = r.duration_s - r.measure_from_s;
+    let mut errors = vec![];
+    let senders: Vec<Option<SenderRecord>> = senders
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| join(format!("flow {i} sender"), h, &mut errors))
+        .collect();
+    let receivers: Vec<Option<ReceiverRecord>> = receivers
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| join(format!("flow {i} receiver"), h, &mut errors))
+        .collect();
+    let agents = agents.map(|a| a.stop(&net)).unwrap_or_default();
+    for a in &agents {
+        if let Some(e) = &a.error {
+            errors.push(format!("flow {} agent: {e}", a.flow));
+        }
+        if !a.chains_left.is_empty() {
+            errors.push(format!(
+                "flow {} agent left iptables chains behind: {}",
+                a.flow,
+                a.chains_left.join(", ")
+            ));
+        }
+    }
+    Ok(TrialRecord {
+        variant: v.name.clone(),
+        plans,
+        senders,
+        receivers,
+        forward: Some(forward),
+        queue,
+        measured_s,
+        agents,
+        errors,
+    })
+}
+
+/// A flow thread's result; its failure goes to `errors`.
+fn join<T>(
+    what: String,
+    h: std::thread::JoinHandle<Result<T, String>>,
+    errors: &mut Vec<String>,
+) -> Option<T> {
+    match h.join() {
+        Ok(Ok(x)) => Some(x),
+        Ok(Err(e)) => {
+            errors.push(format!("{what}: {e}"));
+            None
+        }
+        Err(_) => {
+            errors.push(format!("{what}: panicked"));
+            None
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! A short RDC lab run with the agent in the receiver's namespace (needs root; about 4 s of
+//! traffic): the run completes, the agent saw and held the flow's ACKs, and no iptables chain
+//! of the agent is left, neither in the receiver after the stop nor in this namespace, and no
+//! lab namespace either.
+
+use lowtide_lab::rdc::{self, RdcOptions, RdcScenario};
+use lowtide_netem::cleanup::leftover_namespaces;
+use lowtide_rdc::iptables;
+
+const SCENARIO: &str = r#"
+name = "rdc-agent-test"
+[rdc]
+duration_s = 4
+measure_from_s = 1
+flows = 1
+window_packets = 100
+starts_s = [0.0]
+port = 7480
+[topology]
+[topology.forward]
+rate_mbps = 10
+delay_ms = 10
+queue = { packets = 50 }
+[topology.reverse]
+rate_mbps = 10
+delay_ms = 10
+[[variant]]
+name = "exact RDC"
+aqm = { kind = "rdc", mode = "exact", packet_bytes = 1000 }
+agent = "exact"
+"#;
+
+fn our_chains_here() -> Vec<String> {
+    iptables::TOOLS
+        .iter()
+        .flat_map(|t| iptables::our_chains(t))
+        .collect()
+}
+
+#[test]
+fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
+    let namespaces = leftover_namespaces();
+    let chains = our_chains_here();
+    let s = RdcScenario::from_toml_in(SCENARIO, std::path::Path::new(".")).unwrap();
+    let out = std::env::temp_dir().join(format!("lowtide-rdc-lab-{}", std::process::id()));
+    let summary = rdc::run(
+        &s,
+        &RdcOptions {
+            quick: false,
+            out_dir: out.clone(),
+        },
+        &mut |_| {},
+    )
+    .expect("the run completes");
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    let v = &summary.variants[0];
+    let agent = &v.agents[0];
+    assert!(agent.chains_left.is_empty(), "{:?}", agent.chains_left);
+    let status = agent.status.as_ref().expect("the agent's final status");
+    // The router's delays reached the agent, and it held ACKs by them.
+    assert!(status.counters.delays_read > 100, "{:?}", status.counters);
+    assert!(status.counters.held > 100, "{:?}", status.counters);
+    assert_eq!(
+        status.held_now, 0,
+        "every held ACK was released at the stop"
+    );
+    assert!(
+        v.goodput_mbps[0].value.is_some_and(|g| g > 1.0),
+        "{:?}",
+        v.goodput_mbps
+    );
+    assert!(out.join(rdc::SUMMARY).exists() && out.join(rdc::FLOWS_CSV).exists());
+    assert_eq!(our_chains_here(), chains, "no chain of the agent here");
+    let new: Vec<String> = leftover_namespaces()
+        .into_iter()
+        .filter(|n| !namespaces.contains(n))
+        .collect();
+    assert!(new.is_empty(), "namespaces left: {new:?}");
+    let _ = std::fs::remove_dir_all(out);
+}
