@@ -321,6 +321,21 @@ pub fn send(
     })
 }
 
+/// A message stamped by a sender of this lab (send time, then number, 8 bytes each) that
+/// arrived at `at`: its number and latency sample; `None` when it is too short to be one.
+pub(crate) fn stamped_sample(data: &[u8], at: Instant, start: Instant) -> Option<(u64, Sample)> {
+    let word = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or_default());
+    let (stamp, seq) = (data.get(..8)?, data.get(8..16)?);
+    let sent = clock::from_wire(word(stamp));
+    Some((
+        word(seq),
+        Sample::delivered(
+            sent.saturating_duration_since(start).as_secs_f64(),
+            at.saturating_duration_since(sent).as_secs_f64() * 1e3,
+        ),
+    ))
+}
+
 /// Accepts the stream on `addr` and reads until `end`; blocking, for a receiver host.
 pub fn receive(
     addr: SocketAddr,
@@ -336,20 +351,9 @@ pub fn receive(
         let end_t = tokio::time::Instant::from_std(end);
         let mut next = Some(first);
         while let Some(msg) = next {
-            if let (Some(stamp), Some(seq)) = (msg.data.get(..8), msg.data.get(8..16)) {
-                let word = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or_default());
-                let sent = clock::from_wire(word(stamp));
+            if let Some(x) = stamped_sample(&msg.data, msg.received_at, start) {
                 out.bytes += msg.data.len() as u64;
-                out.messages.push((
-                    word(seq),
-                    Sample::delivered(
-                        sent.saturating_duration_since(start).as_secs_f64(),
-                        msg.received_at
-                            .saturating_duration_since(sent)
-                            .as_secs_f64()
-                            * 1e3,
-                    ),
-                ));
+                out.messages.push(x);
             }
             next = tokio::select! {
                 m = ch.recv() => m,
