@@ -155,6 +155,9 @@ pub struct SwitchRecord {
 #[derive(Debug, Clone, Default)]
 pub struct LadderSent {
     pub policy: Option<PolicyKind>,
+    /// Over TFRC a frame lost in the network is never resent: one that never arrived is lost,
+    /// not late (it is no latency sample). Over TCP it was still in flight: censored.
+    pub unreliable: bool,
     /// Frames accepted by the transport: their send times, by sequence number.
     pub sent_s: Vec<f64>,
     pub frames: Vec<FrameSent>,
@@ -166,7 +169,9 @@ pub struct LadderSent {
 /// What the server heard, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SignalCounts {
-    /// The packet pair's bottleneck estimate, bit/s (`None`: no estimate or no probe answer).
+    /// Probe results the transport delivered, and the packet pair's bottleneck estimate, bit/s
+    /// (`None`: no answer, or both packets in one read).
+    pub probes_answered: u64,
     pub probe_bps: Option<u64>,
     pub congestion_onsets: u64,
     pub congestion_clears: u64,
@@ -321,6 +326,7 @@ impl ServerLink {
         let mut out = vec![];
         let mut probed = |bw: Option<u64>, out: &mut Vec<ServerSignal>| {
             let bps = bw.map(|b| b.saturating_mul(8));
+            counts.probes_answered += 1;
             counts.probe_bps = bps;
             out.push(ServerSignal::Probed { bandwidth_bps: bps });
         };
@@ -424,6 +430,7 @@ pub fn serve(
         let t_s = |t: Instant| round_us(t.saturating_duration_since(start).as_secs_f64());
         let mut out = LadderSent {
             policy: Some(kind),
+            unreliable: matches!(transport, LadderTransport::Tfrc(_)),
             ..LadderSent::default()
         };
         let frame = Duration::from_millis(app.frame_ms);
@@ -626,8 +633,13 @@ pub fn join(
         sent_s: sent.sent_s.clone(),
         ..stream::StreamSent::default()
     };
-    let (samples, errors) = stream::join_sent_and_received(&as_stream, &seen.received, end_s);
+    let (mut samples, errors) = stream::join_sent_and_received(&as_stream, &seen.received, end_s);
+    let before = samples.len();
+    if sent.unreliable {
+        samples.retain(|s| !s.censored);
+    }
     let record = LadderRecord {
+        frames_lost: (before - samples.len()) as u64,
         policy: sent.policy,
         seconds: per_second(sent, seen),
         switches: sent.switches.clone(),
@@ -662,6 +674,8 @@ pub struct LadderRecord {
     pub play_start_s: Option<f64>,
     pub frames: u64,
     pub frames_dropped_at_server: u64,
+    /// Over TFRC: frames the transport took that never arrived.
+    pub frames_lost: u64,
     pub reports_sent: u64,
     pub signals: SignalCounts,
 }

@@ -68,7 +68,8 @@ pub fn section(
             }),
             cell(l.streamed_bps, false, |x| format!("{:.0}", x / 1e3)),
             cell(l.throughput_bps, false, |x| format!("{:.0}", x / 1e3)),
-            format!("{} of {}", l.frames_dropped_at_server, l.frames),
+            format!("{} of {}", l.frames_dropped_at_server, l.frames_made),
+            l.frames_lost.to_string(),
             l.congestion_onsets.to_string(),
             switches,
             crate::render::paper_text(v.paper.as_ref()),
@@ -95,6 +96,7 @@ pub fn section(
             "mean bit rate kbit/s",
             "mean throughput kbit/s",
             "frames dropped at the server",
+            "frames lost (TFRC)",
             "DBAT onsets",
             "switch records (run 1)",
             "paper",
@@ -105,7 +107,8 @@ pub fn section(
         "<h3>Bit-rate ladder (Hasan et al.)</h3><p>Counts are the worst run's; the rate match \
          pools every run's seconds of the stream (its first second left out). Frames dropped at \
          the server are ones the transport could not take when they were made (a full send \
-         buffer); they are not in the latency numbers.</p>{table}\
+         buffer); over TFRC, which does not retransmit, frames sent that never arrived are lost; \
+         neither is in the latency numbers.</p>{table}\
          <h3>Bit rate, throughput and one-way latency (run 1)</h3>{figures}"
     ))
 }

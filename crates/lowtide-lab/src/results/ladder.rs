@@ -30,8 +30,11 @@ pub struct LadderSummary {
     pub rate_match_share: Option<f64>,
     pub rate_match_seconds: usize,
     /// Frames made, and frames the transport could not take (dropped at the server).
-    pub frames: u64,
+    /// (Not `frames`: the video's flattened fields share this object.)
+    pub frames_made: u64,
     pub frames_dropped_at_server: u64,
+    /// Over TFRC: frames sent that never arrived (not in the latency numbers).
+    pub frames_lost: u64,
     /// Mean over the stream's seconds, bit/s (all runs pooled).
     pub streamed_bps: Option<f64>,
     pub throughput_bps: Option<f64>,
@@ -83,8 +86,9 @@ impl LadderSummary {
             }),
             rate_match_share: (n > 0).then(|| matched as f64 / n as f64),
             rate_match_seconds: n,
-            frames: runs.iter().map(|r| r.frames).sum(),
+            frames_made: runs.iter().map(|r| r.frames).sum(),
             frames_dropped_at_server: runs.iter().map(|r| r.frames_dropped_at_server).sum(),
+            frames_lost: runs.iter().map(|r| r.frames_lost).sum(),
             streamed_bps: mean(&|s| s.streamed_bps),
             throughput_bps: mean(&|s| s.throughput_bps),
             probe_bps: runs[0].signals.probe_bps,
