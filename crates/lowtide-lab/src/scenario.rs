@@ -1046,6 +1046,37 @@ controller = { min_buf = { a = 1, b = 3 } }
     }
 
     #[test]
+    fn tfrc_and_ladder_variants_are_checked() {
+        let with = |extra: &str| format!("{GOOD}[[variant]]\nname = \"X\"\n{extra}\n");
+        let tfrc = "tfrc = { buffer = { fixed = { bytes = 16384 } } }";
+        let ok = Scenario::from_toml(&with(tfrc)).unwrap();
+        assert!(ok.scenario.variants[2].tfrc.is_some());
+        let e = err(&with("tfrc = { buffer = { fixed = { bytes = 0 } } }"));
+        assert!(
+            e.starts_with("variant[2].tfrc") && e.contains("buffer.fixed.bytes"),
+            "{e}"
+        );
+        let e = err(&with(&format!("{tfrc}\nsndbuf = 65536")));
+        assert!(e.starts_with("variant[2].tfrc"), "{e}");
+        let e = err(&with(&format!("{tfrc}\napplication = \"conference\"")));
+        assert!(e.starts_with("variant[2].application = Conference"), "{e}");
+        let ladder = |start_s: &str| {
+            with("application = \"bitrate_ladder\"").replace(
+                "name = \"t\"",
+                &format!("name = \"t\"\n[application.ladder]\nstart_s = {start_s}"),
+            )
+        };
+        Scenario::from_toml(&ladder("1.0")).unwrap();
+        let e = err(&ladder("1e6"));
+        assert!(e.starts_with("application.ladder.start_s = 1000000"), "{e}");
+        let e = err(&with("application = \"bitrate_ladder\"\nquic = {}"));
+        assert!(
+            e.starts_with("variant[2].application = BitrateLadder"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn topology_errors_keep_their_field() {
         let e = err(&GOOD.replace("receivers = 2", "receivers = 0"));
         assert!(e.starts_with("topology.receivers = 0"), "{e}");
