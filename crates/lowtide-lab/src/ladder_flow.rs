@@ -15,7 +15,8 @@
 //!
 //! Where we differ:
 //! - the session (and its packet-pair probe) starts at `application.ladder.start_s`, on the
-//!   lowest rung until the probe answers;
+//!   lowest rung until the probe answers; over lowtide a probe without an estimate (both
+//!   packets read at once) is repeated up to [`PROBE_RETRIES`] times (the policy sees each);
 //! - the client's reports travel in one UDP datagram each to the server's host (not in the
 //!   media connection), so the report path is the same for TCP and TFRC; a report lost or
 //!   malformed is counted, never guessed;
@@ -172,6 +173,9 @@ pub struct SignalCounts {
     /// Probe results the transport delivered, and the packet pair's bottleneck estimate, bit/s
     /// (`None`: no answer, or both packets in one read).
     pub probes_answered: u64,
+    /// Probes asked for again after one gave no estimate (at most [`PROBE_RETRIES`]).
+    #[serde(default)]
+    pub probe_retries: u64,
     pub probe_bps: Option<u64>,
     pub congestion_onsets: u64,
     pub congestion_clears: u64,
@@ -192,6 +196,9 @@ pub struct LadderSeen {
     pub play_start_s: Option<f64>,
     pub reports_sent: u64,
 }
+
+/// A probe without an estimate (both packets in one read) is repeated this often over lowtide.
+const PROBE_RETRIES: u64 = 3;
 
 /// Port of the server's report socket on its host: this plus the variant's index.
 const REPORT_PORT: u16 = 6200;
@@ -311,6 +318,14 @@ impl ServerLink {
                 Err(lowtide_tfrc::SendError::BufferFull { .. }) => Ok(false),
                 Err(e) => Err(LabError::io("sending a frame over TFRC", e)),
             },
+        }
+    }
+
+    /// Asks for another packet pair; `false` where the transport cannot (TFRC probes once).
+    fn request_probe(&self) -> bool {
+        match self {
+            ServerLink::Lowtide { ch, .. } => ch.request_probe(),
+            ServerLink::Tfrc(_) => false,
         }
     }
 
@@ -461,6 +476,17 @@ pub fn serve(
                 _ = stopped(&stop) => break,
             }
             let sigs = link.signals(&mut out.signals);
+            let no_estimate = sigs.iter().any(|s| {
+                matches!(
+                    s,
+                    ServerSignal::Probed {
+                        bandwidth_bps: None
+                    }
+                )
+            });
+            if no_estimate && out.signals.probe_retries < PROBE_RETRIES && link.request_probe() {
+                out.signals.probe_retries += 1;
+            }
             apply(&mut *policy, &sigs, start, &mut out);
             let r = ladder.rate_bps(policy.rung());
             if r != rate {
