@@ -43,7 +43,7 @@ use crate::runner::{Measured, Task};
 use crate::scenario::{ApplicationKind, Scenario, Variant};
 use crate::stream::{self, stopped, Sample};
 use crate::tcpinfo::TcpTimeline;
-use crate::{clock, tfrc_flow, LabError};
+use crate::{tfrc_flow, LabError};
 
 /// `[application.ladder]`: the stream's timing and the client's buffer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -497,8 +497,7 @@ pub fn serve(
             let bytes =
                 ((rate as u128 * frame.as_micros()) / 8_000_000).max(HEADER as u128) as usize;
             let mut data = vec![0u8; bytes];
-            data[..8].copy_from_slice(&clock::to_wire(now).to_be_bytes());
-            data[8..16].copy_from_slice(&(out.sent_s.len() as u64).to_be_bytes());
+            stream::stamp(&mut data, now, out.sent_s.len() as u64);
             data[16] = policy.rung() as u8;
             let accepted = link.offer(data).await?;
             if accepted {

@@ -308,8 +308,7 @@ pub fn send(
                 _ = stopped(&stop) => break,
             }
             let now = Instant::now();
-            payload[..8].copy_from_slice(&clock::to_wire(now).to_be_bytes());
-            payload[8..16].copy_from_slice(&(sent_s.len() as u64).to_be_bytes());
+            stamp(&mut payload, now, sent_s.len() as u64);
             ch.send(stream, Message::new(payload.clone()))
                 .map_err(transport("sending"))?;
             sent_s.push(now.saturating_duration_since(start).as_secs_f64());
@@ -319,6 +318,12 @@ pub fn send(
         finish_gracefully(&ch, receive_end, &stop).await;
         Ok(StreamSent { cost, sent_s, tcp })
     })
+}
+
+/// Stamps a message: the send time `now` (lab clock) and its number `seq`, 8 bytes each.
+pub(crate) fn stamp(payload: &mut [u8], now: Instant, seq: u64) {
+    payload[..8].copy_from_slice(&clock::to_wire(now).to_be_bytes());
+    payload[8..16].copy_from_slice(&seq.to_be_bytes());
 }
 
 /// A message stamped by a sender of this lab (send time, then number, 8 bytes each) that

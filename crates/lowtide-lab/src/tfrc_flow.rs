@@ -18,7 +18,7 @@ use tokio::net::UdpSocket;
 use crate::runner::{Measured, Task};
 use crate::scenario::Variant;
 use crate::stream::{self, stopped, Received, StreamSent};
-use crate::{clock, LabError};
+use crate::LabError;
 
 /// How long a writer facing a full send buffer waits before it tries again.
 const FULL_WAIT: Duration = Duration::from_millis(2);
@@ -81,8 +81,7 @@ pub fn send_stream(
         let mut sent_s = vec![];
         while Instant::now() < end && !stop.is_stopped() {
             let now = Instant::now();
-            payload[..8].copy_from_slice(&clock::to_wire(now).to_be_bytes());
-            payload[8..16].copy_from_slice(&(sent_s.len() as u64).to_be_bytes());
+            stream::stamp(&mut payload, now, sent_s.len() as u64);
             match s.send(Message::new(payload.clone())) {
                 Ok(_) => sent_s.push(now.saturating_duration_since(start).as_secs_f64()),
                 Err(SendError::BufferFull { .. }) => tokio::time::sleep(FULL_WAIT).await,
