@@ -1017,7 +1017,12 @@ fn start_trial(
                         })?,
                     }
                 }
-                ApplicationKind::BitrateLadder => unreachable!("ladder_flow::start took it"),
+                ApplicationKind::BitrateLadder => {
+                    return Err(LabError::io(
+                        "starting the bit-rate ladder",
+                        "ladder_flow::start did not take it (a bug)",
+                    ))
+                }
                 ApplicationKind::Conference => {
                     let conf = s.application.conference.conference();
                     let frames = conf.frames_in(s.run.duration_s);
