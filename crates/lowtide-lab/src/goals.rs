@@ -75,11 +75,22 @@ pub enum Metric {
     BaseP50AboveFloorMs,
     /// Conference: the highest p99.9 latency of any importance bucket (Fig. 6).
     WorstImportanceP999Ms,
+    /// The largest latency of a message sent in the window (censored ones as lower bounds).
+    LatencyMaxMs,
+    /// Bit-rate ladder: switches after the first rung, worst run (Hasan et al.).
+    Switches,
+    /// Bit-rate ladder: down-switches, worst run.
+    DownSwitches,
+    /// Bit-rate ladder: rebuffers at least a second after play started, worst run.
+    RebuffersAfterFirstS,
+    /// Bit-rate ladder: share of the stream's seconds whose throughput kept up with the
+    /// streamed bit rate.
+    RateMatchShare,
 }
 
 impl Metric {
     /// Every metric, for checks and documentation.
-    pub const ALL: [Metric; 17] = [
+    pub const ALL: [Metric; 22] = [
         Metric::LatencyP50Ms,
         Metric::LatencyP95Ms,
         Metric::LatencyP99Ms,
@@ -97,6 +108,11 @@ impl Metric {
         Metric::ConferenceFps,
         Metric::BaseP50AboveFloorMs,
         Metric::WorstImportanceP999Ms,
+        Metric::LatencyMaxMs,
+        Metric::Switches,
+        Metric::DownSwitches,
+        Metric::RebuffersAfterFirstS,
+        Metric::RateMatchShare,
     ];
 
     /// The name as written in scenario files.
@@ -119,6 +135,11 @@ impl Metric {
             Metric::ConferenceFps => "conference_fps",
             Metric::BaseP50AboveFloorMs => "base_p50_above_floor_ms",
             Metric::WorstImportanceP999Ms => "worst_importance_p999_ms",
+            Metric::LatencyMaxMs => "latency_max_ms",
+            Metric::Switches => "switches",
+            Metric::DownSwitches => "down_switches",
+            Metric::RebuffersAfterFirstS => "rebuffers_after_first_s",
+            Metric::RateMatchShare => "rate_match_share",
         }
     }
 
@@ -133,6 +154,12 @@ impl Metric {
         let latency = |x: Option<f64>| Measured::new(x, l.count);
         let video = |f: &dyn Fn(&crate::results::VideoSummary) -> Measured| {
             v.video.as_ref().map_or(Measured::default(), f)
+        };
+        // A ladder count stands on the stream's seconds: none streamed is no data.
+        let ladder = |f: &dyn Fn(&crate::results::ladder::LadderSummary) -> Option<f64>| {
+            v.ladder.as_ref().map_or(Measured::default(), |l| {
+                Measured::new(f(l), l.rate_match_seconds)
+            })
         };
         match self {
             Metric::LatencyP50Ms => latency(l.p50),
@@ -177,6 +204,13 @@ impl Metric {
                     Measured::new(b.p50.zip(f.p50).map(|(x, y)| x - y), b.count.min(f.count))
                 })
             }
+            Metric::LatencyMaxMs => latency(l.max),
+            Metric::Switches => ladder(&|l| l.switches.map(|x| x as f64)),
+            Metric::DownSwitches => ladder(&|l| l.down_switches.map(|x| x as f64)),
+            Metric::RebuffersAfterFirstS => {
+                ladder(&|l| l.rebuffers_after_first_s.map(|x| x as f64))
+            }
+            Metric::RateMatchShare => ladder(&|l| l.rate_match_share),
             Metric::WorstImportanceP999Ms => {
                 v.conference.as_ref().map_or(Measured::default(), |c| {
                     let buckets = c.latency_by_importance_ms.values();

@@ -5,6 +5,9 @@
 //! - [`clock`]: one process, one clock: timestamps that travel inside messages;
 //! - [`stream`]: the measured latency stream over a lowtide channel;
 //! - [`video`]: the measured layered video (priority-progress streaming, lowtide-media);
+//! - [`ladder_flow`]: Hasan et al.'s bit-rate ladder, switched at the server, over TCP or TFRC;
+//! - [`ladder_report`]: the ladder's table and plots in the report;
+//! - [`tfrc_flow`]: the TFRC session's ends and the latency stream over TFRC;
 //! - [`floor`]: the network-floor probe (small UDP packets every 10 ms);
 //! - [`tcpinfo`]: each measured stream's `TCP_INFO` over time;
 //! - [`summary`]: latency percentiles and shares over thresholds, with sample counts;
@@ -24,6 +27,8 @@ pub mod conference;
 pub mod demo;
 pub mod floor;
 pub mod goals;
+pub mod ladder_flow;
+pub mod ladder_report;
 pub mod quic;
 pub mod rdc;
 pub mod render;
@@ -37,6 +42,7 @@ pub mod summary;
 pub mod sweep;
 pub mod tail;
 pub mod tcpinfo;
+pub mod tfrc_flow;
 pub mod video;
 
 /// A lab run failed; the message says which step and why.

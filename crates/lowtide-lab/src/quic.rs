@@ -210,8 +210,7 @@ pub fn send_stream(
             let Some(opened) = opened else { break };
             let mut s = opened.map_err(|e| setup("opening a stream")(e.to_string()))?;
             let now = Instant::now();
-            payload[..8].copy_from_slice(&clock::to_wire(now).to_be_bytes());
-            payload[8..16].copy_from_slice(&(sent_s.len() as u64).to_be_bytes());
+            stream::stamp(&mut payload, now, sent_s.len() as u64);
             sent_s.push(now.saturating_duration_since(start).as_secs_f64());
             let written = tokio::select! {
                 r = s.write_all(&payload) => Some(r),

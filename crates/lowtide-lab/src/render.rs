@@ -49,6 +49,11 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
         if variants.iter().any(|v| v.conference.is_some()) {
             sections.push(conference_section(&variants));
         }
+        if variants.iter().any(|v| v.ladder.is_some()) {
+            sections.push(crate::ladder_report::section(
+                dir, tag, mode, &variants, records,
+            )?);
+        }
         latency_plot(dir, tag, mode, s, records)?;
         cdf_plot(dir, tag, mode, s, records)?;
         let which = match mode {
@@ -236,7 +241,7 @@ fn pct(x: f64) -> String {
 }
 
 /// What the paper reports for a variant, in words.
-fn paper_text(p: Option<&PaperNumbers>) -> String {
+pub(crate) fn paper_text(p: Option<&PaperNumbers>) -> String {
     let Some(p) = p else {
         return String::new();
     };
@@ -255,6 +260,12 @@ fn paper_text(p: Option<&PaperNumbers>) -> String {
     }
     if let Some(x) = p.goodput_vs_baseline {
         parts.push(format!("≈{:.0}% of TCP's throughput", x * 100.0));
+    }
+    if let Some(x) = p.max_latency_ms {
+        parts.push(format!("max one-way latency ≈{:.0} s", x / 1e3));
+    }
+    if let Some(x) = p.switches {
+        parts.push(format!("{x} switch{}", if x == 1 { "" } else { "es" }));
     }
     if let Some(t) = &p.text {
         parts.push(t.clone());

@@ -29,7 +29,7 @@ const COLORS: [RGBColor; 8] = [
 pub const FLOOR_SERIES: &str = "network floor (UDP)";
 
 /// Grey for the floor probe; the palette (grey skipped) for the rest, in order.
-fn color_of(i: usize, name: &str) -> RGBColor {
+pub(crate) fn color_of(i: usize, name: &str) -> RGBColor {
     if name == FLOOR_SERIES {
         return COLORS[2];
     }
@@ -42,7 +42,7 @@ fn color_of(i: usize, name: &str) -> RGBColor {
     palette[i % palette.len()]
 }
 
-fn plot_err(what: &str) -> impl FnOnce(String) -> LabError + '_ {
+pub(crate) fn plot_err(what: &str) -> impl FnOnce(String) -> LabError + '_ {
     move |e| LabError::io(format!("drawing {what}"), e)
 }
 
@@ -271,7 +271,7 @@ pub fn normalized_throughput(path: &Path, title: &str, bars: &[Bar]) -> Result<(
 }
 
 /// A chart with the report's title style and label areas.
-fn titled<'a, 'b, DB: DrawingBackend>(
+pub(crate) fn titled<'a, 'b, DB: DrawingBackend>(
     root: &'a DrawingArea<DB, plotters::coord::Shift>,
     title: &'b str,
 ) -> ChartBuilder<'a, 'b, DB> {
@@ -284,7 +284,7 @@ fn titled<'a, 'b, DB: DrawingBackend>(
 }
 
 /// The series names, boxed, at `at`.
-fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
     at: SeriesLabelPosition,
 ) -> Result<(), String> {
@@ -302,7 +302,16 @@ fn draw(
     path: &Path,
     body: impl FnOnce(DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>,
 ) -> Result<(), String> {
-    let root = SVGBackend::new(path, (960, 440)).into_drawing_area();
+    draw_sized(path, (960, 440), body)
+}
+
+/// [`draw`] on a canvas of `size` pixels.
+pub(crate) fn draw_sized(
+    path: &Path,
+    size: (u32, u32),
+    body: impl FnOnce(DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>,
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     body(root.clone())?;
     root.present().map_err(|e| e.to_string())?;

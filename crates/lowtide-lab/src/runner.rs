@@ -27,7 +27,7 @@ use crate::results::{
 };
 use crate::scenario::{ApplicationKind, Checked, Mode, Overrides, Scenario, STREAM_PORT};
 use crate::stream::{self, DeliveryErrors, Sample};
-use crate::{conference, floor, quic, video, LabError};
+use crate::{conference, floor, ladder_flow, quic, tfrc_flow, video, LabError};
 
 /// Ports of the cross-traffic sinks on every host, and of the floor probe.
 const TCP_SINK_PORT: u16 = 5001;
@@ -36,7 +36,7 @@ const FLOOR_PORT: u16 = 6100;
 /// Streams start this long after the threads are spawned, so every listener is up.
 const LEAD_IN: Duration = Duration::from_millis(300);
 /// Receivers keep reading this long after the senders stop.
-const GRACE: Duration = Duration::from_secs(1);
+pub(crate) const GRACE: Duration = Duration::from_secs(1);
 
 /// What `lab run` was told besides the scenario.
 #[derive(Debug, Clone, Default)]
@@ -205,7 +205,7 @@ fn remove_stale(dir: &Path) -> Result<(), LabError> {
             SCENARIO_AS_RUN,
         ]
         .contains(&name.as_str())
-            || (["latency-", "cdf-", "throughput-", "windows-"]
+            || (["latency-", "cdf-", "throughput-", "windows-", "ladder-"]
                 .iter()
                 .any(|p| name.starts_with(p))
                 && (name.ends_with(".svg") || name.ends_with(".png")));
@@ -325,11 +325,13 @@ pub fn summary_inputs(
                     "QUIC (quinn), send window {} KB",
                     q.send_window_bytes / 1024
                 ),
+                _ if v.tfrc.is_some() => tfrc_flow::describe(v.tfrc.as_ref()),
                 (None, Some(b)) => format!("{}, SO_SNDBUF {b}", controller_name(&v.controller)),
                 (None, None) => controller_name(&v.controller),
             },
             congestion: match &v.quic {
                 Some(q) => q.congestion.clone(),
+                None if v.tfrc.is_some() => "TFRC (RFC 5348)".into(),
                 None => v
                     .congestion
                     .clone()
@@ -344,6 +346,7 @@ pub fn summary_inputs(
             }),
             conference: (s.application_of(v) == ApplicationKind::Conference)
                 .then(|| s.application.conference.conference()),
+            ladder: s.application_of(v) == ApplicationKind::BitrateLadder,
         })
         .collect();
     let mut provenance = provenance(s, opts);
@@ -500,13 +503,13 @@ fn provenance(s: &Scenario, opts: &LabOptions) -> Vec<(String, String)> {
 
 /// A thread of a trial: running, or finished with its result. The trial looks at its
 /// threads every second, so one that fails ends the trial at once, not at its end.
-enum Task<T> {
+pub(crate) enum Task<T> {
     Running(&'static str, JoinHandle<Result<T, LabError>>),
     Done(&'static str, Result<T, LabError>),
 }
 
 impl<T> Task<T> {
-    fn spawn(
+    pub(crate) fn spawn(
         host: &lowtide_netem::Host,
         what: &'static str,
         f: impl FnOnce() -> Result<T, LabError> + Send + 'static,
@@ -623,7 +626,7 @@ impl Sinks {
 }
 
 /// The threads of one measured variant.
-enum Measured {
+pub(crate) enum Measured {
     Stream {
         tx: Task<stream::StreamSent>,
         rx: Task<stream::Received>,
@@ -636,6 +639,10 @@ enum Measured {
         tx: Task<conference::ConferenceRun>,
         rx: Task<lowtide_media::conference::Viewer>,
     },
+    Ladder {
+        tx: Task<ladder_flow::LadderSent>,
+        rx: Task<ladder_flow::LadderSeen>,
+    },
 }
 
 impl Measured {
@@ -644,6 +651,7 @@ impl Measured {
             Measured::Stream { tx, rx } => tx.poll().or_else(|| rx.poll()),
             Measured::Video { tx, rx } => tx.poll().or_else(|| rx.poll()),
             Measured::Conference { tx, rx } => tx.poll().or_else(|| rx.poll()),
+            Measured::Ladder { tx, rx } => tx.poll().or_else(|| rx.poll()),
         }
     }
 }
@@ -779,8 +787,9 @@ impl TrialThreads {
         let mut record = TrialRecord::default();
         for (i, m) in self.measured {
             let name = s.variants[i].name.clone();
-            // A QUIC sender has no lowtide driver to count (Table I's columns): no cost row.
-            let quic = s.variants[i].quic.is_some();
+            // A QUIC or TFRC sender has no lowtide driver to count (Table I's columns): no
+            // cost row.
+            let quic = s.variants[i].quic.is_some() || s.variants[i].tfrc.is_some();
             match m {
                 Measured::Stream { tx, rx } => match (tx.wait(), rx.wait()) {
                     (Ok(sent), Ok(received)) => {
@@ -833,6 +842,17 @@ impl TrialThreads {
                             record.costs.push((name.clone(), run.cost));
                         }
                         record.tcp.push((name, run.tcp));
+                    }
+                    (a, b) => note(&name, a.map(drop).and(b.map(drop))),
+                },
+                Measured::Ladder { tx, rx } => match (tx.wait(), rx.wait()) {
+                    (Ok(sent), Ok(seen)) => {
+                        let (samples, errors, ladder) =
+                            ladder_flow::join(&sent, &seen, receive_end_s);
+                        record.streams.push((name.clone(), samples));
+                        record.delivery_errors.push((name.clone(), errors));
+                        record.ladder.push((name.clone(), ladder));
+                        record.tcp.push((name, sent.tcp));
                     }
                     (a, b) => note(&name, a.map(drop).and(b.map(drop))),
                 },
@@ -968,6 +988,15 @@ fn start_trial(
             ));
             continue;
         }
+        let hosts = (tx_host, rx_host);
+        if let Some(m) = ladder_flow::start(s, v, i, &cfg, addr, hosts, start, end, stop)? {
+            measured.push((i, m));
+            continue;
+        }
+        if let Some(m) = tfrc_flow::start(v, addr, hosts, start, end, stop)? {
+            measured.push((i, m));
+            continue;
+        }
         measured.push((
             i,
             match s.application_of(v) {
@@ -993,6 +1022,12 @@ fn start_trial(
                             video::send(addr, cfg, clip, frames, start, receive_end, tstop)
                         })?,
                     }
+                }
+                ApplicationKind::BitrateLadder => {
+                    return Err(LabError::io(
+                        "starting the bit-rate ladder",
+                        "ladder_flow::start did not take it (a bug)",
+                    ))
                 }
                 ApplicationKind::Conference => {
                     let conf = s.application.conference.conference();

@@ -209,6 +209,9 @@ pub struct Application {
     /// The stream of `conference` variants.
     #[serde(default)]
     pub conference: crate::conference::ConferenceApp,
+    /// The stream of `bitrate_ladder` variants.
+    #[serde(default)]
+    pub ladder: crate::ladder_flow::LadderApp,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
@@ -222,6 +225,8 @@ pub enum ApplicationKind {
     /// [`crate::conference`]: Paceline's videoconference, ADUs expiring after a latency
     /// threshold (Erbad and Krasic).
     Conference,
+    /// [`crate::ladder_flow`]: Hasan et al.'s bit-rate ladder, switched at the server.
+    BitrateLadder,
 }
 
 /// The layered video a `layered_video` variant streams (looped to the run's length).
@@ -317,6 +322,11 @@ pub struct Variant {
     /// `failover = { backups = 1, floor_ms = 200 }`; both ends of the variant's channel use it.
     #[serde(default)]
     pub failover: Option<lowtide::proto::FailoverConfig>,
+    /// Run the application over TFRC (`lowtide-tfrc`, RFC 5348) instead of lowtide over TCP
+    /// (`crate::tfrc_flow`; latency stream and bit-rate ladder); `controller`, `congestion` and
+    /// `sndbuf` then do not apply.
+    #[serde(default)]
+    pub tfrc: Option<lowtide_tfrc::TfrcConfig>,
     /// `SO_SNDBUF` of the stream's socket, bytes (default: the kernel's autotuning, up to
     /// `tcp_wmem`'s 4 MB). The kernel doubles it; 65536 gives Linux 2.4's largest buffer.
     #[serde(default)]
@@ -348,6 +358,12 @@ pub struct PaperNumbers {
     /// Video: share of windows the sender dropped (0..1).
     #[serde(default)]
     pub dropped_windows: Option<f64>,
+    /// Bit-rate ladder: the largest one-way latency, ms.
+    #[serde(default)]
+    pub max_latency_ms: Option<f64>,
+    /// Bit-rate ladder: bit-rate switches.
+    #[serde(default)]
+    pub switches: Option<u64>,
 }
 
 /// Changes `lowtide lab run` makes to a scenario (see [`Scenario::with_overrides`]).
@@ -525,6 +541,7 @@ impl Scenario {
         s.run.measure_from_s *= k;
         s.run.measure_to_s = s.run.measure_to_s.map(|t| t * k);
         s.run.runs = self.quick.runs.min(self.run.runs).max(1);
+        s.application.ladder.start_s *= k;
         for f in s
             .forward_traffic
             .flows
@@ -670,6 +687,16 @@ impl Scenario {
                 .check()
                 .map_err(|e| invalid("application.conference", "", e))?;
         }
+        if self
+            .variants
+            .iter()
+            .any(|v| self.application_of(v) == ApplicationKind::BitrateLadder)
+        {
+            self.application
+                .ladder
+                .check(self.run.duration_s)
+                .map_err(|(f, v, a)| invalid(f, v, a))?;
+        }
         for (i, g) in self.goals.iter().enumerate() {
             if !self.variants.iter().any(|v| v.name == g.variant) {
                 return Err(invalid(
@@ -753,10 +780,13 @@ impl Scenario {
             if let Some(q) = &v.quic {
                 q.check().map_err(|e| invalid(field("quic"), "", e))?;
                 let app = self.application_of(v);
-                if app == ApplicationKind::LayeredVideo {
+                if matches!(
+                    app,
+                    ApplicationKind::LayeredVideo | ApplicationKind::BitrateLadder
+                ) {
                     return Err(invalid(
                         field("application"),
-                        "layered_video",
+                        format!("{app:?}"),
                         "latency_stream or conference for a QUIC variant",
                     ));
                 }
@@ -781,6 +811,33 @@ impl Scenario {
                 }
                 f.validate()
                     .map_err(|e| invalid(field("failover"), format!("{f:?}"), e.to_string()))?;
+            }
+            if let Some(t) = &v.tfrc {
+                t.validate()
+                    .map_err(|e| invalid(field("tfrc"), "", e.to_string()))?;
+                let app = self.application_of(v);
+                if !matches!(
+                    app,
+                    ApplicationKind::LatencyStream | ApplicationKind::BitrateLadder
+                ) {
+                    return Err(invalid(
+                        field("application"),
+                        format!("{app:?}"),
+                        "latency_stream or bitrate_ladder for a TFRC variant",
+                    ));
+                }
+                if v.controller != ControllerConfig::Unlimited
+                    || v.congestion.is_some()
+                    || v.sndbuf.is_some()
+                    || v.quic.is_some()
+                    || v.failover.is_some()
+                {
+                    return Err(invalid(
+                        field("tfrc"),
+                        "with controller, congestion, sndbuf, quic or failover",
+                        "a TFRC variant without lowtide's TCP settings (its buffer is tfrc.buffer)",
+                    ));
+                }
             }
             v.controller.validate().map_err(|e| {
                 invalid(
@@ -1002,6 +1059,37 @@ controller = { min_buf = { a = 1, b = 3 } }
             "ecn = true\ncontroller = { min_buf",
         ));
         assert!(e.starts_with("variant[1].sender = 0"), "{e}");
+    }
+
+    #[test]
+    fn tfrc_and_ladder_variants_are_checked() {
+        let with = |extra: &str| format!("{GOOD}[[variant]]\nname = \"X\"\n{extra}\n");
+        let tfrc = "tfrc = { buffer = { fixed = { bytes = 16384 } } }";
+        let ok = Scenario::from_toml(&with(tfrc)).unwrap();
+        assert!(ok.scenario.variants[2].tfrc.is_some());
+        let e = err(&with("tfrc = { buffer = { fixed = { bytes = 0 } } }"));
+        assert!(
+            e.starts_with("variant[2].tfrc") && e.contains("buffer.fixed.bytes"),
+            "{e}"
+        );
+        let e = err(&with(&format!("{tfrc}\nsndbuf = 65536")));
+        assert!(e.starts_with("variant[2].tfrc"), "{e}");
+        let e = err(&with(&format!("{tfrc}\napplication = \"conference\"")));
+        assert!(e.starts_with("variant[2].application = Conference"), "{e}");
+        let ladder = |start_s: &str| {
+            with("application = \"bitrate_ladder\"").replace(
+                "name = \"t\"",
+                &format!("name = \"t\"\n[application.ladder]\nstart_s = {start_s}"),
+            )
+        };
+        Scenario::from_toml(&ladder("1.0")).unwrap();
+        let e = err(&ladder("1e6"));
+        assert!(e.starts_with("application.ladder.start_s = 1000000"), "{e}");
+        let e = err(&with("application = \"bitrate_ladder\"\nquic = {}"));
+        assert!(
+            e.starts_with("variant[2].application = BitrateLadder"),
+            "{e}"
+        );
     }
 
     #[test]

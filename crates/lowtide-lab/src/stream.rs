@@ -316,8 +316,7 @@ pub fn send(
                 _ = stopped(&stop) => break,
             }
             let now = Instant::now();
-            payload[..8].copy_from_slice(&clock::to_wire(now).to_be_bytes());
-            payload[8..16].copy_from_slice(&(sent_s.len() as u64).to_be_bytes());
+            stamp(&mut payload, now, sent_s.len() as u64);
             ch.send(stream, Message::new(payload.clone()))
                 .map_err(transport("sending"))?;
             sent_s.push(now.saturating_duration_since(start).as_secs_f64());
@@ -327,6 +326,27 @@ pub fn send(
         finish_gracefully(&ch, receive_end, &stop).await;
         Ok(StreamSent { cost, sent_s, tcp })
     })
+}
+
+/// Stamps a message: the send time `now` (lab clock) and its number `seq`, 8 bytes each.
+pub(crate) fn stamp(payload: &mut [u8], now: Instant, seq: u64) {
+    payload[..8].copy_from_slice(&clock::to_wire(now).to_be_bytes());
+    payload[8..16].copy_from_slice(&seq.to_be_bytes());
+}
+
+/// A message stamped by a sender of this lab (send time, then number, 8 bytes each) that
+/// arrived at `at`: its number and latency sample; `None` when it is too short to be one.
+pub(crate) fn stamped_sample(data: &[u8], at: Instant, start: Instant) -> Option<(u64, Sample)> {
+    let word = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or_default());
+    let (stamp, seq) = (data.get(..8)?, data.get(8..16)?);
+    let sent = clock::from_wire(word(stamp));
+    Some((
+        word(seq),
+        Sample::delivered(
+            sent.saturating_duration_since(start).as_secs_f64(),
+            at.saturating_duration_since(sent).as_secs_f64() * 1e3,
+        ),
+    ))
 }
 
 /// Accepts the stream on `addr` and reads until `end`; blocking, for a receiver host.
@@ -344,20 +364,9 @@ pub fn receive(
         let end_t = tokio::time::Instant::from_std(end);
         let mut next = Some(first);
         while let Some(msg) = next {
-            if let (Some(stamp), Some(seq)) = (msg.data.get(..8), msg.data.get(8..16)) {
-                let word = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or_default());
-                let sent = clock::from_wire(word(stamp));
+            if let Some(x) = stamped_sample(&msg.data, msg.received_at, start) {
                 out.bytes += msg.data.len() as u64;
-                out.messages.push((
-                    word(seq),
-                    Sample::delivered(
-                        sent.saturating_duration_since(start).as_secs_f64(),
-                        msg.received_at
-                            .saturating_duration_since(sent)
-                            .as_secs_f64()
-                            * 1e3,
-                    ),
-                ));
+                out.messages.push(x);
             }
             next = tokio::select! {
                 m = ch.recv() => m,

@@ -6,7 +6,7 @@
 //! | `windows.csv` | adaptation window of a video variant |
 //! | `adus.csv` | ADU of a conference variant |
 //! | `tcpinfo.csv` | `TCP_INFO` sample of a measured stream's sender socket |
-//! | `trials.json` | emulated network: its variants, what the bottleneck did, the floor probe's sender, costs, counters |
+//! | `trials.json` | emulated network: its variants, what the bottleneck did, the floor probe's sender, costs, counters, bit-rate ladder records (rates per second, switches, rebuffers) |
 //!
 //! Every row names its trial (the index in `trials.json`), so trials rebuild exactly.
 //! Times are rounded to the microsecond when recorded ([`round_us`]), so the CSV holds the
@@ -81,6 +81,8 @@ struct TrialMeta {
     tcp_errors: Vec<(String, u64, Option<String>)>,
     #[serde(default)]
     conference_sent: Vec<(String, ConferenceSent)>,
+    #[serde(default)]
+    ladder: Vec<(String, crate::ladder_flow::LadderRecord)>,
 }
 
 fn io(what: String) -> impl FnOnce(csv::Error) -> LabError {
@@ -154,6 +156,7 @@ pub fn write_records(dir: &Path, records: &[TrialRecord]) -> Result<(), LabError
                 .map(|(n, t)| (n.clone(), t.errors, t.first_error.clone()))
                 .collect(),
             conference_sent: r.conference_sent.clone(),
+            ladder: r.ladder.clone(),
         });
     }
     let flushed = |w: &mut csv::Writer<std::fs::File>, name: &str| {
@@ -215,6 +218,7 @@ pub fn read_records(dir: &Path) -> Result<Vec<TrialRecord>, LabError> {
                 .collect(),
             network: m.network,
             conference_sent: m.conference_sent,
+            ladder: m.ladder,
             ..TrialRecord::default()
         })
         .collect();

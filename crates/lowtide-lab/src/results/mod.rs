@@ -7,6 +7,7 @@
 //! in JSON, "no data" in reports), never a zero that could pass for a measurement.
 
 pub mod files;
+pub mod ladder;
 mod table;
 mod video;
 
@@ -58,6 +59,8 @@ pub struct TrialRecord {
     pub tcp: Vec<(String, TcpTimeline)>,
     /// Variant name → messages that broke exactly-once delivery.
     pub delivery_errors: Vec<(String, DeliveryErrors)>,
+    /// Bit-rate ladder variants: name → rates per second, switches, rebuffers.
+    pub ladder: Vec<(String, crate::ladder_flow::LadderRecord)>,
     /// What the bottleneck did.
     pub network: TrialNetwork,
 }
@@ -79,10 +82,13 @@ impl TrialRecord {
 
     /// Delivered bits/s in the window: a latency stream's payload received in it; a video's
     /// bytes received for the windows captured in it; a conference's ADUs captured in it
-    /// that arrived.
+    /// that arrived; a ladder's bytes received in its seconds in it.
     fn delivered_bps(&self, name: &str, w: Window) -> Option<f64> {
         if let Some(windows) = self.windows_of(name) {
             return Some(video_bps(windows, w, |x| x.bytes_received));
+        }
+        if let Some(l) = find(&self.ladder, name) {
+            return Some(ladder_bps(l, w, |s| s.throughput_bps));
         }
         if let Some(adus) = find(&self.adus, name) {
             let bytes: u64 = adus
@@ -101,7 +107,8 @@ impl TrialRecord {
     }
 
     /// Sent bits/s in the window: messages handed to the transport (latency stream), bytes
-    /// written to the kernel for the windows captured in it (video, Goel et al. Table II).
+    /// written to the kernel for the windows captured in it (video, Goel et al. Table II),
+    /// the bit rate a ladder streamed.
     /// A conference counts what it wrote per run, not per ADU: no figure for the window.
     fn sent_bps(&self, name: &str, w: Window) -> Option<f64> {
         if let Some(windows) = self.windows_of(name) {
@@ -110,6 +117,9 @@ impl TrialRecord {
         if find(&self.adus, name).is_some() {
             return None;
         }
+        if let Some(l) = find(&self.ladder, name) {
+            return Some(ladder_bps(l, w, |s| s.streamed_bps));
+        }
         let n = self
             .stream_of(name)?
             .iter()
@@ -117,6 +127,21 @@ impl TrialRecord {
             .count();
         Some(n as f64 * MESSAGE_BYTES as f64 * 8.0 / w.len_s())
     }
+}
+
+/// A ladder's bits per second over the window from its whole seconds in it.
+fn ladder_bps(
+    l: &crate::ladder_flow::LadderRecord,
+    w: Window,
+    bits: fn(&crate::ladder_flow::Second) -> f64,
+) -> f64 {
+    let total: f64 = l
+        .seconds
+        .iter()
+        .filter(|s| w.contains(s.t_s))
+        .map(bits)
+        .sum();
+    total / w.len_s()
 }
 
 fn video_bps(windows: &[WindowRecord], w: Window, bytes: fn(&WindowRecord) -> u64) -> f64 {
@@ -250,6 +275,9 @@ pub struct VariantSummary {
     /// Conference variants: frame rate, layers, latency per importance (Paceline Fig. 5, 6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conference: Option<ConferenceSummary>,
+    /// Bit-rate ladder variants: switches, rebuffers, rate match (Hasan et al.).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub ladder: Option<ladder::LadderSummary>,
     pub paper: Option<PaperNumbers>,
 }
 
@@ -332,6 +360,8 @@ pub struct VariantInfo {
     pub video: Option<VideoInfo>,
     /// Conference variants: their stream.
     pub conference: Option<Conference>,
+    /// Bit-rate ladder variants.
+    pub ladder: bool,
 }
 
 /// Everything the summary is computed from besides the records.
@@ -554,6 +584,13 @@ fn summarize_variant(
             .collect();
         ConferenceSummary::of(conf, &runs, w)
     });
+    let ladder = info.ladder.then(|| {
+        let runs: Vec<&crate::ladder_flow::LadderRecord> = ran
+            .iter()
+            .filter_map(|t| find(&t.ladder, &info.name))
+            .collect();
+        ladder::LadderSummary::of(&runs).unwrap_or_default()
+    });
     let goodputs: Vec<f64> = goodput.iter().map(|x| x.1).collect();
     VariantSummary {
         name: info.name.clone(),
@@ -577,6 +614,7 @@ fn summarize_variant(
         sender_cost: SenderCost::mean_of(&costs),
         video,
         conference,
+        ladder,
         paper: info.paper.clone(),
     }
 }

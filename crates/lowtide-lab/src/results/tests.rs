@@ -50,6 +50,7 @@ fn infos() -> Vec<VariantInfo> {
             baseline: (*n != "TCP").then(|| "TCP".into()),
             video: None,
             conference: None,
+            ladder: false,
         })
         .collect()
 }

@@ -88,7 +88,7 @@ impl ServerSignal {
 }
 
 /// Why a server switched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ServerSwitchReason {
     /// The first rung, from the probe.

@@ -1,0 +1,790 @@
+//! The bit-rate-ladder stream of Hasan, Huang, Werstein, "Dynamic Send Buffer Active Tuning
+//! for Low Latency Streaming Media" (Sections 3 and 5): a server that holds the paper's
+//! encodings (80, 120, 240, 320, 640 kbit/s) and streams one of them, chosen by a server-side
+//! switching policy (lowtide-media's `ladder::report_rule` or `ladder::dbat_rule`), to a client
+//! with a playout buffer that reports once per interval. Over lowtide (TCP with a fixed
+//! `SO_SNDBUF`, DBAT or MinBuf) or over TFRC (a fixed or a DBAT-tuned send buffer).
+//!
+//! The server cuts the rung's rate into frames of `frame_ms` (each stamped with the lab clock,
+//! a sequence number and the rung) and hands each to the transport at its capture time. A
+//! frame the transport cannot take then (lowtide: not writable; TFRC: `BufferFull`) is
+//! dropped at the server and counted: a full send buffer loses media, and the client sees a
+//! gap in the sequence numbers (Section 3). The transport's `Probed` and `Congestion` events
+//! and TFRC's allowed rate `X` go to the policy; the rung's rate goes back to the transport
+//! (`set_stream_rate`, DBAT's slow-start allowance).
+//!
+//! Where we differ:
+//! - the session (and its packet-pair probe) starts at `application.ladder.start_s`, on the
+//!   lowest rung until the probe answers; over lowtide a probe without an estimate (both
+//!   packets read at once) is repeated up to [`PROBE_RETRIES`] times (the policy sees each);
+//! - the client's reports travel in one UDP datagram each to the server's host (not in the
+//!   media connection), so the report path is the same for TCP and TFRC; a report lost or
+//!   malformed is counted, never guessed;
+//! - frames are filler of the rung's rate, not an encoder's output.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lowtide::{Channel, ChannelConfig, StreamConfig};
+use lowtide_media::ladder::dbat_rule::{DbatRule, DbatRuleConfig};
+use lowtide_media::ladder::playout_buffer::{PlayState, PlayoutBuffer};
+use lowtide_media::ladder::report_rule::{ReportRule, ReportRuleConfig};
+use lowtide_media::ladder::server_policy::{
+    hasan_ladder, ClientReport, ServerPolicy, ServerSignal, ServerSwitchReason,
+};
+use lowtide_tfrc::driver::Session;
+use lowtide_tfrc::TfrcConfig;
+use lowtide_traffic::Stop;
+use serde::{Deserialize, Serialize};
+use tokio::net::UdpSocket;
+
+use crate::results::files::round_us;
+use crate::runner::{Measured, Task};
+use crate::scenario::{ApplicationKind, Scenario, Variant};
+use crate::stream::{self, stopped, Sample};
+use crate::tcpinfo::TcpTimeline;
+use crate::{tfrc_flow, LabError};
+
+/// `[application.ladder]`: the stream's timing and the client's buffer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LadderApp {
+    /// The session starts (connect, probe, stream) this many seconds into the run.
+    pub start_s: f64,
+    /// Media time per frame.
+    pub frame_ms: u64,
+    /// The client reports once per this interval.
+    pub report_ms: u64,
+    /// Media buffered before play starts, and before it resumes after a rebuffer.
+    pub startup_ms: u64,
+    pub resume_ms: u64,
+}
+
+impl Default for LadderApp {
+    fn default() -> Self {
+        Self {
+            start_s: 0.0,
+            frame_ms: 40,
+            report_ms: 1000,
+            startup_ms: 1000,
+            resume_ms: 500,
+        }
+    }
+}
+
+impl LadderApp {
+    /// Checks every field against the run's length.
+    pub fn check(&self, duration_s: f64) -> Result<(), (String, String, String)> {
+        let bad =
+            |f: &str, v: String, a: &str| Err((format!("application.ladder.{f}"), v, a.into()));
+        if !(self.start_s >= 0.0 && self.start_s + 1.0 <= duration_s) {
+            return bad(
+                "start_s",
+                self.start_s.to_string(),
+                "0 to 1 s before the run's end",
+            );
+        }
+        for (f, v, lo, hi) in [
+            ("frame_ms", self.frame_ms, 10, 1000),
+            ("report_ms", self.report_ms, 100, 10_000),
+            ("startup_ms", self.startup_ms, 0, 30_000),
+            ("resume_ms", self.resume_ms, 0, 30_000),
+        ] {
+            if !(lo..=hi).contains(&v) {
+                return bad(f, v.to_string(), &format!("{lo} to {hi}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The transport a ladder variant runs over.
+#[derive(Debug, Clone)]
+pub enum LadderTransport {
+    /// lowtide over TCP (its controller and `SO_SNDBUF` in the config); the session probes.
+    Lowtide(ChannelConfig),
+    Tfrc(TfrcConfig),
+}
+
+impl LadderTransport {
+    /// DBAT rows switch on DBAT's congestion signals; the rest (a fixed buffer, MinBuf: no
+    /// congestion signal) on the client's reports, as the paper's baseline server.
+    pub fn policy(&self) -> PolicyKind {
+        let dbat = match self {
+            LadderTransport::Lowtide(c) => {
+                matches!(c.transport.controller, lowtide::ControllerConfig::Dbat(_))
+            }
+            LadderTransport::Tfrc(t) => matches!(t.buffer, lowtide_tfrc::BufferConfig::Dbat(_)),
+        };
+        if dbat {
+            PolicyKind::Dbat
+        } else {
+            PolicyKind::Report
+        }
+    }
+}
+
+/// Which server rule a variant runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// `ladder::report_rule`: down on the client's loss or rebuffer reports.
+    Report,
+    /// `ladder::dbat_rule`: down on DBAT's congestion onsets.
+    Dbat,
+}
+
+/// One frame the server made: when, of which rung's rate, and whether the transport took it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FrameSent {
+    pub t_s: f64,
+    pub rate_bps: u64,
+    pub bytes: u32,
+    pub accepted: bool,
+}
+
+/// A switch, in run seconds and bit rates.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SwitchRecord {
+    pub at_s: f64,
+    pub from_bps: u64,
+    pub to_bps: u64,
+    pub reason: ServerSwitchReason,
+}
+
+/// What the server did and heard.
+#[derive(Debug, Clone, Default)]
+pub struct LadderSent {
+    pub policy: Option<PolicyKind>,
+    /// Over TFRC a frame lost in the network is never resent: one that never arrived is lost,
+    /// not late (it is no latency sample). Over TCP it was still in flight: censored.
+    pub unreliable: bool,
+    /// Frames accepted by the transport: their send times, by sequence number.
+    pub sent_s: Vec<f64>,
+    pub frames: Vec<FrameSent>,
+    pub switches: Vec<SwitchRecord>,
+    pub signals: SignalCounts,
+    pub tcp: TcpTimeline,
+}
+
+/// What the server heard, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SignalCounts {
+    /// Probe results the transport delivered, and the packet pair's bottleneck estimate, bit/s
+    /// (`None`: no answer, or both packets in one read).
+    pub probes_answered: u64,
+    /// Probes asked for again after one gave no estimate (at most [`PROBE_RETRIES`]).
+    #[serde(default)]
+    pub probe_retries: u64,
+    pub probe_bps: Option<u64>,
+    pub congestion_onsets: u64,
+    pub congestion_clears: u64,
+    pub reports: u64,
+    /// Report datagrams that did not parse.
+    pub bad_reports: u64,
+    /// Frame times the server was too late for (a loaded machine): skipped, not sent late.
+    pub frames_skipped: u64,
+}
+
+/// What the client saw.
+#[derive(Debug, Clone, Default)]
+pub struct LadderSeen {
+    pub received: stream::Received,
+    /// Every arrival: run seconds and payload bytes.
+    pub arrivals: Vec<(f64, u32)>,
+    pub rebuffers_s: Vec<f64>,
+    pub play_start_s: Option<f64>,
+    pub reports_sent: u64,
+}
+
+/// A probe without an estimate (both packets in one read) is repeated this often over lowtide.
+const PROBE_RETRIES: u64 = 3;
+
+/// Port of the server's report socket on its host: this plus the variant's index.
+const REPORT_PORT: u16 = 6200;
+
+/// Starts a ladder variant's server and client; `None` when `v` runs another application.
+/// `cfg` is the variant's lowtide config (used unless it runs over TFRC).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start(
+    s: &Scenario,
+    v: &Variant,
+    index: usize,
+    cfg: &ChannelConfig,
+    addr: SocketAddr,
+    (tx_host, rx_host): (&lowtide_netem::Host, &lowtide_netem::Host),
+    start: Instant,
+    end: Instant,
+    stop: &Stop,
+) -> Result<Option<Measured>, LabError> {
+    if s.application_of(v) != ApplicationKind::BitrateLadder {
+        return Ok(None);
+    }
+    let transport = match v.tfrc {
+        Some(t) => LadderTransport::Tfrc(t),
+        None => LadderTransport::Lowtide(cfg.clone()),
+    };
+    let report_addr = SocketAddr::from((tx_host.addr(), REPORT_PORT + index as u16));
+    let receive_end = end + crate::runner::GRACE;
+    let (app, rtransport) = (s.application.ladder.clone(), transport.clone());
+    let rapp = app.clone();
+    let (rstop, tstop) = (stop.clone(), stop.clone());
+    Ok(Some(Measured::Ladder {
+        rx: Task::spawn(rx_host, "ladder client", move || {
+            play(
+                addr,
+                report_addr,
+                rtransport,
+                rapp,
+                start,
+                receive_end,
+                rstop,
+            )
+        })?,
+        tx: Task::spawn(tx_host, "ladder server", move || {
+            serve(
+                addr,
+                report_addr,
+                transport,
+                app,
+                start,
+                end,
+                receive_end,
+                tstop,
+            )
+        })?,
+    }))
+}
+
+/// Frame header: send time (8), sequence number (8), rung (1).
+const HEADER: usize = 17;
+const REPORT_MAGIC: &[u8; 4] = b"LTR1";
+const REPORT_LEN: usize = 4 + 5 * 8;
+
+fn encode_report(r: &ClientReport) -> [u8; REPORT_LEN] {
+    let mut b = [0u8; REPORT_LEN];
+    b[..4].copy_from_slice(REPORT_MAGIC);
+    let words = [
+        r.frames_expected,
+        r.frames_received,
+        r.rebuffers,
+        r.bytes,
+        r.duration_us,
+    ];
+    for (k, w) in words.iter().enumerate() {
+        b[4 + 8 * k..12 + 8 * k].copy_from_slice(&w.to_be_bytes());
+    }
+    b
+}
+
+fn decode_report(b: &[u8]) -> Option<ClientReport> {
+    if b.len() != REPORT_LEN || &b[..4] != REPORT_MAGIC {
+        return None;
+    }
+    let w = |k: usize| u64::from_be_bytes(b[4 + 8 * k..12 + 8 * k].try_into().unwrap_or_default());
+    let r = ClientReport {
+        frames_expected: w(0),
+        frames_received: w(1),
+        rebuffers: w(2),
+        bytes: w(3),
+        duration_us: w(4),
+    };
+    (r.frames_received <= r.frames_expected).then_some(r)
+}
+
+/// The server's side of the media connection.
+enum ServerLink {
+    Lowtide { ch: Channel, stream: u64 },
+    Tfrc(Session),
+}
+
+impl ServerLink {
+    /// Hands a frame over now, or says it could not take it (dropped at the server).
+    async fn offer(&self, data: Vec<u8>) -> Result<bool, LabError> {
+        match self {
+            ServerLink::Lowtide { ch, stream } => {
+                match tokio::time::timeout(Duration::ZERO, ch.writable()).await {
+                    Err(_) => Ok(false),
+                    Ok(r) => {
+                        r.map_err(stream::transport("waiting to write"))?;
+                        ch.send(*stream, lowtide::Message::new(data))
+                            .map_err(stream::transport("sending a frame"))?;
+                        Ok(true)
+                    }
+                }
+            }
+            ServerLink::Tfrc(s) => match s.send(lowtide_tfrc::Message::new(data)) {
+                Ok(_) => Ok(true),
+                Err(lowtide_tfrc::SendError::BufferFull { .. }) => Ok(false),
+                Err(e) => Err(LabError::io("sending a frame over TFRC", e)),
+            },
+        }
+    }
+
+    /// Asks for another packet pair; `false` where the transport cannot (TFRC probes once).
+    fn request_probe(&self) -> bool {
+        match self {
+            ServerLink::Lowtide { ch, .. } => ch.request_probe(),
+            ServerLink::Tfrc(_) => false,
+        }
+    }
+
+    fn set_stream_rate(&self, bps: u64) {
+        match self {
+            ServerLink::Lowtide { ch, .. } => ch.set_stream_rate(bps / 8),
+            ServerLink::Tfrc(s) => s.set_stream_rate(bps / 8),
+        }
+    }
+
+    /// The transport's signals since the last call, for the policy.
+    fn signals(&self, counts: &mut SignalCounts) -> Vec<ServerSignal> {
+        let mut out = vec![];
+        let mut probed = |bw: Option<u64>, out: &mut Vec<ServerSignal>| {
+            let bps = bw.map(|b| b.saturating_mul(8));
+            counts.probes_answered += 1;
+            counts.probe_bps = bps;
+            out.push(ServerSignal::Probed { bandwidth_bps: bps });
+        };
+        match self {
+            ServerLink::Lowtide { ch, .. } => {
+                for e in ch.drain_events() {
+                    match e {
+                        lowtide::Event::Probed(p) => probed(p.bandwidth, &mut out),
+                        lowtide::Event::Congestion {
+                            onset,
+                            rate_estimate,
+                            ..
+                        } => out.push(ServerSignal::congestion(onset, rate_estimate)),
+                        _ => {}
+                    }
+                }
+            }
+            ServerLink::Tfrc(s) => {
+                for e in s.drain_events() {
+                    match e {
+                        lowtide_tfrc::Event::Probed(p) => probed(p.bandwidth, &mut out),
+                        lowtide_tfrc::Event::Congestion(c) => {
+                            out.push(ServerSignal::congestion(c.onset, c.rate_estimate))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        for s in &out {
+            if let ServerSignal::Congestion { onset, .. } = s {
+                if *onset {
+                    counts.congestion_onsets += 1;
+                } else {
+                    counts.congestion_clears += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// TFRC's allowed rate `X`, bit/s: the capacity estimate DBAT's rule goes up by.
+    fn capacity_bps(&self) -> Option<u64> {
+        match self {
+            ServerLink::Lowtide { .. } => None,
+            ServerLink::Tfrc(s) => Some(s.with_endpoint(|e| e.rate_control().rate() * 8.0) as u64),
+        }
+    }
+}
+
+/// The server: connects at `start + app.start_s`, streams the policy's rung until `end`,
+/// then lets what is queued flow until `receive_end`; blocking, for a sender host thread.
+#[allow(clippy::too_many_arguments)]
+pub fn serve(
+    dst: SocketAddr,
+    report_addr: SocketAddr,
+    transport: LadderTransport,
+    app: LadderApp,
+    start: Instant,
+    end: Instant,
+    receive_end: Instant,
+    stop: Stop,
+) -> Result<LadderSent, LabError> {
+    stream::runtime()?.block_on(async move {
+        let reports = UdpSocket::bind(report_addr)
+            .await
+            .map_err(|e| LabError::io(format!("binding the report socket {report_addr}"), e))?;
+        let session_start = start + Duration::from_secs_f64(app.start_s);
+        tokio::select! {
+            _ = tokio::time::sleep_until(session_start.into()) => {}
+            _ = stopped(&stop) => return Err(LabError::Stopped),
+        }
+        let kind = transport.policy();
+        let (link, sampler) = match &transport {
+            LadderTransport::Lowtide(cfg) => {
+                let mut cfg = cfg.clone();
+                cfg.transport.probe_at_start = true;
+                let ch = stream::connect(dst, cfg).await?;
+                let stream = ch
+                    .open_stream(StreamConfig::default())
+                    .map_err(stream::transport("opening a stream"))?;
+                let sampler = stream::Sampler::start(&ch, start);
+                (ServerLink::Lowtide { ch, stream }, Some(sampler))
+            }
+            LadderTransport::Tfrc(cfg) => {
+                (ServerLink::Tfrc(tfrc_flow::connect(dst, *cfg).await?), None)
+            }
+        };
+        let now = Instant::now();
+        let ladder = hasan_ladder();
+        let mut policy: Box<dyn ServerPolicy> = match kind {
+            PolicyKind::Report => Box::new(
+                ReportRule::new(ladder.clone(), 0, ReportRuleConfig::default(), now)
+                    .map_err(|e| LabError::io("the report rule", e))?,
+            ),
+            PolicyKind::Dbat => Box::new(
+                DbatRule::new(ladder.clone(), 0, DbatRuleConfig::default(), now)
+                    .map_err(|e| LabError::io("the DBAT rule", e))?,
+            ),
+        };
+        let t_s = |t: Instant| round_us(t.saturating_duration_since(start).as_secs_f64());
+        let mut out = LadderSent {
+            policy: Some(kind),
+            unreliable: matches!(transport, LadderTransport::Tfrc(_)),
+            ..LadderSent::default()
+        };
+        let frame = Duration::from_millis(app.frame_ms);
+        let mut next = Instant::now();
+        let mut rate = ladder.rate_bps(policy.rung());
+        link.set_stream_rate(rate);
+        let mut buf = [0u8; 256];
+        let end_t = tokio::time::Instant::from_std(end);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next.into()) => {}
+                r = reports.recv(&mut buf) => {
+                    let n = r.map_err(|e| LabError::io("reading a client report", e))?;
+                    match decode_report(&buf[..n]) {
+                        Some(rep) => {
+                            out.signals.reports += 1;
+                            let mut sigs = vec![ServerSignal::Report(rep)];
+                            if let Some(bps) = link.capacity_bps() {
+                                sigs.push(ServerSignal::Capacity { bps });
+                            }
+                            apply(&mut *policy, &sigs, start, &mut out);
+                        }
+                        None => out.signals.bad_reports += 1,
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep_until(end_t) => break,
+                _ = stopped(&stop) => break,
+            }
+            let sigs = link.signals(&mut out.signals);
+            let no_estimate = sigs.iter().any(|s| {
+                matches!(
+                    s,
+                    ServerSignal::Probed {
+                        bandwidth_bps: None
+                    }
+                )
+            });
+            if no_estimate && out.signals.probe_retries < PROBE_RETRIES && link.request_probe() {
+                out.signals.probe_retries += 1;
+            }
+            apply(&mut *policy, &sigs, start, &mut out);
+            let r = ladder.rate_bps(policy.rung());
+            if r != rate {
+                rate = r;
+                link.set_stream_rate(rate);
+            }
+            let now = Instant::now();
+            let bytes =
+                ((rate as u128 * frame.as_micros()) / 8_000_000).max(HEADER as u128) as usize;
+            let mut data = vec![0u8; bytes];
+            stream::stamp(&mut data, now, out.sent_s.len() as u64);
+            data[16] = policy.rung() as u8;
+            let accepted = link.offer(data).await?;
+            if accepted {
+                out.sent_s.push(t_s(now));
+            }
+            out.frames.push(FrameSent {
+                t_s: t_s(now),
+                rate_bps: rate,
+                bytes: bytes as u32,
+                accepted,
+            });
+            next += frame;
+            // Late by more than a frame (the machine was busy): skip, never a burst.
+            while next + frame < Instant::now() {
+                next += frame;
+                out.signals.frames_skipped += 1;
+            }
+        }
+        if let Some(s) = sampler {
+            out.tcp = s.finish().await;
+        }
+        match &link {
+            ServerLink::Lowtide { ch, .. } => {
+                stream::finish_gracefully(ch, receive_end, &stop).await
+            }
+            ServerLink::Tfrc(s) => tfrc_flow::finish(s, receive_end, &stop).await,
+        }
+        Ok(out)
+    })
+}
+
+/// Feeds signals to the policy and records the switches it made.
+fn apply(
+    policy: &mut dyn ServerPolicy,
+    sigs: &[ServerSignal],
+    start: Instant,
+    out: &mut LadderSent,
+) {
+    for s in sigs {
+        let now = Instant::now();
+        if let Some(sw) = policy.on_signal(now, s) {
+            let ladder = policy.ladder();
+            out.switches.push(SwitchRecord {
+                at_s: round_us(now.saturating_duration_since(start).as_secs_f64()),
+                from_bps: ladder.rate_bps(sw.from),
+                to_bps: ladder.rate_bps(sw.to),
+                reason: sw.reason,
+            });
+        }
+    }
+}
+
+/// The client's side of the media connection.
+enum ClientLink {
+    Lowtide(Channel),
+    Tfrc(Session),
+}
+
+impl ClientLink {
+    async fn recv(&self) -> Option<(bytes::Bytes, Instant)> {
+        match self {
+            ClientLink::Lowtide(ch) => ch.recv().await.map(|m| (m.data, m.received_at)),
+            ClientLink::Tfrc(s) => s.recv().await.map(|m| (m.data, m.arrived)),
+        }
+    }
+}
+
+/// The client: accepts the media on `addr`, plays it into a playout buffer and reports to
+/// `report_to` every `app.report_ms` until `end`; blocking, for a receiver host thread.
+pub fn play(
+    addr: SocketAddr,
+    report_to: SocketAddr,
+    transport: LadderTransport,
+    app: LadderApp,
+    start: Instant,
+    end: Instant,
+    stop: Stop,
+) -> Result<LadderSeen, LabError> {
+    stream::runtime()?.block_on(async move {
+        let (link, first) = match transport {
+            LadderTransport::Lowtide(cfg) => {
+                let listener = stream::listen(addr, cfg).await?;
+                let (ch, m) = stream::accept_first(&listener, end, &stop).await?;
+                (ClientLink::Lowtide(ch), Some((m.data, m.received_at)))
+            }
+            LadderTransport::Tfrc(cfg) => (
+                ClientLink::Tfrc(tfrc_flow::accept(addr, cfg, end, &stop).await?),
+                None,
+            ),
+        };
+        let reports = UdpSocket::bind(SocketAddr::from((addr.ip(), 0)))
+            .await
+            .map_err(|e| LabError::io("binding the client's report socket", e))?;
+        let t_s = |t: Instant| round_us(t.saturating_duration_since(start).as_secs_f64());
+        let frame = Duration::from_millis(app.frame_ms);
+        let now = Instant::now();
+        let mut buffer = PlayoutBuffer::new(
+            Duration::from_millis(app.startup_ms),
+            Duration::from_millis(app.resume_ms),
+            now,
+        );
+        let mut out = LadderSeen::default();
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        let report_every = Duration::from_millis(app.report_ms);
+        let mut next_report = now + report_every;
+        let end_t = tokio::time::Instant::from_std(end);
+        let mut pending = first;
+        loop {
+            let msg = match pending.take() {
+                Some(m) => Some(m),
+                None => tokio::select! {
+                    m = link.recv() => match m { Some(m) => Some(m), None => break },
+                    _ = tick.tick() => None,
+                    _ = tokio::time::sleep_until(end_t) => break,
+                    _ = stopped(&stop) => break,
+                },
+            };
+            let rebuffers = buffer.rebuffers;
+            let now = Instant::now();
+            if let Some((data, at)) = msg {
+                if let Some((seq, sample)) = stream::stamped_sample(&data, at, start) {
+                    out.received.bytes += data.len() as u64;
+                    out.received.messages.push((seq, sample));
+                    out.arrivals.push((t_s(at), data.len() as u32));
+                    let was = buffer.state();
+                    buffer.on_frame(at, seq, frame, data.len() as u64);
+                    if was == PlayState::Starting && buffer.state() == PlayState::Playing {
+                        out.play_start_s = Some(t_s(at));
+                    }
+                }
+            } else {
+                buffer.advance(now);
+            }
+            if buffer.rebuffers > rebuffers {
+                out.rebuffers_s.push(t_s(now));
+            }
+            if now >= next_report {
+                next_report = now + report_every;
+                let r = buffer.report(now);
+                // A report the network loses is the server's loss, as over a real path.
+                if reports.send_to(&encode_report(&r), report_to).await.is_ok() {
+                    out.reports_sent += 1;
+                }
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// The variant's messages (frames the transport took: delivered, or censored at `end_s`),
+/// the delivery errors, and the record for the summary.
+pub fn join(
+    sent: &LadderSent,
+    seen: &LadderSeen,
+    end_s: f64,
+) -> (Vec<Sample>, stream::DeliveryErrors, LadderRecord) {
+    let as_stream = stream::StreamSent {
+        sent_s: sent.sent_s.clone(),
+        ..stream::StreamSent::default()
+    };
+    let (mut samples, errors) = stream::join_sent_and_received(&as_stream, &seen.received, end_s);
+    let before = samples.len();
+    if sent.unreliable {
+        samples.retain(|s| !s.censored);
+    }
+    let record = LadderRecord {
+        frames_lost: (before - samples.len()) as u64,
+        policy: sent.policy,
+        seconds: per_second(sent, seen),
+        switches: sent.switches.clone(),
+        rebuffers_s: seen.rebuffers_s.clone(),
+        play_start_s: seen.play_start_s,
+        frames: sent.frames.len() as u64,
+        frames_dropped_at_server: sent.frames.iter().filter(|f| !f.accepted).count() as u64,
+        reports_sent: seen.reports_sent,
+        signals: sent.signals,
+    };
+    (samples, errors, record)
+}
+
+/// One second of the stream: the bit rate streamed (frames made, at their rung's rate) and
+/// the throughput the client received.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Second {
+    /// Start of the second, run seconds.
+    pub t_s: f64,
+    pub streamed_bps: f64,
+    pub throughput_bps: f64,
+}
+
+/// What the summary and the plots need of one ladder variant in one trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct LadderRecord {
+    pub policy: Option<PolicyKind>,
+    /// From the first frame's second to the last frame's.
+    pub seconds: Vec<Second>,
+    pub switches: Vec<SwitchRecord>,
+    pub rebuffers_s: Vec<f64>,
+    pub play_start_s: Option<f64>,
+    pub frames: u64,
+    pub frames_dropped_at_server: u64,
+    /// Over TFRC: frames the transport took that never arrived.
+    pub frames_lost: u64,
+    pub reports_sent: u64,
+    pub signals: SignalCounts,
+}
+
+fn per_second(sent: &LadderSent, seen: &LadderSeen) -> Vec<Second> {
+    let (Some(first), Some(last)) = (sent.frames.first(), sent.frames.last()) else {
+        return vec![];
+    };
+    let (from, to) = (first.t_s.floor() as i64, last.t_s.floor() as i64);
+    let n = (to - from + 1).max(0) as usize;
+    let mut streamed = vec![0u64; n];
+    let mut received = vec![0u64; n];
+    let slot = |t: f64| {
+        let k = t.floor() as i64 - from;
+        (0..n as i64).contains(&k).then_some(k as usize)
+    };
+    for f in &sent.frames {
+        if let Some(k) = slot(f.t_s) {
+            streamed[k] += u64::from(f.bytes);
+        }
+    }
+    for (t, b) in &seen.arrivals {
+        if let Some(k) = slot(*t) {
+            received[k] += u64::from(*b);
+        }
+    }
+    (0..n)
+        .map(|k| Second {
+            t_s: (from + k as i64) as f64,
+            streamed_bps: streamed[k] as f64 * 8.0,
+            throughput_bps: received[k] as f64 * 8.0,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_round_trip_and_garbage_is_refused() {
+        let r = ClientReport {
+            frames_expected: 25,
+            frames_received: 20,
+            rebuffers: 1,
+            bytes: 40_000,
+            duration_us: 1_000_000,
+        };
+        assert_eq!(decode_report(&encode_report(&r)), Some(r));
+        assert_eq!(decode_report(b"LTR1"), None);
+        let mut bad = encode_report(&r);
+        bad[0] = b'X';
+        assert_eq!(decode_report(&bad), None);
+        // more received than expected cannot be true
+        let mut lie = r;
+        lie.frames_received = 30;
+        assert_eq!(decode_report(&encode_report(&lie)), None);
+    }
+
+    #[test]
+    fn seconds_count_streamed_and_received_bytes() {
+        let f = |t_s, accepted| FrameSent {
+            t_s,
+            rate_bps: 320_000,
+            bytes: 1600,
+            accepted,
+        };
+        let sent = LadderSent {
+            frames: vec![f(30.0, true), f(30.5, false), f(31.2, true)],
+            ..LadderSent::default()
+        };
+        let seen = LadderSeen {
+            arrivals: vec![(30.3, 1600), (31.9, 1600), (40.0, 1600)],
+            ..LadderSeen::default()
+        };
+        let s = per_second(&sent, &seen);
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            (s[0].t_s, s[0].streamed_bps, s[0].throughput_bps),
+            (30.0, 25_600.0, 12_800.0)
+        );
+        assert_eq!(
+            (s[1].t_s, s[1].streamed_bps, s[1].throughput_bps),
+            (31.0, 12_800.0, 12_800.0)
+        );
+    }
+}
