@@ -21,6 +21,10 @@
 // Events held for the application before the pump waits.
 #define LOWTIDE_INBOX_EVENTS 4096
 
+// Longest `lowtide_send` deadline, µs (one day; a real-time message with a later deadline
+// is a unit mistake).
+#define LOWTIDE_MAX_DEADLINE_US 86400000000
+
 // Most worker threads a context may ask for.
 #define LOWTIDE_MAX_THREADS 64
 

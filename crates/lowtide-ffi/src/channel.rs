@@ -33,6 +33,10 @@ pub const LOWTIDE_INBOX_BYTES: usize = 4 << 20;
 /// Events held for the application before the pump waits.
 pub const LOWTIDE_INBOX_EVENTS: usize = 4096;
 
+/// Longest `lowtide_send` deadline, µs (one day; a real-time message with a later deadline
+/// is a unit mistake).
+pub const LOWTIDE_MAX_DEADLINE_US: u64 = 86_400_000_000;
+
 /// Identifies a message we sent (for `lowtide_cancel` and events).
 #[allow(non_camel_case_types)]
 #[repr(C)]
@@ -398,17 +402,14 @@ pub unsafe extern "C" fn lowtide_send(
         let payload = unsafe { args::bytes_arg(data, len, "data")? };
         let c = handles::get::<ChannelObject>(ch)?;
         let mut msg = Message::new(bytes::Bytes::copy_from_slice(payload)).importance(importance);
+        if deadline_us > LOWTIDE_MAX_DEADLINE_US {
+            return fail(
+                LOWTIDE_ERR_INVALID,
+                format!("deadline_us = {deadline_us} is outside 0..={LOWTIDE_MAX_DEADLINE_US} (0: none)"),
+            );
+        }
         if deadline_us > 0 {
-            let at = Instant::now().checked_add(Duration::from_micros(deadline_us));
-            match at {
-                Some(at) => msg = msg.deadline(at),
-                None => {
-                    return fail(
-                        LOWTIDE_ERR_INVALID,
-                        format!("deadline_us = {deadline_us} overflows the clock"),
-                    )
-                }
-            }
+            msg = msg.deadline(Instant::now() + Duration::from_micros(deadline_us));
         }
         let id = c.channel.send(stream, msg)?;
         if !out_id.is_null() {
