@@ -85,6 +85,23 @@ fn recv_n(ch: lowtide_channel, n: usize) -> Vec<(u8, u64)> {
     got
 }
 
+/// Takes events until one of `kind` arrives (at most 10 s).
+fn wait_event(ch: lowtide_channel, kind: lowtide_event_kind) {
+    let mut e = std::mem::MaybeUninit::<lowtide_event>::uninit();
+    let start = Instant::now();
+    // SAFETY: `e` is writable and read only after LOWTIDE_OK.
+    unsafe {
+        loop {
+            match lowtide_poll_event(ch, e.as_mut_ptr()) {
+                LOWTIDE_OK if e.assume_init_ref().kind == kind => return,
+                LOWTIDE_OK | LOWTIDE_AGAIN => std::thread::sleep(Duration::from_millis(1)),
+                s => panic!("{s:?} {}", last_error()),
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no {kind:?}");
+        }
+    }
+}
+
 #[test]
 fn null_pointers_are_an_error_code() {
     // SAFETY: the calls must check their pointers; that is what is tested.
@@ -194,17 +211,8 @@ fn freed_made_up_and_wrong_kind_handles_are_an_error_code() {
         );
         assert_eq!(lowtide_open_stream(c2, 1.0, &mut stream), LOWTIDE_OK);
         // The server sees the close as the end of its channel.
+        wait_event(server, LOWTIDE_EVENT_FINISHED);
         let mut e = std::mem::MaybeUninit::<lowtide_event>::uninit();
-        let start = Instant::now();
-        loop {
-            match lowtide_poll_event(server, e.as_mut_ptr()) {
-                LOWTIDE_OK if e.assume_init_ref().kind == LOWTIDE_EVENT_FINISHED => break,
-                LOWTIDE_OK => {}
-                LOWTIDE_AGAIN => std::thread::sleep(Duration::from_millis(1)),
-                s => panic!("{s:?}"),
-            }
-            assert!(start.elapsed() < Duration::from_secs(10), "no FINISHED");
-        }
         expect(
             lowtide_poll_event(server, e.as_mut_ptr()),
             LOWTIDE_ERR_CLOSED,
@@ -409,19 +417,7 @@ fn writable_event_on_request() {
     let ctx = ctx();
     let (client, server) = pair(ctx, None);
     assert_eq!(lowtide_want_writable(client), LOWTIDE_OK);
-    let mut e = std::mem::MaybeUninit::<lowtide_event>::uninit();
-    let start = Instant::now();
-    // SAFETY: `e` is writable and read only after LOWTIDE_OK.
-    unsafe {
-        loop {
-            match lowtide_poll_event(client, e.as_mut_ptr()) {
-                LOWTIDE_OK if e.assume_init_ref().kind == LOWTIDE_EVENT_WRITABLE => break,
-                LOWTIDE_OK | LOWTIDE_AGAIN => std::thread::sleep(Duration::from_millis(1)),
-                s => panic!("{s:?} {}", last_error()),
-            }
-            assert!(start.elapsed() < Duration::from_secs(10), "no WRITABLE");
-        }
-    }
+    wait_event(client, LOWTIDE_EVENT_WRITABLE);
     for h in [client, server] {
         assert_eq!(lowtide_channel_free(h), LOWTIDE_OK);
     }
