@@ -116,7 +116,8 @@ struct Inbox {
 /// What the pump and the C calls share.
 struct Shared {
     inbox: Mutex<(Inbox, Readiness)>,
-    /// The application took something (the pump may continue).
+    /// The application took something (the pump may continue). Woken with `notify_waiters`:
+    /// the message and the event halves of the pump both wait on it.
     taken: Notify,
     /// The application asked for a WRITABLE event.
     want_writable: Notify,
@@ -512,7 +513,7 @@ pub unsafe extern "C" fn lowtide_recv(
             Ok(())
         });
         if r.is_ok() {
-            c.shared.taken.notify_one();
+            c.shared.taken.notify_waiters();
         }
         r
     })
@@ -542,7 +543,7 @@ pub unsafe extern "C" fn lowtide_poll_event(
             ),
             None => fail(LOWTIDE_AGAIN, "no event ready"),
         })?;
-        c.shared.taken.notify_one();
+        c.shared.taken.notify_waiters();
         // SAFETY: forwarded contract.
         unsafe { args::write_out(out, e, "out") }
     })
