@@ -460,3 +460,68 @@ async fn receive(
     }
     Ok((all, bytes, sys::thread_cpu_time()? - cpu0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_name_the_field() {
+        let bad = |c: ChannelsConfig| match check(&c) {
+            Err(Error::Config(e)) => e.field,
+            other => panic!("{other:?}"),
+        };
+        let ok = ChannelsConfig::default();
+        check(&ok).unwrap();
+        assert_eq!(
+            bad(ChannelsConfig {
+                counts: vec![0],
+                ..ok.clone()
+            }),
+            "channels"
+        );
+        assert_eq!(
+            bad(ChannelsConfig {
+                message: 4,
+                ..ok.clone()
+            }),
+            "channel_message"
+        );
+        assert_eq!(
+            bad(ChannelsConfig {
+                rate_bits: 0.0,
+                ..ok.clone()
+            }),
+            "channel_rate"
+        );
+        assert_eq!(
+            bad(ChannelsConfig {
+                seconds: -1.0,
+                ..ok
+            }),
+            "seconds"
+        );
+    }
+
+    /// A functional run (no timing asserted): three channels and three raw connections
+    /// deliver stamped messages and every figure has data.
+    #[test]
+    fn few_channels_deliver_both_variants() {
+        let cfg = ChannelsConfig {
+            counts: vec![3],
+            seconds: 0.3,
+            congestion: None,
+            ..ChannelsConfig::default()
+        };
+        let r = run(&cfg).unwrap();
+        for m in [&r.rows[0].lowtide, &r.rows[0].raw_tcp] {
+            // 100 messages/s per channel for 0.3 s: about 90; at least a third of them.
+            assert!(m.messages >= 30, "{m:?}");
+            assert!(
+                m.p99_latency_ms.is_some() && m.delivered_mbit_s > 0.0,
+                "{m:?}"
+            );
+        }
+        assert_eq!(r.goals.len(), 2);
+    }
+}
