@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::transfer::join;
 use crate::{sys, ChannelConfig, Config, Error, Message, StreamConfig};
 
 /// What to measure.
@@ -212,11 +213,6 @@ fn set_socket_options(s: &TcpStream, congestion: &Option<String>) -> Result<(), 
     }
     sys::set_nodelay(s.as_raw_fd(), true)?;
     Ok(())
-}
-
-fn join<T>(h: thread::JoinHandle<Result<T, Error>>) -> Result<T, Error> {
-    h.join()
-        .unwrap_or_else(|_| Err(Error::io("bench thread", std::io::Error::other("panicked"))))
 }
 
 /// What the server thread reports: CPU and wall time of the streaming period, bytes offered.
