@@ -22,6 +22,9 @@ install_system_packages() {
   command -v curl >/dev/null || missing+=(curl)
   command -v python3 >/dev/null || missing+=(python3)
   command -v iptables >/dev/null || missing+=(iptables)
+  # cc and pkg-config build the C API's examples against liblowtide_c (crates/lowtide-ffi).
+  command -v cc >/dev/null || missing+=(gcc libc6-dev)
+  command -v pkg-config >/dev/null || missing+=(pkgconf)
   [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} (apt-get)" >&2
@@ -47,8 +50,8 @@ case "${1:-}" in
     # The API documentation builds without a warning (broken links, private items).
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
     # The LD_PRELOAD library's tests run programs under the .so, which `cargo test` does not
-    # build for them.
-    cargo build --locked -p lowtide-bwss-preload
+    # build for them; the C API's library is built too (its test links the examples with cc).
+    cargo build --locked -p lowtide-bwss-preload -p lowtide-ffi
     # Emulator tests build namespaces and measure timing: one test binary at a time, each
     # test serialised inside its binary by a lock, so two cores are not oversubscribed.
     cargo test --workspace --locked -- --test-threads=2

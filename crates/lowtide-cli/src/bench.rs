@@ -3,6 +3,7 @@
 
 use clap::{Args, ValueEnum};
 
+use lowtide::bench::channels::ChannelsConfig;
 use lowtide::bench::{BenchConfig, BenchReport, Part, Versus};
 
 /// A part of the benchmark, as named on the command line.
@@ -43,10 +44,23 @@ pub struct BenchArgs {
     /// MSS for the CPU comparison (0 keeps loopback's 64 KB).
     #[arg(long, default_value_t = 1448)]
     pub paced_mss: u32,
+    /// Many channels instead: one server thread streaming to N channels at once, for each N
+    /// given (comma-separated, e.g. 10,100,1000), against N raw TCP connections.
+    #[arg(long, value_delimiter = ',')]
+    pub channels: Vec<usize>,
+    /// Rate per channel for --channels, Mbit/s.
+    #[arg(long, default_value_t = 1.0)]
+    pub channel_rate_mbit: f64,
+    /// Message size for --channels, bytes.
+    #[arg(long, default_value_t = 1250)]
+    pub channel_message: usize,
 }
 
 /// Runs the benchmarks and prints the report.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if !args.channels.is_empty() {
+        return run_channels(&args);
+    }
     let mut cfg = BenchConfig {
         seconds: args.seconds,
         rounds: args.rounds,
@@ -129,4 +143,78 @@ fn print_table(r: &BenchReport) {
             if g.met { "met" } else { "NOT met" }
         );
     }
+}
+
+fn run_channels(args: &BenchArgs) -> anyhow::Result<()> {
+    let cfg = ChannelsConfig {
+        counts: args.channels.clone(),
+        rate_bits: args.channel_rate_mbit * 1e6,
+        message: args.channel_message,
+        seconds: args.seconds,
+        congestion: (args.congestion != "default").then(|| args.congestion.clone()),
+    };
+    let command_line: Vec<String> = std::env::args().collect();
+    if !args.json {
+        println!("# {}", command_line.join(" "));
+    }
+    let report = lowtide::bench::channels::run(&cfg)?;
+    if args.json {
+        let mut v = serde_json::to_value(&report)?;
+        v["command_line"] = serde_json::json!(command_line);
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "# lowtide {} on Linux {}, congestion {:?}; {} B messages at {} Mbit/s per channel for {} s; \
+         one server thread; memory counts both ends (clients in this process)",
+        report.version,
+        report.kernel,
+        cfg.congestion,
+        cfg.message,
+        args.channel_rate_mbit,
+        cfg.seconds
+    );
+    println!(
+        "{:>6} {:<8} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8}",
+        "N",
+        "variant",
+        "idle KB",
+        "active KB",
+        "srv cpu",
+        "cli cpu",
+        "cores/Gb",
+        "offered",
+        "delivered",
+        "p50 ms",
+        "p99 ms"
+    );
+    let ms = |v: Option<f64>| v.map_or("no data".to_owned(), |x| format!("{x:.2}"));
+    for r in &report.rows {
+        for (name, m) in [("lowtide", &r.lowtide), ("raw TCP", &r.raw_tcp)] {
+            println!(
+                "{:>6} {:<8} {:>9.1} {:>9.1} {:>7.3} {:>7.3} {:>9.3} {:>9.1} {:>9.1} {:>8} {:>8}",
+                r.channels,
+                name,
+                m.idle_kb_per_channel,
+                m.active_kb_per_channel,
+                m.server_core_share,
+                m.client_core_share,
+                m.server_cores_per_gbit_s,
+                m.offered_mbit_s,
+                m.delivered_mbit_s,
+                ms(m.p50_latency_ms),
+                ms(m.p99_latency_ms)
+            );
+        }
+    }
+    for g in &report.goals {
+        println!(
+            "goal: {:<40} {:>12.3} {:<20} {}",
+            g.what,
+            g.value,
+            g.bound,
+            if g.met { "met" } else { "NOT met" }
+        );
+    }
+    Ok(())
 }

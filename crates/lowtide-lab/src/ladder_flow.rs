@@ -16,7 +16,7 @@
 //! Where we differ:
 //! - the session (and its packet-pair probe) starts at `application.ladder.start_s`, on the
 //!   lowest rung until the probe answers; over lowtide a probe without an estimate (both
-//!   packets read at once) is repeated up to [`PROBE_RETRIES`] times (the policy sees each);
+//!   packets read at once) is repeated up to `PROBE_RETRIES` times (the policy sees each);
 //! - the client's reports travel in one UDP datagram each to the server's host (not in the
 //!   media connection), so the report path is the same for TCP and TFRC; a report lost or
 //!   malformed is counted, never guessed;
@@ -173,7 +173,7 @@ pub struct SignalCounts {
     /// Probe results the transport delivered, and the packet pair's bottleneck estimate, bit/s
     /// (`None`: no answer, or both packets in one read).
     pub probes_answered: u64,
-    /// Probes asked for again after one gave no estimate (at most [`PROBE_RETRIES`]).
+    /// Probes asked for again after one gave no estimate (at most `PROBE_RETRIES`).
     #[serde(default)]
     pub probe_retries: u64,
     pub probe_bps: Option<u64>,

@@ -3,7 +3,7 @@
 //! bulk flow beside a cubic one (the stream writes whenever the send buffer has room).
 //!
 //! The TFRC driver never blocks a writer: a full send buffer refuses the message
-//! (`BufferFull`). The stream then waits [`FULL_WAIT`] and tries again, so it keeps the
+//! (`BufferFull`). The stream then waits `FULL_WAIT` and tries again, so it keeps the
 //! buffer full as a bulk sender does; every refusal is a retry, not a loss (the message was
 //! never sent).
 

@@ -56,6 +56,17 @@ pub struct MessageId {
 }
 
 impl MessageId {
+    /// Rebuilds an id from its parts (for callers that hold it as plain integers, such as the
+    /// C API). An id that was never returned by `send`, or with another importance, matches
+    /// no message: [`Connection::cancel`] returns `false` for it.
+    pub fn from_parts(stream: u64, seq: u64, importance: u8) -> Self {
+        Self {
+            stream,
+            seq,
+            importance,
+        }
+    }
+
     /// Importance the message was sent with.
     pub fn importance(&self) -> u8 {
         self.importance

@@ -9,11 +9,16 @@
 //!   the same paced rate, MinBuf(1,3) and Unlimited, each against raw TCP. Goel et al.,
 //!   "Low-Latency Adaptive Streaming over TCP", §5.2 and Table I: MIN_BUF(1,0) cost 2.7× TCP.
 //!
+//! - **many channels** (`channels.rs`, `lowtide bench --channels N`): one server thread
+//!   streaming paced messages to N channels, memory per channel, CPU, p99 latency, against N
+//!   raw TCP connections.
+//!
 //! Sender and receiver run as two OS threads, each with its own current-thread tokio runtime,
 //! as the lab does. Receiver goodput is measured from the first to the last message received.
 //! The variants of a comparison alternate round by round (so background load hits both
 //! alike); each figure is the median over rounds, each ratio the median of per-round ratios.
 
+pub mod channels;
 mod transfer;
 
 use serde::{Deserialize, Serialize};

@@ -80,7 +80,7 @@ fn finish(
     })
 }
 
-fn join<T>(h: thread::JoinHandle<Result<T, Error>>) -> Result<T, Error> {
+pub(super) fn join<T>(h: thread::JoinHandle<Result<T, Error>>) -> Result<T, Error> {
     h.join()
         .unwrap_or_else(|_| Err(Error::io("bench thread", std::io::Error::other("panicked"))))
 }

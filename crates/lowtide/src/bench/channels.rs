@@ -1,0 +1,523 @@
+//! `lowtide bench --channels N`: one server thread (one core: a current-thread runtime)
+//! streams paced messages to N channels at once over loopback, and the same server with N raw
+//! TCP connections in the same run.
+//!
+//! Measured per N and variant: memory per idle and per active channel (process RSS deltas,
+//! `/proc/self/statm`), the server thread's CPU (`getrusage(RUSAGE_THREAD)`) as a share of one
+//! core and per Gbit/s delivered, and message latency (send call to receipt, one process
+//! clock: the send instant travels in the payload). The receiving ends run in one client
+//! thread of the same process, so the RSS deltas count **both ends** of each connection: one
+//! end costs at most that. lowtide runs first at each N, so both biases of RSS deltas go
+//! against it: it pays the first run's one-time costs (allocator arenas, thread stacks, spread
+//! over N), and memory it freed can only help raw TCP's figure.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::transfer::join;
+use crate::{sys, ChannelConfig, Config, Error, Message, StreamConfig};
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelsConfig {
+    /// Channel counts, one measurement each.
+    pub counts: Vec<usize>,
+    /// Rate per channel, bits per second.
+    pub rate_bits: f64,
+    /// Message size, bytes (at least 8: the send instant).
+    pub message: usize,
+    /// Seconds of streaming per measurement.
+    pub seconds: f64,
+    /// Congestion control for every socket (`None`: system default).
+    pub congestion: Option<String>,
+}
+
+impl Default for ChannelsConfig {
+    fn default() -> Self {
+        Self {
+            counts: vec![10, 100, 1000],
+            rate_bits: 1e6,
+            message: 1250,
+            seconds: 3.0,
+            congestion: Some("cubic".into()),
+        }
+    }
+}
+
+/// One variant at one N.
+#[derive(Debug, Clone, Serialize)]
+pub struct Many {
+    /// RSS growth per connection once all are established and idle, KB (both ends).
+    pub idle_kb_per_channel: f64,
+    /// RSS growth per connection while streaming, KB (both ends).
+    pub active_kb_per_channel: f64,
+    /// Server thread CPU / wall time while streaming (1.0 = one core busy).
+    pub server_core_share: f64,
+    /// Client thread (all receiving ends) CPU / wall time.
+    pub client_core_share: f64,
+    /// Server cores per Gbit/s delivered.
+    pub server_cores_per_gbit_s: f64,
+    /// Offered load, Mbit/s (all channels, nominal).
+    pub offered_mbit_s: f64,
+    /// Handed to the transport by the server's paced tasks, Mbit/s.
+    pub sent_mbit_s: f64,
+    /// Delivered during the streaming period, Mbit/s.
+    pub delivered_mbit_s: f64,
+    /// Messages received.
+    pub messages: u64,
+    /// Median latency, ms (`None`: no messages).
+    pub p50_latency_ms: Option<f64>,
+    /// 99th percentile latency, ms.
+    pub p99_latency_ms: Option<f64>,
+}
+
+/// Both variants at one N.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChannelsRow {
+    /// Concurrent channels (connections).
+    pub channels: usize,
+    /// lowtide channels (default controller MinBuf(1,3)).
+    pub lowtide: Many,
+    /// Raw TCP connections writing the same messages.
+    pub raw_tcp: Many,
+}
+
+/// `lowtide bench --channels ... --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChannelsReport {
+    /// lowtide version.
+    pub version: &'static str,
+    /// `uname -r`.
+    pub kernel: String,
+    /// The configuration used.
+    pub config: ChannelsConfig,
+    /// One row per N.
+    pub rows: Vec<ChannelsRow>,
+    /// Issue 14's goals, on this run.
+    pub goals: Vec<super::Goal>,
+}
+
+fn check(cfg: &ChannelsConfig) -> Result<(), Error> {
+    let bad = |field, value: String, allowed| -> Result<(), Error> {
+        Err(lowtide_proto::ConfigError::new(field, value, allowed).into())
+    };
+    if cfg.counts.is_empty() || cfg.counts.iter().any(|&n| !(1..=10_000).contains(&n)) {
+        return bad("channels", format!("{:?}", cfg.counts), "1..=10000 each");
+    }
+    if !(cfg.rate_bits >= 1e3 && cfg.rate_bits <= 1e10) {
+        return bad(
+            "channel_rate",
+            cfg.rate_bits.to_string(),
+            "1e3..=1e10 bit/s",
+        );
+    }
+    if !(8..=(1 << 20)).contains(&cfg.message) {
+        return bad("channel_message", cfg.message.to_string(), "8..=1048576");
+    }
+    if !(cfg.seconds > 0.0 && cfg.seconds <= 600.0) {
+        return bad("seconds", cfg.seconds.to_string(), "(0, 600]");
+    }
+    Ok(())
+}
+
+/// Runs every N, lowtide then raw TCP.
+pub fn run(cfg: &ChannelsConfig) -> Result<ChannelsReport, Error> {
+    check(cfg)?;
+    let mut rows = Vec::new();
+    for &n in &cfg.counts {
+        let lowtide = measure(cfg, n, Variant::Lowtide)?;
+        let raw_tcp = measure(cfg, n, Variant::RawTcp)?;
+        rows.push(ChannelsRow {
+            channels: n,
+            lowtide,
+            raw_tcp,
+        });
+    }
+    let mut goals = Vec::new();
+    if let Some(r) = rows.iter().max_by_key(|r| r.channels) {
+        let idle = r.lowtide.idle_kb_per_channel;
+        goals.push(super::goal(
+            "lowtide KB per idle channel (both ends)",
+            idle,
+            "<= 64",
+            idle <= 64.0,
+        ));
+        let l = &r.lowtide;
+        let on_one_core =
+            l.server_core_share <= 1.0 && l.delivered_mbit_s >= 0.95 * l.offered_mbit_s;
+        goals.push(super::goal(
+            "lowtide server cores at the largest N",
+            l.server_core_share,
+            "<= 1, all delivered",
+            on_one_core,
+        ));
+    }
+    Ok(ChannelsReport {
+        version: env!("CARGO_PKG_VERSION"),
+        kernel: super::kernel_release(),
+        config: cfg.clone(),
+        rows,
+        goals,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Variant {
+    Lowtide,
+    RawTcp,
+}
+
+/// Resident set size of this process, bytes.
+fn rss_bytes() -> Result<u64, Error> {
+    let statm = std::fs::read_to_string("/proc/self/statm")
+        .map_err(|e| Error::io("reading /proc/self/statm", e))?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            Error::io(
+                "parsing /proc/self/statm",
+                std::io::ErrorKind::InvalidData.into(),
+            )
+        })?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    Ok(pages * page)
+}
+
+fn channel_cfg(cfg: &ChannelsConfig) -> ChannelConfig {
+    ChannelConfig {
+        transport: Config {
+            ack_events: false,
+            written_events: false,
+            ..Config::default()
+        },
+        congestion: cfg.congestion.clone(),
+        max_events: 64,
+        ..ChannelConfig::default()
+    }
+}
+
+fn set_socket_options(s: &TcpStream, congestion: &Option<String>) -> Result<(), Error> {
+    use std::os::fd::AsRawFd;
+    if let Some(cc) = congestion {
+        sys::set_congestion(s.as_raw_fd(), cc)?;
+    }
+    sys::set_nodelay(s.as_raw_fd(), true)?;
+    Ok(())
+}
+
+/// What the server thread reports: CPU and wall time of the streaming period, bytes offered.
+type ServerOut = (Duration, Duration, u64);
+/// What the client thread reports: latencies (µs), bytes received in the period, CPU.
+type ClientOut = (Vec<u32>, u64, Duration);
+
+fn measure(cfg: &ChannelsConfig, n: usize, variant: Variant) -> Result<Many, Error> {
+    let epoch = Instant::now();
+    let rss0 = rss_bytes()?;
+    let secs = Duration::from_secs_f64(cfg.seconds);
+    let interval = Duration::from_secs_f64(cfg.message as f64 * 8.0 / cfg.rate_bits);
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<Instant>();
+    let (scfg, ccfg) = (cfg.clone(), cfg.clone());
+    let server_ready = ready_tx.clone();
+    let server = thread::Builder::new()
+        .name("lt-many-server".into())
+        .spawn(move || -> Result<ServerOut, Error> {
+            crate::current_thread_runtime()?.block_on(async move {
+                serve(
+                    &scfg,
+                    n,
+                    variant,
+                    epoch,
+                    interval,
+                    secs,
+                    addr_tx,
+                    server_ready,
+                    go_rx,
+                )
+                .await
+            })
+        })
+        .expect("spawning a bench thread");
+    let addr = addr_rx.recv().map_err(|_| Error::Closed)?;
+    let client = thread::Builder::new()
+        .name("lt-many-client".into())
+        .spawn(move || -> Result<ClientOut, Error> {
+            crate::current_thread_runtime()?
+                .block_on(async move { receive(&ccfg, n, variant, addr, epoch, ready_tx).await })
+        })
+        .expect("spawning a bench thread");
+    // Both sides set up (or one failed: its join says why).
+    for _ in 0..2 {
+        if ready_rx.recv().is_err() {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_idle = rss_bytes()?;
+    let t0 = Instant::now();
+    let _ = go_tx.send(t0);
+    std::thread::sleep(secs.mul_f64(0.75));
+    let rss_active = rss_bytes()?;
+    let (server_cpu, wall, offered) = join(server)?;
+    let (mut lat, received, client_cpu) = join(client)?;
+    lat.sort_unstable();
+    let pct = |p: f64| -> Option<f64> {
+        (!lat.is_empty()).then(|| lat[((lat.len() - 1) as f64 * p) as usize] as f64 / 1e3)
+    };
+    let wall_s = wall.as_secs_f64();
+    let delivered_bits = received as f64 * 8.0;
+    let kb = |rss: u64| rss.saturating_sub(rss0) as f64 / 1024.0 / n as f64;
+    let share = server_cpu.as_secs_f64() / wall_s;
+    Ok(Many {
+        idle_kb_per_channel: kb(rss_idle),
+        active_kb_per_channel: kb(rss_active),
+        server_core_share: share,
+        client_core_share: client_cpu.as_secs_f64() / wall_s,
+        server_cores_per_gbit_s: share / (delivered_bits / wall_s / 1e9).max(1e-12),
+        offered_mbit_s: n as f64 * cfg.rate_bits / 1e6,
+        sent_mbit_s: offered as f64 * 8.0 / wall_s / 1e6,
+        delivered_mbit_s: delivered_bits / wall_s / 1e6,
+        messages: lat.len() as u64,
+        p50_latency_ms: pct(0.5),
+        p99_latency_ms: pct(0.99),
+    })
+}
+
+/// A message: the send instant (ns since `epoch`), then padding.
+fn stamped(epoch: Instant, size: usize) -> Bytes {
+    let mut b = BytesMut::with_capacity(size);
+    b.put_u64_le(epoch.elapsed().as_nanos() as u64);
+    b.resize(size, 0x5a);
+    b.freeze()
+}
+
+/// µs from the stamp in `m` to now.
+fn latency_us(epoch: Instant, m: &[u8]) -> u32 {
+    let sent = u64::from_le_bytes(m[..8].try_into().expect("8 bytes"));
+    let now = epoch.elapsed().as_nanos() as u64;
+    (now.saturating_sub(sent) / 1000).min(u64::from(u32::MAX)) as u32
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve(
+    cfg: &ChannelsConfig,
+    n: usize,
+    variant: Variant,
+    epoch: Instant,
+    interval: Duration,
+    secs: Duration,
+    addr_tx: mpsc::Sender<std::net::SocketAddr>,
+    ready: mpsc::Sender<()>,
+    go: tokio::sync::oneshot::Receiver<Instant>,
+) -> Result<ServerOut, Error> {
+    let any = "127.0.0.1:0".parse().expect("literal");
+    let size = cfg.message;
+    let mut tasks = tokio::task::JoinSet::new();
+    let go_at = |t0: Instant, i: usize| t0 + interval.mul_f64(i as f64 / n as f64);
+    let t0 = match variant {
+        Variant::Lowtide => {
+            let l = crate::listen(any, channel_cfg(cfg)).await?;
+            let _ = addr_tx.send(l.local_addr()?);
+            let mut chans = Vec::with_capacity(n);
+            for _ in 0..n {
+                let ch = l.accept().await?;
+                let s = ch.open_stream(StreamConfig::default())?;
+                chans.push((ch, s));
+            }
+            let _ = ready.send(());
+            let t0 = go.await.map_err(|_| Error::Closed)?;
+            for (i, (ch, s)) in chans.into_iter().enumerate() {
+                let start = go_at(t0, i);
+                tasks.spawn(async move {
+                    let mut tick = tokio::time::interval_at(start.into(), interval);
+                    let mut sent = 0u64;
+                    while Instant::now() < t0 + secs {
+                        tick.tick().await;
+                        ch.send(s, Message::new(stamped(epoch, size)))?;
+                        sent += size as u64;
+                    }
+                    ch.close(0, "bench done").await;
+                    Ok::<u64, Error>(sent)
+                });
+            }
+            t0
+        }
+        Variant::RawTcp => {
+            let l = TcpListener::bind(any)
+                .await
+                .map_err(|e| Error::io("bind(127.0.0.1:0)", e))?;
+            let _ = addr_tx.send(l.local_addr().map_err(|e| Error::io("getsockname", e))?);
+            let mut socks = Vec::with_capacity(n);
+            for _ in 0..n {
+                let (s, _) = l.accept().await.map_err(|e| Error::io("accept", e))?;
+                set_socket_options(&s, &cfg.congestion)?;
+                socks.push(s);
+            }
+            let _ = ready.send(());
+            let t0 = go.await.map_err(|_| Error::Closed)?;
+            for (i, mut s) in socks.into_iter().enumerate() {
+                let start = go_at(t0, i);
+                tasks.spawn(async move {
+                    let mut tick = tokio::time::interval_at(start.into(), interval);
+                    let mut sent = 0u64;
+                    while Instant::now() < t0 + secs {
+                        tick.tick().await;
+                        s.write_all(&stamped(epoch, size))
+                            .await
+                            .map_err(|e| Error::io("write", e))?;
+                        sent += size as u64;
+                    }
+                    Ok::<u64, Error>(sent)
+                });
+            }
+            t0
+        }
+    };
+    let cpu0 = sys::thread_cpu_time()?;
+    tokio::time::sleep_until((t0 + secs).into()).await;
+    let cpu = sys::thread_cpu_time()? - cpu0;
+    let wall = t0.elapsed();
+    let mut offered = 0;
+    while let Some(r) = tasks.join_next().await {
+        offered += r.map_err(|e| Error::io("bench task", std::io::Error::other(e)))??;
+    }
+    Ok((cpu, wall, offered))
+}
+
+async fn receive(
+    cfg: &ChannelsConfig,
+    n: usize,
+    variant: Variant,
+    addr: std::net::SocketAddr,
+    epoch: Instant,
+    ready: mpsc::Sender<()>,
+) -> Result<ClientOut, Error> {
+    let size = cfg.message;
+    let mut tasks = tokio::task::JoinSet::new();
+    match variant {
+        Variant::Lowtide => {
+            let mut chans = Vec::with_capacity(n);
+            for _ in 0..n {
+                chans.push(crate::connect(addr, channel_cfg(cfg)).await?);
+            }
+            let _ = ready.send(());
+            for ch in chans {
+                tasks.spawn(async move {
+                    let (mut lat, mut bytes, mut buf) = (Vec::new(), 0u64, Vec::new());
+                    while ch.recv_many(&mut buf, 64).await > 0 {
+                        for m in buf.drain(..) {
+                            lat.push(latency_us(epoch, &m.data));
+                            bytes += m.data.len() as u64;
+                        }
+                    }
+                    (lat, bytes)
+                });
+            }
+        }
+        Variant::RawTcp => {
+            let mut socks = Vec::with_capacity(n);
+            for _ in 0..n {
+                let s = TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| Error::io(format!("connect({addr})"), e))?;
+                set_socket_options(&s, &cfg.congestion)?;
+                socks.push(s);
+            }
+            let _ = ready.send(());
+            for mut s in socks {
+                tasks.spawn(async move {
+                    let (mut lat, mut bytes, mut m) = (Vec::new(), 0u64, vec![0u8; size]);
+                    while s.read_exact(&mut m).await.is_ok() {
+                        lat.push(latency_us(epoch, &m));
+                        bytes += size as u64;
+                    }
+                    (lat, bytes)
+                });
+            }
+        }
+    }
+    let cpu0 = sys::thread_cpu_time()?;
+    let (mut all, mut bytes) = (Vec::new(), 0);
+    while let Some(r) = tasks.join_next().await {
+        let (lat, b) = r.map_err(|e| Error::io("bench task", std::io::Error::other(e)))?;
+        all.extend(lat);
+        bytes += b;
+    }
+    Ok((all, bytes, sys::thread_cpu_time()? - cpu0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_name_the_field() {
+        let bad = |c: ChannelsConfig| match check(&c) {
+            Err(Error::Config(e)) => e.field,
+            other => panic!("{other:?}"),
+        };
+        let ok = ChannelsConfig::default();
+        check(&ok).unwrap();
+        assert_eq!(
+            bad(ChannelsConfig {
+                counts: vec![0],
+                ..ok.clone()
+            }),
+            "channels"
+        );
+        assert_eq!(
+            bad(ChannelsConfig {
+                message: 4,
+                ..ok.clone()
+            }),
+            "channel_message"
+        );
+        assert_eq!(
+            bad(ChannelsConfig {
+                rate_bits: 0.0,
+                ..ok.clone()
+            }),
+            "channel_rate"
+        );
+        assert_eq!(
+            bad(ChannelsConfig {
+                seconds: -1.0,
+                ..ok
+            }),
+            "seconds"
+        );
+    }
+
+    /// A functional run (no timing asserted): three channels and three raw connections
+    /// deliver stamped messages and every figure has data.
+    #[test]
+    fn few_channels_deliver_both_variants() {
+        let cfg = ChannelsConfig {
+            counts: vec![3],
+            seconds: 0.3,
+            congestion: None,
+            ..ChannelsConfig::default()
+        };
+        let r = run(&cfg).unwrap();
+        for m in [&r.rows[0].lowtide, &r.rows[0].raw_tcp] {
+            // 100 messages/s per channel for 0.3 s: about 90; at least a third of them.
+            assert!(m.messages >= 30, "{m:?}");
+            assert!(
+                m.p99_latency_ms.is_some() && m.delivered_mbit_s > 0.0,
+                "{m:?}"
+            );
+        }
+        assert_eq!(r.goals.len(), 2);
+    }
+}
