@@ -29,7 +29,7 @@ const COLORS: [RGBColor; 8] = [
 pub const FLOOR_SERIES: &str = "network floor (UDP)";
 
 /// Grey for the floor probe; the palette (grey skipped) for the rest, in order.
-fn color_of(i: usize, name: &str) -> RGBColor {
+pub(crate) fn color_of(i: usize, name: &str) -> RGBColor {
     if name == FLOOR_SERIES {
         return COLORS[2];
     }
@@ -42,7 +42,7 @@ fn color_of(i: usize, name: &str) -> RGBColor {
     palette[i % palette.len()]
 }
 
-fn plot_err(what: &str) -> impl FnOnce(String) -> LabError + '_ {
+pub(crate) fn plot_err(what: &str) -> impl FnOnce(String) -> LabError + '_ {
     move |e| LabError::io(format!("drawing {what}"), e)
 }
 
@@ -271,7 +271,7 @@ pub fn normalized_throughput(path: &Path, title: &str, bars: &[Bar]) -> Result<(
 }
 
 /// A chart with the report's title style and label areas.
-fn titled<'a, 'b, DB: DrawingBackend>(
+pub(crate) fn titled<'a, 'b, DB: DrawingBackend>(
     root: &'a DrawingArea<DB, plotters::coord::Shift>,
     title: &'b str,
 ) -> ChartBuilder<'a, 'b, DB> {
@@ -284,7 +284,7 @@ fn titled<'a, 'b, DB: DrawingBackend>(
 }
 
 /// The series names, boxed, at `at`.
-fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
     at: SeriesLabelPosition,
 ) -> Result<(), String> {
@@ -298,7 +298,7 @@ fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
 }
 
 /// Draws the SVG at `path`, then its PNG copy beside it.
-fn draw(
+pub(crate) fn draw(
     path: &Path,
     body: impl FnOnce(DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>,
 ) -> Result<(), String> {

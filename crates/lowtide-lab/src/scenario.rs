@@ -408,7 +408,7 @@ pub enum ScenarioError {
     },
 }
 
-fn invalid(
+pub(crate) fn invalid(
     field: impl Into<String>,
     value: impl Display,
     allowed: impl Into<String>,
@@ -420,7 +420,7 @@ fn invalid(
     }
 }
 
-fn check_range(field: &str, v: f64, min: f64, max: f64) -> Result<(), ScenarioError> {
+pub(crate) fn check_range(field: &str, v: f64, min: f64, max: f64) -> Result<(), ScenarioError> {
     if v.is_finite() && (min..=max).contains(&v) {
         Ok(())
     } else {
