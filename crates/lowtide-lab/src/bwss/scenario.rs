@@ -99,10 +99,9 @@ pub struct BwssSetup {
     #[serde(default = "mehra_rungs")]
     pub rungs_kbps: Vec<u64>,
     pub interference: Interference,
-    /// A download on receiver 1 through the same bottleneck, not under the library and not
-    /// steered: the "no harm outside" flow (measured by an observing daemon on receiver 1).
+    /// The player's switching rule (`ladder play --rule`), over TCP and TFRC alike.
     #[serde(default)]
-    pub outside_download: bool,
+    pub player_rule: lowtide_media::ladder::throughput_rule::ThroughputRuleConfig,
     /// The receiver daemon's rules (`lowtide bwss daemon --rules`), checked by lowtide-bwss.
     pub rules: lowtide_bwss::Config,
     /// The video's minimum (the report's "at minimum" share); default the `video` rule's.
@@ -151,6 +150,10 @@ pub struct BwssVariant {
     pub video: VideoTransport,
     /// The daemon steers (true) or only observes and logs (false: plain TCP).
     pub steer: bool,
+    /// A download on receiver 1 through the same bottleneck, not steered (an observing
+    /// daemon on receiver 1 measures it): the "no harm outside" flow.
+    #[serde(default)]
+    pub outside_download: bool,
     /// The paper's average video rate, kbit/s.
     #[serde(default)]
     pub paper_video_kbps: Option<f64>,
@@ -166,6 +169,9 @@ pub struct BwssGoal {
     pub min: Option<f64>,
     #[serde(default)]
     pub max: Option<f64>,
+    /// For `outside_share_vs_baseline`: the variant compared with.
+    #[serde(default)]
+    pub baseline: Option<String>,
     #[serde(default)]
     pub why: String,
 }
@@ -181,8 +187,8 @@ pub enum BwssMetric {
     ShareOfSecondsAtMin,
     /// Bytes the bottleneck delivered over its capacity, measured seconds.
     LinkUtilization,
-    /// The outside download's mean rate relative to the same in the first variant.
-    OutsideShareVsFirst,
+    /// The outside download's mean rate over the same in the goal's `baseline` variant.
+    OutsideShareVsBaseline,
 }
 
 impl BwssMetric {
@@ -192,7 +198,7 @@ impl BwssMetric {
             BwssMetric::VideoDuringInterferenceKbps => "video_during_interference_kbps",
             BwssMetric::ShareOfSecondsAtMin => "share_of_seconds_at_min",
             BwssMetric::LinkUtilization => "link_utilization",
-            BwssMetric::OutsideShareVsFirst => "outside_vs_first",
+            BwssMetric::OutsideShareVsBaseline => "outside_share_vs_baseline",
         }
     }
 }
@@ -286,6 +292,9 @@ impl BwssScenario {
         let bps: Vec<u64> = b.rungs_kbps.iter().map(|k| k * 1000).collect();
         lowtide_media::ladder::Ladder::new(&bps)
             .map_err(|e| invalid("bwss.rungs_kbps", format!("{:?}", b.rungs_kbps), e.to_string()))?;
+        b.player_rule
+            .check()
+            .map_err(|e| invalid("bwss.player_rule", "(the table)", e.to_string()))?;
         let i = &b.interference;
         check_range(
             "bwss.interference.start_s",
@@ -349,12 +358,29 @@ impl BwssScenario {
             if g.min.is_none() && g.max.is_none() {
                 return Err(invalid(format!("goal[{k}]"), "no bound", "min and/or max"));
             }
-            if g.metric == BwssMetric::OutsideShareVsFirst && !b.outside_download {
-                return Err(invalid(
-                    format!("goal[{k}].metric"),
-                    g.metric.as_str(),
-                    "outside_vs_first needs bwss.outside_download = true",
-                ));
+            if g.metric == BwssMetric::OutsideShareVsBaseline {
+                let with_outside = |name: &str| {
+                    self.variants
+                        .iter()
+                        .any(|v| v.name == name && v.outside_download)
+                };
+                if !with_outside(&g.variant) {
+                    return Err(invalid(
+                        format!("goal[{k}].variant"),
+                        &g.variant,
+                        "a variant with outside_download = true",
+                    ));
+                }
+                match &g.baseline {
+                    Some(b) if with_outside(b) => {}
+                    other => {
+                        return Err(invalid(
+                            format!("goal[{k}].baseline"),
+                            format!("{other:?}"),
+                            "another variant with outside_download = true",
+                        ))
+                    }
+                }
             }
         }
         if self.video_min_kbps().is_none() {

@@ -124,6 +124,7 @@ pub struct PlayerSecond {
 pub fn play(
     server: SocketAddr,
     ladder: Ladder,
+    rule: ThroughputRuleConfig,
     t0: Instant,
     secs: f64,
     stop: Arc<AtomicBool>,
@@ -134,7 +135,7 @@ pub fn play(
         let session = Session::connect(local, server, config())
             .await
             .map_err(err("TFRC video player: connecting"))?;
-        let mut rule = ThroughputRule::new(ladder.clone(), ladder.top(), ThroughputRuleConfig::default())
+        let mut rule = ThroughputRule::new(ladder.clone(), ladder.top(), rule)
             .map_err(|e| LabError::io("TFRC video player: the switching rule", e))?;
         session
             .send(Message::new(Bytes::from(vec![rule.rung() as u8])))

@@ -57,6 +57,8 @@ pub fn run_variant(
         threads: Threads::default(),
         link: vec![None; secs],
     };
+    // A folder of an earlier run: the daemon's log appends, so start empty.
+    let _ = std::fs::remove_dir_all(dir);
     let result = std::fs::create_dir_all(dir)
         .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))
         .and_then(|()| {
@@ -239,7 +241,7 @@ impl Trial<'_> {
         self.procs
             .push(self.daemon(receiver, "daemon", &rules, !v.steer)?);
         wait_daemon(receiver)?;
-        if s.bwss.outside_download {
+        if v.outside_download {
             self.procs
                 .push(self.daemon(net.receiver(1), "outside-daemon", &rules, true)?);
             wait_daemon(net.receiver(1))?;
@@ -278,15 +280,22 @@ impl Trial<'_> {
         let left = end.saturating_duration_since(Instant::now()).as_secs_f64();
         match v.video {
             VideoTransport::Tcp => {
+                let rule = dir.join("player-rule.toml");
+                let text = toml::to_string(&s.bwss.player_rule)
+                    .map_err(|e| LabError::io("writing the player's rule", e))?;
+                std::fs::write(&rule, text)
+                    .map_err(|e| LabError::io(format!("writing {}", rule.display()), e))?;
                 let mut cmd = self.exec(receiver);
                 cmd.args(["ladder", "play", "--to", &video.to_string(), "--secs"])
-                    .arg(format!("{left:.3}"));
+                    .arg(format!("{left:.3}"))
+                    .arg("--rule")
+                    .arg(&rule);
                 self.procs.push(Proc::spawn("player", cmd, dir)?);
             }
             VideoTransport::Tfrc => {
-                let stop = self.stop.clone();
+                let (stop, rule) = (self.stop.clone(), s.bwss.player_rule);
                 self.threads.tfrc_player = Some(receiver.spawn("tfrc-video-player", move || {
-                    tfrc_video::play(video, ladder, t0, left + t0.elapsed().as_secs_f64(), stop)
+                    tfrc_video::play(video, ladder, rule, t0, left + t0.elapsed().as_secs_f64(), stop)
                 })?);
             }
         }
@@ -295,7 +304,7 @@ impl Trial<'_> {
             let cmd = self.curl(receiver, &url, left);
             self.procs.push(Proc::spawn(&format!("curl-{k}"), cmd, dir)?);
         }
-        if s.bwss.outside_download {
+        if v.outside_download {
             let cmd = self.curl(net.receiver(1), &url, left);
             self.procs.push(Proc::spawn("curl-outside", cmd, dir)?);
         }
