@@ -120,7 +120,13 @@ pub fn html(s: &BwssScenario, summary: &BwssSummary) -> String {
                 v.paper_video_kbps
                     .map_or("–".into(), |p| format!("{p:.0}")),
                 num(v.video_rate_kbps.during_interference, 0),
-                pct(v.video_rate_kbps.share_of_seconds_at_min),
+                format!(
+                    "{} (≥ {:.0}); strict ≥ {:.1}: {}",
+                    pct(v.video_rate_kbps.share_of_seconds_at_min),
+                    v.video_rate_kbps.at_min_kbps,
+                    v.video_rate_kbps.at_min_kbps + super::summary::SEGMENT_KBPS,
+                    pct(v.video_rate_kbps.share_of_seconds_at_min_strict)
+                ),
                 pct(v.link_utilization),
                 v.flow_mean_kbps
                     .iter()

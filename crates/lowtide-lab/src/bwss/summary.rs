@@ -21,6 +21,11 @@ pub enum FlowKind {
     Other,
 }
 
+/// One full-size segment per second, kbit/s: paced reads and the daemon's per-second count
+/// move in whole segments, so a flow read at exactly 520 kbit/s (44.9 segments a second)
+/// shows 510 and 521 in alternate seconds.
+pub const SEGMENT_KBPS: f64 = 1448.0 * 8.0 / 1e3;
+
 /// One flow's rate per second of the trial (`kbps[k]` covers `[k, k+1)` s).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FlowSeries {
@@ -71,8 +76,11 @@ pub struct VideoRate {
     pub share_of_seconds_at_min: Measured,
     pub min_kbps: f64,
     /// The bar a second must reach: the minimum, or what the server sends on the top rung
-    /// when that is less (450 × 1.15 = 517.5 < 520: a receiver cannot read more than is sent).
+    /// when that is less (450 × 1.15 = 517.5 < 520: a receiver cannot read more than is
+    /// sent), less one TCP segment per second ([`SEGMENT_KBPS`]).
     pub at_min_kbps: f64,
+    /// The same share at the bar without the segment's allowance.
+    pub share_of_seconds_at_min_strict: Measured,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -132,7 +140,8 @@ pub fn summarize_variant(s: &BwssScenario, r: &VariantRecord) -> VariantSummary 
     let min_kbps = s.video_min_kbps().unwrap_or(0.0);
     let top_kbps = s.bwss.rungs_kbps.iter().max().copied().unwrap_or(0) as f64
         * lowtide_media::ladder::stream::ServerConfig::mehra().overdrive;
-    let at_min_kbps = min_kbps.min(top_kbps);
+    let strict_kbps = min_kbps.min(top_kbps);
+    let at_min_kbps = strict_kbps - SEGMENT_KBPS;
     let empty = vec![];
     let video = r
         .flows
@@ -151,10 +160,13 @@ pub fn summarize_variant(s: &BwssScenario, r: &VariantRecord) -> VariantSummary 
         name: r.variant.clone(),
         video_rate_kbps: VideoRate {
             mean: Measured::mean(values(video, measured.clone())),
-            during_interference: Measured::mean(values(video, during)),
+            during_interference: Measured::mean(values(video, during.clone())),
             share_of_seconds_at_min: at_min,
             min_kbps,
             at_min_kbps,
+            share_of_seconds_at_min_strict: Measured::mean(
+                values(video, during.clone()).map(|k| if k >= strict_kbps { 1.0 } else { 0.0 }),
+            ),
         },
         link_utilization: utilization,
         flow_mean_kbps: r
