@@ -125,7 +125,10 @@ fn write_folder(
     let json = serde_json::to_string_pretty(summary)
         .map_err(|e| LabError::io("encoding summary.json", e))?;
     write("summary.json", &json)?;
-    write("records.json", &serde_json::to_string(records).unwrap_or_default())?;
+    write(
+        "records.json",
+        &serde_json::to_string(records).unwrap_or_default(),
+    )?;
     let mut csv = String::from("variant,second,flow,kind,kbps,target_kbps\n");
     let opt = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.1}"));
     for r in records {
@@ -166,7 +169,10 @@ fn provenance(s: &BwssScenario, opts: &BwssOptions) -> Vec<(String, String)> {
             "command".into(),
             std::env::args().collect::<Vec<_>>().join(" "),
         ),
-        ("scenario".into(), format!("{} (scenario.toml here)", s.name)),
+        (
+            "scenario".into(),
+            format!("{} (scenario.toml here)", s.name),
+        ),
         ("git revision".into(), git),
         (
             "kernel".into(),
@@ -175,7 +181,10 @@ fn provenance(s: &BwssScenario, opts: &BwssOptions) -> Vec<(String, String)> {
                 .trim()
                 .to_string(),
         ),
-        ("network".into(), crate::runner::describe_network(&s.topology)),
+        (
+            "network".into(),
+            crate::runner::describe_network(&s.topology),
+        ),
         ("seed".into(), opts.seed.to_string()),
         ("lowtide".into(), opts.tools.lowtide.display().to_string()),
         ("curl".into(), opts.tools.curl.display().to_string()),

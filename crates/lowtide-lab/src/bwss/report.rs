@@ -60,7 +60,12 @@ pub fn rates_plot(path: &Path, s: &BwssScenario, r: &VariantRecord) -> Result<()
             let width = if f.kind == FlowKind::Video { 3 } else { 1 };
             lines.push((&f.name, &f.kbps, plot::color_of(k, &f.name), width));
         }
-        lines.push(("link (all packets)", &r.link_kbps, RGBColor(120, 120, 120), 1));
+        lines.push((
+            "link (all packets)",
+            &r.link_kbps,
+            RGBColor(120, 120, 120),
+            1,
+        ));
         for (name, kbps, color, width) in lines {
             let points: Vec<(f64, f64)> = kbps
                 .iter()
@@ -117,8 +122,7 @@ pub fn html(s: &BwssScenario, summary: &BwssSummary) -> String {
             vec![
                 v.name.clone(),
                 num(v.video_rate_kbps.mean, 0),
-                v.paper_video_kbps
-                    .map_or("–".into(), |p| format!("{p:.0}")),
+                v.paper_video_kbps.map_or("–".into(), |p| format!("{p:.0}")),
                 num(v.video_rate_kbps.during_interference, 0),
                 format!(
                     "{} (≥ {:.0}); strict ≥ {:.1}: {}",
@@ -173,7 +177,10 @@ pub fn html(s: &BwssScenario, summary: &BwssSummary) -> String {
         .collect();
     sections.push(format!(
         "<h2>Goals</h2>{}",
-        html_table(&["variant", "metric", "bound", "measured", "", "why"], &goals)
+        html_table(
+            &["variant", "metric", "bound", "measured", "", "why"],
+            &goals
+        )
     ));
     for (i, v) in summary.variants.iter().enumerate() {
         sections.push(format!(

@@ -290,8 +290,13 @@ impl BwssScenario {
             return Err(invalid("bwss.file_mb", b.file_mb, "1 to 1048576"));
         }
         let bps: Vec<u64> = b.rungs_kbps.iter().map(|k| k * 1000).collect();
-        lowtide_media::ladder::Ladder::new(&bps)
-            .map_err(|e| invalid("bwss.rungs_kbps", format!("{:?}", b.rungs_kbps), e.to_string()))?;
+        lowtide_media::ladder::Ladder::new(&bps).map_err(|e| {
+            invalid(
+                "bwss.rungs_kbps",
+                format!("{:?}", b.rungs_kbps),
+                e.to_string(),
+            )
+        })?;
         b.player_rule
             .check()
             .map_err(|e| invalid("bwss.player_rule", "(the table)", e.to_string()))?;

@@ -148,13 +148,13 @@ pub fn summarize_variant(s: &BwssScenario, r: &VariantRecord) -> VariantSummary 
         .iter()
         .find(|f| f.kind == FlowKind::Video)
         .map_or(&empty, |f| &f.kbps);
-    let at_min = Measured::mean(
-        values(video, during.clone()).map(|k| if k >= at_min_kbps { 1.0 } else { 0.0 }),
-    );
+    let at_min =
+        Measured::mean(
+            values(video, during.clone()).map(|k| if k >= at_min_kbps { 1.0 } else { 0.0 }),
+        );
     let link = s.link_kbps();
-    let utilization = Measured::mean(
-        values(&r.link_kbps, measured.clone()).filter_map(|k| link.map(|l| k / l)),
-    );
+    let utilization =
+        Measured::mean(values(&r.link_kbps, measured.clone()).filter_map(|k| link.map(|l| k / l)));
     let variant = s.variants.iter().find(|v| v.name == r.variant);
     VariantSummary {
         name: r.variant.clone(),
@@ -172,7 +172,12 @@ pub fn summarize_variant(s: &BwssScenario, r: &VariantRecord) -> VariantSummary 
         flow_mean_kbps: r
             .flows
             .iter()
-            .map(|f| (f.name.clone(), Measured::mean(values(&f.kbps, measured.clone()))))
+            .map(|f| {
+                (
+                    f.name.clone(),
+                    Measured::mean(values(&f.kbps, measured.clone())),
+                )
+            })
             .collect(),
         outside_mean_kbps: r
             .flows
@@ -195,7 +200,10 @@ fn measure(g: &BwssGoal, v: &VariantSummary, baseline: Option<&VariantSummary>) 
         BwssMetric::ShareOfSecondsAtMin => v.video_rate_kbps.share_of_seconds_at_min,
         BwssMetric::LinkUtilization => v.link_utilization,
         BwssMetric::OutsideShareVsBaseline => {
-            match (v.outside_mean_kbps, baseline.and_then(|f| f.outside_mean_kbps)) {
+            match (
+                v.outside_mean_kbps,
+                baseline.and_then(|f| f.outside_mean_kbps),
+            ) {
                 (Some(a), Some(b)) => match (a.value, b.value) {
                     (Some(x), Some(y)) if y > 0.0 => Measured {
                         value: Some(x / y),
@@ -228,9 +236,9 @@ pub fn check_goals(s: &BwssScenario, variants: &[VariantSummary]) -> Vec<GoalRes
                     value: None,
                     samples: 0,
                 });
-            let met = measured.value.is_some_and(|x| {
-                g.min.is_none_or(|m| x >= m) && g.max.is_none_or(|m| x <= m)
-            });
+            let met = measured
+                .value
+                .is_some_and(|x| g.min.is_none_or(|m| x >= m) && g.max.is_none_or(|m| x <= m));
             GoalResult {
                 variant: g.variant.clone(),
                 metric: g.metric.as_str().to_string(),

@@ -81,7 +81,10 @@ pub fn run_variant(
     trial.procs.clear();
     let collected = trial.threads.collect(secs, &mut record);
     record.link_kbps = trial.link;
-    for (name, kind) in [("daemon", FlowKind::Download), ("outside-daemon", FlowKind::Outside)] {
+    for (name, kind) in [
+        ("daemon", FlowKind::Download),
+        ("outside-daemon", FlowKind::Outside),
+    ] {
         let log = dir.join(format!("{name}.jsonl"));
         if log.exists() {
             match read_daemon_log(&log, secs, kind) {
@@ -93,7 +96,9 @@ pub fn run_variant(
     if v.video == VideoTransport::Tcp {
         record.rungs = read_player_rungs(&dir.join("player.out"), secs);
     }
-    record.flows.sort_by_key(|f| (order(f.kind), f.name.clone()));
+    record
+        .flows
+        .sort_by_key(|f| (order(f.kind), f.name.clone()));
     if let Err(e) = result.and(collected) {
         record.failed = Some(e.to_string());
     }
@@ -188,8 +193,12 @@ impl Threads {
 }
 
 fn join<T>(h: JoinHandle<Result<T, LabError>>, what: &str) -> Result<T, LabError> {
-    h.join()
-        .map_err(|p| LabError::io(what, format!("panicked: {}", lowtide_netem::failure::panic_message(&*p))))?
+    h.join().map_err(|p| {
+        LabError::io(
+            what,
+            format!("panicked: {}", lowtide_netem::failure::panic_message(&*p)),
+        )
+    })?
 }
 
 impl Trial<'_> {
@@ -205,7 +214,9 @@ impl Trial<'_> {
         std::fs::create_dir_all(&root)
             .and_then(|()| std::fs::File::create(root.join(BIG_FILE)))
             .and_then(|f| f.set_len(s.bwss.file_mb * 1_000_000))
-            .map_err(|e| LabError::io(format!("making the download file in {}", root.display()), e))?;
+            .map_err(|e| {
+                LabError::io(format!("making the download file in {}", root.display()), e)
+            })?;
         let mut cmd = server.command(&tools.python3.to_string_lossy());
         cmd.args(["-m", "http.server", &HTTP_PORT.to_string(), "--bind"])
             .arg(server.addr().to_string())
@@ -215,8 +226,14 @@ impl Trial<'_> {
         match v.video {
             VideoTransport::Tcp => {
                 let mut cmd = server.command(&tools.lowtide.to_string_lossy());
-                cmd.args(["ladder", "serve", "--listen", &video.to_string(), "--rungs-kbps"])
-                    .arg(join_kbps(&s.bwss.rungs_kbps));
+                cmd.args([
+                    "ladder",
+                    "serve",
+                    "--listen",
+                    &video.to_string(),
+                    "--rungs-kbps",
+                ])
+                .arg(join_kbps(&s.bwss.rungs_kbps));
                 self.procs.push(Proc::spawn("ladder-server", cmd, dir)?);
                 wait_tcp(receiver, video, "the ladder server")?;
             }
@@ -252,7 +269,8 @@ impl Trial<'_> {
         let i = &s.bwss.interference;
         let sink_addr = SocketAddr::from((receiver.addr(), INTERFERER_PORT));
         let secs = self.secs;
-        let sink = receiver.run(move || UdpSocket::bind(sink_addr))?
+        let sink = receiver
+            .run(move || UdpSocket::bind(sink_addr))?
             .map_err(|e| LabError::io(format!("binding the interferer's sink {sink_addr}"), e))?;
         self.threads.sink = Some(receiver.spawn("interferer-sink", move || {
             count_per_second(sink, t0, secs, end + Duration::from_secs(1))
@@ -294,15 +312,24 @@ impl Trial<'_> {
             }
             VideoTransport::Tfrc => {
                 let (stop, rule) = (self.stop.clone(), s.bwss.player_rule);
-                self.threads.tfrc_player = Some(receiver.spawn("tfrc-video-player", move || {
-                    tfrc_video::play(video, ladder, rule, t0, left + t0.elapsed().as_secs_f64(), stop)
-                })?);
+                self.threads.tfrc_player =
+                    Some(receiver.spawn("tfrc-video-player", move || {
+                        tfrc_video::play(
+                            video,
+                            ladder,
+                            rule,
+                            t0,
+                            left + t0.elapsed().as_secs_f64(),
+                            stop,
+                        )
+                    })?);
             }
         }
         let url = format!("http://{http}/{BIG_FILE}");
         for k in 1..=s.bwss.downloads {
             let cmd = self.curl(receiver, &url, left);
-            self.procs.push(Proc::spawn(&format!("curl-{k}"), cmd, dir)?);
+            self.procs
+                .push(Proc::spawn(&format!("curl-{k}"), cmd, dir)?);
         }
         if v.outside_download {
             let cmd = self.curl(net.receiver(1), &url, left);
@@ -320,17 +347,20 @@ impl Trial<'_> {
             let now = net.forward().report().delivered_bytes;
             self.link[k - 1] = Some(now.saturating_sub(last) as f64 * 8.0 / 1e3);
             last = now;
-            progress(&format!(
-                "{}: {k} of {} s",
-                v.name, self.secs
-            ));
+            progress(&format!("{}: {k} of {} s", v.name, self.secs));
             net.check_alive()?;
             self.check_procs(at >= end - Duration::from_secs(2))?;
         }
         Ok(())
     }
 
-    fn daemon(&self, host: &Host, name: &str, rules: &Path, observe: bool) -> Result<Proc, LabError> {
+    fn daemon(
+        &self,
+        host: &Host,
+        name: &str,
+        rules: &Path,
+        observe: bool,
+    ) -> Result<Proc, LabError> {
         let mut cmd = host.command(&self.tools.lowtide.to_string_lossy());
         cmd.args(["bwss", "daemon", "--rules"])
             .arg(rules)
@@ -376,7 +406,11 @@ impl Trial<'_> {
                     let tail: String = err.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
                     return Err(LabError::io(
                         format!("{} ended during the trial ({st})", p.name()),
-                        if tail.is_empty() { "no message".into() } else { tail },
+                        if tail.is_empty() {
+                            "no message".into()
+                        } else {
+                            tail
+                        },
                     ));
                 }
             }
@@ -398,14 +432,18 @@ fn join_kbps(k: &[u64]) -> String {
 fn wait_tcp(from: &Host, addr: SocketAddr, what: &str) -> Result<(), LabError> {
     let until = Instant::now() + READY_WITHIN;
     loop {
-        let ok = from.run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())?;
+        let ok = from
+            .run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())?;
         if ok {
             return Ok(());
         }
         if Instant::now() > until {
             return Err(LabError::io(
                 format!("waiting for {what} on {addr}"),
-                format!("no answer within {} s (see its .err file in the run folder)", READY_WITHIN.as_secs()),
+                format!(
+                    "no answer within {} s (see its .err file in the run folder)",
+                    READY_WITHIN.as_secs()
+                ),
             ));
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -449,7 +487,11 @@ fn count_per_second(
                     *b += n as u64;
                 }
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(e) => return Err(LabError::io("the interferer's sink", e)),
         }
     }
