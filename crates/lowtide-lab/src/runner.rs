@@ -421,15 +421,20 @@ pub fn describe_network(t: &TopologyConfig) -> String {
     )
 }
 
-/// Command line, revision, kernel, congestion control, seed.
-fn provenance(s: &Scenario, opts: &LabOptions) -> Vec<(String, String)> {
-    let git = std::process::Command::new("git")
+/// `git rev-parse HEAD`, or "unknown".
+pub(crate) fn git_revision() -> String {
+    std::process::Command::new("git")
         .args(["rev-parse", "HEAD"])
         .output()
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Command line, revision, kernel, congestion control, seed.
+fn provenance(s: &Scenario, opts: &LabOptions) -> Vec<(String, String)> {
+    let git = git_revision();
     let dirty = std::process::Command::new("git")
         .args(["status", "--porcelain", "--untracked-files=no"])
         .output()

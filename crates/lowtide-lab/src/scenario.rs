@@ -420,6 +420,32 @@ pub(crate) fn invalid(
     }
 }
 
+/// The checks every scenario kind shares: a name fit for a folder, a valid topology.
+pub(crate) fn check_name_and_topology(
+    name: &str,
+    topology: &TopologyConfig,
+) -> Result<(), ScenarioError> {
+    if name.trim().is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(invalid(
+            "name",
+            format!("{name:?}"),
+            "a non-empty name of letters, digits, '-', '_' and '.' (it names the output folder)",
+        ));
+    }
+    topology.validate().map_err(|e| match e {
+        ConfigError::Invalid {
+            field,
+            value,
+            allowed,
+        } => invalid(format!("topology.{field}"), value, allowed),
+        other => ScenarioError::Topology(other),
+    })
+}
+
 pub(crate) fn check_range(field: &str, v: f64, min: f64, max: f64) -> Result<(), ScenarioError> {
     if v.is_finite() && (min..=max).contains(&v) {
         Ok(())
@@ -540,26 +566,7 @@ impl Scenario {
 
     /// Checks every field; the error names the first bad one.
     pub fn check(self) -> Result<Checked, ScenarioError> {
-        if self.name.trim().is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(invalid(
-                "name",
-                format!("{:?}", self.name),
-                "a non-empty name of letters, digits, '-', '_' and '.' (it names the output folder)",
-            ));
-        }
-        self.topology.validate().map_err(|e| match e {
-            ConfigError::Invalid {
-                field,
-                value,
-                allowed,
-            } => invalid(format!("topology.{field}"), value, allowed),
-            other => ScenarioError::Topology(other),
-        })?;
+        check_name_and_topology(&self.name, &self.topology)?;
         let r = &self.run;
         if r.modes.is_empty() {
             return Err(invalid(

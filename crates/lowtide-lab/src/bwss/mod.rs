@@ -157,13 +157,7 @@ fn write_folder(
 }
 
 fn provenance(s: &BwssScenario, opts: &BwssOptions) -> Vec<(String, String)> {
-    let git = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+    let git = crate::runner::git_revision();
     vec![
         (
             "command".into(),

@@ -21,10 +21,12 @@
 
 use std::path::Path;
 
-use lowtide_netem::{ConfigError, TopologyConfig};
+use lowtide_netem::TopologyConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::{check_range, invalid, PaperFigure, ScenarioError, DURATION_RANGE_S};
+use crate::scenario::{
+    check_name_and_topology, check_range, invalid, PaperFigure, ScenarioError, DURATION_RANGE_S,
+};
 
 /// Port of the ladder server (and of the TFRC video) on sender 0.
 pub const VIDEO_PORT: u16 = 8450;
@@ -241,26 +243,7 @@ impl BwssScenario {
     }
 
     pub fn check(&self) -> Result<(), ScenarioError> {
-        if self.name.trim().is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(invalid(
-                "name",
-                format!("{:?}", self.name),
-                "a non-empty name of letters, digits, '-', '_' and '.'",
-            ));
-        }
-        self.topology.validate().map_err(|e| match e {
-            ConfigError::Invalid {
-                field,
-                value,
-                allowed,
-            } => invalid(format!("topology.{field}"), value, allowed),
-            other => ScenarioError::Topology(other),
-        })?;
+        check_name_and_topology(&self.name, &self.topology)?;
         if self.topology.senders < 2 || self.topology.receivers < 2 {
             return Err(invalid(
                 "topology.senders/receivers",
