@@ -1069,6 +1069,15 @@ controller = { min_buf = { a = 1, b = 3 } }
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if crate::bwss::is_bwss_scenario(&text) {
+                    let s = crate::bwss::BwssScenario::from_toml_in(&text, &dir)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    s.scaled(s.quick.time_scale)
+                        .unwrap_or_else(|e| panic!("{} --quick: {e}", path.display()));
+                    n += 1;
+                    continue;
+                }
                 let c = Scenario::from_file(&path)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 c.scenario
