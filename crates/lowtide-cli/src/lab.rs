@@ -87,6 +87,10 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
     if lowtide_lab::rdc::is_rdc_scenario(&text) {
         return run_rdc(&args, &text, folder);
     }
+    if lowtide_lab::bwss::is_bwss_scenario(&text) {
+        let folder = folder.to_path_buf();
+        return run_bwss(args, text, &folder);
+    }
     let checked = Scenario::from_toml_in(&text, folder)
         .with_context(|| format!("checking scenario {}", args.file.display()))?;
     if let Some(n) = args.runs {
@@ -131,6 +135,60 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
     show(!args.no_fail_on_goals, |progress| {
         runner::run(&checked, &opts, progress)
     })
+}
+
+/// A BWSS scenario (`[bwss]`, Mehra Fig. 4-6): real daemon, preload library and programs.
+fn run_bwss(args: RunArgs, text: String, folder: &std::path::Path) -> anyhow::Result<i32> {
+    use lowtide_lab::bwss::{self, BwssOptions, BwssScenario, Tools};
+    anyhow::ensure!(
+        args.runs.is_none()
+            && args.queue_bdp.is_empty()
+            && args.cc.is_empty()
+            && args.window_frames.is_none()
+            && args.threshold_ms.is_empty(),
+        "a BWSS scenario takes only --quick, --out and --no-fail-on-goals"
+    );
+    let mut s = BwssScenario::from_toml_in(&text, folder)
+        .with_context(|| format!("checking scenario {}", args.file.display()))?;
+    if args.quick {
+        s = s.scaled(s.quick.time_scale).context("the --quick form")?;
+    }
+    let out_dir = args.out.unwrap_or_else(|| {
+        PathBuf::from("out/lab").join(format!(
+            "{}{}",
+            s.name,
+            if args.quick { "-quick" } else { "" }
+        ))
+    });
+    let opts = BwssOptions {
+        scenario_text: text,
+        out_dir,
+        tools: Tools::find()?,
+        seed: 1,
+    };
+    println!(
+        "lowtide lab: {}{} from {} (BWSS)",
+        s.name,
+        if args.quick { " (--quick)" } else { "" },
+        args.file.display()
+    );
+    let result = bwss::run(&s, &opts, progress_line());
+    eprintln!();
+    let done = match result {
+        Ok(done) => done,
+        Err(lowtide_lab::LabError::Partial { error, dir }) => {
+            println!("partial report: {}", dir.join("report.html").display());
+            anyhow::bail!("the run failed: {error}");
+        }
+        Err(e) => return Err(e.into()),
+    };
+    print!("{}", bwss::report::text_table(&done.summary));
+    println!("report: {}", done.dir.join("report.html").display());
+    let missed = done.summary.goals_not_met();
+    if missed > 0 {
+        eprintln!("{missed} goal(s) not met");
+    }
+    Ok(i32::from(missed > 0 && !args.no_fail_on_goals))
 }
 
 /// An RDC scenario (`[rdc]`): one trial per variant, bulk flows, the agent in the receivers.

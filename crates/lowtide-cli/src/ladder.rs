@@ -48,7 +48,7 @@ pub struct PlayArgs {
     #[arg(long, default_value_t = 1000)]
     sample_ms: u64,
     /// The switching rule's constants (TOML: down_after_ms, down_below, up_after_ms,
-    /// up_headroom, max_up_after_ms); defaults otherwise.
+    /// up_headroom, max_up_after_ms, startup_ms); defaults otherwise.
     #[arg(long)]
     rule: Option<PathBuf>,
 }

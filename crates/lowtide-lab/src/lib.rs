@@ -2,6 +2,7 @@
 //! TCP under the same bottleneck and cross traffic, summarised with the paper's figures beside
 //! ours, and rendered as HTML reports with SVG plots.
 //!
+//! - [`bwss`]: Mehra's BWSS Fig. 4-6: real daemon, preload library, curl and the ladder in the lab;
 //! - [`clock`]: one process, one clock: timestamps that travel inside messages;
 //! - [`stream`]: the measured latency stream over a lowtide channel;
 //! - [`video`]: the measured layered video (priority-progress streaming, lowtide-media);
@@ -22,6 +23,7 @@
 //! - [`render`]: a run folder's `report.html`, from its summary and CSV alone;
 //! - [`rdc`]: the RDC experiments (Hsiao, Kung, Tan): bulk flows, the agent in the receivers.
 
+pub mod bwss;
 pub mod clock;
 pub mod conference;
 pub mod demo;

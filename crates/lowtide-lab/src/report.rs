@@ -298,7 +298,7 @@ pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTran
 }
 
 /// Draws the SVG at `path`, then its PNG copy beside it.
-fn draw(
+pub(crate) fn draw(
     path: &Path,
     body: impl FnOnce(DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>,
 ) -> Result<(), String> {

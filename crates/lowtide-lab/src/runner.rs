@@ -424,8 +424,7 @@ pub fn describe_network(t: &TopologyConfig) -> String {
     )
 }
 
-/// Command line, revision, kernel, congestion control, seed.
-/// `git rev-parse HEAD` of the working directory, or "unknown".
+/// `git rev-parse HEAD`, or "unknown".
 pub(crate) fn git_revision() -> String {
     std::process::Command::new("git")
         .args(["rev-parse", "HEAD"])
@@ -436,6 +435,7 @@ pub(crate) fn git_revision() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Command line, revision, kernel, congestion control, seed.
 fn provenance(s: &Scenario, opts: &LabOptions) -> Vec<(String, String)> {
     let git = git_revision();
     let dirty = std::process::Command::new("git")

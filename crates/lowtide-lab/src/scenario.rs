@@ -428,7 +428,7 @@ pub enum ScenarioError {
     },
 }
 
-fn invalid(
+pub(crate) fn invalid(
     field: impl Into<String>,
     value: impl Display,
     allowed: impl Into<String>,
@@ -440,7 +440,33 @@ fn invalid(
     }
 }
 
-fn check_range(field: &str, v: f64, min: f64, max: f64) -> Result<(), ScenarioError> {
+/// The checks every scenario kind shares: a name fit for a folder, a valid topology.
+pub(crate) fn check_name_and_topology(
+    name: &str,
+    topology: &TopologyConfig,
+) -> Result<(), ScenarioError> {
+    if name.trim().is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(invalid(
+            "name",
+            format!("{name:?}"),
+            "a non-empty name of letters, digits, '-', '_' and '.' (it names the output folder)",
+        ));
+    }
+    topology.validate().map_err(|e| match e {
+        ConfigError::Invalid {
+            field,
+            value,
+            allowed,
+        } => invalid(format!("topology.{field}"), value, allowed),
+        other => ScenarioError::Topology(other),
+    })
+}
+
+pub(crate) fn check_range(field: &str, v: f64, min: f64, max: f64) -> Result<(), ScenarioError> {
     if v.is_finite() && (min..=max).contains(&v) {
         Ok(())
     } else {
@@ -561,26 +587,7 @@ impl Scenario {
 
     /// Checks every field; the error names the first bad one.
     pub fn check(self) -> Result<Checked, ScenarioError> {
-        if self.name.trim().is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(invalid(
-                "name",
-                format!("{:?}", self.name),
-                "a non-empty name of letters, digits, '-', '_' and '.' (it names the output folder)",
-            ));
-        }
-        self.topology.validate().map_err(|e| match e {
-            ConfigError::Invalid {
-                field,
-                value,
-                allowed,
-            } => invalid(format!("topology.{field}"), value, allowed),
-            other => ScenarioError::Topology(other),
-        })?;
+        check_name_and_topology(&self.name, &self.topology)?;
         let r = &self.run;
         if r.modes.is_empty() {
             return Err(invalid(
@@ -1186,6 +1193,14 @@ controller = { min_buf = { a = 1, b = 3 } }
                 let text = std::fs::read_to_string(&path).unwrap();
                 if crate::rdc::is_rdc_scenario(&text) {
                     // Checked by the RDC experiments' own test.
+                    continue;
+                }
+                if crate::bwss::is_bwss_scenario(&text) {
+                    let s = crate::bwss::BwssScenario::from_toml_in(&text, &dir)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    s.scaled(s.quick.time_scale)
+                        .unwrap_or_else(|e| panic!("{} --quick: {e}", path.display()));
+                    n += 1;
                     continue;
                 }
                 let c = Scenario::from_file(&path)

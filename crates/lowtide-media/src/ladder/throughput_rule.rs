@@ -50,6 +50,9 @@ pub struct ThroughputRuleConfig {
     pub up_headroom: f64,
     /// The longest wait after failed probes.
     pub max_up_after_ms: u64,
+    /// Pre-roll: samples ending this soon after the first one began are ignored (a player
+    /// buffers before it judges; the connection's slow start is no reason to switch).
+    pub startup_ms: u64,
 }
 
 impl Default for ThroughputRuleConfig {
@@ -60,6 +63,7 @@ impl Default for ThroughputRuleConfig {
             up_after_ms: 10_000,
             up_headroom: 1.1,
             max_up_after_ms: 60_000,
+            startup_ms: 0,
         }
     }
 }
@@ -109,6 +113,9 @@ impl ThroughputRuleConfig {
                 &format!("up_after_ms ({}) to 3600000", self.up_after_ms),
             );
         }
+        if self.startup_ms > 60_000 {
+            return field("startup_ms", self.startup_ms.to_string(), "0 to 60000");
+        }
         Ok(())
     }
 }
@@ -121,6 +128,8 @@ pub struct ThroughputRuleCounters {
     pub failed_probes: u64,
     pub ignored_empty: u64,
     pub ignored_out_of_order: u64,
+    /// Samples inside the pre-roll (`startup_ms`).
+    pub ignored_startup: u64,
 }
 
 /// Samples that kept one condition since `since`.
@@ -166,6 +175,8 @@ pub struct ThroughputRule {
     /// When the last up-switch happened, until it has held for `up_after`.
     probe_at: Option<Instant>,
     last_end: Option<Instant>,
+    /// When the first sample began (the pre-roll counts from there).
+    first_start: Option<Instant>,
     counters: ThroughputRuleCounters,
 }
 
@@ -187,6 +198,7 @@ impl ThroughputRule {
             up_wait: Duration::from_millis(cfg.up_after_ms),
             probe_at: None,
             last_end: None,
+            first_start: None,
             counters: ThroughputRuleCounters::default(),
         })
     }
@@ -238,6 +250,11 @@ impl SwitchPolicy for ThroughputRule {
             return None;
         }
         self.last_end = Some(s.end);
+        let first = *self.first_start.get_or_insert(s.start());
+        if s.end.saturating_duration_since(first) < Duration::from_millis(self.cfg.startup_ms) {
+            self.counters.ignored_startup += 1;
+            return None;
+        }
         let Some(bps) = s.bps() else {
             self.counters.ignored_empty += 1;
             return None;
@@ -476,5 +493,29 @@ mod tests {
         let parsed: Result<ThroughputRuleConfig, _> =
             serde_json::from_str(r#"{"down_after_ms": 500, "typo": 1}"#);
         assert!(parsed.unwrap_err().to_string().contains("typo"));
+    }
+
+    #[test]
+    fn the_pre_roll_ignores_a_slow_start_that_would_switch_down() {
+        let cfg = ThroughputRuleConfig {
+            startup_ms: 3_000,
+            ..Default::default()
+        };
+        let mut with = Sim::new(3);
+        with.rule = ThroughputRule::new(Ladder::mehra(), 3, cfg).unwrap();
+        let mut without = Sim::new(3);
+        for sim in [&mut with, &mut without] {
+            sim.run(3, 100_000.0); // slow start: 100 kbit/s for 3 s
+            sim.run(10, 2e6);
+        }
+        assert_eq!(without.rung_at(2), 0, "no pre-roll: down after 2 s");
+        assert!(with.switches.is_empty(), "{:?}", with.switches);
+        assert_eq!(with.rule.counters().ignored_startup, 2);
+        assert!(ThroughputRuleConfig {
+            startup_ms: 60_001,
+            ..Default::default()
+        }
+        .check()
+        .is_err());
     }
 }

@@ -1,0 +1,562 @@
+//! One variant's trial: a fresh dumbbell, the servers on sender 0, the daemon, the video
+//! player and the downloads on receiver 0 (unmodified `curl` under the `LD_PRELOAD`
+//! library), the interferer from sender 1, and the rates of every flow per second.
+//!
+//! The trial's clock starts when the receiver's daemon is started, so the daemon's log
+//! (`t`, seconds since it started, at the end of each second) lands on the trial's seconds
+//! up to the daemon's start-up (a few ms).
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lowtide_media::ladder::Ladder;
+use lowtide_netem::{Dumbbell, Host, RunOptions};
+use lowtide_traffic::cbr::{run_cbr, CbrConfig};
+use lowtide_traffic::Stop;
+
+use super::procs::{Proc, Tools};
+use super::scenario::{
+    BwssScenario, BwssVariant, VideoTransport, HTTP_PORT, INTERFERER_PORT, VIDEO_PORT,
+};
+use super::summary::{FlowKind, FlowSeries, VariantRecord};
+use super::tfrc_video::{self, PlayerSecond};
+use crate::LabError;
+
+/// How long a server or the daemon may take to answer.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+/// Name of the file the downloads fetch.
+const BIG_FILE: &str = "big";
+
+/// Runs one variant; the record holds what was measured even when the trial failed.
+pub fn run_variant(
+    s: &BwssScenario,
+    v: &BwssVariant,
+    seed: u64,
+    tools: &Tools,
+    dir: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> VariantRecord {
+    let mut record = VariantRecord {
+        variant: v.name.clone(),
+        ..Default::default()
+    };
+    let secs = s.run.duration_s.ceil() as usize;
+    let mut trial = Trial {
+        s,
+        v,
+        tools,
+        dir,
+        secs,
+        stop: Arc::new(AtomicBool::new(false)),
+        procs: vec![],
+        threads: Threads::default(),
+        link: vec![None; secs],
+    };
+    // A folder of an earlier run: the daemon's log appends, so start empty.
+    let _ = std::fs::remove_dir_all(dir);
+    let result = std::fs::create_dir_all(dir)
+        .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))
+        .and_then(|()| {
+            let net = Dumbbell::new(
+                s.topology.clone(),
+                RunOptions {
+                    seed,
+                    ..RunOptions::default()
+                },
+            )?;
+            trial.run(&net, progress)
+        });
+    // Stop everything (also when the trial failed), then read what was measured.
+    trial.stop.store(true, Ordering::Relaxed);
+    for p in trial.procs.iter_mut().rev() {
+        if let Some(st) = p.stop() {
+            record.notes.push(format!("{}: {st}", p.name()));
+        }
+    }
+    trial.procs.clear();
+    let collected = trial.threads.collect(secs, &mut record);
+    record.link_kbps = trial.link;
+    for (name, kind) in [
+        ("daemon", FlowKind::Download),
+        ("outside-daemon", FlowKind::Outside),
+    ] {
+        let log = dir.join(format!("{name}.jsonl"));
+        if log.exists() {
+            match read_daemon_log(&log, secs, kind) {
+                Ok(flows) => record.flows.extend(flows),
+                Err(e) => record.notes.push(format!("{}: {e}", log.display())),
+            }
+        }
+    }
+    if v.video == VideoTransport::Tcp {
+        record.rungs = read_player_rungs(&dir.join("player.out"), secs);
+    }
+    record
+        .flows
+        .sort_by_key(|f| (order(f.kind), f.name.clone()));
+    if let Err(e) = result.and(collected) {
+        record.failed = Some(e.to_string());
+    }
+    record
+}
+
+fn order(k: FlowKind) -> u8 {
+    match k {
+        FlowKind::Video => 0,
+        FlowKind::Download => 1,
+        FlowKind::Interferer => 2,
+        FlowKind::Outside => 3,
+        FlowKind::Other => 4,
+    }
+}
+
+struct Trial<'a> {
+    s: &'a BwssScenario,
+    v: &'a BwssVariant,
+    tools: &'a Tools,
+    dir: &'a Path,
+    secs: usize,
+    stop: Arc<AtomicBool>,
+    /// Stopped in reverse order: clients before the daemon, the daemon before the servers.
+    procs: Vec<Proc>,
+    threads: Threads,
+    link: Vec<Option<f64>>,
+}
+
+#[derive(Default)]
+struct Threads {
+    tfrc_server: Option<JoinHandle<Result<tfrc_video::ServerReport, LabError>>>,
+    tfrc_player: Option<JoinHandle<Result<Vec<PlayerSecond>, LabError>>>,
+    interferer: Option<JoinHandle<Result<(), LabError>>>,
+    sink: Option<JoinHandle<Result<Vec<u64>, LabError>>>,
+}
+
+impl Threads {
+    /// Joins every thread; the TFRC player's and the sink's seconds become flows.
+    fn collect(&mut self, secs: usize, record: &mut VariantRecord) -> Result<(), LabError> {
+        let mut first_error = Ok(());
+        let mut keep = |r: Result<(), LabError>| {
+            if first_error.is_ok() {
+                first_error = r;
+            }
+        };
+        if let Some(h) = self.tfrc_player.take() {
+            match join(h, "TFRC video player") {
+                Ok(seconds) => {
+                    let mut kbps = vec![None; secs];
+                    let mut rungs = vec![None; secs];
+                    for p in seconds.iter().filter(|p| p.k < secs) {
+                        kbps[p.k] = Some(p.kbps);
+                        rungs[p.k] = Some(p.rung);
+                    }
+                    record.flows.push(FlowSeries {
+                        name: "video (TFRC)".into(),
+                        kind: FlowKind::Video,
+                        target_kbps: vec![None; secs],
+                        kbps,
+                    });
+                    record.rungs = rungs;
+                }
+                Err(e) => keep(Err(e)),
+            }
+        }
+        if let Some(h) = self.tfrc_server.take() {
+            match join(h, "TFRC video server") {
+                Ok(r) => record.notes.push(format!(
+                    "TFRC server: {} chunks queued, {} refused, {} switch requests; send buffer {:?}",
+                    r.chunks_sent, r.chunks_refused, r.switch_requests, r.buffer
+                )),
+                Err(e) => keep(Err(e)),
+            }
+        }
+        if let Some(h) = self.interferer.take() {
+            keep(join(h, "interferer"));
+        }
+        if let Some(h) = self.sink.take() {
+            match join(h, "interferer sink") {
+                Ok(bytes) => record.flows.push(FlowSeries {
+                    name: "interferer (UDP)".into(),
+                    kind: FlowKind::Interferer,
+                    kbps: bytes.iter().map(|&b| Some(b as f64 * 8.0 / 1e3)).collect(),
+                    target_kbps: vec![None; secs],
+                }),
+                Err(e) => keep(Err(e)),
+            }
+        }
+        first_error
+    }
+}
+
+fn join<T>(h: JoinHandle<Result<T, LabError>>, what: &str) -> Result<T, LabError> {
+    h.join().map_err(|p| {
+        LabError::io(
+            what,
+            format!("panicked: {}", lowtide_netem::failure::panic_message(&*p)),
+        )
+    })?
+}
+
+impl Trial<'_> {
+    fn run(&mut self, net: &Dumbbell, progress: &mut dyn FnMut(&str)) -> Result<(), LabError> {
+        let (s, v, tools, dir) = (self.s, self.v, self.tools, self.dir);
+        let (server, receiver) = (net.sender(0), net.receiver(0));
+        let http = SocketAddr::from((server.addr(), HTTP_PORT));
+        let video = SocketAddr::from((server.addr(), VIDEO_PORT));
+        let ladder = ladder(s)?;
+
+        // Servers on sender 0.
+        let root = dir.join("http");
+        std::fs::create_dir_all(&root)
+            .and_then(|()| std::fs::File::create(root.join(BIG_FILE)))
+            .and_then(|f| f.set_len(s.bwss.file_mb * 1_000_000))
+            .map_err(|e| {
+                LabError::io(format!("making the download file in {}", root.display()), e)
+            })?;
+        let mut cmd = server.command(&tools.python3.to_string_lossy());
+        cmd.args(["-m", "http.server", &HTTP_PORT.to_string(), "--bind"])
+            .arg(server.addr().to_string())
+            .arg("--directory")
+            .arg(&root);
+        self.procs.push(Proc::spawn("http-server", cmd, dir)?);
+        match v.video {
+            VideoTransport::Tcp => {
+                let mut cmd = server.command(&tools.lowtide.to_string_lossy());
+                cmd.args([
+                    "ladder",
+                    "serve",
+                    "--listen",
+                    &video.to_string(),
+                    "--rungs-kbps",
+                ])
+                .arg(join_kbps(&s.bwss.rungs_kbps));
+                self.procs.push(Proc::spawn("ladder-server", cmd, dir)?);
+                wait_tcp(receiver, video, "the ladder server")?;
+            }
+            VideoTransport::Tfrc => {
+                let (l, stop) = (ladder.clone(), self.stop.clone());
+                let overdrive = lowtide_media::ladder::stream::ServerConfig::mehra().overdrive;
+                self.threads.tfrc_server = Some(server.spawn("tfrc-video-server", move || {
+                    tfrc_video::serve(video, l, overdrive, stop)
+                })?);
+            }
+        }
+        wait_tcp(receiver, http, "python3 -m http.server")?;
+
+        // The daemons; the trial's clock starts with the receiver's.
+        progress("starting the BWSS daemon");
+        let rules = dir.join("rules.toml");
+        let text = toml::to_string(&s.bwss.rules)
+            .map_err(|e| LabError::io("writing the daemon's rules", e))?;
+        std::fs::write(&rules, text)
+            .map_err(|e| LabError::io(format!("writing {}", rules.display()), e))?;
+        let t0 = Instant::now();
+        self.procs
+            .push(self.daemon(receiver, "daemon", &rules, !v.steer)?);
+        wait_daemon(receiver)?;
+        if v.outside_download {
+            self.procs
+                .push(self.daemon(net.receiver(1), "outside-daemon", &rules, true)?);
+            wait_daemon(net.receiver(1))?;
+        }
+
+        // The interferer, sender 1 to receiver 0.
+        let end = t0 + Duration::from_secs_f64(s.run.duration_s);
+        let i = &s.bwss.interference;
+        let sink_addr = SocketAddr::from((receiver.addr(), INTERFERER_PORT));
+        let secs = self.secs;
+        let sink = receiver
+            .run(move || UdpSocket::bind(sink_addr))?
+            .map_err(|e| LabError::io(format!("binding the interferer's sink {sink_addr}"), e))?;
+        self.threads.sink = Some(receiver.spawn("interferer-sink", move || {
+            count_per_second(sink, t0, secs, end + Duration::from_secs(1))
+        })?);
+        let cbr = CbrConfig {
+            server: sink_addr,
+            rate_bps: i.rate_kbps * 1000,
+            packet_size: i.packet_bytes,
+            flow_id: 1,
+        };
+        let (from, to) = (
+            t0 + Duration::from_secs_f64(i.start_s),
+            t0 + Duration::from_secs_f64(i.stop_s),
+        );
+        let stop = self.stop.clone();
+        self.threads.interferer = Some(net.sender(1).spawn("interferer", move || {
+            let stop = Stop::new(stop, to);
+            if stop.sleep_until(from) {
+                run_cbr(&cbr, &stop).map_err(|e| LabError::Traffic(e.to_string()))?;
+            }
+            Ok(())
+        })?);
+
+        // The video player and the downloads.
+        let left = end.saturating_duration_since(Instant::now()).as_secs_f64();
+        match v.video {
+            VideoTransport::Tcp => {
+                let rule = dir.join("player-rule.toml");
+                let text = toml::to_string(&s.bwss.player_rule)
+                    .map_err(|e| LabError::io("writing the player's rule", e))?;
+                std::fs::write(&rule, text)
+                    .map_err(|e| LabError::io(format!("writing {}", rule.display()), e))?;
+                let mut cmd = self.exec(receiver);
+                cmd.args(["ladder", "play", "--to", &video.to_string(), "--secs"])
+                    .arg(format!("{left:.3}"))
+                    .arg("--rule")
+                    .arg(&rule);
+                self.procs.push(Proc::spawn("player", cmd, dir)?);
+            }
+            VideoTransport::Tfrc => {
+                let (stop, rule) = (self.stop.clone(), s.bwss.player_rule);
+                self.threads.tfrc_player =
+                    Some(receiver.spawn("tfrc-video-player", move || {
+                        tfrc_video::play(
+                            video,
+                            ladder,
+                            rule,
+                            t0,
+                            left + t0.elapsed().as_secs_f64(),
+                            stop,
+                        )
+                    })?);
+            }
+        }
+        let url = format!("http://{http}/{BIG_FILE}");
+        for k in 1..=s.bwss.downloads {
+            let cmd = self.curl(receiver, &url, left);
+            self.procs
+                .push(Proc::spawn(&format!("curl-{k}"), cmd, dir)?);
+        }
+        if v.outside_download {
+            let cmd = self.curl(net.receiver(1), &url, left);
+            self.procs.push(Proc::spawn("curl-outside", cmd, dir)?);
+        }
+
+        // Every second: the link's delivered bytes, and every part still alive.
+        let mut last = net.forward().report().delivered_bytes;
+        for k in 1..=self.secs {
+            let at = t0 + Duration::from_secs(k as u64);
+            if at > end + Duration::from_millis(500) {
+                break;
+            }
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            let now = net.forward().report().delivered_bytes;
+            self.link[k - 1] = Some(now.saturating_sub(last) as f64 * 8.0 / 1e3);
+            last = now;
+            progress(&format!("{}: {k} of {} s", v.name, self.secs));
+            net.check_alive()?;
+            self.check_procs(at >= end - Duration::from_secs(2))?;
+        }
+        Ok(())
+    }
+
+    fn daemon(
+        &self,
+        host: &Host,
+        name: &str,
+        rules: &Path,
+        observe: bool,
+    ) -> Result<Proc, LabError> {
+        let mut cmd = host.command(&self.tools.lowtide.to_string_lossy());
+        cmd.args(["bwss", "daemon", "--rules"])
+            .arg(rules)
+            .arg("--log")
+            .arg(self.dir.join(format!("{name}.jsonl")));
+        if observe {
+            cmd.arg("--observe");
+        }
+        Proc::spawn(name, cmd, self.dir)
+    }
+
+    /// `lowtide bwss exec --lib … --` in `host`.
+    fn exec(&self, host: &Host) -> std::process::Command {
+        let mut cmd = host.command(&self.tools.lowtide.to_string_lossy());
+        cmd.args(["bwss", "exec", "--lib"])
+            .arg(&self.tools.preload)
+            .arg("--")
+            .arg(&self.tools.lowtide);
+        cmd
+    }
+
+    fn curl(&self, host: &Host, url: &str, secs: f64) -> std::process::Command {
+        let mut cmd = host.command(&self.tools.lowtide.to_string_lossy());
+        cmd.args(["bwss", "exec", "--lib"])
+            .arg(&self.tools.preload)
+            .arg("--")
+            .arg(&self.tools.curl)
+            .args(["-sS", "-o", "/dev/null", "--max-time"])
+            .arg(format!("{:.0}", secs.ceil() + 5.0))
+            .arg(url);
+        cmd
+    }
+
+    /// A program that ended before the trial did is an error (the player and the downloads
+    /// may end in the last seconds).
+    fn check_procs(&mut self, near_end: bool) -> Result<(), LabError> {
+        for p in &mut self.procs {
+            let client = p.name() == "player" || p.name().starts_with("curl");
+            if let Some(st) = p.exited() {
+                if !(near_end && client && st.success()) {
+                    let err = std::fs::read_to_string(self.dir.join(format!("{}.err", p.name())))
+                        .unwrap_or_default();
+                    let tail: String = err.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
+                    return Err(LabError::io(
+                        format!("{} ended during the trial ({st})", p.name()),
+                        if tail.is_empty() {
+                            "no message".into()
+                        } else {
+                            tail
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ladder(s: &BwssScenario) -> Result<Ladder, LabError> {
+    let bps: Vec<u64> = s.bwss.rungs_kbps.iter().map(|k| k * 1000).collect();
+    Ladder::new(&bps).map_err(|e| LabError::io("bwss.rungs_kbps", e))
+}
+
+fn join_kbps(k: &[u64]) -> String {
+    k.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Waits until `addr` accepts a TCP connection from `from`.
+fn wait_tcp(from: &Host, addr: SocketAddr, what: &str) -> Result<(), LabError> {
+    let until = Instant::now() + READY_WITHIN;
+    loop {
+        let ok = from
+            .run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())?;
+        if ok {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err(LabError::io(
+                format!("waiting for {what} on {addr}"),
+                format!(
+                    "no answer within {} s (see its .err file in the run folder)",
+                    READY_WITHIN.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until the host's daemon answers on its socket.
+fn wait_daemon(host: &Host) -> Result<(), LabError> {
+    let until = Instant::now() + READY_WITHIN;
+    loop {
+        let name = lowtide_bwss::wire::socket_name();
+        if host.run(move || lowtide_bwss::client::Client::connect(&name).is_ok())? {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err(LabError::io(
+                format!("waiting for the BWSS daemon in {}", host.name()),
+                "it did not answer (see daemon.err in the run folder)",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// UDP bytes received per second of the trial, until `until`.
+fn count_per_second(
+    sock: UdpSocket,
+    t0: Instant,
+    secs: usize,
+    until: Instant,
+) -> Result<Vec<u64>, LabError> {
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| LabError::io("the interferer's sink", e))?;
+    let mut bytes = vec![0u64; secs];
+    let mut buf = vec![0u8; 65_536];
+    while Instant::now() < until {
+        match sock.recv(&mut buf) {
+            Ok(n) => {
+                let k = t0.elapsed().as_secs() as usize;
+                if let Some(b) = bytes.get_mut(k) {
+                    *b += n as u64;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(LabError::io("the interferer's sink", e)),
+        }
+    }
+    Ok(bytes)
+}
+
+/// The daemon's log as flows: the `video` rule's flow (or the ladder's port) is the video,
+/// `curl`'s flows are downloads (`kind` names them: receiver 0's or the outside host's).
+fn read_daemon_log(path: &Path, secs: usize, kind: FlowKind) -> Result<Vec<FlowSeries>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let mut flows: BTreeMap<u64, FlowSeries> = BTreeMap::new();
+    let mut downloads = 0;
+    for (n, line) in text.lines().enumerate() {
+        let j: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+        let (Some(t), Some(id)) = (j["t"].as_f64(), j["flow"].as_u64()) else {
+            return Err(format!("line {}: no t or flow", n + 1));
+        };
+        let f = flows.entry(id).or_insert_with(|| {
+            let program = j["program"].as_str().unwrap_or("?");
+            let remote = j["remote"].as_str().unwrap_or("");
+            let (name, k) = if j["rule"].as_str() == Some("video")
+                || remote.ends_with(&format!(":{VIDEO_PORT}"))
+            {
+                ("video (TCP)".to_string(), FlowKind::Video)
+            } else if program == "curl" {
+                downloads += 1;
+                match kind {
+                    FlowKind::Outside => ("outside download".to_string(), kind),
+                    _ => (format!("download {downloads}"), FlowKind::Download),
+                }
+            } else {
+                (format!("{program} {remote}"), FlowKind::Other)
+            };
+            FlowSeries {
+                name,
+                kind: k,
+                kbps: vec![None; secs],
+                target_kbps: vec![None; secs],
+            }
+        });
+        // The line at `t` covers the second before it.
+        let k = (t.round() as usize).saturating_sub(1);
+        if k < secs {
+            f.kbps[k] = j["kbps"].as_f64();
+            f.target_kbps[k] = j["target_kbps"].as_f64();
+        }
+    }
+    Ok(flows.into_values().collect())
+}
+
+/// The rung the TCP player asked for after each of its samples (its JSON lines).
+fn read_player_rungs(path: &Path, secs: usize) -> Vec<Option<usize>> {
+    let mut rungs = vec![None; secs];
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    for line in text.lines() {
+        let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let (Some(t), Some(r)) = (j["t_s"].as_f64(), j["rung"].as_u64()) {
+            let k = (t.round() as usize).saturating_sub(1);
+            if k < secs {
+                rungs[k] = Some(r as usize);
+            }
+        }
+    }
+    rungs
+}
