@@ -26,6 +26,7 @@ use lowtide_proto::{
 use crate::config::ChannelConfig;
 use crate::error::Error;
 use crate::sys;
+use crate::tls::{self, TlsSession};
 
 #[derive(Debug)]
 struct Inner {
@@ -92,7 +93,11 @@ pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Er
         .connect(addr)
         .await
         .map_err(|e| Error::io(format!("connect({addr})"), e))?;
-    Channel::start(stream, cfg, Side::Client)
+    let session = match &cfg.tls {
+        Some(t) => Some(tls::connect(&stream, t, addr).await?),
+        None => None,
+    };
+    Channel::start(stream, cfg, Side::Client, session)
 }
 
 fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
@@ -109,11 +114,14 @@ fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
 pub struct Listener {
     inner: TcpListener,
     cfg: ChannelConfig,
+    /// Loaded once from the certificate and key files.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Binds a listener on `addr`.
 pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Error> {
     cfg.validate()?;
+    let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;
     let sock = tcp_socket(addr)?;
     sock.set_reuseaddr(true)
         .map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
@@ -123,7 +131,7 @@ pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Er
     let inner = sock
         .listen(128)
         .map_err(|e| Error::io(format!("listen({addr})"), e))?;
-    Ok(Listener { inner, cfg })
+    Ok(Listener { inner, cfg, tls })
 }
 
 impl Listener {
@@ -134,15 +142,23 @@ impl Listener {
             .map_err(|e| Error::io("getsockname", e))
     }
 
-    /// Accepts the next channel.
+    /// Accepts the next channel (with TLS: after its handshake, which takes at most
+    /// [`TlsConfig::handshake_timeout_ms`](crate::TlsConfig::handshake_timeout_ms)).
     pub async fn accept(&self) -> Result<Channel, Error> {
-        let (stream, _) = self
+        let (stream, peer) = self
             .inner
             .accept()
             .await
             .map_err(|e| Error::io("accept", e))?;
         configure(stream.as_raw_fd(), &self.cfg)?;
-        Channel::start(stream, self.cfg.clone(), Side::Server)
+        let session = match (&self.tls, &self.cfg.tls) {
+            (Some(server), Some(t)) => {
+                let timeout = std::time::Duration::from_millis(t.handshake_timeout_ms);
+                Some(tls::accept(&stream, server, timeout, peer).await?)
+            }
+            _ => None,
+        };
+        Channel::start(stream, self.cfg.clone(), Side::Server, session)
     }
 }
 
@@ -167,10 +183,22 @@ fn configure(fd: RawFd, cfg: &ChannelConfig) -> Result<(), Error> {
 }
 
 impl Channel {
-    fn start(stream: TcpStream, cfg: ChannelConfig, side: Side) -> Result<Channel, Error> {
+    fn start(
+        stream: TcpStream,
+        cfg: ChannelConfig,
+        side: Side,
+        mut tls: Option<TlsSession>,
+    ) -> Result<Channel, Error> {
         let now = Instant::now();
         let mut conn = Connection::new(cfg.transport.clone(), side, now)?;
         conn.record_decisions(cfg.record_decisions);
+        if let Some(t) = &mut tls {
+            // Records that arrived with the handshake's last flight.
+            let early = t.decrypt(&[])?;
+            if !early.is_empty() {
+                conn.handle_read(now, early)?;
+            }
+        }
         let fd = stream.as_raw_fd();
         let last_tcp = sys::tcp_state(fd, 0)?;
         let local = stream
@@ -204,6 +232,7 @@ impl Channel {
             rbuf: BytesMut::with_capacity(cfg.read_chunk),
             read_chunk: cfg.read_chunk,
             read_eof: false,
+            tls,
         };
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
         Ok(Channel {
@@ -507,6 +536,8 @@ struct Driver {
     rbuf: BytesMut,
     read_chunk: usize,
     read_eof: bool,
+    /// The TLS record layer, if the channel is encrypted.
+    tls: Option<TlsSession>,
 }
 
 /// What the write phase found.
@@ -569,6 +600,9 @@ impl Driver {
             self.shared.to_app.notify_waiters();
             if closed && staged == 0 {
                 if !write_shut {
+                    if let Some(t) = &mut self.tls {
+                        t.close_notify(fd);
+                    }
                     sys_shutdown_write(fd);
                     write_shut = true;
                 }
@@ -653,7 +687,9 @@ impl Driver {
                 budget = budget.min(allowed);
             }
             let mut g = self.shared.lock();
-            let direct = g.conn.pending_frame().map(|(buf, need)| {
+            // (With TLS every read goes through the record layer.)
+            let direct = self.tls.is_none().then(|| g.conn.pending_frame()).flatten();
+            let direct = direct.map(|(buf, need)| {
                 let want = need.min(budget);
                 (want, self.stream.try_read_buf(&mut buf.limit(want)))
             });
@@ -670,7 +706,10 @@ impl Driver {
                 let Some(n) = read_result(res, &mut self.read_eof)? else {
                     return Ok(None);
                 };
-                let data = self.rbuf.split().freeze();
+                let mut data = self.rbuf.split().freeze();
+                if let Some(t) = &mut self.tls {
+                    data = t.decrypt(&data)?;
+                }
                 let handled = self.shared.lock().conn.handle_read(Instant::now(), data);
                 (want, n, handled)
             };
@@ -736,20 +775,33 @@ impl Driver {
                 break;
             }
             let conn = &g.conn;
-            let requested: usize = conn
-                .transmit_segments()
-                .take(sys::MAX_IOV)
-                .map(<[u8]>::len)
-                .sum();
+            // With TLS the kernel gets the records of the staged bytes; staged plaintext counts
+            // as written once its whole record is in the kernel (see `tls`).
+            if let Some(t) = &mut self.tls {
+                t.encrypt(conn.transmit_segments(), tcp.mss_or_default())?;
+            }
+            let requested: usize = match &self.tls {
+                Some(t) => t.pending(),
+                None => conn
+                    .transmit_segments()
+                    .take(sys::MAX_IOV)
+                    .map(<[u8]>::len)
+                    .sum(),
+            };
             // Bytes count as handed to the kernel when the system call starts: on loopback the
             // peer may read them before `writev` returns.
             let t_write = Instant::now();
-            let r = self.stream.try_io(Interest::WRITABLE, || {
-                sys::writev(fd, conn.transmit_segments())
+            let r = self.stream.try_io(Interest::WRITABLE, || match &self.tls {
+                Some(t) => sys::writev(fd, t.segments()),
+                None => sys::writev(fd, conn.transmit_segments()),
             });
             match r {
                 Ok(n) => {
-                    g.conn.handle_written(t_write, n);
+                    let plain = match &mut self.tls {
+                        Some(t) => t.handle_written(n),
+                        None => n,
+                    };
+                    g.conn.handle_written(t_write, plain);
                     room = room.map(|r| r.saturating_sub(n as u64));
                     if needs {
                         tcp.outq = tcp.outq.saturating_add(n as u32);

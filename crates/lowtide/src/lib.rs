@@ -2,7 +2,8 @@
 //! controllers that keep the kernel's send buffer at low tide.
 //!
 //! This crate is the thin tokio driver over the sans-IO core [`lowtide_proto`] (the split of
-//! quinn over quinn-proto): [`sys`] holds every system call, [`channel`] the driver loop.
+//! quinn over quinn-proto): [`sys`] holds every system call, [`channel`] the driver loop,
+//! `tls` the optional TLS 1.3 record layer ([`TlsConfig`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lowtide::Error> {
@@ -22,6 +23,7 @@ mod config;
 mod error;
 mod handles;
 pub mod sys;
+mod tls;
 
 pub use channel::{connect, listen, Channel, Listener, ReadGate};
 pub use config::ChannelConfig;
@@ -33,6 +35,7 @@ pub use lowtide_proto::{
     CancelReason, Config, ControllerConfig, Decision, DecisionRecord, Event, Fairness, Message,
     MessageId, MessageTimes, PeerCancelled, Received, Stats, StreamConfig, TcpState, Wake,
 };
+pub use tls::{TlsConfig, RECORD_OVERHEAD as TLS_RECORD_OVERHEAD};
 
 /// A current-thread tokio runtime with I/O and timers: what each lab host thread (already in
 /// its network namespace) builds to run its channels.
