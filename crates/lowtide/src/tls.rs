@@ -315,9 +315,11 @@ async fn drive_handshake(
         if let Err(e) = conn.process_new_packets() {
             // Tell the peer why (an alert), best effort.
             let _ = conn.write_tls(&mut Socket(stream));
-            return Err(Error::Tls(format!(
-                "handshake with {peer}: {e} (does the peer speak TLS 1.3?)"
-            )));
+            let hint = match e {
+                rustls::Error::InvalidCertificate(_) | rustls::Error::AlertReceived(_) => "",
+                _ => " (does the peer speak TLS 1.3?)",
+            };
+            return Err(Error::Tls(format!("handshake with {peer}: {e}{hint}")));
         }
     }
 }
