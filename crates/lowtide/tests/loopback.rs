@@ -520,3 +520,62 @@ async fn tls_bad_peers_get_clear_errors_without_hanging() {
         .to_string();
     assert!(e.contains("key.pem") && e.contains("no CERTIFICATE"), "{e}");
 }
+
+/// Bulk goodput of 64 KB messages over loopback with and without TLS, alternating, in one
+/// process (both ends on one thread: a ratio, not an absolute figure). Prints; asserts only
+/// that both delivered. `cargo test --release -p lowtide --test loopback -- --ignored tls_bulk`
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "a measurement (~6 s)"]
+async fn tls_bulk_goodput_beside_plaintext() {
+    let certs = TestCerts::new();
+    let mut ratios = Vec::new();
+    for round in 0..3 {
+        let mut mb_s = [0.0; 2];
+        for (i, tls) in [false, true].into_iter().enumerate() {
+            let mut client = ChannelConfig::default();
+            let mut server = ChannelConfig::default();
+            if tls {
+                client.tls = Some(certs.client());
+                server.tls = Some(certs.server());
+            }
+            let (c, s) = pair(client, server).await;
+            let st = c.open_stream(StreamConfig::default()).unwrap();
+            let msg = bytes::Bytes::from(vec![5u8; 64 << 10]);
+            let t0 = Instant::now();
+            let secs = Duration::from_secs(1);
+            let sender = async {
+                let end = tokio::time::Instant::from_std(t0 + secs);
+                while let Ok(r) = tokio::time::timeout_at(end, c.queue_below(1 << 20)).await {
+                    r.unwrap();
+                    c.send_batch(st, std::iter::repeat_n(msg.clone(), 8))
+                        .unwrap();
+                }
+            };
+            let receiver = async {
+                let mut got = 0u64;
+                let mut out = Vec::new();
+                while t0.elapsed() < secs {
+                    out.clear();
+                    if s.recv_many(&mut out, 64).await == 0 {
+                        break;
+                    }
+                    got += out.iter().map(|m| m.data.len() as u64).sum::<u64>();
+                }
+                got
+            };
+            let ((), got) = tokio::join!(sender, receiver);
+            assert!(got > 0);
+            mb_s[i] = got as f64 / t0.elapsed().as_secs_f64() / 1e6;
+            c.close(0, "done").await;
+        }
+        eprintln!(
+            "round {round}: plaintext {:.0} MB/s, TLS {:.0} MB/s, TLS/plaintext {:.2}",
+            mb_s[0],
+            mb_s[1],
+            mb_s[1] / mb_s[0]
+        );
+        ratios.push(mb_s[1] / mb_s[0]);
+    }
+    ratios.sort_by(f64::total_cmp);
+    eprintln!("median TLS/plaintext goodput: {:.2}", ratios[1]);
+}
