@@ -143,7 +143,9 @@ impl Listener {
     }
 
     /// Accepts the next channel (with TLS: after its handshake, which takes at most
-    /// [`TlsConfig::handshake_timeout_ms`](crate::TlsConfig::handshake_timeout_ms)).
+    /// [`TlsConfig::handshake_timeout_ms`](crate::TlsConfig::handshake_timeout_ms)). Without
+    /// TLS cancel-safe; with TLS, dropping the future mid-handshake drops that connection
+    /// (keep one accept future across `select!` iterations).
     pub async fn accept(&self) -> Result<Channel, Error> {
         let (stream, peer) = self
             .inner
