@@ -49,6 +49,8 @@ pub const RECORD_OVERHEAD: usize = 22;
 
 /// Smallest record payload we write even with a tiny MSS.
 const MIN_RECORD_PAYLOAD: usize = 64;
+/// Largest TLS record payload (RFC 8446 §5.1).
+const MAX_RECORD_PAYLOAD: usize = 16 << 10;
 
 /// TLS for a channel: a client needs `ca` (and checks `server_name`), a server `cert` and
 /// `key`. All files are PEM.
@@ -363,11 +365,12 @@ impl TlsSession {
         }
     }
 
-    /// Record payload for a path with this MSS (h2o's `calc_suggested_tls_payload_size`).
+    /// Record payload for a path with this MSS (h2o's `calc_suggested_tls_payload_size`),
+    /// within TLS's 16 KB record limit (loopback's MSS is ~64 KB).
     pub(crate) fn record_payload(mss: u32) -> usize {
         (mss as usize)
             .saturating_sub(RECORD_OVERHEAD)
-            .max(MIN_RECORD_PAYLOAD)
+            .clamp(MIN_RECORD_PAYLOAD, MAX_RECORD_PAYLOAD)
     }
 
     /// Encrypts the staged plaintext not yet encrypted (`staged`: the core's staged bytes, in
