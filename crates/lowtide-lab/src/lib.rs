@@ -35,6 +35,7 @@ pub mod summary;
 pub mod sweep;
 pub mod tail;
 pub mod tcpinfo;
+pub mod tls;
 pub mod video;
 
 /// A lab run failed; the message says which step and why.

@@ -317,6 +317,10 @@ pub struct Variant {
     /// `tcp_wmem`'s 4 MB). The kernel doubles it; 65536 gives Linux 2.4's largest buffer.
     #[serde(default)]
     pub sndbuf: Option<u32>,
+    /// lowtide over TLS 1.3 (a certificate made for the trial; see `docs/tls.md`). Not with
+    /// `quic` (QUIC always encrypts).
+    #[serde(default)]
+    pub tls: bool,
     /// The paper's numbers for this variant, where it gives them.
     #[serde(default)]
     pub paper: Option<PaperNumbers>,
@@ -748,6 +752,13 @@ impl Scenario {
             }
             if let Some(q) = &v.quic {
                 q.check().map_err(|e| invalid(field("quic"), "", e))?;
+                if v.tls {
+                    return Err(invalid(
+                        field("tls"),
+                        "true",
+                        "false with quic (QUIC always encrypts)",
+                    ));
+                }
                 let app = self.application_of(v);
                 if app == ApplicationKind::LayeredVideo {
                     return Err(invalid(
