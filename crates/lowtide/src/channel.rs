@@ -656,6 +656,14 @@ impl Driver {
         }
     }
 
+    /// Bytes handed to the kernel, in the kernel's units (ciphertext under TLS).
+    fn kernel_written(&self, g: &Inner) -> u64 {
+        match &self.tls {
+            Some(t) => t.kernel_written(),
+            None => g.conn.written(),
+        }
+    }
+
     fn set_lowat(&self, fd: RawFd, lowat: u32) -> Result<(), Error> {
         let mut g = self.shared.lock();
         if g.lowat != Some(lowat) {
@@ -739,7 +747,7 @@ impl Driver {
         // by the bytes written (outq and notsent grow, nothing else can make the allowance
         // larger than it really is), and re-sampled only when that stale view blocks.
         let mut tcp = if needs {
-            sys::tcp_state(fd, g.conn.written())?
+            sys::tcp_state(fd, self.kernel_written(&g))?
         } else {
             // chunk sizing still wants the MSS
             TcpState {
@@ -758,7 +766,11 @@ impl Driver {
         };
         for _ in 0..64 {
             g.conn.set_kernel_room(room);
-            let d = g.conn.poll_transmit(Instant::now(), &tcp);
+            let view = match &self.tls {
+                Some(_) => TlsSession::plaintext_view(&tcp),
+                None => tcp,
+            };
+            let d = g.conn.poll_transmit(Instant::now(), &view);
             if let Some(l) = d.fixed_lowat {
                 if g.lowat != Some(l) {
                     sys::set_notsent_lowat(fd, l)?;
@@ -769,7 +781,7 @@ impl Driver {
             let staged = g.conn.staged_len();
             if staged == 0 {
                 if d.blocked() && needs && !fresh {
-                    tcp = sys::tcp_state(fd, g.conn.written())?;
+                    tcp = sys::tcp_state(fd, self.kernel_written(&g))?;
                     g.last_tcp = tcp;
                     fresh = true;
                     continue;

@@ -39,7 +39,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
-use lowtide_proto::ConfigError;
+use lowtide_proto::{ConfigError, TcpState};
 
 use crate::error::Error;
 
@@ -272,7 +272,12 @@ async fn handshake(
     peer: SocketAddr,
 ) -> Result<TlsSession, Error> {
     match tokio::time::timeout(timeout, drive_handshake(stream, &mut conn, peer)).await {
-        Ok(Ok(())) => Ok(TlsSession::new(conn)),
+        Ok(Ok(sent)) => {
+            let mut s = TlsSession::new(conn);
+            s.cipher_written = sent;
+            s.cipher_total = sent;
+            Ok(s)
+        }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::Tls(format!(
             "handshake with {peer} did not finish within {timeout:?} (does the peer speak TLS?)"
@@ -284,11 +289,12 @@ async fn drive_handshake(
     stream: &TcpStream,
     conn: &mut rustls::Connection,
     peer: SocketAddr,
-) -> Result<(), Error> {
+) -> Result<u64, Error> {
+    let mut sent = 0u64;
     loop {
         while conn.wants_write() {
             match conn.write_tls(&mut Socket(stream)) {
-                Ok(_) => {}
+                Ok(n) => sent += n as u64,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream
                     .writable()
                     .await
@@ -297,7 +303,7 @@ async fn drive_handshake(
             }
         }
         if !conn.is_handshaking() {
-            return Ok(());
+            return Ok(sent);
         }
         stream
             .readable()
@@ -333,7 +339,8 @@ pub(crate) struct TlsSession {
     out: BytesMut,
     /// Records in `out`: (end offset in the ciphertext stream, plaintext bytes carried).
     records: VecDeque<(u64, u64)>,
-    /// Ciphertext bytes ever put into `out`, and handed to the kernel.
+    /// Ciphertext bytes ever put into `out`, and bytes handed to the kernel (from the
+    /// handshake on: what `tcpi_bytes_acked` counts against).
     cipher_total: u64,
     cipher_written: u64,
     /// Staged plaintext bytes already encrypted into `out` (the front of the core's staged
@@ -371,6 +378,22 @@ impl TlsSession {
         (mss as usize)
             .saturating_sub(RECORD_OVERHEAD)
             .clamp(MIN_RECORD_PAYLOAD, MAX_RECORD_PAYLOAD)
+    }
+
+    /// The kernel's state in plaintext units, for the core: the MSS is one record's payload
+    /// and the kernel's byte counts are scaled by payload/MSS. A controller's allowance of
+    /// whole segments then becomes whole MSS-sized records: without this, every write would end
+    /// in a sliver segment of record overheads that costs a congestion-window slot of its own.
+    pub(crate) fn plaintext_view(tcp: &TcpState) -> TcpState {
+        let mss = tcp.mss_or_default();
+        let payload = Self::record_payload(mss) as u64;
+        let scale = |b: u32| (u64::from(b) * payload / u64::from(mss)) as u32;
+        TcpState {
+            mss: payload as u32,
+            outq: scale(tcp.outq),
+            notsent: scale(tcp.notsent),
+            ..*tcp
+        }
     }
 
     /// Encrypts the staged plaintext not yet encrypted (`staged`: the core's staged bytes, in
@@ -437,6 +460,12 @@ impl TlsSession {
     /// The ciphertext for the kernel, as `writev` segments.
     pub(crate) fn segments(&self) -> impl Iterator<Item = &[u8]> {
         std::iter::once(&self.out[..]).filter(|s| !s.is_empty())
+    }
+
+    /// Bytes handed to the kernel on this connection, handshake included (the core's
+    /// `written` counts plaintext; the kernel's acknowledged bytes are ciphertext).
+    pub(crate) fn kernel_written(&self) -> u64 {
+        self.cipher_written
     }
 
     /// Ciphertext bytes waiting for the kernel.
