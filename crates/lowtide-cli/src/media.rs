@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use lowtide::{ChannelConfig, ControllerConfig};
+use lowtide::{ChannelConfig, ControllerConfig, TlsConfig};
 use lowtide_media::server::{self, ServeOptions, SessionEnd};
 use lowtide_media::session::send_video;
 use lowtide_media::video::{SyntheticModel, Video};
@@ -39,6 +39,52 @@ pub struct SendArgs {
     /// Congestion control of the socket.
     #[arg(long, default_value = "cubic")]
     cc: String,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// TLS 1.3 on the channel: the receiver (server) presents `--tls-cert` with `--tls-key`, the
+/// sender (client) trusts `--tls-ca`. All PEM files.
+#[derive(Args)]
+pub struct TlsArgs {
+    /// Receiver: its certificate chain (PEM).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// Receiver: the certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// Sender: the CA certificate(s) the receiver's certificate must chain to (PEM); turns TLS on.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// Sender: the name the receiver's certificate must carry (default: the --to address).
+    #[arg(long, requires = "tls_ca")]
+    tls_server_name: Option<String>,
+}
+
+impl TlsArgs {
+    fn client(&self) -> anyhow::Result<Option<TlsConfig>> {
+        if self.tls_cert.is_some() || self.tls_key.is_some() {
+            anyhow::bail!(
+                "--tls-cert/--tls-key are for `lowtide recv` (the server); \
+                 the sender takes --tls-ca (client certificates are not supported)"
+            );
+        }
+        Ok(self
+            .tls_ca
+            .as_ref()
+            .map(|ca| TlsConfig::client(ca, self.tls_server_name.clone())))
+    }
+
+    fn server(&self) -> anyhow::Result<Option<TlsConfig>> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (_, _, Some(_)) => anyhow::bail!(
+                "--tls-ca is for `lowtide send` (the client); the receiver takes --tls-cert and --tls-key"
+            ),
+            (Some(cert), Some(key), None) => Ok(Some(TlsConfig::server(cert, key))),
+            (None, None, None) => Ok(None),
+            _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -61,6 +107,8 @@ pub struct RecvArgs {
     /// A peer that sends no valid message within this many seconds is dropped.
     #[arg(long, default_value_t = 10.0)]
     first_message_s: f64,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 /// Sessions served at once; a further peer waits in the listen backlog.
@@ -104,19 +152,21 @@ pub fn send(args: SendArgs) -> anyhow::Result<i32> {
     };
     let mut cfg = ChannelConfig::with_controller(parse_controller(&args.controller)?);
     cfg.congestion = Some(args.cc.clone());
+    cfg.tls = args.tls.client()?;
     let rates: Vec<String> = video
         .layer_rates_bps()
         .iter()
         .map(|r| format!("{:.0}", r / 1e3))
         .collect();
     println!(
-        "sending {} frames, {} layers ({} kbit/s), windows of {} frames, controller {}, {}",
+        "sending {} frames, {} layers ({} kbit/s), windows of {} frames, controller {}, {}{}",
         video.frames.len(),
         video.layer_count(),
         rates.join(" + "),
         args.window,
         args.controller,
-        args.cc
+        args.cc,
+        if cfg.tls.is_some() { ", TLS 1.3" } else { "" }
     );
     lowtide::current_thread_runtime()?.block_on(async move {
         let ch = lowtide::connect(args.to, cfg)
@@ -145,8 +195,12 @@ pub fn send(args: SendArgs) -> anyhow::Result<i32> {
 
 /// Serves one sender after another (several at once); a bad peer is logged and dropped.
 pub fn recv(args: RecvArgs) -> anyhow::Result<i32> {
+    let cfg = ChannelConfig {
+        tls: args.tls.server()?,
+        ..ChannelConfig::default()
+    };
     lowtide::current_thread_runtime()?.block_on(async move {
-        let listener = lowtide::listen(args.listen, ChannelConfig::default())
+        let listener = lowtide::listen(args.listen, cfg)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
         println!("waiting for senders on {}", args.listen);

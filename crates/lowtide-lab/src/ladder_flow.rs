@@ -102,7 +102,7 @@ impl LadderApp {
 #[derive(Debug, Clone)]
 pub enum LadderTransport {
     /// lowtide over TCP (its controller and `SO_SNDBUF` in the config); the session probes.
-    Lowtide(ChannelConfig),
+    Lowtide(Box<ChannelConfig>),
     Tfrc(TfrcConfig),
 }
 
@@ -222,7 +222,7 @@ pub(crate) fn start(
     }
     let transport = match v.tfrc {
         Some(t) => LadderTransport::Tfrc(t),
-        None => LadderTransport::Lowtide(cfg.clone()),
+        None => LadderTransport::Lowtide(Box::new(cfg.clone())),
     };
     let report_addr = SocketAddr::from((tx_host.addr(), REPORT_PORT + index as u16));
     let receive_end = end + crate::runner::GRACE;
@@ -419,7 +419,7 @@ pub fn serve(
             LadderTransport::Lowtide(cfg) => {
                 let mut cfg = cfg.clone();
                 cfg.transport.probe_at_start = true;
-                let ch = stream::connect(dst, cfg).await?;
+                let ch = stream::connect(dst, *cfg).await?;
                 let stream = ch
                     .open_stream(StreamConfig::default())
                     .map_err(stream::transport("opening a stream"))?;
@@ -579,7 +579,7 @@ pub fn play(
     stream::runtime()?.block_on(async move {
         let (link, first) = match transport {
             LadderTransport::Lowtide(cfg) => {
-                let listener = stream::listen(addr, cfg).await?;
+                let listener = stream::listen(addr, *cfg).await?;
                 let (ch, m) = stream::accept_first(&listener, end, &stop).await?;
                 (ClientLink::Lowtide(ch), Some((m.data, m.received_at)))
             }

@@ -45,6 +45,7 @@ pub mod sweep;
 pub mod tail;
 pub mod tcpinfo;
 pub mod tfrc_flow;
+pub mod tls;
 pub mod video;
 
 /// A lab run failed; the message says which step and why.

@@ -751,6 +751,8 @@ struct TrialThreads {
     floor_rx: Task<Vec<Sample>>,
     cross: Vec<Task<lowtide_traffic::report::ScheduleReport>>,
     clip: Option<lowtide_media::video::Video>,
+    /// The TLS variants' certificate files, kept until the trial's threads are done.
+    _tls_files: Option<crate::tls::TlsFiles>,
 }
 
 impl TrialThreads {
@@ -965,6 +967,11 @@ fn start_trial(
         .map_err(|e| LabError::io("building the video", e))?;
     let receive_end = end + GRACE;
     let mut measured = vec![];
+    let tls_files = variants
+        .iter()
+        .any(|&i| s.variants[i].tls)
+        .then(|| crate::tls::TlsFiles::generate(rx_host.addr().into()))
+        .transpose()?;
     for &i in variants {
         let v = &s.variants[i];
         let mut cfg = ChannelConfig {
@@ -980,7 +987,11 @@ fn start_trial(
         cfg.sndbuf = v.sndbuf;
         let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
         let tx_host = net.sender(v.sender);
-        let (rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
+        let (mut rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
+        if let (true, Some(files)) = (v.tls, &tls_files) {
+            cfg.tls = Some(files.client());
+            rcfg.tls = Some(files.server());
+        }
         if let Some(q) = &v.quic {
             measured.push((
                 i,
@@ -1085,6 +1096,7 @@ fn start_trial(
         floor_rx,
         cross,
         clip,
+        _tls_files: tls_files,
     })
 }
 

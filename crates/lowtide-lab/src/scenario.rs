@@ -331,6 +331,10 @@ pub struct Variant {
     /// `tcp_wmem`'s 4 MB). The kernel doubles it; 65536 gives Linux 2.4's largest buffer.
     #[serde(default)]
     pub sndbuf: Option<u32>,
+    /// lowtide over TLS 1.3 (a certificate made for the trial; see `docs/tls.md`). Not with
+    /// `quic` (QUIC always encrypts).
+    #[serde(default)]
+    pub tls: bool,
     /// The paper's numbers for this variant, where it gives them.
     #[serde(default)]
     pub paper: Option<PaperNumbers>,
@@ -786,6 +790,13 @@ impl Scenario {
             }
             if let Some(q) = &v.quic {
                 q.check().map_err(|e| invalid(field("quic"), "", e))?;
+                if v.tls {
+                    return Err(invalid(
+                        field("tls"),
+                        "true",
+                        "false with quic (QUIC always encrypts)",
+                    ));
+                }
                 let app = self.application_of(v);
                 if matches!(
                     app,
@@ -809,6 +820,13 @@ impl Scenario {
                 }
             }
             if let Some(f) = &v.failover {
+                if v.tls {
+                    return Err(invalid(
+                        field("tls"),
+                        "true with failover",
+                        "TLS or failover, not both (yet)",
+                    ));
+                }
                 if v.quic.is_some() {
                     return Err(invalid(
                         field("failover"),
@@ -838,10 +856,11 @@ impl Scenario {
                     || v.sndbuf.is_some()
                     || v.quic.is_some()
                     || v.failover.is_some()
+                    || v.tls
                 {
                     return Err(invalid(
                         field("tfrc"),
-                        "with controller, congestion, sndbuf, quic or failover",
+                        "with controller, congestion, sndbuf, quic, failover or tls",
                         "a TFRC variant without lowtide's TCP settings (its buffer is tfrc.buffer)",
                     ));
                 }

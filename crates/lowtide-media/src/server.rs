@@ -52,9 +52,13 @@ pub async fn serve(
     let slots = Arc::new(tokio::sync::Semaphore::new(opts.max_sessions.max(1)));
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<bool>();
     let mut served = 0u32;
+    // One accept future across iterations: with TLS, `accept` runs a handshake, and dropping
+    // it when another branch fires would drop that peer's connection.
+    let mut next = std::pin::pin!(listener.accept());
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
+            accepted = &mut next => {
+                next.set(listener.accept());
                 let ch = match accepted {
                     Ok(ch) => ch,
                     // A connection that failed before it was ours (reset in the backlog,

@@ -28,6 +28,7 @@ use crate::config::ChannelConfig;
 use crate::error::Error;
 use crate::failover::{self, Acceptor, ClientPaths, PathEvent, Paths, ServerPaths};
 use crate::sys;
+use crate::tls::{self, TlsSession};
 
 #[derive(Debug)]
 struct Inner {
@@ -99,6 +100,10 @@ pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Er
         .connect(addr)
         .await
         .map_err(|e| Error::io(format!("connect({addr})"), e))?;
+    let session = match &cfg.tls {
+        Some(t) => Some(tls::connect(&stream, t, addr).await?),
+        None => None,
+    };
     let (token, paths) = match cfg.transport.failover {
         Some(f) => {
             let token = failover::random_token();
@@ -107,7 +112,7 @@ pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Er
         }
         None => (0, None),
     };
-    Channel::start(stream, cfg, Side::Client, token, paths, &[])
+    Channel::start(stream, cfg, Side::Client, token, paths, &[], session)
 }
 
 pub(crate) fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
@@ -124,6 +129,8 @@ pub(crate) fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
 pub struct Listener {
     inner: ListenerKind,
     cfg: ChannelConfig,
+    /// Loaded once from the certificate and key files.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 #[derive(Debug)]
@@ -136,6 +143,7 @@ enum ListenerKind {
 /// Binds a listener on `addr`.
 pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Error> {
     cfg.validate()?;
+    let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;
     let sock = tcp_socket(addr)?;
     sock.set_reuseaddr(true)
         .map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
@@ -150,7 +158,7 @@ pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Er
     } else {
         ListenerKind::Plain(inner)
     };
-    Ok(Listener { inner, cfg })
+    Ok(Listener { inner, cfg, tls })
 }
 
 impl Listener {
@@ -163,8 +171,11 @@ impl Listener {
     }
 
     /// Accepts the next channel. With failover on, a task reads the hello of every
-    /// connection (at most 5 s each, one after the other) and hands
-    /// backup connections to their channels.
+    /// connection (at most 5 s each, one after the other) and hands backup connections to
+    /// their channels. With TLS: after its handshake, which takes at most
+    /// [`TlsConfig::handshake_timeout_ms`](crate::TlsConfig::handshake_timeout_ms). Without
+    /// TLS cancel-safe; with TLS, dropping the future mid-handshake drops that connection
+    /// (keep one accept future across `select!` iterations).
     pub async fn accept(&self) -> Result<Channel, Error> {
         let l = match &self.inner {
             ListenerKind::Routed(acceptor) => {
@@ -179,13 +190,29 @@ impl Listener {
                     0,
                     paths,
                     &a.bytes,
+                    None,
                 );
             }
             ListenerKind::Plain(l) => l,
         };
-        let (stream, _) = l.accept().await.map_err(|e| Error::io("accept", e))?;
+        let (stream, peer) = l.accept().await.map_err(|e| Error::io("accept", e))?;
         configure(stream.as_raw_fd(), &self.cfg)?;
-        Channel::start(stream, self.cfg.clone(), Side::Server, 0, None, &[])
+        let session = match (&self.tls, &self.cfg.tls) {
+            (Some(server), Some(t)) => {
+                let timeout = std::time::Duration::from_millis(t.handshake_timeout_ms);
+                Some(tls::accept(&stream, server, timeout, peer).await?)
+            }
+            _ => None,
+        };
+        Channel::start(
+            stream,
+            self.cfg.clone(),
+            Side::Server,
+            0,
+            None,
+            &[],
+            session,
+        )
     }
 }
 
@@ -217,6 +244,7 @@ impl Channel {
         token: u64,
         paths: Option<Paths>,
         read: &[u8],
+        mut tls: Option<TlsSession>,
     ) -> Result<Channel, Error> {
         let now = Instant::now();
         let mut conn = Connection::with_token(cfg.transport.clone(), side, now, token)?;
@@ -224,6 +252,13 @@ impl Channel {
         if !read.is_empty() {
             // the listener read the hello (failover); an error is staged as a CLOSE frame
             let _ = conn.handle_bytes(now, read);
+        }
+        if let Some(t) = &mut tls {
+            // Records that arrived with the handshake's last flight.
+            let early = t.decrypt(&[])?;
+            if !early.is_empty() {
+                conn.handle_read(now, early)?;
+            }
         }
         let fd = stream.as_raw_fd();
         let last_tcp = sys::tcp_state(fd, 0)?;
@@ -261,6 +296,7 @@ impl Channel {
             read_chunk: cfg.read_chunk,
             read_eof: false,
             paths,
+            tls,
         };
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
         Ok(Channel {
@@ -576,6 +612,8 @@ struct Driver {
     read_eof: bool,
     /// Failover's other connections.
     paths: Option<Paths>,
+    /// The TLS record layer, if the channel is encrypted.
+    tls: Option<TlsSession>,
 }
 
 /// What the write phase found.
@@ -641,6 +679,9 @@ impl Driver {
             self.shared.to_app.notify_waiters();
             if closed && staged == 0 {
                 if !write_shut {
+                    if let Some(t) = &mut self.tls {
+                        t.close_notify(fd);
+                    }
                     sys_shutdown_write(fd);
                     write_shut = true;
                 }
@@ -699,6 +740,14 @@ impl Driver {
         }
     }
 
+    /// Bytes handed to the kernel, in the kernel's units (ciphertext under TLS).
+    fn kernel_written(&self, g: &Inner) -> u64 {
+        match &self.tls {
+            Some(t) => t.kernel_written(),
+            None => g.conn.path_written(),
+        }
+    }
+
     fn set_lowat(&self, fd: RawFd, lowat: u32) -> Result<(), Error> {
         let mut g = self.shared.lock();
         if g.lowat != Some(lowat) {
@@ -732,7 +781,9 @@ impl Driver {
                 budget = budget.min(allowed);
             }
             let mut g = self.shared.lock();
-            let direct = g.conn.pending_frame().map(|(buf, need)| {
+            // (With TLS every read goes through the record layer.)
+            let direct = self.tls.is_none().then(|| g.conn.pending_frame()).flatten();
+            let direct = direct.map(|(buf, need)| {
                 let want = need.min(budget);
                 (want, self.stream.try_read_buf(&mut buf.limit(want)))
             });
@@ -749,7 +800,10 @@ impl Driver {
                 let Some(n) = read_result(res, &mut self.read_eof)? else {
                     return Ok(None);
                 };
-                let data = self.rbuf.split().freeze();
+                let mut data = self.rbuf.split().freeze();
+                if let Some(t) = &mut self.tls {
+                    data = t.decrypt(&data)?;
+                }
                 let handled = self.shared.lock().conn.handle_read(Instant::now(), data);
                 (want, n, handled)
             };
@@ -777,7 +831,7 @@ impl Driver {
         // by the bytes written (outq and notsent grow, nothing else can make the allowance
         // larger than it really is), and re-sampled only when that stale view blocks.
         let mut tcp = if needs {
-            sys::tcp_state(fd, g.conn.path_written())?
+            sys::tcp_state(fd, self.kernel_written(&g))?
         } else {
             // chunk sizing still wants the MSS
             TcpState {
@@ -796,7 +850,11 @@ impl Driver {
         };
         for _ in 0..64 {
             g.conn.set_kernel_room(room);
-            let d = g.conn.poll_transmit(Instant::now(), &tcp);
+            let view = match &self.tls {
+                Some(_) => TlsSession::plaintext_view(&tcp),
+                None => tcp,
+            };
+            let d = g.conn.poll_transmit(Instant::now(), &view);
             if let Some(l) = d.fixed_lowat {
                 if g.lowat != Some(l) {
                     sys::set_notsent_lowat(fd, l)?;
@@ -807,7 +865,7 @@ impl Driver {
             let staged = g.conn.staged_len();
             if staged == 0 {
                 if d.blocked() && needs && !fresh {
-                    tcp = sys::tcp_state(fd, g.conn.path_written())?;
+                    tcp = sys::tcp_state(fd, self.kernel_written(&g))?;
                     g.last_tcp = tcp;
                     fresh = true;
                     continue;
@@ -815,20 +873,33 @@ impl Driver {
                 break;
             }
             let conn = &g.conn;
-            let requested: usize = conn
-                .transmit_segments()
-                .take(sys::MAX_IOV)
-                .map(<[u8]>::len)
-                .sum();
+            // With TLS the kernel gets the records of the staged bytes; staged plaintext counts
+            // as written once its whole record is in the kernel (see `tls`).
+            if let Some(t) = &mut self.tls {
+                t.encrypt(conn.transmit_segments(), tcp.mss_or_default())?;
+            }
+            let requested: usize = match &self.tls {
+                Some(t) => t.pending(),
+                None => conn
+                    .transmit_segments()
+                    .take(sys::MAX_IOV)
+                    .map(<[u8]>::len)
+                    .sum(),
+            };
             // Bytes count as handed to the kernel when the system call starts: on loopback the
             // peer may read them before `writev` returns.
             let t_write = Instant::now();
-            let r = self.stream.try_io(Interest::WRITABLE, || {
-                sys::writev(fd, conn.transmit_segments())
+            let r = self.stream.try_io(Interest::WRITABLE, || match &self.tls {
+                Some(t) => sys::writev(fd, t.segments()),
+                None => sys::writev(fd, conn.transmit_segments()),
             });
             match r {
                 Ok(n) => {
-                    g.conn.handle_written(t_write, n);
+                    let plain = match &mut self.tls {
+                        Some(t) => t.handle_written(n),
+                        None => n,
+                    };
+                    g.conn.handle_written(t_write, plain);
                     room = room.map(|r| r.saturating_sub(n as u64));
                     if needs {
                         tcp.outq = tcp.outq.saturating_add(n as u32);

@@ -4,6 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use lowtide_proto::{Config, ConfigError};
 
+use crate::tls::TlsConfig;
+
 /// Everything a channel needs to know, typed and validated ([`ChannelConfig::validate`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -30,6 +32,8 @@ pub struct ChannelConfig {
     pub max_events: usize,
     /// Controller decisions kept for [`Channel::drain_decisions`](crate::Channel::drain_decisions) (0: off).
     pub record_decisions: usize,
+    /// TLS 1.3 on the channel (`None`: plaintext). See [`TlsConfig`].
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for ChannelConfig {
@@ -45,6 +49,7 @@ impl Default for ChannelConfig {
             read_chunk: 256 << 10,
             max_events: 1 << 20,
             record_decisions: 0,
+            tls: None,
         }
     }
 }
@@ -92,6 +97,18 @@ impl ChannelConfig {
                 if !(4096..=(1 << 30)).contains(&v) {
                     return Err(config_error(field, v, "4096..=1073741824"));
                 }
+            }
+        }
+        if let Some(t) = &self.tls {
+            t.validate()?;
+            // Backup connections would each need their own handshake, and a resend after a
+            // switch would cross record boundaries: not built yet.
+            if self.transport.failover.is_some() {
+                return Err(config_error(
+                    "tls",
+                    "with transport.failover",
+                    "TLS or failover, not both (yet)",
+                ));
             }
         }
         Ok(())

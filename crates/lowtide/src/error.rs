@@ -43,6 +43,11 @@ pub enum Error {
         /// The reason the peer gave.
         reason: String,
     },
+    /// TLS failed: a certificate or key file (named) could not be used, the handshake failed
+    /// or timed out (an untrusted certificate, a peer that does not speak TLS), or the peer
+    /// sent a corrupt record.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The peer went away without a CLOSE frame.
     #[error("connection closed by peer without CLOSE")]
     PeerGone,

@@ -3,7 +3,8 @@
 //!
 //! This crate is the thin tokio driver over the sans-IO core [`lowtide_proto`] (the split of
 //! quinn over quinn-proto): [`sys`] holds every system call, [`channel`] the driver loop,
-//! `failover` the backup connections (`failover = { .. }` in the transport config).
+//! `failover` the backup connections (`failover = { .. }` in the transport config),
+//! `tls` the optional TLS 1.3 record layer ([`TlsConfig`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lowtide::Error> {
@@ -24,6 +25,7 @@ mod error;
 mod failover;
 mod handles;
 pub mod sys;
+mod tls;
 
 pub use channel::{connect, listen, Channel, Listener, ReadGate};
 pub use config::ChannelConfig;
@@ -35,6 +37,7 @@ pub use lowtide_proto::{
     CancelReason, Config, ControllerConfig, Decision, DecisionRecord, Event, Fairness, Message,
     MessageId, MessageTimes, PeerCancelled, Received, Stats, StreamConfig, TcpState, Wake,
 };
+pub use tls::{TlsConfig, RECORD_OVERHEAD as TLS_RECORD_OVERHEAD};
 
 /// A current-thread tokio runtime with I/O and timers: what each lab host thread (already in
 /// its network namespace) builds to run its channels.
