@@ -239,15 +239,47 @@ pub struct GoalResult {
 
 impl GoalResult {
     fn of(goal: &Goal, mode: Mode, m: Measured) -> Self {
-        let met = m.value.is_some_and(|x| {
-            goal.min.is_none_or(|lo| x >= lo) && goal.max.is_none_or(|hi| x <= hi)
-        });
+        let met = m.within(goal.min, goal.max);
         Self {
             goal: goal.clone(),
             mode,
             measured: m.value,
             samples: m.samples,
             met,
+        }
+    }
+}
+
+/// A goal of an experiment with its own metrics and run loop (RDC, BWSS), judged.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExperimentGoalResult {
+    pub variant: String,
+    pub metric: String,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub measured: Measured,
+    pub met: bool,
+    pub why: String,
+}
+
+impl ExperimentGoalResult {
+    /// `measured` against `min..=max`; no data is not met.
+    pub fn judge(
+        variant: &str,
+        metric: &str,
+        min: Option<f64>,
+        max: Option<f64>,
+        measured: Measured,
+        why: &str,
+    ) -> Self {
+        Self {
+            variant: variant.to_string(),
+            metric: metric.to_string(),
+            min,
+            max,
+            met: measured.within(min, max),
+            measured,
+            why: why.to_string(),
         }
     }
 }

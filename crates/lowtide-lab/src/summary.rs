@@ -171,6 +171,18 @@ impl Measured {
     pub fn share(part: usize, whole: usize) -> Self {
         Self::new(Some(part as f64 / whole.max(1) as f64), whole)
     }
+
+    /// The mean of `xs`, as a measurement of as many samples.
+    pub fn mean(xs: impl Iterator<Item = f64>) -> Self {
+        let (sum, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+        Self::new(Some(sum / n.max(1) as f64), n)
+    }
+
+    /// Within `min..=max` (either bound optional); no data is never within.
+    pub fn within(&self, min: Option<f64>, max: Option<f64>) -> bool {
+        self.value
+            .is_some_and(|x| min.is_none_or(|lo| x >= lo) && max.is_none_or(|hi| x <= hi))
+    }
 }
 
 /// `x` for a report cell: "no data" when absent, `≥` when only a lower bound.

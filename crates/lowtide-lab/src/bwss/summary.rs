@@ -51,22 +51,7 @@ pub struct VariantRecord {
     pub failed: Option<String>,
 }
 
-/// A number with the samples behind it (`None`: no data).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-pub struct Measured {
-    pub value: Option<f64>,
-    pub samples: usize,
-}
-
-impl Measured {
-    fn mean(xs: impl Iterator<Item = f64>) -> Measured {
-        let (sum, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-        Measured {
-            value: (n > 0).then(|| sum / n as f64),
-            samples: n,
-        }
-    }
-}
+pub use crate::summary::Measured;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct VideoRate {
@@ -96,16 +81,7 @@ pub struct VariantSummary {
     pub failed: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GoalResult {
-    pub variant: String,
-    pub metric: String,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
-    pub measured: Measured,
-    pub met: bool,
-    pub why: String,
-}
+pub use crate::goals::ExperimentGoalResult as GoalResult;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BwssSummary {
@@ -190,10 +166,7 @@ pub fn summarize_variant(s: &BwssScenario, r: &VariantRecord) -> VariantSummary 
 }
 
 fn measure(g: &BwssGoal, v: &VariantSummary, baseline: Option<&VariantSummary>) -> Measured {
-    let none = Measured {
-        value: None,
-        samples: 0,
-    };
+    let none = Measured::default();
     match g.metric {
         BwssMetric::VideoMeanKbps => v.video_rate_kbps.mean,
         BwssMetric::VideoDuringInterferenceKbps => v.video_rate_kbps.during_interference,
@@ -205,10 +178,9 @@ fn measure(g: &BwssGoal, v: &VariantSummary, baseline: Option<&VariantSummary>) 
                 baseline.and_then(|f| f.outside_mean_kbps),
             ) {
                 (Some(a), Some(b)) => match (a.value, b.value) {
-                    (Some(x), Some(y)) if y > 0.0 => Measured {
-                        value: Some(x / y),
-                        samples: a.samples.min(b.samples),
-                    },
+                    (Some(x), Some(y)) if y > 0.0 => {
+                        Measured::new(Some(x / y), a.samples.min(b.samples))
+                    }
                     _ => none,
                 },
                 _ => none,
@@ -232,22 +204,15 @@ pub fn check_goals(s: &BwssScenario, variants: &[VariantSummary]) -> Vec<GoalRes
                         .and_then(|b| variants.iter().find(|o| &o.name == b));
                     measure(g, v, baseline)
                 })
-                .unwrap_or(Measured {
-                    value: None,
-                    samples: 0,
-                });
-            let met = measured
-                .value
-                .is_some_and(|x| g.min.is_none_or(|m| x >= m) && g.max.is_none_or(|m| x <= m));
-            GoalResult {
-                variant: g.variant.clone(),
-                metric: g.metric.as_str().to_string(),
-                min: g.min,
-                max: g.max,
+                .unwrap_or_default();
+            GoalResult::judge(
+                &g.variant,
+                g.metric.as_str(),
+                g.min,
+                g.max,
                 measured,
-                met,
-                why: g.why.clone(),
-            }
+                &g.why,
+            )
         })
         .collect()
 }

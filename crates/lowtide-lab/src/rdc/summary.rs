@@ -69,16 +69,7 @@ pub struct VariantSummary {
     pub errors: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct GoalResult {
-    pub variant: String,
-    pub metric: String,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
-    pub measured: Measured,
-    pub met: bool,
-    pub why: String,
-}
+pub use crate::goals::ExperimentGoalResult as GoalResult;
 
 /// The variant's numbers from its trial record.
 pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSummary {
@@ -217,19 +208,15 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
             let measured = variants
                 .iter()
                 .find(|v| v.name == g.variant)
-                .map_or(Measured::new(None, 0), |v| v.metric(g.metric));
-            let met = measured
-                .value
-                .is_some_and(|x| g.min.is_none_or(|m| x >= m) && g.max.is_none_or(|m| x <= m));
-            GoalResult {
-                variant: g.variant.clone(),
-                metric: g.metric.as_str().into(),
-                min: g.min,
-                max: g.max,
+                .map_or(Measured::default(), |v| v.metric(g.metric));
+            GoalResult::judge(
+                &g.variant,
+                g.metric.as_str(),
+                g.min,
+                g.max,
                 measured,
-                met,
-                why: g.why.clone(),
-            }
+                &g.why,
+            )
         })
         .collect()
 }
