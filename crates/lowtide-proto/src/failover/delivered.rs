@@ -27,6 +27,21 @@ use std::hash::Hasher;
 use crate::error::ProtocolError;
 
 /// What to do with a complete message.
+///
+/// ```
+/// use lowtide_proto::failover::{Delivered, Verdict};
+/// use lowtide_proto::ProtocolError;
+/// // With failover (hashes on): an identical resent copy is dropped, a different one refused.
+/// let mut d = Delivered::new(64, true, 16);
+/// assert_eq!(d.on_message(0, 0, b"frame")?, Verdict::New);
+/// assert_eq!(d.on_message(0, 0, b"frame")?, Verdict::Duplicate);
+/// assert_eq!(d.stats.duplicates_dropped, 1);
+/// assert_eq!(
+///     d.on_message(0, 0, b"other"),
+///     Err(ProtocolError::ResentMessageDiffers { stream: 0, seq: 0 })
+/// );
+/// # Ok::<(), ProtocolError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// First copy: deliver.
@@ -42,7 +57,7 @@ struct StreamWindow {
     hashes: BTreeMap<u64, u64>,
 }
 
-/// Counters of the receiver's duplicate filter.
+/// Counters of the receiver's duplicate filter; see [`Verdict`] for an example.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DeliveredStats {
     /// Identical copies dropped (compared with the first copy's hash).
@@ -55,6 +70,18 @@ pub struct DeliveredStats {
 }
 
 /// The delivered-set of one channel's receive side.
+///
+/// ```
+/// use lowtide_proto::failover::{Delivered, Verdict};
+/// use lowtide_proto::ProtocolError;
+/// // Without failover no sender repeats a number: a copy is a protocol error.
+/// let mut d = Delivered::new(64, false, 16);
+/// d.on_message(2, 5, b"x")?; // out of order is fine
+/// d.on_cancel(2, 4);
+/// assert_eq!(d.on_message(2, 5, b"x"), Err(ProtocolError::DuplicateDelivery { stream: 2, seq: 5 }));
+/// assert_eq!(d.on_message(2, 6, b"y")?, Verdict::New);
+/// # Ok::<(), ProtocolError>(())
+/// ```
 #[derive(Debug)]
 pub struct Delivered {
     window: usize,

@@ -9,6 +9,17 @@ use super::DecodeError;
 pub const MAX_LEN: usize = 10;
 
 /// Appends `v` to `out`.
+///
+/// ```
+/// use lowtide_proto::wire::varint;
+/// let mut out = Vec::new();
+/// varint::put(&mut out, 300);
+/// assert_eq!(out, [0xac, 0x02]); // LEB128: low 7 bits first
+/// assert_eq!(varint::len(300), 2);
+/// assert_eq!(varint::get(&out)?, Some((300, 2)));
+/// assert_eq!(varint::get(&out[..1])?, None); // ends inside the varint
+/// # Ok::<(), lowtide_proto::wire::DecodeError>(())
+/// ```
 #[inline]
 pub fn put(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
