@@ -296,6 +296,24 @@ impl Pair {
     /// follows when the new connection's first bytes reach it.
     /// Does nothing before both hellos arrived (a real accepting side learns the channel's
     /// token from the primary's hello and refuses backups before).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::FailoverConfig;
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Event, Message, StreamConfig};
+    /// let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// assert!(!pair.switch_paths()); // before the handshakes
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("before"))?;
+    /// pair.drive_bounded(10_000);
+    /// assert!(pair.switch_paths());
+    /// pair.client.conn.send(pair.now, s, Message::new("after"))?;
+    /// pair.drive_bounded(10_000);
+    /// assert_eq!(pair.server.received.len(), 2);
+    /// assert!(pair.server.events.iter().any(|e| matches!(e, Event::Failover(r) if r.path == 1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn switch_paths(&mut self) -> bool {
         if !self.client.conn.is_established() || !self.server.conn.is_established() {
             return false;

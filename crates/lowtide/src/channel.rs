@@ -311,6 +311,24 @@ impl Listener {
     /// [`TlsConfig::handshake_timeout_ms`](crate::TlsConfig::handshake_timeout_ms). Without
     /// TLS cancel-safe; with TLS, dropping the future mid-handshake drops that connection
     /// (keep one accept future across `select!` iterations).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// use lowtide::ChannelConfig;
+    /// use std::time::Duration;
+    /// let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), ChannelConfig::default()).await?;
+    /// // Nobody connects: without TLS, accept is cancel-safe, so a timeout around it is fine.
+    /// let waited = tokio::time::timeout(Duration::from_millis(50), listener.accept()).await;
+    /// assert!(waited.is_err());
+    /// let (client, server) = tokio::try_join!(
+    ///     lowtide::connect(listener.local_addr()?, ChannelConfig::default()),
+    ///     listener.accept(),
+    /// )?;
+    /// assert_eq!(server.peer_addr(), client.local_addr());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn accept(&self) -> Result<Channel, Error> {
         let l = match &self.inner {
             ListenerKind::Routed(acceptor) => {
@@ -954,6 +972,30 @@ impl Channel {
     }
 
     /// The error that ended the channel, if any.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// use lowtide::proto::ProtocolError;
+    /// use lowtide::{ChannelConfig, Error};
+    /// use std::io::Write;
+    /// // A "server" that answers in HTTP: the channel ends with a protocol error.
+    /// let http = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let addr = http.local_addr()?;
+    /// std::thread::spawn(move || {
+    ///     let (mut s, _) = http.accept()?;
+    ///     s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n")?;
+    ///     std::thread::sleep(std::time::Duration::from_millis(200));
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// let ch = lowtide::connect(addr, ChannelConfig::default()).await?;
+    /// ch.finished().await;
+    /// assert!(ch.is_finished());
+    /// let e = ch.error().expect("ended with an error");
+    /// assert!(matches!(e, Error::Protocol(ProtocolError::Decode(_))), "{e}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn error(&self) -> Option<Error> {
         self.shared.lock().fatal.clone()
     }

@@ -431,7 +431,17 @@ fn tcp_info_with_len(fd: RawFd) -> Result<(libc::tcp_info, usize), SysError> {
 /// `TCP_INFO` with the fields that only newer kernels fill (receive window since 6.2, RTO
 /// counters since 6.7): `None` where the kernel wrote fewer bytes than the field needs.
 ///
-/// See [`tcp_info_ext`] for an example.
+/// ```
+/// use std::os::fd::AsRawFd;
+/// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// let ext = lowtide::sys::tcp_info_ext(socket.as_raw_fd())?;
+/// // `None` on kernels older than 6.7, which do not count timeouts yet.
+/// if let Some(rtos) = ext.total_rto {
+///     assert_eq!(rtos, 0);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct TcpInfoExt {
     /// The raw `TCP_INFO`, zeros where the kernel wrote nothing.

@@ -19,6 +19,17 @@
 //!
 //! Where we differ: Paceline does not say how its receiver discards resent messages; this is
 //! the usual sliding window of reliable protocols (e.g. SCTP's TSN map), per stream.
+//!
+//! ```
+//! use lowtide_proto::failover::{Delivered, Verdict};
+//! // A window of 64 numbers per stream: memory stays bounded however many arrive.
+//! let mut d = Delivered::new(64, true, 16);
+//! for seq in 0..10_000 {
+//!     assert_eq!(d.on_message(0, seq, &seq.to_be_bytes())?, Verdict::New);
+//! }
+//! assert!(d.remembered() <= 64);
+//! # Ok::<(), lowtide_proto::ProtocolError>(())
+//! ```
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};

@@ -9,6 +9,19 @@
 //!
 //! Only P-ACK frames are parsed; payload bytes of other frames are skipped without being
 //! kept, so memory is one frame header.
+//!
+//! ```
+//! use lowtide_proto::failover::OldPath;
+//! use lowtide_proto::wire::{DataFrame, Frame};
+//! // A large data frame is skipped, not kept; the P-ACK after it is seen.
+//! let mut bytes = Vec::new();
+//! let payload = vec![0u8; 60_000];
+//! Frame::Data(DataFrame { stream: 0, seq: 1, offset: 8, first: None, payload: &payload }).encode(&mut bytes);
+//! Frame::PAck { bytes: 20_000, recv_time_us: 5 }.encode(&mut bytes);
+//! let mut old = OldPath::new(&[], 10_000, 65_536);
+//! assert!(old.on_bytes(&bytes)?);
+//! # Ok::<(), lowtide_proto::wire::DecodeError>(())
+//! ```
 
 use crate::wire::{DecodeError, Frame};
 

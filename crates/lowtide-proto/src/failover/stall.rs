@@ -11,6 +11,16 @@
 //! (default 2, as SRT's 2·SRTT) and the floor (SRT's lower clamp is 60 ms; our default is
 //! 200 ms, TCP's minimum RTO). There is no upper clamp: a sender whose threshold would exceed
 //! its messages' deadlines gains nothing from failover anyway.
+//!
+//! ```
+//! use lowtide_proto::failover::{FailoverConfig, StallDetector};
+//! use std::time::{Duration, Instant};
+//! let t0 = Instant::now();
+//! let d = StallDetector::new(&FailoverConfig::default());
+//! // No sample yet: the threshold is the floor (200 ms by default).
+//! assert_eq!(d.threshold(), Duration::from_millis(200));
+//! assert_eq!((d.samples(), d.stall_at(), d.is_stalled(t0)), (0, None, false));
+//! ```
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

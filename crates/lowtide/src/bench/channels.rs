@@ -10,6 +10,14 @@
 //! end costs at most that. lowtide runs first at each N, so both biases of RSS deltas go
 //! against it: it pays the first run's one-time costs (allocator arenas, thread stacks, spread
 //! over N), and memory it freed can only help raw TCP's figure.
+//!
+//! ```
+//! use lowtide::bench::channels::ChannelsConfig;
+//! // The issue's three points: 10, 100 and 1000 channels at 1 Mbit/s each.
+//! let cfg = ChannelsConfig::default();
+//! assert_eq!((cfg.counts.as_slice(), cfg.rate_bits), (&[10, 100, 1000][..], 1e6));
+//! // The example on [`run`] measures two channels.
+//! ```
 
 use std::sync::mpsc;
 use std::thread;

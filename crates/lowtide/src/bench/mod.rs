@@ -16,6 +16,14 @@
 //! The numbers come as a serializable report ([`BenchReport`]; example there); the CLI's
 //! `lowtide bench` prints it.
 //!
+//! ```
+//! use lowtide::bench::{BenchConfig, Part};
+//! // What `lowtide bench --json` measures by default, as configuration:
+//! let cfg = BenchConfig::default();
+//! assert_eq!(cfg.parts, [Part::Goodput, Part::Small, Part::Cpu]);
+//! println!("{}", serde_json::to_string(&cfg).unwrap());
+//! ```
+//!
 //! Sender and receiver run as two OS threads, each with its own current-thread tokio runtime,
 //! as the lab does. Receiver goodput is measured from the first to the last message received.
 //! The variants of a comparison alternate round by round (so background load hits both
