@@ -68,7 +68,17 @@ struct StreamWindow {
     hashes: BTreeMap<u64, u64>,
 }
 
-/// Counters of the receiver's duplicate filter; see [`Verdict`] for an example.
+/// Counters of the receiver's duplicate filter.
+///
+/// ```
+/// use lowtide_proto::failover::Delivered;
+/// let mut d = Delivered::new(64, true, 16);
+/// d.on_message(0, 3, b"a")?;
+/// d.on_cancel(0, 4);
+/// d.on_message(0, 4, b"b")?; // a copy of a cancelled number: nothing to compare it with
+/// assert_eq!((d.stats.duplicates_dropped, d.stats.duplicates_unverified), (0, 1));
+/// # Ok::<(), lowtide_proto::ProtocolError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DeliveredStats {
     /// Identical copies dropped (compared with the first copy's hash).
