@@ -1,6 +1,17 @@
 //! Typed, validated configuration. Every limit is checked when a [`Connection`] is built
 //! ([`Config::validate`]), and the error names the field and its allowed range.
 //!
+//! ```
+//! use lowtide_proto::{Config, ControllerConfig, Fairness};
+//! // From a configuration file (TOML here); unknown fields are refused.
+//! let cfg: Config = toml::from_str(
+//!     "fairness = \"quality\"\ncontroller = { min_buf = { a = 1, b = 3 } }",
+//! ).unwrap();
+//! assert_eq!(cfg.fairness, Fairness::Quality);
+//! assert_eq!(cfg.controller, ControllerConfig::MinBuf { a: 1, b: 3 });
+//! cfg.validate().unwrap();
+//! ```
+//!
 //! [`Connection`]: crate::Connection
 
 use serde::{Deserialize, Serialize};
@@ -8,6 +19,14 @@ use serde::{Deserialize, Serialize};
 use crate::controller::ControllerConfig;
 
 /// How a stream's virtual time grows when it sends (Paceline, "Stream Fairness").
+///
+/// ```
+/// use lowtide_proto::{Config, Fairness, Message};
+/// // Quality fairness: each stream's share is counted in the costs its messages carry.
+/// let cfg = Config { fairness: Fairness::Quality, ..Config::default() };
+/// let frame = Message::new(vec![0u8; 4000]).cost(1.0); // one frame, whatever its size
+/// # let _ = (cfg, frame);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fairness {
@@ -19,6 +38,17 @@ pub enum Fairness {
 }
 
 /// Channel configuration (both directions).
+///
+/// ```
+/// use lowtide_proto::{Config, ControllerConfig};
+/// let cfg = Config {
+///     controller: ControllerConfig::MinBuf { a: 1, b: 3 },
+///     max_message_size: 1 << 20,
+///     ..Config::default()
+/// };
+/// cfg.validate()?;
+/// # Ok::<(), lowtide_proto::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -79,6 +109,13 @@ impl Default for Config {
 }
 
 /// A configuration value outside its allowed range.
+///
+/// ```
+/// use lowtide_proto::Config;
+/// let e = Config { max_streams: 0, ..Config::default() }.validate().unwrap_err();
+/// assert_eq!(e.field, "max_streams");
+/// assert_eq!(e.to_string(), "config field `max_streams` = 0 is outside the allowed range 1..=65536");
+/// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("config field `{field}` = {value} is outside the allowed range {allowed}")]
 #[non_exhaustive]
@@ -184,6 +221,18 @@ impl Config {
 }
 
 /// Per-stream settings.
+///
+/// ```
+/// use lowtide_proto::{Config, Connection, Side, StreamConfig};
+/// # let now = std::time::Instant::now();
+/// let mut conn = Connection::new(Config::default(), Side::Client, now)?;
+/// // Under contention, video gets three times the bytes of audio.
+/// let video = conn.open_stream(StreamConfig { weight: 3.0 })?;
+/// let audio = conn.open_stream(StreamConfig::default())?;
+/// assert_ne!(video, audio);
+/// assert!(StreamConfig { weight: 0.0 }.validate().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamConfig {

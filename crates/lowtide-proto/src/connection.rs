@@ -37,6 +37,16 @@ use crate::wire::{
 };
 
 /// Which end of the TCP connection we are; decides stream-id parity.
+///
+/// ```
+/// use lowtide_proto::{Config, Connection, Side, StreamConfig};
+/// # let now = std::time::Instant::now();
+/// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+/// let mut s = Connection::new(Config::default(), Side::Server, now)?;
+/// assert_eq!(c.open_stream(StreamConfig::default())? % 2, 0);
+/// assert_eq!(s.open_stream(StreamConfig::default())? % 2, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
     /// The connecting end (even stream ids).
@@ -46,6 +56,18 @@ pub enum Side {
 }
 
 /// Identifies a message of ours: stream and sequence number.
+///
+/// ```
+/// use lowtide_proto::{Config, Connection, Message, MessageId, Side, StreamConfig};
+/// # let now = std::time::Instant::now();
+/// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+/// let s = c.open_stream(StreamConfig::default())?;
+/// let id = c.send(now, s, Message::new("frame").importance(2))?;
+/// assert_eq!((id.stream, id.seq, id.importance()), (s, 0, 2));
+/// // Held as integers elsewhere (the C API), rebuilt to cancel.
+/// assert!(c.cancel(MessageId::from_parts(s, 0, 2)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MessageId {
     /// Stream id.
@@ -74,6 +96,16 @@ impl MessageId {
 }
 
 /// A message to send.
+///
+/// ```
+/// use lowtide_proto::Message;
+/// use std::time::{Duration, Instant};
+/// let keyframe = Message::new(vec![0u8; 20_000])
+///     .importance(3) // preempts importance 0..=2 queued on the same stream
+///     .deadline(Instant::now() + Duration::from_millis(200)) // cancelled if not written by then
+///     .cost(1.0); // one frame, for quality fairness
+/// assert_eq!(keyframe.data.len(), 20_000);
+/// ```
 #[derive(Debug, Clone)]
 pub struct Message {
     /// Payload.
@@ -114,6 +146,23 @@ impl Message {
 }
 
 /// Observability timestamps of one message on the sender (sender clock).
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{Config, Event, Message, StreamConfig};
+/// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+/// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+/// pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 1000]))?;
+/// pair.drive_bounded(10_000);
+/// let acked = pair.client.events.iter().find_map(|e| match e {
+///     Event::Acked { times, .. } => Some(*times),
+///     _ => None,
+/// });
+/// let t = acked.expect("the receiver acknowledged the message");
+/// // 10 ms one way: the P-ACK came at least a round trip after the last write.
+/// assert!(t.acked.unwrap() - t.last_write.unwrap() >= std::time::Duration::from_millis(20));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageTimes {
     /// `send` was called.
@@ -127,6 +176,19 @@ pub struct MessageTimes {
 }
 
 /// What happened to a message, stream or the channel.
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{Config, Event, Message, StreamConfig};
+/// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+/// let s = pair.client.conn.open_stream(StreamConfig { weight: 2.0 })?;
+/// pair.client.conn.send(pair.now, s, Message::new("hi"))?;
+/// pair.drive_bounded(10_000);
+/// assert!(pair.server.events.contains(&Event::StreamOpened { stream: s, weight: 2.0 }));
+/// assert!(pair.client.events.iter().any(|e| matches!(e, Event::Written { .. })));
+/// assert!(pair.client.events.iter().any(|e| matches!(e, Event::Acked { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Event {
@@ -196,6 +258,18 @@ pub enum Event {
 }
 
 /// Counters, by reason, for reports.
+///
+/// ```
+/// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+/// # let now = std::time::Instant::now();
+/// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+/// let s = c.open_stream(StreamConfig::default())?;
+/// let id = c.send(now, s, Message::new("late"))?;
+/// c.cancel(id);
+/// let st = c.stats();
+/// assert_eq!((st.messages_queued, st.cancelled_unsent, st.messages_written), (1, 1, 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     /// Messages accepted by `send`.
@@ -255,6 +329,20 @@ pub struct Stats {
 }
 
 /// A controller decision with the state it was taken on, for plots.
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{Config, Message, StreamConfig};
+/// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+/// pair.client.conn.record_decisions(1000);
+/// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+/// pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 100_000]))?;
+/// pair.drive_bounded(100_000);
+/// let log = pair.client.conn.drain_decisions();
+/// // MIN_BUF(1, 3) at cwnd 20: the kernel queue never exceeds 23 segments.
+/// assert!(log.iter().all(|r| r.decision.limit == 23 * 1000));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct DecisionRecord {
     /// µs since the connection's epoch.
@@ -310,6 +398,41 @@ struct Probing {
 }
 
 /// One lowtide channel, sans IO.
+///
+/// The module documentation fixes the call order; here it is by hand, with a `Vec<u8>`
+/// standing in for the TCP connection (see [`sim::Pair`](crate::sim::Pair) for a harness with
+/// a model of the kernel and the link):
+///
+/// ```
+/// use lowtide_proto::{Config, Connection, Event, Message, Side, StreamConfig, TcpState};
+/// use std::time::Instant;
+///
+/// /// One write opportunity: stage, "write" everything, report it.
+/// fn write(conn: &mut Connection, now: Instant, socket: &mut Vec<u8>) {
+///     let decision = conn.poll_transmit(now, &TcpState::default());
+///     assert!(!decision.blocked());
+///     let before = socket.len();
+///     for segment in conn.transmit_segments() {
+///         socket.extend_from_slice(segment);
+///     }
+///     conn.handle_written(now, socket.len() - before);
+/// }
+///
+/// let now = Instant::now();
+/// let mut client = Connection::new(Config::default(), Side::Client, now)?;
+/// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+/// let stream = client.open_stream(StreamConfig::default())?;
+/// client.send(now, stream, Message::new("hello").importance(1))?;
+///
+/// let mut socket = Vec::new();
+/// write(&mut client, now, &mut socket);
+/// server.handle_bytes(now, &socket)?;
+///
+/// let m = server.poll_message().expect("a whole message arrived");
+/// assert_eq!((m.stream, m.importance, &m.data[..]), (stream, 1, &b"hello"[..]));
+/// assert_eq!(server.poll_event(), Some(Event::StreamOpened { stream, weight: 1.0 }));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Connection {
     config: Config,
@@ -657,6 +780,19 @@ impl Connection {
 
     /// Withdraws a message that is not yet completely staged. Returns `false` if it is no longer
     /// queued (already written, cancelled, or unknown).
+    ///
+    /// ```
+    /// use lowtide_proto::{CancelReason, Config, Connection, Event, Message, Side, StreamConfig};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// let id = c.send(now, s, Message::new(vec![0u8; 5000]))?;
+    /// assert!(c.cancel(id));
+    /// assert!(!c.cancel(id)); // already gone
+    /// assert_eq!(c.poll_event(), Some(Event::Cancelled { id, reason: CancelReason::Application, sent: 0 }));
+    /// assert_eq!(c.queued_bytes(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn cancel(&mut self, id: MessageId) -> bool {
         self.withdraw(id, CancelReason::Application)
     }
@@ -709,6 +845,17 @@ impl Connection {
     }
 
     /// Closes the channel: a CLOSE frame is staged and nothing else will be.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Event};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// pair.client.conn.close(0, "bye");
+    /// pair.drive_bounded(10_000);
+    /// assert!(pair.server.conn.is_closed());
+    /// let closed = Event::Closed { by_peer: true, code: 0, reason: "bye".into() };
+    /// assert_eq!(pair.server.events.last(), Some(&closed));
+    /// ```
     pub fn close(&mut self, code: u64, reason: &str) {
         if self.is_closed() {
             return;
@@ -740,6 +887,21 @@ impl Connection {
     }
 
     /// Expires messages whose deadline passed and sends due P-ACKs.
+    ///
+    /// ```
+    /// use lowtide_proto::{CancelReason, Config, Connection, Event, Message, Side, StreamConfig};
+    /// use std::time::{Duration, Instant};
+    /// let now = Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// let due = now + Duration::from_millis(50);
+    /// let id = c.send(now, s, Message::new("frame 17").deadline(due))?;
+    /// assert_eq!(c.poll_timeout(), Some(due)); // the driver sleeps until then
+    /// c.handle_timeout(due);
+    /// assert_eq!(c.poll_event(), Some(Event::Cancelled { id, reason: CancelReason::Expired, sent: 0 }));
+    /// assert_eq!(c.stats().expired_unsent, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(&(t, id)) = self.deadlines.first() {
             if t > now {

@@ -4,6 +4,19 @@ use crate::wire::DecodeError;
 
 /// The peer violated the protocol or a configured limit; the channel closes with a CLOSE
 /// frame carrying [`ProtocolError::code`] and the message.
+///
+/// ```
+/// use lowtide_proto::wire::DecodeError;
+/// use lowtide_proto::{Config, Connection, ProtocolError, Side};
+/// # let now = std::time::Instant::now();
+/// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+/// // A web browser on the lowtide port.
+/// let e = server.handle_bytes(now, b"GET / HTTP/1.1\r\n").unwrap_err();
+/// assert_eq!(e, ProtocolError::Decode(DecodeError::BadMagic(*b"GET ")));
+/// assert_eq!(e.code(), 1);
+/// assert!(server.is_closed()); // a CLOSE frame naming the error is staged for the peer
+/// # Ok::<(), lowtide_proto::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
@@ -139,6 +152,18 @@ impl ProtocolError {
 }
 
 /// Why `send` refused a message.
+///
+/// ```
+/// use lowtide_proto::{Config, Connection, Message, SendError, Side};
+/// # let now = std::time::Instant::now();
+/// let cfg = Config { max_message_size: 1000, ..Config::default() };
+/// let mut c = Connection::new(cfg, Side::Client, now)?;
+/// let s = c.open_stream(Default::default())?;
+/// let e = c.send(now, s, Message::new(vec![0u8; 1001])).unwrap_err();
+/// assert_eq!(e, SendError::MessageTooLarge { size: 1001, max: 1000 });
+/// assert_eq!(c.send(now, 99, Message::new("x")), Err(SendError::UnknownStream(99)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SendError {
@@ -170,6 +195,18 @@ pub enum SendError {
 }
 
 /// Why a stream could not be opened.
+///
+/// ```
+/// use lowtide_proto::{Config, Connection, Side, StreamConfig, StreamError};
+/// # let now = std::time::Instant::now();
+/// let cfg = Config { max_streams: 1, ..Config::default() };
+/// let mut c = Connection::new(cfg, Side::Client, now)?;
+/// c.open_stream(StreamConfig::default())?;
+/// let e = c.open_stream(StreamConfig::default()).unwrap_err();
+/// assert_eq!(e, StreamError::TooManyStreams { max: 1 });
+/// assert!(matches!(c.open_stream(StreamConfig { weight: -1.0 }), Err(StreamError::Config(_))));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StreamError {

@@ -23,6 +23,26 @@
 //! - [`failover`]: Paceline's connection manager (stall detection, resend, exactly-once
 //!   delivery across backup connections);
 //! - [`sim`]: a deterministic two-endpoint harness with a model of the kernel's send queue.
+//!
+//! Two endpoints in simulated time: a cancelled message never reaches the receiver, the
+//! important one does.
+//!
+//! ```
+//! use lowtide_proto::sim::{LinkParams, Pair};
+//! use lowtide_proto::{Config, Message, StreamConfig};
+//! let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+//! let video = pair.client.conn.open_stream(StreamConfig::default())?;
+//! let now = pair.now;
+//! let stale = pair.client.conn.send(now, video, Message::new(vec![0u8; 4000]))?;
+//! pair.client.conn.send(now, video, Message::new(vec![1u8; 4000]).importance(1))?;
+//! pair.client.conn.cancel(stale);
+//! pair.drive_bounded(10_000);
+//! let got: Vec<u8> = pair.server.received.iter().map(|m| m.importance).collect();
+//! assert_eq!(got, [1]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod config;
 mod connection;

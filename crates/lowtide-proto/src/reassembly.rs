@@ -31,6 +31,22 @@ use crate::failover::{Delivered, Verdict};
 use crate::wire::{CancelReason, DataFrame};
 
 /// A complete message, with its metadata.
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{Config, Message, StreamConfig};
+/// use std::time::Duration;
+/// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+/// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+/// pair.client.conn.send(pair.now, s, Message::new("hello").importance(2))?;
+/// pair.drive_bounded(10_000);
+/// let m = &pair.server.received[0];
+/// assert_eq!((m.stream, m.seq, m.importance, &m.data[..]), (s, 0, 2, &b"hello"[..]));
+/// // Both ends of this pair share an epoch: the one-way delay is 10 ms.
+/// let sent = pair.client.conn.epoch() + Duration::from_micros(m.send_time_us);
+/// assert!(m.received_at - sent >= Duration::from_millis(10));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
     /// Stream id.
@@ -48,6 +64,26 @@ pub struct Received {
 }
 
 /// The sender withdrew a message: nothing (more) of it will arrive.
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{CancelReason, Config, Event, Message, StreamConfig};
+/// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+/// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+/// // A large message, cancelled once its first part is on the way.
+/// let id = pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 200_000]))?;
+/// pair.step();
+/// assert!(pair.client.conn.cancel(id));
+/// pair.drive_bounded(100_000);
+/// let told = pair.server.events.iter().find_map(|e| match e {
+///     Event::PeerCancelled(pc) => Some(*pc),
+///     _ => None,
+/// });
+/// let pc = told.expect("the receiver was told");
+/// assert_eq!((pc.stream, pc.seq, pc.reason), (s, 0, CancelReason::Application));
+/// assert!(pair.server.received.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCancelled {
     /// Stream id.

@@ -13,6 +13,20 @@
 //! Where we differ: the paper charges whole messages; we charge per chunk (a message's cost is
 //! spread over its bytes), which keeps shares exact when large messages interleave. Ties go to
 //! the lower stream id, so the schedule is deterministic.
+//!
+//! Use It Or Lose It: a stream idle while another sent comes back level with it, not ahead.
+//!
+//! ```
+//! use lowtide_proto::scheduler::Scheduler;
+//! let mut s = Scheduler::new();
+//! s.add(0, 1.0);
+//! s.add(2, 1.0);
+//! s.set_active(0, true);
+//! s.charge(0, 50_000.0); // stream 0 sent alone for a while
+//! s.set_active(2, true); // stream 2 wakes up: no credit for its idle time
+//! assert_eq!(s.vtime(2), Some(50_000.0));
+//! assert_eq!(s.lead(0), 0.0);
+//! ```
 
 use std::collections::BTreeMap;
 
@@ -24,6 +38,22 @@ struct Entry {
 }
 
 /// Virtual-time state of all streams of one sender.
+///
+/// ```
+/// use lowtide_proto::scheduler::Scheduler;
+/// let mut s = Scheduler::new();
+/// s.add(0, 3.0); // video
+/// s.add(2, 1.0); // audio
+/// s.set_active(0, true);
+/// s.set_active(2, true);
+/// let mut sent = [0u32; 2];
+/// for _ in 0..400 {
+///     let id = s.pick().expect("both active");
+///     s.charge(id, 1000.0); // one 1000-byte chunk
+///     sent[id as usize / 2] += 1;
+/// }
+/// assert_eq!(sent, [300, 100]); // 3 : 1
+/// ```
 #[derive(Debug, Default, Clone)]
 pub struct Scheduler {
     entries: BTreeMap<u64, Entry>,

@@ -12,6 +12,23 @@
 //! backup connection) while the server keeps using the old ones until the new connection's
 //! first bytes arrive, as a real accepting side does; with [`Pair::auto_failover`] the pair
 //! switches whenever the client's stall detector asks.
+//!
+//! ```
+//! use lowtide_proto::sim::{LinkParams, Pair};
+//! use lowtide_proto::{Config, ControllerConfig, Message, StreamConfig};
+//! let minbuf = Config { controller: ControllerConfig::MinBuf { a: 1, b: 3 }, ..Config::default() };
+//! let mut pair = Pair::new(minbuf, Config::default(), LinkParams::default());
+//! let s = pair.client.conn.open_stream(StreamConfig::default())?;
+//! for _ in 0..50 {
+//!     pair.client.conn.send(pair.now, s, Message::new(vec![7u8; 10_000]))?;
+//! }
+//! let steps = pair.drive_bounded(1_000_000);
+//! assert!(steps > 0);
+//! assert_eq!(pair.server.received.len(), 50);
+//! // MIN_BUF(1, 3) kept the kernel queue within (cwnd + 3) segments: 23 × 1000 bytes.
+//! assert!(pair.c2s.max_outq <= 23_000);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -19,6 +36,21 @@ use std::time::{Duration, Instant};
 use crate::{Config, Connection, Event, Received, Side, TcpState};
 
 /// Parameters of one direction.
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::Config;
+/// use std::time::Duration;
+/// // A slow, long path: 1 Mbit/s, 100 ms one way, a 64 KB send buffer.
+/// let link = LinkParams {
+///     rate: 125_000,
+///     delay: Duration::from_millis(100),
+///     sndbuf: 64 << 10,
+///     ..LinkParams::default()
+/// };
+/// let pair = Pair::new(Config::default(), Config::default(), link);
+/// assert_eq!(pair.c2s.tcp_state().rtt, Duration::from_millis(200));
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct LinkParams {
     /// Link rate, bytes per second.
@@ -47,6 +79,19 @@ impl Default for LinkParams {
 }
 
 /// One direction: the sender's kernel queue and the link.
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{Config, Message, StreamConfig};
+/// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+/// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+/// pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 100_000]))?;
+/// pair.step(); // the first write
+/// let tcp = pair.c2s.tcp_state(); // what TCP_INFO and SIOCOUTQ would say
+/// assert_eq!(u64::from(tcp.outq), pair.c2s.outq());
+/// assert!(tcp.outq > 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct SimPipe {
     /// Parameters.
@@ -164,6 +209,19 @@ impl SimPipe {
 }
 
 /// One endpoint: its connection and what it observed.
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{Config, Message, StreamConfig};
+/// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+/// pair.server.app_paused = true; // the application stops reading
+/// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+/// pair.client.conn.send(pair.now, s, Message::new("queued at the receiver"))?;
+/// pair.drive_bounded(10_000);
+/// assert!(pair.server.received.is_empty());
+/// assert!(pair.server.conn.recv_memory() > 0); // held for it, within max_reassembly_bytes
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Endpoint {
     /// The connection.
@@ -177,6 +235,21 @@ pub struct Endpoint {
 }
 
 /// Two endpoints and two pipes in simulated time.
+///
+/// ```
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{Config, Message, StreamConfig};
+/// use std::time::Duration;
+/// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+/// let start = pair.now;
+/// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+/// pair.client.conn.send(pair.now, s, Message::new("ping"))?;
+/// pair.drive_until(start + Duration::from_millis(15), 10_000);
+/// // 10 ms one way: the message arrived, simulated time ran, no wall-clock time passed.
+/// assert_eq!(&pair.server.received[0].data[..], b"ping");
+/// assert!(pair.now >= start + Duration::from_millis(15));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Pair {
     /// The clock.
@@ -223,6 +296,24 @@ impl Pair {
     /// follows when the new connection's first bytes reach it.
     /// Does nothing before both hellos arrived (a real accepting side learns the channel's
     /// token from the primary's hello and refuses backups before).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::FailoverConfig;
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Event, Message, StreamConfig};
+    /// let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// assert!(!pair.switch_paths()); // before the handshakes
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("before"))?;
+    /// pair.drive_bounded(10_000);
+    /// assert!(pair.switch_paths());
+    /// pair.client.conn.send(pair.now, s, Message::new("after"))?;
+    /// pair.drive_bounded(10_000);
+    /// assert_eq!(pair.server.received.len(), 2);
+    /// assert!(pair.server.events.iter().any(|e| matches!(e, Event::Failover(r) if r.path == 1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn switch_paths(&mut self) -> bool {
         if !self.client.conn.is_established() || !self.server.conn.is_established() {
             return false;

@@ -5,6 +5,24 @@
 //! `handle_bytes`; sample the kernel → `poll_transmit` → `writev` → `handle_written`, repeated
 //! while the controller allows; publish events; then sleep on exactly the readiness the
 //! decision asks for (readable, writable with `TCP_NOTSENT_LOWAT`, a timer, or the app).
+//!
+//! ```
+//! # lowtide::current_thread_runtime()?.block_on(async {
+//! # let any = "127.0.0.1:0".parse().unwrap();
+//! # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+//! # let (client, server) = tokio::try_join!(
+//! #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+//! #     listener.accept(),
+//! # )?;
+//! use lowtide::{Message, StreamConfig};
+//! let video = client.open_stream(StreamConfig::default())?;
+//! client.send_when_writable(video, Message::new("frame 1").importance(2)).await?;
+//! let m = server.recv().await.expect("a message");
+//! assert_eq!((m.stream, m.importance, &m.data[..]), (video, 2, &b"frame 1"[..]));
+//! # Ok::<(), lowtide::Error>(())
+//! # })?;
+//! # Ok::<(), lowtide::Error>(())
+//! ```
 
 use std::collections::VecDeque;
 use std::io;
@@ -55,6 +73,43 @@ struct Inner {
 /// An outside limit on how fast a channel reads from its socket, e.g. a receiver's
 /// bandwidth sharing (`lowtide-bwss`), which steers the peer's rate through the receive
 /// window by reading no faster than a flow's target.
+///
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// # let any = "127.0.0.1:0".parse().unwrap();
+/// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+/// # let (client, server) = tokio::try_join!(
+/// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+/// #     listener.accept(),
+/// # )?;
+/// use lowtide::{Message, ReadGate, StreamConfig};
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Instant;
+///
+/// /// Reads at most 64 KB at a time and counts what was read.
+/// #[derive(Debug, Default)]
+/// struct Counting(AtomicUsize);
+///
+/// impl ReadGate for Counting {
+///     fn allowance(&self, _now: Instant) -> (usize, Option<Instant>) {
+///         (64 << 10, None)
+///     }
+///     fn consumed(&self, _now: Instant, n: usize) {
+///         self.0.fetch_add(n, Ordering::Relaxed);
+///     }
+/// }
+///
+/// let gate = Arc::new(Counting::default());
+/// server.set_read_gate(Some(gate.clone()));
+/// let s = client.open_stream(StreamConfig::default())?;
+/// client.send(s, Message::new(vec![0u8; 10_000]))?;
+/// server.recv().await.expect("a message");
+/// assert!(gate.0.load(Ordering::Relaxed) >= 10_000);
+/// # Ok::<(), lowtide::Error>(())
+/// # })?;
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 pub trait ReadGate: Send + Sync + std::fmt::Debug {
     /// Bytes the channel may read now; with 0, when to ask again.
     fn allowance(&self, now: Instant) -> (usize, Option<Instant>);
@@ -84,6 +139,27 @@ impl Shared {
 pub const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// An established lowtide channel. Cheap to clone; all clones drive the same connection.
+///
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// # let any = "127.0.0.1:0".parse().unwrap();
+/// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+/// # let (client, server) = tokio::try_join!(
+/// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+/// #     listener.accept(),
+/// # )?;
+/// use lowtide::{Message, StreamConfig};
+/// // Clones share the channel: one task sends, another receives.
+/// let sender = client.clone();
+/// let s = client.open_stream(StreamConfig::default())?;
+/// tokio::spawn(async move { sender.send_when_writable(s, Message::new("from a task")).await });
+/// let m = server.recv().await.expect("a message");
+/// assert_eq!(&m.data[..], b"from a task");
+/// assert_eq!(server.peer_addr(), client.local_addr());
+/// # Ok::<(), lowtide::Error>(())
+/// # })?;
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Channel {
     shared: Arc<Shared>,
@@ -92,6 +168,23 @@ pub struct Channel {
 }
 
 /// Connects to `addr` and starts the driver on the current tokio runtime.
+///
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// use lowtide::{ChannelConfig, Message, StreamConfig};
+/// let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), ChannelConfig::default()).await?;
+/// let cfg = ChannelConfig { congestion: Some("cubic".into()), ..ChannelConfig::default() };
+/// let (client, server) = tokio::try_join!(
+///     lowtide::connect(listener.local_addr()?, cfg),
+///     listener.accept(),
+/// )?;
+/// let s = client.open_stream(StreamConfig::default())?;
+/// client.send(s, Message::new("hello"))?;
+/// assert_eq!(&server.recv().await.expect("a message").data[..], b"hello");
+/// # Ok::<(), lowtide::Error>(())
+/// # })?;
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Error> {
     cfg.validate()?;
     let sock = tcp_socket(addr)?;
@@ -125,6 +218,32 @@ pub(crate) fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
 }
 
 /// A listening socket that accepts lowtide channels.
+///
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// use lowtide::{ChannelConfig, Message, StreamConfig};
+/// let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), ChannelConfig::default()).await?;
+/// let addr = listener.local_addr()?;
+/// // A server: one task per channel, answering every message on a stream of its own.
+/// tokio::spawn(async move {
+///     while let Ok(ch) = listener.accept().await {
+///         tokio::spawn(async move {
+///             let answers = ch.open_stream(StreamConfig::default())?;
+///             while let Some(m) = ch.recv().await {
+///                 ch.send_when_writable(answers, Message::new(m.data)).await?;
+///             }
+///             Ok::<(), lowtide::Error>(())
+///         });
+///     }
+/// });
+/// let client = lowtide::connect(addr, ChannelConfig::default()).await?;
+/// let s = client.open_stream(StreamConfig::default())?;
+/// client.send(s, Message::new("echo?"))?;
+/// assert_eq!(&client.recv().await.expect("the answer").data[..], b"echo?");
+/// # Ok::<(), lowtide::Error>(())
+/// # })?;
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Listener {
     inner: ListenerKind,
@@ -141,6 +260,22 @@ enum ListenerKind {
 }
 
 /// Binds a listener on `addr`.
+///
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// use lowtide::ChannelConfig;
+/// // Port 0: the kernel picks one.
+/// let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), ChannelConfig::default()).await?;
+/// let addr = listener.local_addr()?;
+/// assert_ne!(addr.port(), 0);
+/// // An invalid configuration fails before any socket exists; the error names the field.
+/// let bad = ChannelConfig { read_chunk: 0, ..ChannelConfig::default() };
+/// let e = lowtide::listen(addr, bad).await.unwrap_err();
+/// assert!(e.to_string().contains("read_chunk"), "{e}");
+/// # Ok::<(), lowtide::Error>(())
+/// # })?;
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Error> {
     cfg.validate()?;
     let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;
@@ -176,6 +311,24 @@ impl Listener {
     /// [`TlsConfig::handshake_timeout_ms`](crate::TlsConfig::handshake_timeout_ms). Without
     /// TLS cancel-safe; with TLS, dropping the future mid-handshake drops that connection
     /// (keep one accept future across `select!` iterations).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// use lowtide::ChannelConfig;
+    /// use std::time::Duration;
+    /// let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), ChannelConfig::default()).await?;
+    /// // Nobody connects: without TLS, accept is cancel-safe, so a timeout around it is fine.
+    /// let waited = tokio::time::timeout(Duration::from_millis(50), listener.accept()).await;
+    /// assert!(waited.is_err());
+    /// let (client, server) = tokio::try_join!(
+    ///     lowtide::connect(listener.local_addr()?, ChannelConfig::default()),
+    ///     listener.accept(),
+    /// )?;
+    /// assert_eq!(server.peer_addr(), client.local_addr());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn accept(&self) -> Result<Channel, Error> {
         let l = match &self.inner {
             ListenerKind::Routed(acceptor) => {
@@ -323,6 +476,23 @@ impl Channel {
     }
 
     /// The socket's file descriptor (for inspection: `TCP_INFO`, `SIOCOUTQ`).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// // Inspect the kernel's view of the connection.
+    /// let info = lowtide::sys::tcp_info(client.raw_fd())?;
+    /// assert_eq!(info.tcpi_state, 1); // ESTABLISHED
+    /// assert_eq!(client.local_addr(), server.peer_addr());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn raw_fd(&self) -> RawFd {
         self.shared.fd.load(Ordering::Relaxed)
     }
@@ -370,6 +540,28 @@ impl Channel {
     }
 
     /// Queues several messages under one lock (cheaper for small messages).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// let ticks = (0..100u32).map(|i| bytes::Bytes::from(i.to_be_bytes().to_vec()));
+    /// assert_eq!(client.send_batch(s, ticks)?, 100);
+    /// let mut got = Vec::new();
+    /// while got.len() < 100 {
+    ///     server.recv_many(&mut got, 100).await;
+    /// }
+    /// assert_eq!(got[99].seq, 99);
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn send_batch(
         &self,
         stream: u64,
@@ -392,6 +584,28 @@ impl Channel {
     /// Waits until the transport can take more now: nothing of ours is queued or staged and
     /// the latency controller allows a write. A sender that wants the lowest latency writes one
     /// message each time this returns.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// // The lowest-latency sender: build each message only when the transport can take it, so
+    /// // it carries the freshest data.
+    /// for i in 0..10u8 {
+    ///     client.writable().await?;
+    ///     client.send(s, Message::new(vec![i; 1000]))?;
+    /// }
+    /// # for _ in 0..10 { server.recv().await.expect("a message"); }
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn writable(&self) -> Result<(), Error> {
         self.wait_open(|g| g.can_write).await
     }
@@ -404,6 +618,30 @@ impl Channel {
 
     /// Waits until fewer than `bytes` are queued in lowtide (for bulk senders that keep the
     /// queue topped up rather than writing one message per [`writable`](Self::writable)).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// // A bulk sender keeps about 256 KB queued in lowtide.
+    /// for _ in 0..64 {
+    ///     client.queue_below(256 << 10).await?;
+    ///     client.send(s, Message::new(vec![0u8; 64 << 10]))?;
+    /// }
+    /// client.flush().await?;
+    /// assert_eq!(client.queued_bytes(), 0);
+    /// # let mut n = 0;
+    /// # while n < 64 { n += usize::from(server.recv().await.is_some()); }
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn queue_below(&self, bytes: u64) -> Result<(), Error> {
         self.wait_open(|g| g.conn.queued_bytes() < bytes).await
     }
@@ -465,6 +703,32 @@ impl Channel {
     }
 
     /// Withdraws a message not yet completely written; `false` if too late.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Event, Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// // On a current-thread runtime the driver has not run yet: the message is still queued.
+    /// let id = client.send(s, Message::new(vec![0u8; 4000]))?;
+    /// assert!(client.cancel(id));
+    /// assert_eq!(client.stats().cancelled_unsent, 1);
+    /// // The driver publishes the event.
+    /// while let Some(e) = client.next_event().await {
+    ///     if let Event::Cancelled { id: gone, sent, .. } = e {
+    ///         assert_eq!((gone, sent), (id, 0));
+    ///         break;
+    ///     }
+    /// }
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn cancel(&self, id: MessageId) -> bool {
         let done = self.shared.lock().conn.cancel(id);
         self.shared.to_driver.notify_one();
@@ -472,6 +736,29 @@ impl Channel {
     }
 
     /// Closes our direction of a stream once its queue drains.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Event, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.close_stream(s)?;
+    /// loop {
+    ///     match server.next_event().await {
+    ///         Some(Event::StreamClosed { stream }) if stream == s => break,
+    ///         Some(_) => continue,
+    ///         None => panic!("channel ended first"),
+    ///     }
+    /// }
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn close_stream(&self, stream: u64) -> Result<(), Error> {
         self.shared.lock().conn.close_stream(stream)?;
         self.shared.to_driver.notify_one();
@@ -517,6 +804,25 @@ impl Channel {
     }
 
     /// A message if one is ready.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// assert!(server.try_recv().is_none()); // nothing sent yet
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new("x"))?;
+    /// let first = server.recv().await.expect("a message");
+    /// assert_eq!(&first.data[..], b"x");
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn try_recv(&self) -> Option<Received> {
         let mut g = self.shared.lock();
         let budget_was_zero = g.conn.recv_budget() == 0;
@@ -527,6 +833,34 @@ impl Channel {
     }
 
     /// Next event; `None` once the channel is finished and no events are left.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Event, Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// let id = client.send(s, Message::new(vec![0u8; 1000]))?;
+    /// // Written (in the kernel), then Acked (the receiver's P-ACK covers it).
+    /// loop {
+    ///     match client.next_event().await {
+    ///         Some(Event::Acked { id: acked, times, .. }) if acked == id => {
+    ///             assert!(times.acked.is_some());
+    ///             break;
+    ///         }
+    ///         Some(_) => continue,
+    ///         None => panic!("channel ended first"),
+    ///     }
+    /// }
+    /// # let _ = server;
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn next_event(&self) -> Option<Event> {
         self.wait_until(|g| match g.events.pop_front() {
             Some(e) => Some(Some(e)),
@@ -546,6 +880,27 @@ impl Channel {
     }
 
     /// Protocol counters.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new("counted"))?;
+    /// client.flush().await?;
+    /// server.recv().await.expect("a message");
+    /// assert_eq!(client.stats().messages_written, 1);
+    /// assert_eq!(server.stats().messages_received, 1);
+    /// assert_eq!(client.events_dropped(), 0);
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         *self.shared.lock().conn.stats()
     }
@@ -556,6 +911,27 @@ impl Channel {
     }
 
     /// The last kernel snapshot the driver took.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new(vec![0u8; 100_000]))?;
+    /// client.flush().await?;
+    /// let tcp = client.last_tcp_state(); // MinBuf samples TCP_INFO before each write
+    /// assert!(tcp.cwnd > 0 && tcp.mss > 0);
+    /// assert!(client.driver_wakeups() > 0);
+    /// # let _ = server;
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn last_tcp_state(&self) -> TcpState {
         self.shared.lock().last_tcp
     }
@@ -572,11 +948,54 @@ impl Channel {
     }
 
     /// Recorded controller decisions (see [`ChannelConfig::record_decisions`]).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// use lowtide::{ChannelConfig, Message, StreamConfig};
+    /// let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), ChannelConfig::default()).await?;
+    /// let cfg = ChannelConfig { record_decisions: 10_000, ..ChannelConfig::default() };
+    /// let (client, _server) = tokio::try_join!(lowtide::connect(listener.local_addr()?, cfg), listener.accept())?;
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new(vec![0u8; 200_000]))?;
+    /// client.flush().await?;
+    /// let log = client.drain_decisions();
+    /// assert!(!log.is_empty());
+    /// // MIN_BUF(1, 3): the limit is (cwnd + 3) segments.
+    /// let r = &log[0];
+    /// assert_eq!(r.decision.limit, u64::from(r.tcp.cwnd + 3) * u64::from(r.tcp.mss));
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn drain_decisions(&self) -> Vec<DecisionRecord> {
         self.shared.lock().conn.drain_decisions()
     }
 
     /// The error that ended the channel, if any.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// use lowtide::proto::ProtocolError;
+    /// use lowtide::{ChannelConfig, Error};
+    /// use std::io::Write;
+    /// // A "server" that answers in HTTP: the channel ends with a protocol error.
+    /// let http = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let addr = http.local_addr()?;
+    /// std::thread::spawn(move || {
+    ///     let (mut s, _) = http.accept()?;
+    ///     s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n")?;
+    ///     std::thread::sleep(std::time::Duration::from_millis(200));
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// let ch = lowtide::connect(addr, ChannelConfig::default()).await?;
+    /// ch.finished().await;
+    /// assert!(ch.is_finished());
+    /// let e = ch.error().expect("ended with an error");
+    /// assert!(matches!(e, Error::Protocol(ProtocolError::Decode(_))), "{e}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn error(&self) -> Option<Error> {
         self.shared.lock().fatal.clone()
     }
@@ -590,6 +1009,24 @@ impl Channel {
     /// it), a CLOSE frame is sent, the write side shut down. Waits until the driver has
     /// finished (the peer closed too, or EOF), at most [`CLOSE_LINGER`]; after that the driver
     /// finishes in the background.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// client.close(0, "bye").await;
+    /// assert!(client.is_finished());
+    /// assert!(client.error().is_none()); // a clean close
+    /// server.finished().await; // the peer's driver ends too
+    /// assert!(server.recv().await.is_none());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn close(&self, code: u64, reason: &str) {
         self.shared.lock().conn.close(code, reason);
         self.shared.to_driver.notify_one();

@@ -7,6 +7,23 @@ use lowtide_proto::{Config, ConfigError};
 use crate::tls::TlsConfig;
 
 /// Everything a channel needs to know, typed and validated ([`ChannelConfig::validate`]).
+///
+/// ```
+/// use lowtide::{ChannelConfig, ControllerConfig};
+/// // In code ...
+/// let cfg = ChannelConfig {
+///     congestion: Some("cubic".into()),
+///     mss: Some(1448),
+///     ..ChannelConfig::with_controller(ControllerConfig::MinBuf { a: 1, b: 3 })
+/// };
+/// cfg.validate()?;
+/// // ... or from a file (serde; unknown fields are refused).
+/// let from_file: ChannelConfig = serde_json::from_str(
+///     r#"{ "congestion": "cubic", "mss": 1448, "transport": { "controller": { "min_buf": { "a": 1, "b": 3 } } } }"#,
+/// ).unwrap();
+/// assert_eq!(from_file, cfg);
+/// # Ok::<(), lowtide::proto::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChannelConfig {

@@ -8,6 +8,32 @@ use lowtide_proto::{ConfigError, ProtocolError, SendError, StreamError};
 use crate::sys::SysError;
 
 /// Anything a channel operation can fail with.
+///
+/// Errors of the core convert into it (`?` works on them), and each names what failed:
+///
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// use lowtide::{ChannelConfig, Error, Message, StreamConfig};
+/// use lowtide::proto::SendError;
+/// // Nobody listens on this port (bound, then closed): the error names the call.
+/// let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+/// let e = lowtide::connect(port, ChannelConfig::default()).await.unwrap_err();
+/// assert!(matches!(e, Error::Io { .. }));
+/// assert!(e.to_string().starts_with(&format!("connect({port})")), "{e}");
+///
+/// let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), ChannelConfig::default()).await?;
+/// let (client, _server) = tokio::try_join!(
+///     lowtide::connect(listener.local_addr()?, ChannelConfig::default()),
+///     listener.accept(),
+/// )?;
+/// let e = client.send(99, Message::new("x")).unwrap_err();
+/// assert!(matches!(e, Error::Send(SendError::UnknownStream(99))));
+/// client.close(0, "done").await;
+/// assert!(matches!(client.open_stream(StreamConfig::default()), Err(Error::Closed)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -20,14 +20,28 @@ use crate::error::Error;
 
 /// The sending half of one of our streams on a [`Channel`].
 ///
-/// ```no_run
-/// # async fn demo(ch: lowtide::Channel) -> Result<(), lowtide::Error> {
-/// use lowtide::{Message, StreamConfig};
-/// let video = ch.open_send_stream(StreamConfig::default())?;
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// # let any = "127.0.0.1:0".parse().unwrap();
+/// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+/// # let (client, server) = tokio::try_join!(
+/// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+/// #     listener.accept(),
+/// # )?;
+/// use lowtide::{Event, Message, StreamConfig};
+/// let video = client.open_send_stream(StreamConfig::default())?;
 /// let id = video.send_when_writable(Message::new(vec![0u8; 1200]).importance(2)).await?;
 /// video.cancel(id); // too late for the frame: withdraw what is not yet written
 /// video.finish()?;
-/// # Ok(()) }
+/// // The peer sees the stream end.
+/// while let Some(e) = server.next_event().await {
+///     if e == (Event::StreamClosed { stream: video.id() }) {
+///         break;
+///     }
+/// }
+/// # Ok::<(), lowtide::Error>(())
+/// # })?;
+/// # Ok::<(), lowtide::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct SendStream {
@@ -103,6 +117,35 @@ impl SendStream {
 }
 
 /// A channel's received messages as a `futures::Stream` (see [`Channel::messages`]).
+///
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// # let any = "127.0.0.1:0".parse().unwrap();
+/// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+/// # let (client, server) = tokio::try_join!(
+/// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+/// #     listener.accept(),
+/// # )?;
+/// use futures_util::StreamExt;
+/// use lowtide::{Message, StreamConfig};
+/// let audio = client.open_send_stream(StreamConfig::default())?;
+/// let video = client.open_send_stream(StreamConfig::default())?;
+/// for i in 0..3u8 {
+///     audio.send(Message::new(vec![i; 160]))?;
+///     video.send(Message::new(vec![i; 1200]))?;
+/// }
+/// // One task serves one stream: filter by stream id.
+/// let audio_only: Vec<_> = server
+///     .messages()
+///     .filter(|m| std::future::ready(m.stream == audio.id()))
+///     .take(3)
+///     .collect()
+///     .await;
+/// assert!(audio_only.iter().all(|m| m.data.len() == 160));
+/// # Ok::<(), lowtide::Error>(())
+/// # })?;
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 pub struct Messages(BoxStream<'static, Received>);
 
 impl std::fmt::Debug for Messages {

@@ -3,6 +3,17 @@
 //! `TCP_CORK`, `TCP_CONGESTION`, a zero-timeout `poll` and `writev`.
 //!
 //! Every function returns [`SysError`], which names the call that was attempted.
+//!
+//! ```
+//! use std::os::fd::AsRawFd;
+//! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+//! let fd = socket.as_raw_fd();
+//! lowtide::sys::set_notsent_lowat(fd, 4096)?;
+//! let tcp = lowtide::sys::tcp_state(fd, 0)?; // what a latency controller reads
+//! assert_eq!((tcp.outq, tcp.notsent), (0, 0));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::io;
 use std::mem::{size_of, MaybeUninit};
@@ -17,6 +28,12 @@ const SIOCOUTQ: libc::c_ulong = 0x5411;
 const SIOCOUTQNSD: libc::c_ulong = 0x894B;
 
 /// A failed system call, with what was attempted.
+///
+/// ```
+/// let e = lowtide::sys::outq(-1).unwrap_err();
+/// assert_eq!(e.to_string(), "ioctl(SIOCOUTQ) on fd -1: Bad file descriptor (os error 9)");
+/// assert_eq!(e.source.raw_os_error(), Some(9)); // EBADF
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[error("{what}: {source}")]
 pub struct SysError {
@@ -81,6 +98,17 @@ fn getsockopt_int(
 }
 
 /// Sets `TCP_NOTSENT_LOWAT`.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// lowtide::sys::set_notsent_lowat(fd, 4096)?;
+/// assert_eq!(lowtide::sys::notsent_lowat(fd)?, 4096);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn set_notsent_lowat(fd: RawFd, bytes: u32) -> Result<(), SysError> {
     let v = bytes.min(i32::MAX as u32) as libc::c_int;
     setsockopt_int(
@@ -93,6 +121,17 @@ pub fn set_notsent_lowat(fd: RawFd, bytes: u32) -> Result<(), SysError> {
 }
 
 /// Reads `TCP_NOTSENT_LOWAT` back.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// lowtide::sys::set_notsent_lowat(fd, 16_384)?;
+/// assert_eq!(lowtide::sys::notsent_lowat(fd)?, 16_384);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn notsent_lowat(fd: RawFd) -> Result<u32, SysError> {
     getsockopt_int(
         fd,
@@ -104,6 +143,17 @@ pub fn notsent_lowat(fd: RawFd) -> Result<u32, SysError> {
 }
 
 /// Sets `TCP_NODELAY`.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// lowtide::sys::set_nodelay(fd, true)?;
+/// assert!(socket.nodelay()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn set_nodelay(fd: RawFd, on: bool) -> Result<(), SysError> {
     setsockopt_int(
         fd,
@@ -115,12 +165,39 @@ pub fn set_nodelay(fd: RawFd, on: bool) -> Result<(), SysError> {
 }
 
 /// Sets `TCP_CORK`.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// lowtide::sys::set_cork(fd, true)?; // hold partial segments
+/// lowtide::sys::set_cork(fd, false)?; // and send them now
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn set_cork(fd: RawFd, on: bool) -> Result<(), SysError> {
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on.into(), "TCP_CORK")
 }
 
 /// Sets `TCP_MAXSEG` (before connect / on the listener): caps the MSS, e.g. to emulate
 /// Ethernet segments over loopback.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// // Before connecting: an Ethernet-sized MSS on loopback.
+/// let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+/// lowtide::sys::set_maxseg(s.as_raw_fd(), 1448)?;
+/// s.connect(&listener.local_addr()?.into())?;
+/// let tcp = lowtide::sys::tcp_state(s.as_raw_fd(), 0)?;
+/// assert!(tcp.mss <= 1448);
+/// # let _ = fd;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn set_maxseg(fd: RawFd, bytes: u32) -> Result<(), SysError> {
     setsockopt_int(
         fd,
@@ -132,6 +209,19 @@ pub fn set_maxseg(fd: RawFd, bytes: u32) -> Result<(), SysError> {
 }
 
 /// Sets `SO_SNDBUF` (the kernel doubles it).
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// lowtide::sys::set_sndbuf(fd, 64 << 10)?;
+/// // Linux doubles the value for its bookkeeping.
+/// let got = socket2::SockRef::from(&socket).send_buffer_size()?;
+/// assert_eq!(got, 128 << 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn set_sndbuf(fd: RawFd, bytes: u32) -> Result<(), SysError> {
     setsockopt_int(
         fd,
@@ -143,6 +233,18 @@ pub fn set_sndbuf(fd: RawFd, bytes: u32) -> Result<(), SysError> {
 }
 
 /// Sets `SO_RCVBUF` (the kernel doubles it).
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// lowtide::sys::set_rcvbuf(fd, 64 << 10)?;
+/// let got = socket2::SockRef::from(&socket).recv_buffer_size()?;
+/// assert_eq!(got, 128 << 10); // doubled, as for SO_SNDBUF
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn set_rcvbuf(fd: RawFd, bytes: u32) -> Result<(), SysError> {
     setsockopt_int(
         fd,
@@ -154,6 +256,20 @@ pub fn set_rcvbuf(fd: RawFd, bytes: u32) -> Result<(), SysError> {
 }
 
 /// Sets the congestion control algorithm (`TCP_CONGESTION`), e.g. `"cubic"`.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// lowtide::sys::set_congestion(fd, "reno")?;
+/// assert_eq!(lowtide::sys::congestion(fd)?, "reno");
+/// // An unknown name: the error names the call.
+/// let e = lowtide::sys::set_congestion(fd, "no-such-cc").unwrap_err();
+/// assert!(e.to_string().starts_with("setsockopt(TCP_CONGESTION, \"no-such-cc\")"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn set_congestion(fd: RawFd, name: &str) -> Result<(), SysError> {
     // SAFETY: the pointer and length describe `name`'s bytes.
     let r = unsafe {
@@ -172,6 +288,17 @@ pub fn set_congestion(fd: RawFd, name: &str) -> Result<(), SysError> {
 }
 
 /// Reads the congestion control algorithm.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// let cc = lowtide::sys::congestion(fd)?; // the system default, e.g. "cubic"
+/// assert!(!cc.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn congestion(fd: RawFd) -> Result<String, SysError> {
     let mut buf = [0u8; 32];
     let mut len = buf.len() as libc::socklen_t;
@@ -200,11 +327,34 @@ fn ioctl_int(fd: RawFd, req: libc::c_ulong, name: &str) -> Result<u32, SysError>
 }
 
 /// `SIOCOUTQ`: unacknowledged bytes in the send queue.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// use std::io::Write;
+/// (&socket).write_all(&[0u8; 1000])?;
+/// // Sent at once over loopback; unacknowledged at most until the peer's ACK.
+/// assert!(lowtide::sys::outq(fd)? <= 1000);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn outq(fd: RawFd) -> Result<u32, SysError> {
     ioctl_int(fd, SIOCOUTQ, "SIOCOUTQ")
 }
 
 /// `SIOCOUTQNSD`: unsent bytes in the send queue.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// assert_eq!(lowtide::sys::outq_notsent(fd)?, 0); // nothing written yet
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn outq_notsent(fd: RawFd) -> Result<u32, SysError> {
     ioctl_int(fd, SIOCOUTQNSD, "SIOCOUTQNSD")
 }
@@ -212,6 +362,17 @@ pub fn outq_notsent(fd: RawFd) -> Result<u32, SysError> {
 /// Bytes the send buffer takes before it is full: `SO_MEMINFO`'s `SNDBUF − WMEM_QUEUED`.
 /// The kernel counts buffer memory (payload plus a little per packet), so the payload it
 /// accepts is at least this.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// let room = lowtide::sys::send_room(fd)?;
+/// assert!(room > 0); // an empty send buffer
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn send_room(fd: RawFd) -> Result<u32, SysError> {
     let mut mem = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
     let mut len = size_of_val(&mem) as libc::socklen_t;
@@ -232,6 +393,17 @@ pub fn send_room(fd: RawFd) -> Result<u32, SysError> {
 }
 
 /// Raw `TCP_INFO`.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// let info = lowtide::sys::tcp_info(fd)?;
+/// assert_eq!(info.tcpi_state, 1); // TCP_ESTABLISHED
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn tcp_info(fd: RawFd) -> Result<libc::tcp_info, SysError> {
     tcp_info_with_len(fd).map(|(i, _)| i)
 }
@@ -258,8 +430,21 @@ fn tcp_info_with_len(fd: RawFd) -> Result<(libc::tcp_info, usize), SysError> {
 
 /// `TCP_INFO` with the fields that only newer kernels fill (receive window since 6.2, RTO
 /// counters since 6.7): `None` where the kernel wrote fewer bytes than the field needs.
+///
+/// ```
+/// use std::os::fd::AsRawFd;
+/// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// let ext = lowtide::sys::tcp_info_ext(socket.as_raw_fd())?;
+/// // `None` on kernels older than 6.7, which do not count timeouts yet.
+/// if let Some(rtos) = ext.total_rto {
+///     assert_eq!(rtos, 0);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct TcpInfoExt {
+    /// The raw `TCP_INFO`, zeros where the kernel wrote nothing.
     pub info: libc::tcp_info,
     /// `tcpi_rcv_wnd`: the receive window we advertise, after scaling, bytes.
     pub rcv_wnd: Option<u32>,
@@ -272,6 +457,20 @@ pub struct TcpInfoExt {
 }
 
 /// [`tcp_info`] and which of its later fields the kernel filled ([`TcpInfoExt`]).
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// let ext = lowtide::sys::tcp_info_ext(fd)?;
+/// assert_eq!(ext.info.tcpi_state, 1);
+/// if let Some(w) = ext.rcv_wnd {
+///     assert!(w > 0); // Linux 6.2 and later report the window we advertise
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn tcp_info_ext(fd: RawFd) -> Result<TcpInfoExt, SysError> {
     use std::mem::offset_of;
     let (i, len) = tcp_info_with_len(fd)?;
@@ -293,6 +492,20 @@ pub fn tcp_info_ext(fd: RawFd) -> Result<TcpInfoExt, SysError> {
 /// `written` is the number of bytes the application has written to the socket. The send
 /// queue (`SIOCOUTQ` = `write_seq − snd_una`) is then `written − tcpi_bytes_acked` exactly,
 /// which saves the `ioctl`; the loopback tests compare it with [`outq`].
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// use std::io::Write;
+/// (&socket).write_all(&[0u8; 5000])?;
+/// let tcp = lowtide::sys::tcp_state(fd, 5000)?; // 5000 bytes written so far
+/// assert!(tcp.cwnd >= 1 && tcp.mss > 0);
+/// assert!(tcp.outq <= 5000);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn tcp_state(fd: RawFd, written: u64) -> Result<TcpState, SysError> {
     let i = tcp_info(fd)?;
     let outq = written
@@ -314,6 +527,16 @@ pub fn tcp_state(fd: RawFd, written: u64) -> Result<TcpState, SysError> {
 /// A zero-timeout `poll(POLLOUT)`: whether the socket is writable now. Besides answering, it
 /// makes the kernel note that a writer waits (`SOCK_NOSPACE`), so the next ACK that frees
 /// space (or drops the unsent bytes below `TCP_NOTSENT_LOWAT`) raises `EPOLLOUT`.
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// assert!(lowtide::sys::poll_writable(fd)?); // an empty send buffer
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn poll_writable(fd: RawFd) -> Result<bool, SysError> {
     let mut p = libc::pollfd {
         fd,
@@ -330,6 +553,21 @@ pub fn poll_writable(fd: RawFd) -> Result<bool, SysError> {
 pub const MAX_IOV: usize = 64;
 
 /// `writev` of up to [`MAX_IOV`] slices; returns the bytes written (`WouldBlock` as an error).
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let fd = socket.as_raw_fd();
+/// let n = lowtide::sys::writev(fd, [&b"head"[..], &b"er"[..], &b" and body"[..]].into_iter())?;
+/// assert_eq!(n, 15);
+/// # use std::io::Read;
+/// # let mut got = [0u8; 15];
+/// # (&_peer).read_exact(&mut got)?;
+/// # assert_eq!(&got, b"header and body");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn writev<'a>(fd: RawFd, bufs: impl Iterator<Item = &'a [u8]>) -> io::Result<usize> {
     let mut iov = [libc::iovec {
         iov_base: std::ptr::null_mut(),
@@ -353,11 +591,26 @@ pub fn writev<'a>(fd: RawFd, bufs: impl Iterator<Item = &'a [u8]>) -> io::Result
 }
 
 /// CPU time (user + system) of the calling thread, `getrusage(RUSAGE_THREAD)`.
+///
+/// ```
+/// let before = lowtide::sys::thread_cpu_time()?;
+/// let mut x = 0u64;
+/// for i in 0..1_000_000u64 { x = x.wrapping_add(std::hint::black_box(i)); }
+/// assert!(lowtide::sys::thread_cpu_time()? >= before);
+/// # let _ = x;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn thread_cpu_time() -> Result<Duration, SysError> {
     rusage(libc::RUSAGE_THREAD, "getrusage(RUSAGE_THREAD)")
 }
 
 /// CPU time (user + system) of the process, `getrusage(RUSAGE_SELF)`.
+///
+/// ```
+/// let t = lowtide::sys::cpu_time()?; // user + system of the whole process
+/// assert!(t > std::time::Duration::ZERO);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn cpu_time() -> Result<Duration, SysError> {
     rusage(libc::RUSAGE_SELF, "getrusage(RUSAGE_SELF)")
 }

@@ -54,6 +54,40 @@ const MAX_RECORD_PAYLOAD: usize = 16 << 10;
 
 /// TLS for a channel: a client needs `ca` (and checks `server_name`), a server `cert` and
 /// `key`. All files are PEM.
+///
+/// A self-signed certificate made on the spot, a TLS channel over loopback:
+///
+/// ```
+/// # lowtide::current_thread_runtime()?.block_on(async {
+/// use lowtide::{ChannelConfig, Message, StreamConfig, TlsConfig};
+/// let dir = std::env::temp_dir().join(format!("lowtide-tls-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+/// std::fs::write(dir.join("cert.pem"), made.cert.pem())?;
+/// std::fs::write(dir.join("key.pem"), made.key_pair.serialize_pem())?;
+///
+/// let server_cfg = ChannelConfig {
+///     tls: Some(TlsConfig::server(dir.join("cert.pem"), dir.join("key.pem"))),
+///     ..ChannelConfig::default()
+/// };
+/// let client_cfg = ChannelConfig {
+///     // The certificate is its own CA here.
+///     tls: Some(TlsConfig::client(dir.join("cert.pem"), Some("localhost".into()))),
+///     ..ChannelConfig::default()
+/// };
+/// let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), server_cfg).await?;
+/// let (client, server) = tokio::try_join!(
+///     lowtide::connect(listener.local_addr()?, client_cfg),
+///     listener.accept(),
+/// )?;
+/// let s = client.open_stream(StreamConfig::default())?;
+/// client.send(s, Message::new("encrypted"))?;
+/// assert_eq!(&server.recv().await.expect("a message").data[..], b"encrypted");
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {

@@ -242,7 +242,7 @@ fn sample(plan: &FlowPlan, fd: RawFd, t0: Instant, stop: &AtomicBool) -> SenderR
         let due = t0 + tick * k;
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         timeline.sample(fd, t0);
-        if k % per_bin == 0 {
+        if k.is_multiple_of(per_bin) {
             let b = (k / per_bin) as usize;
             if b > bins {
                 break;

@@ -52,6 +52,16 @@ use super::{AppProgress, Decision, LatencyController, TcpState};
 use crate::config::{check_range, ConfigError};
 
 /// DBAT's parameters, as found in configuration files (`controller = { dbat = { ... } }`).
+///
+/// ```
+/// use lowtide_proto::controller::DbatConfig;
+/// use lowtide_proto::{Config, ControllerConfig};
+/// let cfg: Config = toml::from_str("controller = { dbat = { bit_rate_kbps = 640 } }").unwrap();
+/// let ControllerConfig::Dbat(d) = cfg.controller else { panic!("not DBAT") };
+/// assert_eq!((d.bit_rate_kbps, d.initial_window), (640, DbatConfig::default().initial_window));
+/// let e = DbatConfig { bit_rate_kbps: 0, ..d }.validate().unwrap_err();
+/// assert_eq!(e.field, "controller.dbat.bit_rate_kbps");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DbatConfig {
@@ -131,6 +141,18 @@ impl DbatConfig {
 }
 
 /// What a packet-pair probe measured (see `docs/dbat.md`).
+///
+/// ```
+/// use lowtide_proto::controller::ProbeResult;
+/// use std::time::Duration;
+/// let ms = Duration::from_millis;
+/// // The second 1000-byte packet arrived 16 ms after the first: a 62.5 kB/s bottleneck.
+/// let p = ProbeResult::from_dispersion(ms(210), ms(16), 1000, Duration::from_micros(50));
+/// assert_eq!(p.bandwidth, Some(62_500));
+/// // Both packets in one read: too close to tell.
+/// let p = ProbeResult::from_dispersion(ms(210), Duration::ZERO, 1000, Duration::from_micros(50));
+/// assert_eq!(p.bandwidth, None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ProbeResult {
     /// Round-trip time: report arrival − pair sent − dispersion.
@@ -164,6 +186,16 @@ impl ProbeResult {
 }
 
 /// DBAT's feedback to the application.
+///
+/// ```
+/// use lowtide_proto::controller::CongestionSignal;
+/// /// The application's answer: step the bit rate down on onset, back up once it clears.
+/// fn next_rate(kbps: u32, s: &CongestionSignal) -> u32 {
+///     if s.onset { kbps / 2 } else { kbps * 3 / 2 }
+/// }
+/// let s = CongestionSignal { onset: true, queue: 40_000, threshold: 31_250, rate_estimate: 50_000 };
+/// assert_eq!(next_rate(640, &s), 320);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CongestionSignal {
     /// `true`: the average queue crossed the threshold; `false`: it cleared.
@@ -189,6 +221,20 @@ enum Phase {
 const MAX_SIGNALS: usize = 64;
 
 /// The DBAT state machine (sans-IO: every call takes `now`).
+///
+/// ```
+/// use lowtide_proto::controller::{Dbat, DbatConfig};
+/// use std::time::Duration;
+/// let mut d = Dbat::new(DbatConfig::default())?;
+/// // 640 kbit/s; an initial window of 10·1000 B per 400 ms RTT is 25 kB/s: doubling twice
+/// // reaches 80 kB/s, so slow start takes 2 RTTs and needs 0.8 s × 80 kB/s of buffer.
+/// d.set_stream_rate(80_000);
+/// let rtt = Duration::from_millis(400);
+/// assert_eq!(d.slow_start_time(1000, rtt), Duration::from_millis(800));
+/// assert_eq!(d.slow_start_allowance(1000, rtt), 64_000);
+/// assert!(d.in_slow_start());
+/// # Ok::<(), lowtide_proto::ConfigError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Dbat {
     cfg: DbatConfig,
@@ -376,6 +422,28 @@ impl Dbat {
 }
 
 /// DBAT as the lowtide channel's latency controller over TCP.
+///
+/// ```
+/// use lowtide_proto::controller::DbatConfig;
+/// use lowtide_proto::sim::{LinkParams, Pair};
+/// use lowtide_proto::{Config, ControllerConfig, Event};
+/// use std::time::Duration;
+/// // A 500 kbit/s bottleneck, 100 ms one way; the sender probes it at session start.
+/// let link = LinkParams { rate: 62_500, delay: Duration::from_millis(100), cwnd: 40, mss: 1000, sndbuf: 1 << 20 };
+/// let client = Config {
+///     controller: ControllerConfig::Dbat(DbatConfig::default()),
+///     probe_at_start: true,
+///     ..Config::default()
+/// };
+/// let mut pair = Pair::new(client, Config::default(), link);
+/// let t0 = pair.now;
+/// pair.drive_until(t0 + Duration::from_secs(2), 100_000);
+/// let probe = pair.client.events.iter().find_map(|e| match e {
+///     Event::Probed(p) => Some(*p),
+///     _ => None,
+/// });
+/// assert_eq!(probe.expect("probed").bandwidth, Some(62_500));
+/// ```
 #[derive(Debug, Clone)]
 pub struct DbatController {
     dbat: Dbat,

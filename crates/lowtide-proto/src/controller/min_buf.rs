@@ -27,6 +27,13 @@ use super::{AppProgress, Decision, LatencyController, TcpState, Wake};
 const INITIAL_CWND: u32 = 10;
 
 /// The MIN_BUF(a, b) controller with SACK correction.
+///
+/// ```
+/// use lowtide_proto::controller::{MinBuf, TcpState};
+/// // cwnd 10, 2 segments SACKed: (1·10 + min(3, 10) + 2) segments.
+/// let tcp = TcpState { cwnd: 10, sacked: 2, mss: 1448, ..TcpState::default() };
+/// assert_eq!(MinBuf::new(1, 3).limit(&tcp), 15 * 1448);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct MinBuf {
     a: u32,

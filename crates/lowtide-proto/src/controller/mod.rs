@@ -17,6 +17,16 @@
 //!
 //! See `docs/transport.md` for how the wake-up maps onto `TCP_NOTSENT_LOWAT` and where the
 //! mapping is inexact.
+//!
+//! ```
+//! use lowtide_proto::controller::{AppProgress, ControllerConfig, TcpState};
+//! # let now = std::time::Instant::now();
+//! let mut c = ControllerConfig::MinBuf { a: 1, b: 3 }.build()?;
+//! let tcp = TcpState { cwnd: 10, mss: 1000, outq: 4000, ..TcpState::default() };
+//! // (1·10 + 3) segments of 1000 bytes, of which 4000 are in the kernel already.
+//! assert_eq!(c.decide(&tcp, &AppProgress::default(), now).allowance, 9000);
+//! # Ok::<(), lowtide_proto::ConfigError>(())
+//! ```
 
 mod dbat;
 mod min_buf;
@@ -41,6 +51,16 @@ pub const DEFAULT_MSS: u32 = 1448;
 
 /// A snapshot of the kernel's TCP sender, as the driver reads it (`TCP_INFO`, `SIOCOUTQ`).
 /// Segment counts are in MSS-sized segments, as the kernel keeps them.
+///
+/// A driver fills it from the socket (`lowtide::sys::tcp_state`); a test builds it by hand:
+///
+/// ```
+/// use lowtide_proto::controller::{TcpState, DEFAULT_MSS};
+/// use std::time::Duration;
+/// let tcp = TcpState { cwnd: 10, mss: 1448, rtt: Duration::from_millis(40), ..TcpState::default() };
+/// assert_eq!(tcp.mss_or_default(), 1448);
+/// assert_eq!(TcpState::default().mss_or_default(), DEFAULT_MSS); // before the first sample
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct TcpState {
     /// Congestion window, segments (`tcpi_snd_cwnd`).
@@ -75,6 +95,15 @@ impl TcpState {
 }
 
 /// What the application side knows without the kernel.
+///
+/// ```
+/// use lowtide_proto::controller::{AppProgress, LatencyController, PaceA, TcpState};
+/// # let now = std::time::Instant::now();
+/// // PaceA reads only this: 64 KB may be unacknowledged before its first estimate.
+/// let app = AppProgress { written: 50_000, acked: 10_000, ..AppProgress::default() };
+/// let d = PaceA::new(3).decide(&TcpState::default(), &app, now);
+/// assert_eq!(d.allowance, (64 << 10) - 40_000);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct AppProgress {
     /// Bytes handed to the kernel so far (all of the channel, handshake included).
@@ -88,6 +117,17 @@ pub struct AppProgress {
 }
 
 /// How the driver should learn that the controller's allowance has grown again.
+///
+/// ```
+/// use lowtide_proto::controller::{AppProgress, LatencyController, MinBuf, TcpState, Wake};
+/// # let now = std::time::Instant::now();
+/// // The kernel holds 13 segments, 5 of them unsent: MIN_BUF(1, 3) is full.
+/// let tcp = TcpState { cwnd: 10, mss: 1000, outq: 13_000, notsent: 5_000, ..TcpState::default() };
+/// let d = MinBuf::new(1, 3).decide(&tcp, &AppProgress::default(), now);
+/// assert!(d.blocked());
+/// // Writable again once fewer than 4001 bytes are unsent: the driver sets TCP_NOTSENT_LOWAT.
+/// assert_eq!(d.wake, Wake::NotsentBelow(4001));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Wake {
     /// The kernel's ordinary writability (`EPOLLOUT`).
@@ -101,6 +141,16 @@ pub enum Wake {
 }
 
 /// One decision of a controller.
+///
+/// ```
+/// use lowtide_proto::controller::{AppProgress, LatencyController, NotsentLowatController, TcpState};
+/// # let now = std::time::Instant::now();
+/// let tcp = TcpState { mss: 1000, notsent: 1000, ..TcpState::default() };
+/// let d = NotsentLowatController::new(4000).decide(&tcp, &AppProgress::default(), now);
+/// assert_eq!((d.allowance, d.limit, d.min_write), (3000, 4000, 1000));
+/// assert_eq!(d.fixed_lowat, Some(4000)); // the driver keeps the socket option set
+/// assert!(!d.blocked());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Decision {
     /// Bytes that may be staged for the kernel now, beyond what is already staged.
@@ -123,6 +173,37 @@ impl Decision {
 }
 
 /// A latency controller. Implementations are deterministic functions of their inputs.
+///
+/// Configurations name the built-in ones ([`ControllerConfig`]); an embedder may write its
+/// own and call it the way the connection does:
+///
+/// ```
+/// use lowtide_proto::controller::{AppProgress, Decision, LatencyController, TcpState, Wake};
+/// use std::time::Instant;
+///
+/// /// At most `n` bytes in the kernel and staged, whatever cwnd is.
+/// #[derive(Debug)]
+/// struct Fixed(u64);
+///
+/// impl LatencyController for Fixed {
+///     fn name(&self) -> &'static str { "fixed" }
+///     fn needs_tcp_state(&self) -> bool { true }
+///     fn decide(&mut self, tcp: &TcpState, app: &AppProgress, _now: Instant) -> Decision {
+///         let used = u64::from(tcp.outq) + app.staged;
+///         Decision {
+///             allowance: self.0.saturating_sub(used),
+///             limit: self.0,
+///             min_write: 1,
+///             wake: Wake::Writable,
+///             fixed_lowat: None,
+///         }
+///     }
+/// }
+///
+/// let tcp = TcpState { outq: 1500, ..TcpState::default() };
+/// let d = Fixed(4000).decide(&tcp, &AppProgress::default(), Instant::now());
+/// assert_eq!(d.allowance, 2500);
+/// ```
 pub trait LatencyController: Send + std::fmt::Debug {
     /// Short name for logs and reports.
     fn name(&self) -> &'static str;
@@ -144,6 +225,17 @@ pub trait LatencyController: Send + std::fmt::Debug {
 }
 
 /// Controller choice, as found in configuration files.
+///
+/// ```
+/// use lowtide_proto::{Config, ControllerConfig};
+/// let cfg: Config = toml::from_str("controller = { pace_a = { b = 2 } }").unwrap();
+/// assert_eq!(cfg.controller, ControllerConfig::PaceA { b: 2 });
+/// assert_eq!(cfg.controller.build()?.name(), "pace_a");
+/// // Parameters are checked; the error names the field.
+/// let e = ControllerConfig::MinBuf { a: 0, b: 3 }.validate().unwrap_err();
+/// assert_eq!(e.field, "controller.min_buf.a");
+/// # Ok::<(), lowtide_proto::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum ControllerConfig {

@@ -16,6 +16,14 @@ use std::time::Instant;
 use super::{AppProgress, Decision, LatencyController, TcpState, Wake};
 
 /// Kernel `TCP_NOTSENT_LOWAT` with a fixed threshold.
+///
+/// ```
+/// use lowtide_proto::controller::{AppProgress, LatencyController, NotsentLowatController, TcpState};
+/// # let now = std::time::Instant::now();
+/// let mut c = NotsentLowatController::new(4344);
+/// let full = TcpState { mss: 1448, notsent: 4344, ..TcpState::default() };
+/// assert!(c.decide(&full, &AppProgress::default(), now).blocked());
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct NotsentLowatController {
     bytes: u32,

@@ -33,6 +33,21 @@ pub const RATE_SAMPLES: usize = 10;
 pub const LATENCY_WINDOW: Duration = Duration::from_secs(10);
 
 /// What the connection learned from one P-ACK.
+///
+/// ```
+/// use lowtide_proto::controller::{LatencyController, PAckSample, PaceA};
+/// use std::time::{Duration, Instant};
+/// let t0 = Instant::now();
+/// let mut c = PaceA::new(3);
+/// // The byte at offset 10 000 was written at t0 and P-ACKed 20 ms later.
+/// c.on_pack(&PAckSample {
+///     now: t0 + Duration::from_millis(20),
+///     bytes: 10_000,
+///     recv_time_us: 10_000,
+///     covered_write_time: Some(t0),
+/// });
+/// assert_eq!(c.latency(), Some(Duration::from_millis(20)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PAckSample {
     /// Sender clock when the P-ACK was processed.
@@ -46,6 +61,13 @@ pub struct PAckSample {
 }
 
 /// The PaceA controller.
+///
+/// ```
+/// use lowtide_proto::controller::PaceA;
+/// let c = PaceA::new(3);
+/// // No P-ACK yet: no estimates (see [`PAckSample`] for feeding one).
+/// assert_eq!((c.bandwidth(), c.latency(), c.cwnd_estimate()), (None, None, None));
+/// ```
 #[derive(Debug, Clone)]
 pub struct PaceA {
     b: u32,

@@ -6,6 +6,14 @@ use std::time::Instant;
 use super::{AppProgress, Decision, LatencyController, TcpState, Wake};
 
 /// No application-level limit; the kernel's send buffer is the only bound.
+///
+/// ```
+/// use lowtide_proto::controller::{AppProgress, LatencyController, TcpState, Unlimited, Wake};
+/// # let now = std::time::Instant::now();
+/// let d = Unlimited.decide(&TcpState::default(), &AppProgress::default(), now);
+/// assert!(!d.blocked());
+/// assert_eq!(d.wake, Wake::Writable);
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Unlimited;
 

@@ -19,6 +19,17 @@
 //!
 //! Where we differ: Paceline does not say how its receiver discards resent messages; this is
 //! the usual sliding window of reliable protocols (e.g. SCTP's TSN map), per stream.
+//!
+//! ```
+//! use lowtide_proto::failover::{Delivered, Verdict};
+//! // A window of 64 numbers per stream: memory stays bounded however many arrive.
+//! let mut d = Delivered::new(64, true, 16);
+//! for seq in 0..10_000 {
+//!     assert_eq!(d.on_message(0, seq, &seq.to_be_bytes())?, Verdict::New);
+//! }
+//! assert!(d.remembered() <= 64);
+//! # Ok::<(), lowtide_proto::ProtocolError>(())
+//! ```
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -27,6 +38,21 @@ use std::hash::Hasher;
 use crate::error::ProtocolError;
 
 /// What to do with a complete message.
+///
+/// ```
+/// use lowtide_proto::failover::{Delivered, Verdict};
+/// use lowtide_proto::ProtocolError;
+/// // With failover (hashes on): an identical resent copy is dropped, a different one refused.
+/// let mut d = Delivered::new(64, true, 16);
+/// assert_eq!(d.on_message(0, 0, b"frame")?, Verdict::New);
+/// assert_eq!(d.on_message(0, 0, b"frame")?, Verdict::Duplicate);
+/// assert_eq!(d.stats.duplicates_dropped, 1);
+/// assert_eq!(
+///     d.on_message(0, 0, b"other"),
+///     Err(ProtocolError::ResentMessageDiffers { stream: 0, seq: 0 })
+/// );
+/// # Ok::<(), ProtocolError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// First copy: deliver.
@@ -43,6 +69,16 @@ struct StreamWindow {
 }
 
 /// Counters of the receiver's duplicate filter.
+///
+/// ```
+/// use lowtide_proto::failover::Delivered;
+/// let mut d = Delivered::new(64, true, 16);
+/// d.on_message(0, 3, b"a")?;
+/// d.on_cancel(0, 4);
+/// d.on_message(0, 4, b"b")?; // a copy of a cancelled number: nothing to compare it with
+/// assert_eq!((d.stats.duplicates_dropped, d.stats.duplicates_unverified), (0, 1));
+/// # Ok::<(), lowtide_proto::ProtocolError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DeliveredStats {
     /// Identical copies dropped (compared with the first copy's hash).
@@ -55,6 +91,18 @@ pub struct DeliveredStats {
 }
 
 /// The delivered-set of one channel's receive side.
+///
+/// ```
+/// use lowtide_proto::failover::{Delivered, Verdict};
+/// use lowtide_proto::ProtocolError;
+/// // Without failover no sender repeats a number: a copy is a protocol error.
+/// let mut d = Delivered::new(64, false, 16);
+/// d.on_message(2, 5, b"x")?; // out of order is fine
+/// d.on_cancel(2, 4);
+/// assert_eq!(d.on_message(2, 5, b"x"), Err(ProtocolError::DuplicateDelivery { stream: 2, seq: 5 }));
+/// assert_eq!(d.on_message(2, 6, b"y")?, Verdict::New);
+/// # Ok::<(), ProtocolError>(())
+/// ```
 #[derive(Debug)]
 pub struct Delivered {
     window: usize,

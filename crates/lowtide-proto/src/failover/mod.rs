@@ -35,6 +35,40 @@
 //! - Frames staged for the old connection but not written are dropped with it: data is
 //!   resent, streams are announced again, a staged CANCEL or P-ACK is lost (the receiver's
 //!   window forgets the gap in bounded memory).
+//!
+//! In simulated time ([`sim::Pair`](crate::sim::Pair)): both directions of the connection
+//! go dark after 100 messages; the client fails over, and every message arrives once.
+//!
+//! ```
+//! use lowtide_proto::failover::FailoverConfig;
+//! use lowtide_proto::sim::{LinkParams, Pair};
+//! use lowtide_proto::{Config, Event, Message, StreamConfig};
+//! use std::time::Duration;
+//!
+//! let cfg = Config {
+//!     failover: Some(FailoverConfig { floor_ms: 60, ..FailoverConfig::default() }),
+//!     ..Config::default()
+//! };
+//! let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+//! pair.auto_failover = true;
+//! let s = pair.client.conn.open_stream(StreamConfig::default())?;
+//! for i in 0..200u32 {
+//!     if i == 100 {
+//!         pair.c2s.blackholed = true;
+//!         pair.s2c.blackholed = true;
+//!     }
+//!     pair.client.conn.send(pair.now, s, Message::new(i.to_be_bytes().to_vec()))?;
+//!     let until = pair.now + Duration::from_millis(2);
+//!     pair.drive_until(until, 1_000_000);
+//! }
+//! pair.drive_bounded(1_000_000);
+//!
+//! assert!(pair.client.events.iter().any(|e| matches!(e, Event::Failover(r) if r.path == 1)));
+//! let mut seqs: Vec<u64> = pair.server.received.iter().map(|m| m.seq).collect();
+//! seqs.sort();
+//! assert_eq!(seqs, (0..200).collect::<Vec<u64>>()); // none lost, none twice
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod delivered;
 pub mod old_path;
@@ -49,6 +83,15 @@ pub use old_path::OldPath;
 pub use stall::StallDetector;
 
 /// Failover settings (`failover = { backups = N, ... }`), checked by [`FailoverConfig::validate`].
+///
+/// ```
+/// use lowtide_proto::{Config, FailoverConfig};
+/// let cfg: Config = toml::from_str("failover = { backups = 2, floor_ms = 100 }").unwrap();
+/// let f = cfg.failover.expect("failover on");
+/// assert_eq!((f.backups, f.floor_ms, f.factor), (2, 100, 2.0));
+/// let e = FailoverConfig { backups: 0, ..f }.validate().unwrap_err();
+/// assert_eq!((e.field, e.allowed), ("failover.backups", "1..=8"));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FailoverConfig {
@@ -98,6 +141,18 @@ impl FailoverConfig {
 }
 
 /// What a switch did, reported as [`Event::Failover`](crate::Event::Failover).
+///
+/// A driver logs it; the module example above shows one arriving:
+///
+/// ```
+/// use lowtide_proto::{Event, FailoverReport};
+/// fn log(e: &Event) {
+///     if let Event::Failover(FailoverReport { path, resent, expired, threshold }) = e {
+///         println!("moved to backup {path} after {threshold:?}: {resent} resent, {expired} expired");
+///     }
+/// }
+/// # log(&Event::StreamClosed { stream: 0 });
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailoverReport {
     /// Ordinal of the connection now in use (the primary is 0).

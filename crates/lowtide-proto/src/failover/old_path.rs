@@ -9,10 +9,38 @@
 //!
 //! Only P-ACK frames are parsed; payload bytes of other frames are skipped without being
 //! kept, so memory is one frame header.
+//!
+//! ```
+//! use lowtide_proto::failover::OldPath;
+//! use lowtide_proto::wire::{DataFrame, Frame};
+//! // A large data frame is skipped, not kept; the P-ACK after it is seen.
+//! let mut bytes = Vec::new();
+//! let payload = vec![0u8; 60_000];
+//! Frame::Data(DataFrame { stream: 0, seq: 1, offset: 8, first: None, payload: &payload }).encode(&mut bytes);
+//! Frame::PAck { bytes: 20_000, recv_time_us: 5 }.encode(&mut bytes);
+//! let mut old = OldPath::new(&[], 10_000, 65_536);
+//! assert!(old.on_bytes(&bytes)?);
+//! # Ok::<(), lowtide_proto::wire::DecodeError>(())
+//! ```
 
 use crate::wire::{DecodeError, Frame};
 
 /// Watches the old connection's incoming bytes for P-ACKs past the stall point.
+///
+/// ```
+/// use lowtide_proto::failover::OldPath;
+/// use lowtide_proto::wire::Frame;
+/// // At the switch the old connection had P-ACKed 5000 bytes.
+/// let mut old = OldPath::new(&[], 5000, 65_536);
+/// let mut late = Vec::new();
+/// Frame::PAck { bytes: 5000, recv_time_us: 10 }.encode(&mut late);
+/// assert!(!old.on_bytes(&late)?); // nothing new
+/// late.clear();
+/// Frame::PAck { bytes: 9000, recv_time_us: 20 }.encode(&mut late);
+/// assert!(old.on_bytes(&late)?); // it was still delivering: a false positive
+/// assert!(old.delivered_after_switch);
+/// # Ok::<(), lowtide_proto::wire::DecodeError>(())
+/// ```
 #[derive(Debug)]
 pub struct OldPath {
     /// P-ACK value (bytes of that connection) already seen when the switch happened.

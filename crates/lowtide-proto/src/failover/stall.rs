@@ -11,6 +11,16 @@
 //! (default 2, as SRT's 2·SRTT) and the floor (SRT's lower clamp is 60 ms; our default is
 //! 200 ms, TCP's minimum RTO). There is no upper clamp: a sender whose threshold would exceed
 //! its messages' deadlines gains nothing from failover anyway.
+//!
+//! ```
+//! use lowtide_proto::failover::{FailoverConfig, StallDetector};
+//! use std::time::{Duration, Instant};
+//! let t0 = Instant::now();
+//! let d = StallDetector::new(&FailoverConfig::default());
+//! // No sample yet: the threshold is the floor (200 ms by default).
+//! assert_eq!(d.threshold(), Duration::from_millis(200));
+//! assert_eq!((d.samples(), d.stall_at(), d.is_stalled(t0)), (0, None, false));
+//! ```
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -22,6 +32,22 @@ use super::FailoverConfig;
 const MAX_WRITES_TRACKED: usize = 1 << 16;
 
 /// The stall clock of the connection in use.
+///
+/// ```
+/// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+/// use std::time::{Duration, Instant};
+/// let ms = Duration::from_millis;
+/// let t0 = Instant::now();
+/// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 60, factor: 2.0, ..Default::default() });
+/// d.on_written(1000, t0);
+/// d.on_acked(1000, t0 + ms(40)); // first sample: srtt 40 ms, rttvar 20 ms
+/// assert_eq!(d.srtt(), Some(ms(40)));
+/// assert_eq!(d.threshold(), ms(240)); // 2 × (40 + 4·20) ms
+/// d.on_written(2000, t0 + ms(50));
+/// assert_eq!(d.stall_at(), Some(t0 + ms(290)));
+/// assert!(!d.is_stalled(t0 + ms(289)));
+/// assert!(d.is_stalled(t0 + ms(290)));
+/// ```
 #[derive(Debug, Clone)]
 pub struct StallDetector {
     factor: f64,

@@ -10,6 +10,13 @@ pub const MAX_PROBE_PAD: u64 = 65_536;
 pub const MAX_HEADER_LEN: usize = 1 + 6 * varint::MAX_LEN;
 
 /// Frame type codes (the first varint of a frame).
+///
+/// ```
+/// use lowtide_proto::wire::{Frame, FrameType};
+/// let mut buf = Vec::new();
+/// Frame::StreamClose { stream: 4 }.encode(&mut buf);
+/// assert_eq!(buf[0], FrameType::StreamClose as u8);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum FrameType {
@@ -36,6 +43,15 @@ pub enum FrameType {
 }
 
 /// Why a message was withdrawn by its sender.
+///
+/// ```
+/// use lowtide_proto::wire::{CancelReason, Frame};
+/// let mut buf = Vec::new();
+/// let cancel = Frame::Cancel { stream: 2, seq: 9, reason: CancelReason::Expired };
+/// cancel.encode(&mut buf);
+/// assert_eq!(Frame::decode(&buf, 1024)?, Some((cancel, buf.len())));
+/// # Ok::<(), lowtide_proto::wire::DecodeError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum CancelReason {
     /// The application cancelled it.
@@ -55,6 +71,20 @@ impl CancelReason {
 
 /// One chunk of a message. `first` carries the message's metadata and is present exactly when
 /// `offset == 0`.
+///
+/// ```
+/// use lowtide_proto::wire::{DataFrame, FirstChunk, Frame};
+/// let first = FirstChunk { importance: 2, send_time_us: 5_000, total_len: 10 };
+/// let head = DataFrame { stream: 0, seq: 3, offset: 0, first: Some(first), payload: b"hello" };
+/// let tail = DataFrame { stream: 0, seq: 3, offset: 5, first: None, payload: b"world" };
+/// let mut buf = Vec::new();
+/// Frame::Data(head).encode(&mut buf);
+/// Frame::Data(tail).encode(&mut buf);
+/// let (f, used) = Frame::decode(&buf, 1024)?.expect("complete");
+/// assert_eq!(f, Frame::Data(head));
+/// assert_eq!(Frame::decode(&buf[used..], 1024)?.map(|(f, _)| f), Some(Frame::Data(tail)));
+/// # Ok::<(), lowtide_proto::wire::DecodeError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataFrame<'a> {
     /// Stream id.
@@ -70,6 +100,14 @@ pub struct DataFrame<'a> {
 }
 
 /// Metadata sent with a message's first chunk.
+///
+/// ```
+/// use lowtide_proto::wire::{FirstChunk, Frame};
+/// let meta = FirstChunk { importance: 1, send_time_us: 300, total_len: 1_000_000 };
+/// // A sender sizes its chunks with the header length in mind: type, stream, seq,
+/// // importance, send time (2-byte varint), total length (3), chunk length (2).
+/// assert_eq!(Frame::data_header_len(0, 0, Some(meta), 0, 1400), 1 + 1 + 1 + 1 + 2 + 3 + 2);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FirstChunk {
     /// Importance (higher is more important).
@@ -81,6 +119,19 @@ pub struct FirstChunk {
 }
 
 /// A decoded frame, borrowing its payload from the receive buffer.
+///
+/// ```
+/// use lowtide_proto::wire::Frame;
+/// let mut buf = Vec::new();
+/// Frame::StreamOpen { stream: 1, weight_milli: 2_000 }.encode(&mut buf);
+/// // The header is enough to know how much to read.
+/// assert_eq!(Frame::frame_len(&buf, 1024)?, Some(buf.len()));
+/// match Frame::decode(&buf, 1024)? {
+///     Some((Frame::StreamOpen { stream, weight_milli }, _)) => assert_eq!((stream, weight_milli), (1, 2_000)),
+///     other => panic!("unexpected {other:?}"),
+/// }
+/// # Ok::<(), lowtide_proto::wire::DecodeError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
     /// The sender opened a stream.
@@ -149,6 +200,14 @@ pub enum Frame<'a> {
 /// The pad length that makes a probe `total` bytes long when it is laid out as one type
 /// byte, the id, one index byte, the pad length and the pad (lowtide's PROBE frame and
 /// TFRC's probe datagram), as close as the varint lengths allow, never longer, at most `max`.
+///
+/// ```
+/// use lowtide_proto::wire::{probe_pad_len, Frame, MAX_PROBE_PAD};
+/// let pad = probe_pad_len(7, 1448, MAX_PROBE_PAD);
+/// let mut buf = Vec::new();
+/// Frame::Probe { id: 7, index: 0, pad_len: pad }.encode(&mut buf);
+/// assert_eq!(buf.len(), 1448); // one full segment
+/// ```
 pub fn probe_pad_len(id: u64, total: u64, max: u64) -> u64 {
     let header = |pad: u64| (2 + varint::len(id) + varint::len(pad)) as u64;
     let mut pad = total.saturating_sub(header(0)).min(max);

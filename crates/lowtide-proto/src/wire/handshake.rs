@@ -10,6 +10,19 @@ pub const VERSION: u8 = 1;
 pub const MAX_HELLO_OPTIONS: u64 = 32;
 
 /// An option announced in the handshake. Unknown keys are skipped by the receiver.
+///
+/// ```
+/// use lowtide_proto::wire::{Hello, HelloOption, VERSION};
+/// let hello = Hello {
+///     version: VERSION,
+///     options: vec![HelloOption::MaxStreams(8), HelloOption::Unknown(99, 7)],
+/// };
+/// let mut buf = Vec::new();
+/// hello.encode(&mut buf);
+/// let (back, _) = Hello::decode(&buf)?.expect("complete");
+/// assert_eq!(back.options[1], HelloOption::Unknown(99, 7)); // kept, and ignored by a Connection
+/// # Ok::<(), lowtide_proto::wire::DecodeError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HelloOption {
@@ -58,6 +71,17 @@ impl HelloOption {
 }
 
 /// The handshake message: magic, version, options.
+///
+/// ```
+/// use lowtide_proto::wire::{DecodeError, Hello, HelloOption, MAGIC, VERSION};
+/// let mut buf = Vec::new();
+/// Hello { version: VERSION, options: vec![HelloOption::MaxMessageSize(1 << 20)] }.encode(&mut buf);
+/// assert_eq!(buf[..4], MAGIC);
+/// let (hello, used) = Hello::decode(&buf)?.expect("complete");
+/// assert_eq!((hello.version, used), (VERSION, buf.len()));
+/// assert_eq!(Hello::decode(b"SSH-2.0-"), Err(DecodeError::BadMagic(*b"SSH-")));
+/// # Ok::<(), DecodeError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
     /// Protocol version.

@@ -12,6 +12,20 @@
 //! longer than the negotiated chunk limit, or a close reason that is too long or not UTF-8.
 //! Because the length check happens on the header, a peer cannot make us buffer more than one
 //! maximal frame.
+//!
+//! ```
+//! use lowtide_proto::wire::{DecodeError, Frame};
+//! let mut buf = Vec::new();
+//! Frame::PAck { bytes: 70_000, recv_time_us: 1_234 }.encode(&mut buf);
+//! Frame::Close { code: 0, reason: "done" }.encode(&mut buf);
+//! let (first, used) = Frame::decode(&buf, 65_536)?.expect("complete");
+//! assert_eq!(first, Frame::PAck { bytes: 70_000, recv_time_us: 1_234 });
+//! let (second, _) = Frame::decode(&buf[used..], 65_536)?.expect("complete");
+//! assert_eq!(second, Frame::Close { code: 0, reason: "done" });
+//! assert_eq!(Frame::decode(&buf[..used - 1], 65_536)?, None); // wait for more bytes
+//! assert_eq!(Frame::decode(&[0x7f], 65_536), Err(DecodeError::UnknownFrameType(0x7f)));
+//! # Ok::<(), DecodeError>(())
+//! ```
 
 mod frame;
 mod handshake;
@@ -24,6 +38,17 @@ pub use frame::{
 pub use handshake::{Hello, HelloOption, MAGIC, MAX_HELLO_OPTIONS, VERSION};
 
 /// Why bytes from the peer could not be parsed.
+///
+/// ```
+/// use lowtide_proto::wire::{DecodeError, Frame};
+/// // A DATA_FIRST frame declaring a 1 MB chunk, refused from its header alone.
+/// let mut buf = vec![0x03, 1, 0, 0, 0];
+/// lowtide_proto::wire::varint::put(&mut buf, 1 << 20); // total_len
+/// lowtide_proto::wire::varint::put(&mut buf, 1 << 20); // len
+/// let e = Frame::decode(&buf, 65_536).unwrap_err();
+/// assert_eq!(e, DecodeError::FrameTooLarge { len: 1 << 20, max: 65_536 });
+/// assert_eq!(e.to_string(), "frame payload of 1048576 bytes exceeds the limit of 65536");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {

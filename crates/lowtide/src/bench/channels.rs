@@ -10,6 +10,14 @@
 //! end costs at most that. lowtide runs first at each N, so both biases of RSS deltas go
 //! against it: it pays the first run's one-time costs (allocator arenas, thread stacks, spread
 //! over N), and memory it freed can only help raw TCP's figure.
+//!
+//! ```
+//! use lowtide::bench::channels::ChannelsConfig;
+//! // The issue's three points: 10, 100 and 1000 channels at 1 Mbit/s each.
+//! let cfg = ChannelsConfig::default();
+//! assert_eq!((cfg.counts.as_slice(), cfg.rate_bits), (&[10, 100, 1000][..], 1e6));
+//! // The example on [`run`] measures two channels.
+//! ```
 
 use std::sync::mpsc;
 use std::thread;
@@ -24,6 +32,13 @@ use super::transfer::join;
 use crate::{sys, ChannelConfig, Config, Error, Message, StreamConfig};
 
 /// What to measure.
+///
+/// ```
+/// use lowtide::bench::channels::ChannelsConfig;
+/// // `lowtide bench --channels 10,100 --channel-rate 2e6` in code:
+/// let cfg = ChannelsConfig { counts: vec![10, 100], rate_bits: 2e6, ..ChannelsConfig::default() };
+/// assert_eq!(cfg.message, 1250);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChannelsConfig {
@@ -52,6 +67,13 @@ impl Default for ChannelsConfig {
 }
 
 /// One variant at one N.
+///
+/// ```
+/// fn memory(m: &lowtide::bench::channels::Many) -> String {
+///     let p99 = m.p99_latency_ms.map_or("no data".to_string(), |ms| format!("{ms:.1} ms"));
+///     format!("{:.1} KB idle, {:.1} KB active per channel; p99 {p99}", m.idle_kb_per_channel, m.active_kb_per_channel)
+/// }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct Many {
     /// RSS growth per connection once all are established and idle, KB (both ends).
@@ -79,6 +101,12 @@ pub struct Many {
 }
 
 /// Both variants at one N.
+///
+/// ```
+/// fn memory_ratio(row: &lowtide::bench::channels::ChannelsRow) -> f64 {
+///     row.lowtide.idle_kb_per_channel / row.raw_tcp.idle_kb_per_channel
+/// }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct ChannelsRow {
     /// Concurrent channels (connections).
@@ -90,6 +118,17 @@ pub struct ChannelsRow {
 }
 
 /// `lowtide bench --channels ... --json`.
+///
+/// ```
+/// fn summary(r: &lowtide::bench::channels::ChannelsReport) {
+///     for row in &r.rows {
+///         println!("N = {}: {:.2} server cores", row.channels, row.lowtide.server_core_share);
+///     }
+///     for g in &r.goals {
+///         println!("{}: {}", g.what, if g.met { "met" } else { "NOT met" });
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct ChannelsReport {
     /// lowtide version.
@@ -128,6 +167,17 @@ fn check(cfg: &ChannelsConfig) -> Result<(), Error> {
 }
 
 /// Runs every N, lowtide then raw TCP.
+///
+/// ```
+/// use lowtide::bench::channels::{run, ChannelsConfig};
+/// // Two channels at 1 Mbit/s each for 0.3 s, then two raw TCP connections.
+/// let cfg = ChannelsConfig { counts: vec![2], seconds: 0.3, ..ChannelsConfig::default() };
+/// let report = run(&cfg)?;
+/// let row = &report.rows[0];
+/// assert_eq!(row.channels, 2);
+/// assert!(row.lowtide.messages > 0 && row.raw_tcp.messages > 0);
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 pub fn run(cfg: &ChannelsConfig) -> Result<ChannelsReport, Error> {
     check(cfg)?;
     let mut rows = Vec::new();

@@ -13,6 +13,17 @@
 //!   streaming paced messages to N channels, memory per channel, CPU, p99 latency, against N
 //!   raw TCP connections.
 //!
+//! The numbers come as a serializable report ([`BenchReport`]; example there); the CLI's
+//! `lowtide bench` prints it.
+//!
+//! ```
+//! use lowtide::bench::{BenchConfig, Part};
+//! // What `lowtide bench --json` measures by default, as configuration:
+//! let cfg = BenchConfig::default();
+//! assert_eq!(cfg.parts, [Part::Goodput, Part::Small, Part::Cpu]);
+//! println!("{}", serde_json::to_string(&cfg).unwrap());
+//! ```
+//!
 //! Sender and receiver run as two OS threads, each with its own current-thread tokio runtime,
 //! as the lab does. Receiver goodput is measured from the first to the last message received.
 //! The variants of a comparison alternate round by round (so background load hits both
@@ -27,6 +38,13 @@ use crate::{ControllerConfig, Error};
 use transfer::{lowtide_transfer, raw_transfer, Pattern, Transfer};
 
 /// The parts of the benchmark.
+///
+/// ```
+/// use lowtide::bench::{BenchConfig, Part};
+/// // `lowtide bench --parts small,cpu` in code:
+/// let cfg = BenchConfig { parts: vec![Part::Small, Part::Cpu], ..BenchConfig::default() };
+/// assert_eq!(serde_json::to_string(&cfg.parts).unwrap(), r#"["small","cpu"]"#);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Part {
@@ -39,6 +57,16 @@ pub enum Part {
 }
 
 /// What to measure.
+///
+/// ```
+/// use lowtide::bench::{BenchConfig, Part};
+/// // Goodput only, 64 KB messages, 3 rounds of 1 s per variant.
+/// let cfg = BenchConfig { seconds: 3.0, parts: vec![Part::Goodput], ..BenchConfig::default() };
+/// assert_eq!((cfg.rounds, cfg.bulk_message), (3, 64 << 10));
+/// // Checked when run: seconds must be in (0, 600].
+/// let bad = BenchConfig { seconds: 0.0, ..BenchConfig::default() };
+/// assert!(lowtide::bench::run(&bad).is_err());
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BenchConfig {
@@ -80,6 +108,13 @@ impl Default for BenchConfig {
 }
 
 /// Where and how the numbers were produced.
+///
+/// ```
+/// fn header(r: &lowtide::bench::BenchReport) -> String {
+///     let p = &r.provenance;
+///     format!("lowtide {} on Linux {}, {} s per measurement", p.version, p.kernel, p.config.seconds)
+/// }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct Provenance {
     /// lowtide version.
@@ -91,6 +126,15 @@ pub struct Provenance {
 }
 
 /// One figure for lowtide and for raw TCP, measured in the same run.
+///
+/// ```
+/// use lowtide::bench::Versus;
+/// fn line(what: &str, v: &Versus) -> String {
+///     format!("{what}: lowtide {:.0}, raw TCP {:.0} ({:.2}x)", v.lowtide, v.raw_tcp, v.ratio)
+/// }
+/// let v = Versus { lowtide: 900.0, raw_tcp: 1000.0, ratio: 0.9 };
+/// assert_eq!(line("MB/s", &v), "MB/s: lowtide 900, raw TCP 1000 (0.90x)");
+/// ```
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Versus {
     /// lowtide (median over rounds).
@@ -102,6 +146,13 @@ pub struct Versus {
 }
 
 /// Goodput with bulk messages.
+///
+/// ```
+/// fn cheaper_than_raw_tcp(r: &lowtide::bench::BenchReport) -> Option<bool> {
+///     let g = r.goodput.as_ref()?; // `None` unless Part::Goodput ran
+///     Some(g.sender_cpu_s_per_gb.ratio <= 1.0)
+/// }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct Goodput {
     /// Received MB/s (10^6 bytes).
@@ -113,6 +164,12 @@ pub struct Goodput {
 }
 
 /// Small-message rate.
+///
+/// ```
+/// fn rate(r: &lowtide::bench::BenchReport) -> Option<f64> {
+///     Some(r.small_messages.as_ref()?.msgs_s.lowtide) // messages per second
+/// }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct SmallMessages {
     /// Messages per second (raw TCP: 4-byte length prefix per message).
@@ -122,6 +179,13 @@ pub struct SmallMessages {
 }
 
 /// Sender CPU per GB at a paced rate.
+///
+/// ```
+/// fn min_buf_overhead(r: &lowtide::bench::BenchReport) -> Option<f64> {
+///     // Goel et al. Table I: MIN_BUF(1,0) cost 2.7x TCP's CPU.
+///     Some(r.cpu.as_ref()?.min_buf.ratio)
+/// }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct CpuCost {
     /// MinBuf(1,3): sender CPU seconds per GB, against raw TCP.
@@ -137,6 +201,16 @@ pub struct CpuCost {
 }
 
 /// A goal of issue 14, checked on this run's numbers.
+///
+/// ```
+/// fn unmet(goals: &[lowtide::bench::Goal]) -> Vec<String> {
+///     goals
+///         .iter()
+///         .filter(|g| !g.met)
+///         .map(|g| format!("{} = {:.2}, wanted {}", g.what, g.value, g.bound))
+///         .collect()
+/// }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct Goal {
     /// What is compared.
@@ -150,6 +224,18 @@ pub struct Goal {
 }
 
 /// The whole report (`lowtide bench --json`).
+///
+/// ```
+/// use lowtide::bench::{run, BenchConfig, Part};
+/// // A short run (0.2 s per variant, one round): the small-message part only.
+/// let cfg = BenchConfig { seconds: 0.2, rounds: 1, parts: vec![Part::Small], ..BenchConfig::default() };
+/// let report = run(&cfg)?;
+/// let small = report.small_messages.as_ref().expect("the part ran");
+/// assert!(small.msgs_s.lowtide > 0.0 && small.msgs_s.raw_tcp > 0.0);
+/// assert!(report.goodput.is_none() && report.cpu.is_none());
+/// println!("{}", serde_json::to_string_pretty(&report).unwrap()); // `lowtide bench --json`
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     /// Provenance.
@@ -210,6 +296,17 @@ fn goal(what: &'static str, value: f64, bound: &'static str, met: bool) -> Goal 
 }
 
 /// Runs the configured parts.
+///
+/// ```
+/// use lowtide::bench::{BenchConfig, Part};
+/// // Goodput of 64 KB messages against raw TCP, 0.2 s per variant.
+/// let cfg = BenchConfig { seconds: 0.2, rounds: 1, parts: vec![Part::Goodput], ..BenchConfig::default() };
+/// let report = lowtide::bench::run(&cfg)?;
+/// let g = report.goodput.expect("the part ran");
+/// println!("lowtide/raw TCP goodput: {:.2}", g.mb_s.ratio);
+/// assert!(g.mb_s.ratio > 0.0);
+/// # Ok::<(), lowtide::Error>(())
+/// ```
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
     if !(cfg.seconds > 0.0 && cfg.seconds <= 600.0) {
         return Err(
