@@ -850,6 +850,19 @@ impl Connection {
     }
 
     /// Takes the recorded decisions.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// assert!(c.drain_decisions().is_empty()); // recording is off by default
+    /// c.record_decisions(16);
+    /// c.poll_transmit(now, &TcpState { cwnd: 10, mss: 1000, ..TcpState::default() });
+    /// let log = c.drain_decisions();
+    /// assert_eq!((log.len(), log[0].tcp.cwnd, log[0].decision.limit), (1, 10, 13_000));
+    /// assert!(c.drain_decisions().is_empty()); // taken
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn drain_decisions(&mut self) -> Vec<DecisionRecord> {
         match &mut self.decisions {
             Some((_, d)) => d.drain(..).collect(),

@@ -919,16 +919,21 @@ impl Channel {
     ///
     /// ```
     /// # lowtide::current_thread_runtime()?.block_on(async {
-    /// # let any = "127.0.0.1:0".parse().unwrap();
-    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
-    /// # let (client, server) = tokio::try_join!(
-    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
-    /// #     listener.accept(),
-    /// # )?;
-    /// // Only DBAT uses the rate; for the others (MinBuf here) it changes nothing.
-    /// client.set_stream_rate(500_000);
-    /// assert!(client.error().is_none());
-    /// # let _ = server;
+    /// use lowtide::proto::controller::DbatConfig;
+    /// use lowtide::{ChannelConfig, ControllerConfig, Message, StreamConfig};
+    /// let any = "127.0.0.1:0".parse().unwrap();
+    /// let listener = lowtide::listen(any, ChannelConfig::default()).await?;
+    /// let dbat = ChannelConfig::with_controller(ControllerConfig::Dbat(DbatConfig::default()));
+    /// let (client, server) = tokio::try_join!(
+    ///     lowtide::connect(listener.local_addr()?, dbat),
+    ///     listener.accept(),
+    /// )?;
+    /// // The encoder moved from 320 to 640 kbit/s: DBAT plans its slow start for the new rate
+    /// // (the effect on the buffer: `lowtide::proto::Connection::set_stream_rate`).
+    /// client.set_stream_rate(80_000);
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new(vec![0u8; 10_000]))?;
+    /// assert_eq!(server.recv().await.expect("a message").data.len(), 10_000);
     /// # Ok::<(), lowtide::Error>(())
     /// # })?;
     /// # Ok::<(), lowtide::Error>(())
@@ -948,9 +953,18 @@ impl Channel {
     /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
     /// #     listener.accept(),
     /// # )?;
-    /// // MinBuf (the default) does not probe, so the peer never answers: no probe is sent.
-    /// assert!(!client.request_probe());
-    /// # let _ = server;
+    /// use lowtide::{Event, Message, StreamConfig};
+    /// assert!(!client.request_probe()); // the server's hello (it answers probes) is not read yet
+    /// let s = server.open_stream(StreamConfig::default())?;
+    /// server.send(s, Message::new("hello"))?;
+    /// client.recv().await.expect("a message"); // now it is
+    /// assert!(client.request_probe());
+    /// while let Some(e) = client.next_event().await {
+    ///     if let Event::Probed(p) = e {
+    ///         assert!(p.second_len > 0); // two packets crossed loopback and were timed
+    ///         break;
+    ///     }
+    /// }
     /// # Ok::<(), lowtide::Error>(())
     /// # })?;
     /// # Ok::<(), lowtide::Error>(())
