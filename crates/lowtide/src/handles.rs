@@ -81,14 +81,28 @@ impl Channel {
     /// The received messages of every stream, in arrival order, as a `futures::Stream`; it
     /// ends once the channel is closed and drained.
     ///
-    /// ```no_run
-    /// # async fn demo(ch: lowtide::Channel) {
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
     /// use futures_util::StreamExt;
-    /// let mut messages = ch.messages();
-    /// while let Some(m) = messages.next().await {
-    ///     println!("stream {} seq {}: {} bytes", m.stream, m.seq, m.data.len());
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// for i in 0..3u8 {
+    ///     client.send(s, Message::new(vec![i; 100]))?;
     /// }
-    /// # }
+    /// client.flush().await?;
+    /// client.close(0, "done").await;
+    /// // The stream ends once the channel is closed and drained.
+    /// let seqs: Vec<u64> = server.messages().map(|m| m.seq).collect().await;
+    /// assert_eq!(seqs, [0, 1, 2]);
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
     /// ```
     pub fn messages(&self) -> Messages {
         let channel = self.clone();
