@@ -130,6 +130,12 @@ pub struct ConfigError {
 
 impl ConfigError {
     /// An error for `field` holding `value`, allowed `allowed`.
+    ///
+    /// ```
+    /// use lowtide_proto::ConfigError;
+    /// let e = ConfigError::new("bench.rate", 0, "1..=1000");
+    /// assert_eq!(e.to_string(), "config field `bench.rate` = 0 is outside the allowed range 1..=1000");
+    /// ```
     pub fn new(field: &'static str, value: impl ToString, allowed: &'static str) -> Self {
         Self {
             field,
@@ -155,6 +161,13 @@ pub(crate) fn check_range<T: PartialOrd + ToString + Copy>(
 
 impl Config {
     /// Checks every field; the first violation is returned.
+    ///
+    /// ```
+    /// use lowtide_proto::Config;
+    /// assert!(Config::default().validate().is_ok());
+    /// let e = Config { chunk_fraction: 0.0, ..Config::default() }.validate().unwrap_err();
+    /// assert_eq!(e.field, "chunk_fraction");
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_range(
             "max_message_size",
@@ -248,6 +261,13 @@ impl Default for StreamConfig {
 
 impl StreamConfig {
     /// Checks the weight.
+    ///
+    /// ```
+    /// use lowtide_proto::StreamConfig;
+    /// assert!(StreamConfig { weight: 3.0 }.validate().is_ok());
+    /// let e = StreamConfig { weight: 0.0 }.validate().unwrap_err();
+    /// assert_eq!((e.field, e.value.as_str(), e.allowed), ("stream.weight", "0", "0.001..=1000000"));
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(self.weight >= 0.001 && self.weight <= 1e6) {
             return Err(ConfigError::new(

@@ -81,6 +81,13 @@ impl MessageId {
     /// Rebuilds an id from its parts (for callers that hold it as plain integers, such as the
     /// C API). An id that was never returned by `send`, or with another importance, matches
     /// no message: [`Connection::cancel`] returns `false` for it.
+    ///
+    /// ```
+    /// use lowtide_proto::MessageId;
+    /// let id = MessageId::from_parts(4, 17, 2);
+    /// assert_eq!((id.stream, id.seq, id.importance()), (4, 17, 2));
+    /// assert_ne!(id, MessageId::from_parts(4, 17, 0)); // the importance is part of the id
+    /// ```
     pub fn from_parts(stream: u64, seq: u64, importance: u8) -> Self {
         Self {
             stream,
@@ -90,6 +97,16 @@ impl MessageId {
     }
 
     /// Importance the message was sent with.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// let id = c.send(now, s, Message::new("key frame").importance(3))?;
+    /// assert_eq!(id.importance(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn importance(&self) -> u8 {
         self.importance
     }
@@ -120,6 +137,12 @@ pub struct Message {
 
 impl Message {
     /// A message of importance 0, no deadline.
+    ///
+    /// ```
+    /// use lowtide_proto::Message;
+    /// let m = Message::new("hello"); // anything that converts into `Bytes`
+    /// assert_eq!((&m.data[..], m.importance, m.deadline, m.cost), (&b"hello"[..], 0, None, None));
+    /// ```
     pub fn new(data: impl Into<Bytes>) -> Self {
         Self {
             data: data.into(),
@@ -129,16 +152,50 @@ impl Message {
         }
     }
     /// Sets the importance.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Message, StreamConfig};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("delta"))?;
+    /// pair.client.conn.send(pair.now, s, Message::new("key").importance(1))?;
+    /// pair.drive_bounded(10_000);
+    /// // Both were still queued: the more important one went first.
+    /// assert_eq!(&pair.server.received[0].data[..], b"key");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn importance(mut self, i: u8) -> Self {
         self.importance = i;
         self
     }
     /// Sets the deadline.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+    /// use std::time::Duration;
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new("frame").deadline(now + Duration::from_millis(40)))?;
+    /// c.handle_timeout(now + Duration::from_millis(40)); // never written: expired
+    /// assert_eq!((c.stats().expired_unsent, c.queued_bytes()), (1, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn deadline(mut self, d: Instant) -> Self {
         self.deadline = Some(d);
         self
     }
     /// Sets the quality-fairness cost.
+    ///
+    /// ```
+    /// use lowtide_proto::Message;
+    /// // Quality fairness counts frames, not bytes: a key frame and a delta cost the same.
+    /// let key = Message::new(vec![0u8; 20_000]).cost(1.0);
+    /// let delta = Message::new(vec![0u8; 800]).cost(1.0);
+    /// assert_eq!(key.cost, delta.cost);
+    /// assert_eq!(Message::new("x").cost, None); // default: the length
+    /// ```
     pub fn cost(mut self, c: f64) -> Self {
         self.cost = Some(c);
         self
@@ -492,12 +549,35 @@ mod switch;
 
 impl Connection {
     /// A new channel; `now` becomes its epoch (wire timestamps count µs from it).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side};
+    /// # let now = std::time::Instant::now();
+    /// let c = Connection::new(Config::default(), Side::Server, now)?;
+    /// assert!(!c.is_established() && c.epoch() == now);
+    /// // The configuration is checked: the error names the field.
+    /// let bad = Config { max_streams: 0, ..Config::default() };
+    /// assert_eq!(Connection::new(bad, Side::Client, now).unwrap_err().field, "max_streams");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(config: Config, side: Side, now: Instant) -> Result<Self, ConfigError> {
         Self::with_token(config, side, now, 0)
     }
 
     /// A new channel whose hello carries `token` (hello key 4; failover's connecting side: a
     /// random nonzero value naming the channel to the peer; 0: none).
+    ///
+    /// ```
+    /// use lowtide_proto::wire::{Hello, HelloOption};
+    /// use lowtide_proto::{Config, Connection, Side, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::with_token(Config::default(), Side::Client, now, 0x5eed)?;
+    /// c.poll_transmit(now, &TcpState::default());
+    /// let hello: Vec<u8> = c.transmit_segments().flatten().copied().collect();
+    /// let (hello, _) = Hello::decode(&hello)?.expect("a whole hello");
+    /// assert!(hello.options.contains(&HelloOption::ChannelToken(0x5eed)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn with_token(
         config: Config,
         side: Side,
@@ -581,33 +661,103 @@ impl Connection {
     }
 
     /// The configuration.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side};
+    /// # let now = std::time::Instant::now();
+    /// let c = Connection::new(Config { max_streams: 8, ..Config::default() }, Side::Client, now)?;
+    /// assert_eq!(c.config().max_streams, 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn config(&self) -> &Config {
         &self.config
     }
 
     /// The clock origin of this side's wire timestamps.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Message, StreamConfig};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("t"))?;
+    /// let sent = pair.now;
+    /// pair.drive_bounded(10_000);
+    /// // Wire timestamps count µs from the sender's epoch.
+    /// let m = &pair.server.received[0];
+    /// assert_eq!(m.send_time_us, (sent - pair.client.conn.epoch()).as_micros() as u64);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn epoch(&self) -> Instant {
         self.epoch
     }
 
     /// Counters.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Message, StreamConfig};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// for _ in 0..3 {
+    ///     pair.client.conn.send(pair.now, s, Message::new("x"))?;
+    /// }
+    /// pair.drive_bounded(10_000);
+    /// let (c, r) = (pair.client.conn.stats(), pair.server.conn.stats());
+    /// assert_eq!((c.messages_queued, c.messages_written, r.messages_received), (3, 3, 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
 
     /// Name of the latency controller.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, ControllerConfig, Side};
+    /// # let now = std::time::Instant::now();
+    /// let c = Connection::new(Config::default(), Side::Client, now)?;
+    /// assert_eq!(c.controller_name(), "min_buf");
+    /// let cfg = Config { controller: ControllerConfig::PaceA { b: 3 }, ..Config::default() };
+    /// assert_eq!(Connection::new(cfg, Side::Client, now)?.controller_name(), "pace_a");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn controller_name(&self) -> &'static str {
         self.controller.name()
     }
 
     /// Whether the controller reads [`TcpState`] (else the driver may pass a default one). A
     /// pending probe needs it too (the MSS and the kernel's unsent bytes).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, ControllerConfig, Side};
+    /// # let now = std::time::Instant::now();
+    /// assert!(Connection::new(Config::default(), Side::Client, now)?.needs_tcp_state());
+    /// // Unlimited reads nothing: the driver may skip TCP_INFO.
+    /// let cfg = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
+    /// assert!(!Connection::new(cfg, Side::Client, now)?.needs_tcp_state());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn needs_tcp_state(&self) -> bool {
         self.controller.needs_tcp_state() || self.probing.wanted
     }
 
     /// The application's stream bit rate changed, bytes per second (DBAT sizes slow start
     /// from it; other controllers ignore it).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::DbatConfig;
+    /// use lowtide_proto::{Config, Connection, ControllerConfig, Side, TcpState};
+    /// use std::time::Duration;
+    /// # let now = std::time::Instant::now();
+    /// let cfg = Config { controller: ControllerConfig::Dbat(DbatConfig::default()), ..Config::default() };
+    /// let mut c = Connection::new(cfg, Side::Client, now)?;
+    /// let tcp = TcpState { cwnd: 10, mss: 1000, rtt: Duration::from_millis(400), ..TcpState::default() };
+    /// let before = c.poll_transmit(now, &tcp).limit;
+    /// c.set_stream_rate(400_000); // 3.2 Mbit/s: a longer slow start needs a larger buffer
+    /// assert!(c.poll_transmit(now, &tcp).limit > before);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_stream_rate(&mut self, bytes_per_sec: u64) {
         self.controller.set_stream_rate(bytes_per_sec);
     }
@@ -615,6 +765,17 @@ impl Connection {
     /// Asks for a packet-pair probe at the next write opportunity where nothing is staged or
     /// unsent (so each probe frame fills one segment). Ignored if the peer does not answer
     /// probes or one is in flight; returns whether it was requested.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::Config;
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// assert!(!pair.client.conn.request_probe()); // the peer has not said it answers probes
+    /// pair.drive_bounded(10_000); // the hellos cross
+    /// assert!(pair.client.conn.request_probe());
+    /// pair.drive_bounded(10_000);
+    /// assert_eq!(pair.client.conn.stats().probes_sent, 1);
+    /// ```
     pub fn request_probe(&mut self) -> bool {
         if !self.probing.peer_answers || self.probing.sent.is_some() {
             return false;
@@ -624,26 +785,84 @@ impl Connection {
     }
 
     /// The error that closed the channel, if any.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Server, now)?;
+    /// assert!(c.error().is_none());
+    /// // A peer that does not speak lowtide.
+    /// let e = c.handle_bytes(now, b"GET / HTTP/1.1\r\n\r\n").unwrap_err();
+    /// assert_eq!(c.error(), Some(&e));
+    /// assert!(c.is_closed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn error(&self) -> Option<&ProtocolError> {
         self.error.as_ref()
     }
 
     /// Whether the channel is closed (by us, the peer, or an error).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// assert!(!c.is_closed());
+    /// c.close(0, "done");
+    /// assert!(c.is_closed());
+    /// assert!(c.send(now, s, Message::new("late")).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.state == State::Closed
     }
 
     /// Whether the peer's handshake arrived.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::Config;
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// assert!(!pair.client.conn.is_established());
+    /// pair.drive_bounded(10_000);
+    /// assert!(pair.client.conn.is_established() && pair.server.conn.is_established());
+    /// ```
     pub fn is_established(&self) -> bool {
         self.peer_hello
     }
 
     /// Keep the last `capacity` controller decisions (0 disables).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// c.record_decisions(4); // a ring of the last 4
+    /// for _ in 0..10 {
+    ///     c.poll_transmit(now, &TcpState::default());
+    /// }
+    /// assert_eq!(c.drain_decisions().len(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn record_decisions(&mut self, capacity: usize) {
         self.decisions = (capacity > 0).then(|| (capacity, VecDeque::new()));
     }
 
     /// Takes the recorded decisions.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// assert!(c.drain_decisions().is_empty()); // recording is off by default
+    /// c.record_decisions(16);
+    /// c.poll_transmit(now, &TcpState { cwnd: 10, mss: 1000, ..TcpState::default() });
+    /// let log = c.drain_decisions();
+    /// assert_eq!((log.len(), log[0].tcp.cwnd, log[0].decision.limit), (1, 10, 13_000));
+    /// assert!(c.drain_decisions().is_empty()); // taken
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn drain_decisions(&mut self) -> Vec<DecisionRecord> {
         match &mut self.decisions {
             Some((_, d)) => d.drain(..).collect(),
@@ -662,6 +881,17 @@ impl Connection {
     }
 
     /// Opens a stream of ours and announces it.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side, StreamConfig};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config { max_streams: 2, ..Config::default() }, Side::Client, now)?;
+    /// let a = c.open_stream(StreamConfig::default())?;
+    /// let b = c.open_stream(StreamConfig { weight: 3.0, ..StreamConfig::default() })?;
+    /// assert_ne!(a, b);
+    /// assert!(c.open_stream(StreamConfig::default()).is_err()); // max_streams
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_stream(&mut self, cfg: StreamConfig) -> Result<u64, StreamError> {
         cfg.validate()?;
         if self.is_closed() {
@@ -684,6 +914,18 @@ impl Connection {
     }
 
     /// Closes our direction of a stream once its queue is empty.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new("last"))?;
+    /// c.close_stream(s)?; // after "last" is sent
+    /// assert!(c.send(now, s, Message::new("more")).is_err());
+    /// assert!(c.close_stream(s + 100).is_err()); // unknown stream
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn close_stream(&mut self, stream: u64) -> Result<(), StreamError> {
         let s = self
             .streams
@@ -704,6 +946,18 @@ impl Connection {
 
     /// Queues a message. Fails on closed channels, unknown or closing streams, size and queue
     /// limits.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+    /// # let now = std::time::Instant::now();
+    /// let cfg = Config { max_message_size: 1000, ..Config::default() };
+    /// let mut c = Connection::new(cfg, Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// assert_eq!(c.send(now, s, Message::new("a"))?.seq, 0);
+    /// assert_eq!(c.send(now, s, Message::new("b"))?.seq, 1);
+    /// assert!(c.send(now, s, Message::new(vec![0u8; 1001])).is_err()); // max_message_size
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn send(
         &mut self,
         now: Instant,
@@ -769,11 +1023,37 @@ impl Connection {
     }
 
     /// Bytes waiting in send queues (not yet staged).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, ControllerConfig, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let cfg = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
+    /// let mut c = Connection::new(cfg, Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new(vec![0u8; 3000]))?;
+    /// assert_eq!(c.queued_bytes(), 3000);
+    /// c.poll_transmit(now, &TcpState::default()); // staged: no longer queued
+    /// assert_eq!(c.queued_bytes(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn queued_bytes(&self) -> u64 {
         self.queued_bytes
     }
 
     /// Whether any stream has data queued.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// assert!(!c.has_queued());
+    /// let id = c.send(now, s, Message::new("x"))?;
+    /// assert!(c.has_queued());
+    /// c.cancel(id);
+    /// assert!(!c.has_queued());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn has_queued(&self) -> bool {
         self.queued_bytes > 0 || self.streams.values().any(|s| !s.queue.is_empty())
     }
@@ -872,6 +1152,19 @@ impl Connection {
     // ---------------------------------------------------------------- time
 
     /// The earliest time at which [`handle_timeout`](Self::handle_timeout) has work.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+    /// use std::time::Duration;
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// let (late, soon) = (now + Duration::from_millis(90), now + Duration::from_millis(30));
+    /// c.send(now, s, Message::new("b").deadline(late))?;
+    /// c.send(now, s, Message::new("a").deadline(soon))?;
+    /// assert_eq!(c.poll_timeout(), Some(soon)); // the earliest deadline
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn poll_timeout(&self) -> Option<Instant> {
         let deadline = self.deadlines.first().map(|(t, _)| *t);
         let wake = match self.last_decision {
@@ -923,12 +1216,39 @@ impl Connection {
     /// staged beyond what the kernel takes wait in user space where a deadline can no longer
     /// withdraw them, a hidden send buffer. The driver sets it before each
     /// [`poll_transmit`](Self::poll_transmit).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, ControllerConfig, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let cfg = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
+    /// let mut c = Connection::new(cfg, Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new(vec![0u8; 100_000]))?;
+    /// c.set_kernel_room(Some(8000)); // what the send buffer takes now
+    /// c.poll_transmit(now, &TcpState::default());
+    /// assert!(c.staged_len() <= 8000 + 1448); // the rest stays queued, still cancellable
+    /// assert!(c.queued_bytes() > 90_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_kernel_room(&mut self, bytes: Option<u64>) {
         self.kernel_room = bytes;
     }
 
     /// Stages bytes for the kernel as far as the controller allows and returns its decision.
     /// The bytes are in [`transmit_segments`](Self::transmit_segments).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?; // MIN_BUF(1, 3)
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new(vec![0u8; 100_000]))?;
+    /// let tcp = TcpState { cwnd: 10, mss: 1000, ..TcpState::default() };
+    /// let d = c.poll_transmit(now, &tcp);
+    /// assert_eq!(d.limit, 13_000);
+    /// assert!(c.staged_len() <= 13_000 && c.queued_bytes() > 87_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn poll_transmit(&mut self, now: Instant, tcp: &TcpState) -> Decision {
         // Bytes still staged now are bytes the kernel refused.
         let refused = self.staged_len;
@@ -1149,26 +1469,91 @@ impl Connection {
     }
 
     /// The staged bytes, in order, for one `writev`.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new("payload"))?;
+    /// c.poll_transmit(now, &TcpState::default());
+    /// // The hello, the stream's announcement and the data frame, ready for one writev.
+    /// let bytes: Vec<u8> = c.transmit_segments().flatten().copied().collect();
+    /// assert_eq!(bytes.len() as u64, c.staged_len());
+    /// assert!(bytes.windows(7).any(|w| w == b"payload"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn transmit_segments(&self) -> impl Iterator<Item = &[u8]> {
         self.staged.iter().map(|b| &b[..])
     }
 
     /// Number of staged bytes.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// assert_eq!(c.staged_len(), 0);
+    /// c.poll_transmit(now, &TcpState::default()); // stages the hello
+    /// let hello = c.staged_len();
+    /// assert!(hello > 0);
+    /// c.handle_written(now, 3); // a short write
+    /// assert_eq!(c.staged_len(), hello - 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn staged_len(&self) -> u64 {
         self.staged_len
     }
 
     /// Bytes handed to the kernel so far.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// c.poll_transmit(now, &TcpState::default());
+    /// let staged = c.staged_len();
+    /// c.handle_written(now, staged as usize);
+    /// assert_eq!((c.written(), c.staged_len()), (staged, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn written(&self) -> u64 {
         self.written
     }
 
     /// Bytes the peer acknowledged by P-ACK.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Message, StreamConfig};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 50_000]))?;
+    /// pair.drive_bounded(100_000);
+    /// // The receiver consumed everything and said so with P-ACKs.
+    /// let c = &pair.client.conn;
+    /// assert!(c.acked() > 50_000);
+    /// assert_eq!(c.acked(), c.written());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acked(&self) -> u64 {
         self.acked
     }
 
     /// The kernel accepted the first `n` staged bytes at `now`.
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Event, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// let id = c.send(now, s, Message::new("x"))?;
+    /// c.poll_transmit(now, &TcpState::default());
+    /// c.handle_written(now, c.staged_len() as usize); // the kernel took everything
+    /// let written = std::iter::from_fn(|| c.poll_event()).any(|e| matches!(e, Event::Written { id: w, .. } if w == id));
+    /// assert!(written);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn handle_written(&mut self, now: Instant, n: usize) {
         let n = (n as u64).min(self.staged_len);
         self.staged_len -= n;
@@ -1243,6 +1628,22 @@ impl Connection {
     // ---------------------------------------------------------------- receive
 
     /// Memory held for the receive side: unparsed bytes, partial and unread messages.
+    ///
+    /// ```
+    /// # use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let mut client = Connection::new(Config::default(), Side::Client, now)?;
+    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new(vec![7u8; 5000]))?;
+    /// # client.poll_transmit(now, &TcpState::default());
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// server.handle_bytes(now, &wire)?;
+    /// assert!(server.recv_memory() >= 5000); // a whole message, not taken yet
+    /// server.poll_message().expect("a message");
+    /// assert_eq!(server.recv_memory(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recv_memory(&self) -> u64 {
         self.inbuf.len() as u64 + self.reasm.partial_bytes() + self.reasm.delivered_bytes
     }
@@ -1253,6 +1654,22 @@ impl Connection {
     /// Half of what is left: a read handed over as `Bytes` ([`handle_read`](Self::handle_read))
     /// may cost twice its length while a message delivered as a slice of it keeps it alive
     /// (the read itself, plus the bytes copied out of it into other messages).
+    ///
+    /// ```
+    /// # use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let mut client = Connection::new(Config::default(), Side::Client, now)?;
+    /// let cfg = Config { max_reassembly_bytes: 100_000, ..Config::default() };
+    /// let mut server = Connection::new(cfg, Side::Server, now)?;
+    /// assert_eq!(server.recv_budget(), 50_000); // half of what is left
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new(vec![7u8; 20_000]))?;
+    /// # client.poll_transmit(now, &TcpState { cwnd: 100, ..TcpState::default() });
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// server.handle_bytes(now, &wire)?;
+    /// assert!(server.recv_budget() <= 40_000); // the unread message is held
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recv_budget(&self) -> u64 {
         let left = self
             .config
@@ -1266,6 +1683,23 @@ impl Connection {
     }
 
     /// Number of partial messages being reassembled.
+    ///
+    /// ```
+    /// # use lowtide_proto::{Config, Connection, ControllerConfig, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let cfg = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
+    /// # let mut client = Connection::new(cfg, Side::Client, now)?;
+    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new(vec![7u8; 100_000]))?; // two frames of at most 64 KB
+    /// # client.poll_transmit(now, &TcpState::default());
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// server.handle_bytes(now, &wire[..wire.len() - 100])?; // all but the last 100 bytes
+    /// assert_eq!(server.partial_messages(), 1);
+    /// server.handle_bytes(now, &wire[wire.len() - 100..])?;
+    /// assert_eq!((server.partial_messages(), server.poll_message().map(|m| m.data.len())), (0, Some(100_000)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn partial_messages(&self) -> usize {
         self.reasm.partial_count()
     }
@@ -1273,6 +1707,23 @@ impl Connection {
     /// Feeds bytes read from the socket (copied where they are kept). On a protocol violation
     /// the channel closes (a CLOSE frame naming the violation is staged) and the error is
     /// returned.
+    ///
+    /// ```
+    /// # use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let mut client = Connection::new(Config::default(), Side::Client, now)?;
+    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new("byte by byte"))?;
+    /// # client.poll_transmit(now, &TcpState::default());
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// // TCP may split the stream anywhere: one byte per read still parses.
+    /// for b in &wire {
+    ///     server.handle_bytes(now, std::slice::from_ref(b))?;
+    /// }
+    /// assert_eq!(&server.poll_message().expect("a message").data[..], b"byte by byte");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn handle_bytes(&mut self, now: Instant, data: &[u8]) -> Result<(), ProtocolError> {
         self.handle_input(now, data, None, data.len())
     }
@@ -1280,6 +1731,28 @@ impl Connection {
     /// [`handle_bytes`](Self::handle_bytes) for a read the driver owns as [`Bytes`]: a message
     /// that arrives whole in it is delivered as a slice of it, without a copy (see the
     /// reassembly notes on what that keeps alive and how it is charged).
+    ///
+    /// ```
+    /// # use lowtide_proto::wire::Hello;
+    /// # use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let mut client = Connection::new(Config::default(), Side::Client, now)?;
+    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new(vec![9u8; 3000]))?;
+    /// # client.poll_transmit(now, &TcpState::default());
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// let (_, hello_len) = Hello::decode(&wire)?.expect("the hello first");
+    /// server.handle_bytes(now, &wire[..hello_len])?;
+    /// // The driver's next read, owned as `Bytes`.
+    /// let read = bytes::Bytes::copy_from_slice(&wire[hello_len..]);
+    /// server.handle_read(now, read.clone())?;
+    /// let m = server.poll_message().expect("a message");
+    /// // Delivered as a slice of the read: same memory, no copy.
+    /// assert!(read.as_ptr_range().contains(&m.data.as_ptr()));
+    /// assert_eq!(m.data.len(), 3000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn handle_read(&mut self, now: Instant, data: Bytes) -> Result<(), ProtocolError> {
         self.handle_input(now, &data, Some(&data), data.len())
     }
@@ -1289,6 +1762,23 @@ impl Connection {
     /// that many bytes into the buffer's spare capacity (already reserved) and then calls
     /// [`handle_pending_read`](Self::handle_pending_read): the rest of the frame lands where
     /// it is parsed, and its message is delivered without a copy.
+    ///
+    /// ```
+    /// # use lowtide_proto::{Config, Connection, ControllerConfig, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let cfg = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
+    /// # let mut client = Connection::new(cfg, Side::Client, now)?;
+    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new(vec![1u8; 60_000]))?;
+    /// # client.poll_transmit(now, &TcpState::default());
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// server.handle_bytes(now, &wire[..2000])?; // the frame's start
+    /// assert!(server.pending_frame().is_some()); // more than DIRECT_READ_MIN bytes missing
+    /// server.handle_bytes(now, &wire[2000..wire.len() - 10])?;
+    /// assert!(server.pending_frame().is_none()); // 10 bytes: not worth a read of its own
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn pending_frame(&mut self) -> Option<(&mut BytesMut, usize)> {
         if self.error.is_some() || !self.peer_hello || self.inbuf.is_empty() {
             return None;
@@ -1303,6 +1793,30 @@ impl Connection {
     }
 
     /// The driver read `n` bytes into the buffer [`pending_frame`](Self::pending_frame) gave.
+    ///
+    /// ```
+    /// # use lowtide_proto::{Config, Connection, ControllerConfig, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let cfg = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
+    /// # let mut client = Connection::new(cfg, Side::Client, now)?;
+    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new(vec![1u8; 60_000]))?;
+    /// # client.poll_transmit(now, &TcpState::default());
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// server.handle_bytes(now, &wire[..2000])?;
+    /// let mut at = 2000;
+    /// while let Some((buf, need)) = server.pending_frame() {
+    ///     // The driver's read(2) into the reserved space, here a copy of the rest.
+    ///     let n = need.min(wire.len() - at);
+    ///     buf.extend_from_slice(&wire[at..at + n]);
+    ///     at += n;
+    ///     server.handle_pending_read(now, n)?;
+    /// }
+    /// server.handle_bytes(now, &wire[at..])?;
+    /// assert_eq!(server.poll_message().map(|m| m.data.len()), Some(60_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn handle_pending_read(&mut self, now: Instant, n: usize) -> Result<(), ProtocolError> {
         self.handle_input(now, &[], None, n)
     }
@@ -1642,11 +2156,41 @@ impl Connection {
     }
 
     /// Next event, if any.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Event, Message, StreamConfig};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// let id = pair.client.conn.send(pair.now, s, Message::new("x"))?;
+    /// pair.drive_bounded(10_000);
+    /// // `Pair` collects each side's events; a driver calls poll_event until `None`.
+    /// let acked = pair.client.events.iter().any(|e| matches!(e, Event::Acked { id: a, .. } if *a == id));
+    /// assert!(acked);
+    /// assert_eq!(pair.client.conn.poll_event(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 
     /// Next complete message, in arrival order.
+    ///
+    /// ```
+    /// # use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let mut client = Connection::new(Config::default(), Side::Client, now)?;
+    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new("one"))?;
+    /// client.send(now, s, Message::new("two"))?;
+    /// # client.poll_transmit(now, &TcpState::default());
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// server.handle_bytes(now, &wire)?;
+    /// let got: Vec<_> = std::iter::from_fn(|| server.poll_message()).map(|m| m.data).collect();
+    /// assert_eq!(got, ["one", "two"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn poll_message(&mut self) -> Option<Received> {
         self.reasm.pop()
     }

@@ -132,6 +132,15 @@ pub enum ProtocolError {
 
 impl ProtocolError {
     /// The close code sent to the peer (see `docs/wire.md`).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Server, now)?;
+    /// let e = c.handle_bytes(now, b"SSH-2.0-OpenSSH\r\n").unwrap_err();
+    /// assert_eq!(e.code(), 1); // a decode error; the CLOSE frame carries this code
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn code(&self) -> u64 {
         match self {
             ProtocolError::Decode(_) => 1,

@@ -61,6 +61,12 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// An empty scheduler.
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let s = Scheduler::new();
+    /// assert_eq!(s.pick(), None); // no streams, nothing to send
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -74,6 +80,18 @@ impl Scheduler {
     }
 
     /// Adds an idle stream, applying Fair Start.
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let mut s = Scheduler::new();
+    /// s.add(0, 1.0);
+    /// s.set_active(0, true);
+    /// s.charge(0, 5000.0);
+    /// // Fair Start: a new stream starts at the active streams' virtual time, not at 0.
+    /// s.add(2, 1.0);
+    /// assert_eq!(s.vtime(2), Some(5000.0));
+    /// assert_eq!(s.weight(2), Some(1.0));
+    /// ```
     pub fn add(&mut self, id: u64, weight: f64) {
         let vtime = match self.min_active() {
             Some(m) => m,
@@ -95,11 +113,34 @@ impl Scheduler {
     }
 
     /// Forgets a stream.
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let mut s = Scheduler::new();
+    /// s.add(0, 1.0);
+    /// s.set_active(0, true);
+    /// s.remove(0);
+    /// assert_eq!((s.pick(), s.weight(0)), (None, None));
+    /// ```
     pub fn remove(&mut self, id: u64) {
         self.entries.remove(&id);
     }
 
     /// Marks a stream active (data queued) or idle; on idle-to-active applies Use It Or Lose It.
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let mut s = Scheduler::new();
+    /// s.add(0, 1.0);
+    /// s.add(2, 1.0);
+    /// s.set_active(0, true);
+    /// s.charge(0, 8000.0); // stream 2 was idle meanwhile
+    /// // Use It Or Lose It: stream 2 does not get 8000 bytes of credit for idling.
+    /// s.set_active(2, true);
+    /// assert_eq!(s.vtime(2), Some(8000.0));
+    /// s.set_active(0, false);
+    /// assert_eq!(s.pick(), Some(2));
+    /// ```
     pub fn set_active(&mut self, id: u64, active: bool) {
         let floor = if active { self.min_active() } else { None };
         if let Some(e) = self.entries.get_mut(&id) {
@@ -113,6 +154,19 @@ impl Scheduler {
     }
 
     /// The active stream with the smallest virtual time (lowest id on ties).
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let mut s = Scheduler::new();
+    /// s.add(4, 1.0);
+    /// s.add(2, 1.0);
+    /// assert_eq!(s.pick(), None); // both idle
+    /// s.set_active(4, true);
+    /// s.set_active(2, true);
+    /// assert_eq!(s.pick(), Some(2)); // a tie: lowest id
+    /// s.charge(2, 100.0);
+    /// assert_eq!(s.pick(), Some(4));
+    /// ```
     pub fn pick(&self) -> Option<u64> {
         let mut best: Option<(u64, f64)> = None;
         for (&id, e) in &self.entries {
@@ -127,6 +181,18 @@ impl Scheduler {
     /// the smallest virtual time of the other active streams (infinite when it is alone). The
     /// sender uses it to stage several chunks' worth of one message as one frame without
     /// changing the schedule.
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let mut s = Scheduler::new();
+    /// s.add(0, 1.0);
+    /// s.set_active(0, true);
+    /// assert_eq!(s.lead(0), f64::INFINITY); // alone: it may send everything
+    /// s.add(2, 1.0);
+    /// s.set_active(2, true);
+    /// s.charge(2, 3000.0);
+    /// assert_eq!(s.lead(0), 3000.0); // stream 0 stays the pick for 3000 more bytes
+    /// ```
     pub fn lead(&self, id: u64) -> f64 {
         let Some(own) = self.entries.get(&id) else {
             return 0.0;
@@ -140,11 +206,27 @@ impl Scheduler {
     }
 
     /// A stream's weight.
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let mut s = Scheduler::new();
+    /// s.add(0, 3.0);
+    /// assert_eq!(s.weight(0), Some(3.0));
+    /// assert_eq!(s.weight(1), None);
+    /// ```
     pub fn weight(&self, id: u64) -> Option<f64> {
         self.entries.get(&id).map(|e| e.weight)
     }
 
     /// Advances a stream's virtual time by `amount / weight`.
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let mut s = Scheduler::new();
+    /// s.add(0, 4.0);
+    /// s.charge(0, 1000.0);
+    /// assert_eq!(s.vtime(0), Some(250.0)); // 1000 bytes / weight 4
+    /// ```
     pub fn charge(&mut self, id: u64, amount: f64) {
         if let Some(e) = self.entries.get_mut(&id) {
             e.vtime += amount / e.weight;
@@ -152,6 +234,16 @@ impl Scheduler {
     }
 
     /// A stream's virtual time.
+    ///
+    /// ```
+    /// use lowtide_proto::scheduler::Scheduler;
+    /// let mut s = Scheduler::new();
+    /// s.add(0, 2.0);
+    /// assert_eq!(s.vtime(0), Some(0.0));
+    /// s.charge(0, 500.0);
+    /// assert_eq!(s.vtime(0), Some(250.0));
+    /// assert_eq!(s.vtime(9), None);
+    /// ```
     pub fn vtime(&self, id: u64) -> Option<f64> {
         self.entries.get(&id).map(|e| e.vtime)
     }

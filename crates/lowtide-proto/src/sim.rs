@@ -122,11 +122,34 @@ impl SimPipe {
     }
 
     /// Bytes in the send queue (SIOCOUTQ).
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Message, StreamConfig};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// assert_eq!(pair.c2s.outq(), 0);
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 100_000]))?;
+    /// pair.step(); // the client writes what its controller allows
+    /// assert!(pair.c2s.outq() > 0);
+    /// pair.drive_bounded(100_000);
+    /// assert_eq!(pair.c2s.outq(), 0); // all delivered and acknowledged
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn outq(&self) -> u64 {
         self.unsent.len() as u64 + self.in_flight
     }
 
     /// The snapshot a driver would read.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::Config;
+    /// let link = LinkParams { cwnd: 20, mss: 1000, ..LinkParams::default() };
+    /// let pair = Pair::new(Config::default(), Config::default(), link);
+    /// let tcp = pair.c2s.tcp_state();
+    /// assert_eq!((tcp.cwnd, tcp.mss, tcp.unacked), (20, 1000, 0));
+    /// ```
     pub fn tcp_state(&self) -> TcpState {
         let mss = self.params.mss;
         TcpState {
@@ -272,6 +295,16 @@ pub struct Pair {
 
 impl Pair {
     /// Both ends with the given configurations, the same link both ways.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, ControllerConfig};
+    /// let server = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
+    /// let mut pair = Pair::new(Config::default(), server, LinkParams::default());
+    /// pair.drive_bounded(1000); // the hellos cross
+    /// assert!(pair.client.conn.is_established() && pair.server.conn.is_established());
+    /// assert_eq!(pair.server.conn.controller_name(), "unlimited");
+    /// ```
     pub fn new(client: Config, server: Config, link: LinkParams) -> Self {
         let now = Instant::now();
         let mk = |cfg, side| Endpoint {
@@ -380,6 +413,20 @@ impl Pair {
 
     /// One step at the current time, then advance the clock to the next event. Returns `false`
     /// when nothing is left to do.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::Config;
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// let t0 = pair.now;
+    /// assert!(pair.step()); // the hellos are written, the clock moves to their arrival
+    /// let mut steps = 1;
+    /// while pair.step() {
+    ///     steps += 1;
+    /// }
+    /// assert!(steps < 100 && pair.now > t0);
+    /// assert!(!pair.step()); // idle: nothing left to do
+    /// ```
     pub fn step(&mut self) -> bool {
         let now = self.now;
         self.c2s.advance(now);
@@ -442,6 +489,20 @@ impl Pair {
     }
 
     /// Steps until idle; panics after `max_steps` (a livelock).
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Message, StreamConfig};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// for i in 0..10u8 {
+    ///     pair.client.conn.send(pair.now, s, Message::new(vec![i; 5000]))?;
+    /// }
+    /// let steps = pair.drive_bounded(100_000);
+    /// assert!(steps > 0);
+    /// assert_eq!(pair.server.received.len(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn drive_bounded(&mut self, max_steps: usize) -> usize {
         for i in 0..max_steps {
             if !self.step() {
@@ -452,6 +513,22 @@ impl Pair {
     }
 
     /// Steps until the clock passes `until` or the pair is idle.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Message, StreamConfig};
+    /// use std::time::Duration;
+    /// let link = LinkParams { delay: Duration::from_millis(50), ..LinkParams::default() };
+    /// let mut pair = Pair::new(Config::default(), Config::default(), link);
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("late"))?;
+    /// let t0 = pair.now;
+    /// pair.drive_until(t0 + Duration::from_millis(40), 10_000);
+    /// assert!(pair.server.received.is_empty()); // 50 ms one way: not there yet
+    /// pair.drive_until(t0 + Duration::from_millis(60), 10_000);
+    /// assert_eq!(pair.server.received.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn drive_until(&mut self, until: Instant, max_steps: usize) {
         for _ in 0..max_steps {
             if self.now >= until || !self.step() {

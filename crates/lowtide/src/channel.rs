@@ -112,8 +112,46 @@ struct Inner {
 /// ```
 pub trait ReadGate: Send + Sync + std::fmt::Debug {
     /// Bytes the channel may read now; with 0, when to ask again.
+    ///
+    /// ```
+    /// use lowtide::ReadGate;
+    /// use std::time::{Duration, Instant};
+    /// /// Allows `0` bytes until `open_at`, then anything.
+    /// #[derive(Debug)]
+    /// struct OpensAt(Instant);
+    /// impl ReadGate for OpensAt {
+    ///     fn allowance(&self, now: Instant) -> (usize, Option<Instant>) {
+    ///         if now < self.0 { (0, Some(self.0)) } else { (usize::MAX, None) }
+    ///     }
+    ///     fn consumed(&self, _: Instant, _: usize) {}
+    /// }
+    /// let t0 = Instant::now();
+    /// let gate = OpensAt(t0 + Duration::from_secs(1));
+    /// assert_eq!(gate.allowance(t0), (0, Some(t0 + Duration::from_secs(1))));
+    /// assert_eq!(gate.allowance(t0 + Duration::from_secs(2)).0, usize::MAX);
+    /// ```
     fn allowance(&self, now: Instant) -> (usize, Option<Instant>);
     /// The channel read `n` bytes.
+    ///
+    /// ```
+    /// use lowtide::ReadGate;
+    /// use std::sync::Mutex;
+    /// use std::time::Instant;
+    /// /// A byte budget the channel spends as it reads.
+    /// #[derive(Debug)]
+    /// struct Budget(Mutex<usize>);
+    /// impl ReadGate for Budget {
+    ///     fn allowance(&self, _: Instant) -> (usize, Option<Instant>) {
+    ///         (*self.0.lock().unwrap(), None)
+    ///     }
+    ///     fn consumed(&self, _: Instant, n: usize) {
+    ///         *self.0.lock().unwrap() -= n;
+    ///     }
+    /// }
+    /// let gate = Budget(Mutex::new(10_000));
+    /// gate.consumed(Instant::now(), 4_000);
+    /// assert_eq!(gate.allowance(Instant::now()).0, 6_000);
+    /// ```
     fn consumed(&self, now: Instant, n: usize);
 }
 
@@ -298,6 +336,18 @@ pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Er
 
 impl Listener {
     /// The bound address.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// let any = "127.0.0.1:0".parse().unwrap();
+    /// let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// let addr = listener.local_addr()?;
+    /// assert!(addr.ip().is_loopback());
+    /// assert_ne!(addr.port(), 0); // the kernel picked a port
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn local_addr(&self) -> Result<SocketAddr, Error> {
         match &self.inner {
             ListenerKind::Plain(l) => l.local_addr().map_err(|e| Error::io("getsockname", e)),
@@ -460,17 +510,77 @@ impl Channel {
     }
 
     /// Limits reading by `gate` (`None`: read as fast as the protocol's budget allows).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// // A gate that allows nothing: the server stops reading.
+    /// #[derive(Debug)]
+    /// struct Closed;
+    /// impl lowtide::ReadGate for Closed {
+    ///     fn allowance(&self, now: std::time::Instant) -> (usize, Option<std::time::Instant>) {
+    ///         (0, Some(now + std::time::Duration::from_millis(50)))
+    ///     }
+    ///     fn consumed(&self, _: std::time::Instant, _: usize) {}
+    /// }
+    /// server.set_read_gate(Some(std::sync::Arc::new(Closed)));
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new("held back"))?;
+    /// let held = tokio::time::timeout(std::time::Duration::from_millis(200), server.recv()).await;
+    /// assert!(held.is_err(), "nothing is read while the gate is closed");
+    /// server.set_read_gate(None); // open again
+    /// assert_eq!(server.recv().await.expect("a message").data, "held back");
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn set_read_gate(&self, gate: Option<Arc<dyn ReadGate>>) {
         self.shared.lock().gate = gate;
         self.shared.to_driver.notify_one();
     }
 
     /// Local address.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// assert_eq!(server.local_addr(), listener.local_addr()?);
+    /// assert_eq!(client.local_addr(), server.peer_addr());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
     /// Peer address.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// assert_eq!(client.peer_addr(), listener.local_addr()?);
+    /// assert_eq!(server.peer_addr(), client.local_addr());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
     }
@@ -498,11 +608,43 @@ impl Channel {
     }
 
     /// Local address of the connection in use (failover moves the channel to backups).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// // Without failover the channel keeps the connection it started on.
+    /// assert_eq!(client.active_local_addr(), client.local_addr());
+    /// # let _ = server;
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn active_local_addr(&self) -> SocketAddr {
         self.shared.lock().active_local
     }
 
     /// Failover: backup connections ready (connecting side) or idle (accepting side).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// // Backups exist only with `transport.failover` set.
+    /// assert_eq!(client.backups(), 0);
+    /// assert_eq!(server.backups(), 0);
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn backups(&self) -> usize {
         self.shared.lock().backups
     }
@@ -518,6 +660,31 @@ impl Channel {
     }
 
     /// Opens a stream.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Event, StreamConfig};
+    /// let audio = client.open_stream(StreamConfig::default())?;
+    /// let video = client.open_stream(StreamConfig::default())?;
+    /// assert_ne!(audio, video);
+    /// // The peer learns of a stream when it is opened.
+    /// let mut opened = Vec::new();
+    /// while opened.len() < 2 {
+    ///     if let Some(Event::StreamOpened { stream, .. }) = server.next_event().await {
+    ///         opened.push(stream);
+    ///     }
+    /// }
+    /// assert_eq!(opened, [audio, video]);
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn open_stream(&self, cfg: StreamConfig) -> Result<u64, Error> {
         let mut g = self.shared.lock();
         self.check_open(&g)?;
@@ -529,6 +696,28 @@ impl Channel {
     }
 
     /// Queues a message without waiting (see [`writable`](Self::writable)).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// let first = client.send(s, Message::new("key frame").importance(3))?;
+    /// let second = client.send(s, Message::new("delta"))?;
+    /// assert_eq!((first.stream, first.seq, second.seq), (s, 0, 1));
+    /// let m = server.recv().await.expect("a message");
+    /// assert_eq!((m.seq, m.importance, &m.data[..]), (0, 3, &b"key frame"[..]));
+    /// // An unknown stream is an error, not a panic.
+    /// assert!(client.send(s + 100, Message::new("lost")).is_err());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn send(&self, stream: u64, msg: Message) -> Result<MessageId, Error> {
         let mut g = self.shared.lock();
         self.check_open(&g)?;
@@ -611,6 +800,28 @@ impl Channel {
     }
 
     /// [`writable`](Self::writable), then [`send`](Self::send).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// for i in 0..3u8 {
+    ///     let id = client.send_when_writable(s, Message::new(vec![i; 500])).await?;
+    ///     assert_eq!(id.seq, u64::from(i));
+    /// }
+    /// for i in 0..3u8 {
+    ///     assert_eq!(server.recv().await.expect("a message").data[0], i);
+    /// }
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn send_when_writable(&self, stream: u64, msg: Message) -> Result<MessageId, Error> {
         self.writable().await?;
         self.send(stream, msg)
@@ -647,6 +858,26 @@ impl Channel {
     }
 
     /// Waits until everything queued has been handed to the kernel (or cancelled).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new(vec![0u8; 200_000]))?;
+    /// assert!(client.queued_bytes() > 0); // the driver has not run yet
+    /// client.flush().await?;
+    /// assert_eq!(client.queued_bytes(), 0); // all handed to the kernel
+    /// # server.recv().await.expect("a message");
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn flush(&self) -> Result<(), Error> {
         self.wait_open(|g| !g.conn.has_queued() && g.conn.staged_len() == 0)
             .await
@@ -685,12 +916,59 @@ impl Channel {
 
     /// The stream's bit rate changed, bytes per second (DBAT sizes its slow-start buffer from
     /// it; other controllers ignore it).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// use lowtide::proto::controller::DbatConfig;
+    /// use lowtide::{ChannelConfig, ControllerConfig, Message, StreamConfig};
+    /// let any = "127.0.0.1:0".parse().unwrap();
+    /// let listener = lowtide::listen(any, ChannelConfig::default()).await?;
+    /// let dbat = ChannelConfig::with_controller(ControllerConfig::Dbat(DbatConfig::default()));
+    /// let (client, server) = tokio::try_join!(
+    ///     lowtide::connect(listener.local_addr()?, dbat),
+    ///     listener.accept(),
+    /// )?;
+    /// // The encoder moved from 320 to 640 kbit/s: DBAT plans its slow start for the new rate
+    /// // (the effect on the buffer: `lowtide::proto::Connection::set_stream_rate`).
+    /// client.set_stream_rate(80_000);
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new(vec![0u8; 10_000]))?;
+    /// assert_eq!(server.recv().await.expect("a message").data.len(), 10_000);
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn set_stream_rate(&self, bytes_per_sec: u64) {
         self.shared.lock().conn.set_stream_rate(bytes_per_sec);
     }
 
     /// Asks for a packet-pair probe (`Event::Probed` carries the result); `false` if the peer
     /// does not answer probes or one is in flight.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Event, Message, StreamConfig};
+    /// assert!(!client.request_probe()); // the server's hello (it answers probes) is not read yet
+    /// let s = server.open_stream(StreamConfig::default())?;
+    /// server.send(s, Message::new("hello"))?;
+    /// client.recv().await.expect("a message"); // now it is
+    /// assert!(client.request_probe());
+    /// while let Some(e) = client.next_event().await {
+    ///     if let Event::Probed(p) = e {
+    ///         assert!(p.second_len > 0); // two packets crossed loopback and were timed
+    ///         break;
+    ///     }
+    /// }
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn request_probe(&self) -> bool {
         let requested = self.shared.lock().conn.request_probe();
         self.shared.to_driver.notify_one();
@@ -698,6 +976,27 @@ impl Channel {
     }
 
     /// Bytes queued in lowtide (not yet staged for the kernel).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// assert_eq!(client.queued_bytes(), 0);
+    /// client.send(s, Message::new(vec![0u8; 3000]))?;
+    /// assert!(client.queued_bytes() >= 3000); // payload plus frame headers
+    /// client.flush().await?;
+    /// assert_eq!(client.queued_bytes(), 0);
+    /// # server.recv().await.expect("a message");
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn queued_bytes(&self) -> u64 {
         self.shared.lock().conn.queued_bytes()
     }
@@ -766,6 +1065,26 @@ impl Channel {
     }
 
     /// Next complete message; `None` once the channel is closed and drained.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new("hello"))?;
+    /// let m = server.recv().await.expect("a message");
+    /// assert_eq!((m.stream, m.seq, &m.data[..]), (s, 0, &b"hello"[..]));
+    /// client.close(0, "done").await;
+    /// assert!(server.recv().await.is_none()); // closed and drained
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn recv(&self) -> Option<Received> {
         let (m, budget_was_zero) = self
             .wait_until(|g| {
@@ -782,6 +1101,30 @@ impl Channel {
 
     /// Waits for at least one message and moves up to `max` ready ones into `out` under one
     /// lock; returns how many (0 once the channel is finished and drained).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// for i in 0..5u8 {
+    ///     client.send(s, Message::new(vec![i]))?;
+    /// }
+    /// let mut got = Vec::new();
+    /// while got.len() < 5 {
+    ///     let n = server.recv_many(&mut got, 2).await;
+    ///     assert!((1..=2).contains(&n)); // never more than `max`
+    /// }
+    /// assert_eq!(got.iter().map(|m| m.data[0]).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn recv_many(&self, out: &mut Vec<Received>, max: usize) -> usize {
         let (n, budget_was_zero) = self
             .wait_until(|g| {
@@ -870,11 +1213,56 @@ impl Channel {
     }
 
     /// All events available now.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Event, Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// let id = client.send(s, Message::new("x"))?;
+    /// client.flush().await?;
+    /// let events = client.drain_events();
+    /// assert!(events.iter().any(|e| matches!(e, Event::Written { id: w, .. } if *w == id)));
+    /// assert!(client.drain_events().is_empty()); // drained
+    /// # server.recv().await.expect("a message");
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn drain_events(&self) -> Vec<Event> {
         self.shared.lock().events.drain(..).collect()
     }
 
     /// Events dropped because the application did not keep up (`max_events`).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// use lowtide::{ChannelConfig, Message, StreamConfig};
+    /// let any = "127.0.0.1:0".parse().unwrap();
+    /// let listener = lowtide::listen(any, ChannelConfig::default()).await?;
+    /// // Keep at most 16 events (the smallest allowed): the application never reads them here.
+    /// let cfg = ChannelConfig { max_events: 16, ..ChannelConfig::default() };
+    /// let (client, server) = tokio::try_join!(
+    ///     lowtide::connect(listener.local_addr()?, cfg),
+    ///     listener.accept(),
+    /// )?;
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// for _ in 0..30 {
+    ///     client.send(s, Message::new("x"))?;
+    /// }
+    /// client.flush().await?; // thirty `Written` events, only sixteen kept
+    /// assert!(client.events_dropped() >= 14);
+    /// assert!(client.drain_events().len() <= 16);
+    /// # let _ = server;
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn events_dropped(&self) -> u64 {
         self.shared.lock().events_dropped
     }
@@ -906,6 +1294,27 @@ impl Channel {
     }
 
     /// Receive-side memory held now (unparsed bytes, partial and unread messages).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new(vec![0u8; 50_000]))?;
+    /// client.send(s, Message::new("last"))?;
+    /// let first = server.recv().await.expect("a message");
+    /// assert_eq!(first.data.len(), 50_000);
+    /// while server.recv().await.expect("a message").data != "last" {}
+    /// assert_eq!(server.recv_memory(), 0); // everything read was taken
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn recv_memory(&self) -> u64 {
         self.shared.lock().conn.recv_memory()
     }
@@ -938,11 +1347,51 @@ impl Channel {
 
     /// How often the driver task woke up: a measure of system-call and scheduling overhead
     /// (and evidence that blocked controllers wait on events, not on a polling loop).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let before = client.driver_wakeups();
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new("wake up"))?;
+    /// client.flush().await?;
+    /// assert!(client.driver_wakeups() > before);
+    /// # server.recv().await.expect("a message");
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn driver_wakeups(&self) -> u64 {
         self.shared.lock().wakeups
     }
 
     /// `TCP_NOTSENT_LOWAT` the driver last set, if any.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(s, Message::new("small"))?;
+    /// client.flush().await?;
+    /// // MinBuf sets TCP_NOTSENT_LOWAT only while it blocks writes; a small message never blocks.
+    /// assert_eq!(client.notsent_lowat_set(), None);
+    /// # server.recv().await.expect("a message");
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn notsent_lowat_set(&self) -> Option<u32> {
         self.shared.lock().lowat
     }
@@ -1001,6 +1450,23 @@ impl Channel {
     }
 
     /// Whether the driver has finished.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// assert!(!client.is_finished());
+    /// server.close(0, "bye").await;
+    /// client.finished().await;
+    /// assert!(client.is_finished());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub fn is_finished(&self) -> bool {
         self.shared.lock().finished
     }
@@ -1034,6 +1500,23 @@ impl Channel {
     }
 
     /// Waits until the driver has finished.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// // The client's driver ends once the server closes.
+    /// server.close(7, "shutting down").await;
+    /// client.finished().await;
+    /// assert!(client.is_finished() && client.recv().await.is_none());
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
     pub async fn finished(&self) {
         self.wait_until(|g| g.finished.then_some(())).await
     }

@@ -73,6 +73,13 @@ impl Default for ChannelConfig {
 
 impl ChannelConfig {
     /// Defaults with the given latency controller.
+    ///
+    /// ```
+    /// use lowtide::{ChannelConfig, ControllerConfig};
+    /// let cfg = ChannelConfig::with_controller(ControllerConfig::Unlimited);
+    /// assert_eq!(cfg.transport.controller, ControllerConfig::Unlimited);
+    /// assert!(cfg.validate().is_ok());
+    /// ```
     pub fn with_controller(controller: lowtide_proto::ControllerConfig) -> Self {
         let mut c = Self::default();
         c.transport.controller = controller;
@@ -80,6 +87,14 @@ impl ChannelConfig {
     }
 
     /// Checks every field; errors name the field and the allowed range.
+    ///
+    /// ```
+    /// use lowtide::ChannelConfig;
+    /// assert!(ChannelConfig::default().validate().is_ok());
+    /// let bad = ChannelConfig { congestion: Some("no such cc!".into()), ..ChannelConfig::default() };
+    /// let err = bad.validate().unwrap_err();
+    /// assert!(err.to_string().contains("congestion"), "{err}");
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.transport.validate()?;
         if let Some(cc) = &self.congestion {

@@ -119,6 +119,13 @@ impl Default for TlsConfig {
 
 impl TlsConfig {
     /// A client trusting the CA certificate(s) in `ca`.
+    ///
+    /// ```
+    /// let tls = lowtide::TlsConfig::client("ca.pem", Some("media.example".into()));
+    /// assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("ca.pem")));
+    /// assert_eq!(tls.server_name.as_deref(), Some("media.example"));
+    /// assert!(tls.cert.is_none() && tls.key.is_none()); // a client presents no certificate
+    /// ```
     pub fn client(ca: impl Into<PathBuf>, server_name: Option<String>) -> Self {
         Self {
             ca: Some(ca.into()),
@@ -128,6 +135,13 @@ impl TlsConfig {
     }
 
     /// A server presenting `cert` with `key`.
+    ///
+    /// ```
+    /// let tls = lowtide::TlsConfig::server("cert.pem", "key.pem");
+    /// assert_eq!(tls.cert.as_deref(), Some(std::path::Path::new("cert.pem")));
+    /// assert_eq!(tls.key.as_deref(), Some(std::path::Path::new("key.pem")));
+    /// assert_eq!(tls.handshake_timeout_ms, 5_000); // the default
+    /// ```
     pub fn server(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
         Self {
             cert: Some(cert.into()),

@@ -94,6 +94,13 @@ impl Default for DbatConfig {
 
 impl DbatConfig {
     /// Checks every field; errors name the field, the value and the allowed range.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::DbatConfig;
+    /// assert!(DbatConfig::default().validate().is_ok());
+    /// let e = DbatConfig { clear_fraction: 1.5, ..DbatConfig::default() }.validate().unwrap_err();
+    /// assert_eq!((e.field, e.allowed), ("controller.dbat.clear_fraction", "0..=1"));
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_range(
             "controller.dbat.bit_rate_kbps",
@@ -168,6 +175,15 @@ pub struct ProbeResult {
 
 impl ProbeResult {
     /// Builds the result from a dispersion; a dispersion under `resolution` gives no estimate.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::ProbeResult;
+    /// use std::time::Duration;
+    /// // 1448 bytes crossed the bottleneck in 1 ms: 1.448 MB/s.
+    /// let p = ProbeResult::from_dispersion(Duration::from_millis(50), Duration::from_millis(1), 1448, Duration::from_micros(50));
+    /// assert_eq!(p.bandwidth, Some(1_448_000));
+    /// assert_eq!((p.rtt, p.second_len), (Duration::from_millis(50), 1448));
+    /// ```
     pub fn from_dispersion(
         rtt: Duration,
         dispersion: Duration,
@@ -253,6 +269,14 @@ pub struct Dbat {
 
 impl Dbat {
     /// A checked DBAT.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// let d = Dbat::new(DbatConfig { bit_rate_kbps: 800, ..DbatConfig::default() })?;
+    /// assert_eq!(d.stream_rate(), 100_000); // bytes per second
+    /// assert!(Dbat::new(DbatConfig { initial_window: 0, ..DbatConfig::default() }).is_err());
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn new(cfg: DbatConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(Self {
@@ -270,36 +294,123 @@ impl Dbat {
 
     /// The stream's bit rate changed (bytes per second). A new rate while idle or in slow
     /// start changes the slow-start allowance; afterwards only the queue it produces matters.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::Duration;
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// let rtt = Duration::from_millis(100);
+    /// assert_eq!(d.slow_start_time(1000, rtt), Duration::ZERO); // 40 kB/s: within the initial window
+    /// d.set_stream_rate(400_000); // 3.2 Mbit/s: two doublings of 100 kB/s
+    /// assert_eq!(d.slow_start_time(1000, rtt), Duration::from_millis(200));
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn set_stream_rate(&mut self, bytes_per_sec: u64) {
         self.rate = bytes_per_sec.max(1);
     }
 
     /// The stream's bit rate, bytes per second.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// assert_eq!(d.stream_rate(), 40_000); // 320 kbit/s
+    /// d.set_stream_rate(0);
+    /// assert_eq!(d.stream_rate(), 1); // never zero
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn stream_rate(&self) -> u64 {
         self.rate
     }
 
     /// A probe result arrived.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig, ProbeResult};
+    /// use std::time::Duration;
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// let rtt = Some(Duration::from_millis(100));
+    /// assert_eq!(d.threshold(rtt, 0, 1000), 4000); // the stream's 40 kB/s × 100 ms
+    /// let p = ProbeResult::from_dispersion(Duration::from_millis(100), Duration::from_millis(16), 1000, Duration::from_micros(50));
+    /// d.on_probe(p); // a 62.5 kB/s bottleneck
+    /// assert_eq!(d.threshold(rtt, 0, 1000), 6250);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn on_probe(&mut self, probe: ProbeResult) {
         self.probe = Some(probe);
     }
 
     /// The probe result in use.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig, ProbeResult};
+    /// use std::time::Duration;
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// assert_eq!(d.probe(), None);
+    /// let p = ProbeResult::from_dispersion(Duration::from_millis(80), Duration::from_millis(2), 1000, Duration::from_micros(50));
+    /// d.on_probe(p);
+    /// assert_eq!(d.probe().and_then(|p| p.bandwidth), Some(500_000));
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn probe(&self) -> Option<ProbeResult> {
         self.probe
     }
 
     /// Whether the slow-start phase is over.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = Dbat::new(DbatConfig::default())?; // 40 kB/s
+    /// let rtt = Some(ms(100));
+    /// d.on_queue(t0, 1000, rtt, 40_000, 1000); // data queued: slow start begins
+    /// assert!(d.in_slow_start());
+    /// d.on_queue(t0 + ms(200), 1000, rtt, 40_000, 1000); // TCP reached the stream's rate
+    /// assert!(!d.in_slow_start());
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn in_slow_start(&self) -> bool {
         self.phase != Phase::Steady
     }
 
     /// Whether the last signal was an onset.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = Dbat::new(DbatConfig::default())?; // 40 kB/s, threshold 4000 bytes at 100 ms
+    /// let rtt = Some(ms(100));
+    /// d.on_queue(t0, 1000, rtt, 40_000, 1000);
+    /// d.on_queue(t0 + ms(200), 1000, rtt, 40_000, 1000); // steady
+    /// assert!(!d.congested());
+    /// d.on_queue(t0 + ms(1200), 100_000, rtt, 40_000, 1000);
+    /// assert!(d.congested());
+    /// d.on_queue(t0 + ms(3000), 0, rtt, 40_000, 1000); // the average falls below 2000 bytes
+    /// assert!(!d.congested());
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn congested(&self) -> bool {
         self.congested
     }
 
     /// The weighted queue average, bytes.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// assert_eq!(d.queue_average(), None);
+    /// d.on_queue(t0, 8000, Some(ms(100)), 0, 1000);
+    /// assert_eq!(d.queue_average(), Some(8000)); // the first sample
+    /// // 150 ms later, with a time constant of 2 RTTs (200 ms): 8000 · e^(−0.75).
+    /// d.on_queue(t0 + ms(150), 0, Some(ms(100)), 0, 1000);
+    /// let avg = d.queue_average().unwrap();
+    /// assert!((3775..=3785).contains(&avg), "{avg}");
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn queue_average(&self) -> Option<u64> {
         self.avg.map(|(a, _)| a as u64)
     }
@@ -313,6 +424,18 @@ impl Dbat {
 
     /// Time slow start needs to reach the stream's rate from `initial_window` segments per
     /// RTT: `⌈log2(rate / (iw·mss / rtt))⌉` RTTs.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::Duration;
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// d.set_stream_rate(40_000);
+    /// // 10 × 1000 B per 400 ms is 25 kB/s: one doubling reaches 40 kB/s.
+    /// assert_eq!(d.slow_start_time(1000, Duration::from_millis(400)), Duration::from_millis(400));
+    /// // At 100 ms the initial window already carries 100 kB/s: no slow start.
+    /// assert_eq!(d.slow_start_time(1000, Duration::from_millis(100)), Duration::ZERO);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn slow_start_time(&self, mss: u32, rtt: Duration) -> Duration {
         let start_rate =
             f64::from(self.cfg.initial_window) * f64::from(mss) / rtt.as_secs_f64().max(1e-6);
@@ -327,6 +450,17 @@ impl Dbat {
 
     /// The buffer slow start needs: slow-start time × the stream's rate, at least the initial
     /// window.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::Duration;
+    /// let d = Dbat::new(DbatConfig::default())?; // 40 kB/s
+    /// // One 400 ms RTT of slow start at 40 kB/s: 16 000 bytes.
+    /// assert_eq!(d.slow_start_allowance(1000, Duration::from_millis(400)), 16_000);
+    /// // No slow start needed: still the initial window, 10 × 1000 bytes.
+    /// assert_eq!(d.slow_start_allowance(1000, Duration::from_millis(100)), 10_000);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn slow_start_allowance(&self, mss: u32, rtt: Duration) -> u64 {
         let t = self.slow_start_time(mss, rtt);
         let bytes = (t.as_secs_f64() * self.rate as f64) as u64;
@@ -335,6 +469,17 @@ impl Dbat {
 
     /// The queue threshold: probed bandwidth (else `rate_estimate`) × weighted RTT, bytes;
     /// at least one MSS.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::Duration;
+    /// let d = Dbat::new(DbatConfig::default())?; // 40 kB/s
+    /// let rtt = Some(Duration::from_millis(100));
+    /// assert_eq!(d.threshold(rtt, 100_000, 1000), 10_000); // TCP's faster estimate × RTT
+    /// assert_eq!(d.threshold(None, 0, 1000), 4000); // the 100 ms fallback RTT
+    /// assert_eq!(d.threshold(Some(Duration::from_millis(1)), 0, 1000), 1000); // at least one MSS
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn threshold(&self, srtt: Option<Duration>, rate_estimate: u64, mss: u32) -> u64 {
         let bw = self
             .probe
@@ -346,6 +491,20 @@ impl Dbat {
 
     /// The send buffer DBAT allows now, bytes: the slow-start allowance (or the threshold,
     /// if larger) during slow start, `buffer_headroom` × threshold afterwards.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = Dbat::new(DbatConfig::default())?; // 40 kB/s
+    /// let rtt = Some(ms(100));
+    /// // Slow start: the initial window (10 000) beats 2 × the 4000-byte threshold.
+    /// assert_eq!(d.buffer_limit(rtt, 40_000, 1000), 10_000);
+    /// d.on_queue(t0, 1000, rtt, 40_000, 1000);
+    /// d.on_queue(t0 + ms(200), 1000, rtt, 40_000, 1000); // steady
+    /// assert_eq!(d.buffer_limit(rtt, 40_000, 1000), 8000);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn buffer_limit(&self, srtt: Option<Duration>, rate_estimate: u64, mss: u32) -> u64 {
         let threshold = self.threshold(srtt, rate_estimate, mss);
         let steady = (threshold as f64 * self.cfg.buffer_headroom) as u64;
@@ -358,6 +517,21 @@ impl Dbat {
 
     /// A sample of the send queue (bytes waiting or unacknowledged at the sender) at `now`.
     /// Updates the average and the phase; a crossing queues a [`CongestionSignal`].
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = Dbat::new(DbatConfig::default())?; // 40 kB/s
+    /// let rtt = Some(ms(100));
+    /// d.on_queue(t0, 0, rtt, 0, 1000);
+    /// assert_eq!(d.queue_average(), Some(0)); // idle: nothing queued, nothing to do
+    /// d.on_queue(t0 + ms(10), 5000, rtt, 40_000, 1000);
+    /// d.on_queue(t0 + ms(210), 3000, rtt, 40_000, 1000); // caught up with the stream's rate
+    /// assert!(!d.in_slow_start());
+    /// assert_eq!(d.queue_average(), Some(0)); // slow start's backlog is forgotten
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn on_queue(
         &mut self,
         now: Instant,
@@ -416,6 +590,21 @@ impl Dbat {
     }
 
     /// The next signal for the application.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// let rtt = Some(ms(100));
+    /// d.on_queue(t0, 1000, rtt, 40_000, 1000);
+    /// d.on_queue(t0 + ms(200), 1000, rtt, 40_000, 1000); // steady
+    /// d.on_queue(t0 + ms(1200), 100_000, rtt, 40_000, 1000); // onset
+    /// d.on_queue(t0 + ms(3000), 0, rtt, 40_000, 1000); // cleared
+    /// let onsets: Vec<bool> = std::iter::from_fn(|| d.poll_signal()).map(|s| s.onset).collect();
+    /// assert_eq!(onsets, [true, false]);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn poll_signal(&mut self) -> Option<CongestionSignal> {
         self.signals.pop_front()
     }
@@ -451,6 +640,14 @@ pub struct DbatController {
 
 impl DbatController {
     /// A checked controller.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{DbatConfig, DbatController, LatencyController};
+    /// let c = DbatController::new(DbatConfig::default())?;
+    /// assert_eq!(c.name(), "dbat");
+    /// assert!(DbatController::new(DbatConfig { smoothing_rtts: 0.0, ..DbatConfig::default() }).is_err());
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn new(cfg: DbatConfig) -> Result<Self, ConfigError> {
         Ok(Self {
             dbat: Dbat::new(cfg)?,
@@ -458,6 +655,18 @@ impl DbatController {
     }
 
     /// The state machine.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{AppProgress, DbatConfig, DbatController, LatencyController, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = DbatController::new(DbatConfig::default())?;
+    /// assert!(c.dbat().queue_average().is_none());
+    /// let tcp = TcpState { cwnd: 10, mss: 1000, outq: 3000, ..TcpState::default() };
+    /// c.decide(&tcp, &AppProgress { queued: 2000, ..AppProgress::default() }, now);
+    /// // DBAT's queue is everything not yet acknowledged: kernel queue + lowtide's queues.
+    /// assert_eq!(c.dbat().queue_average(), Some(5000));
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn dbat(&self) -> &Dbat {
         &self.dbat
     }

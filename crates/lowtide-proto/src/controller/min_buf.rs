@@ -42,11 +42,27 @@ pub struct MinBuf {
 
 impl MinBuf {
     /// MIN_BUF(a, b); (1, 3) is the paper's best trade-off.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{MinBuf, TcpState};
+    /// let tcp = TcpState { cwnd: 10, mss: 1000, ..TcpState::default() };
+    /// assert_eq!(MinBuf::new(1, 0).limit(&tcp), 10_000); // exactly cwnd
+    /// assert_eq!(MinBuf::new(2, 3).limit(&tcp), 23_000);
+    /// ```
     pub fn new(a: u32, b: u32) -> Self {
         Self { a, b }
     }
 
     /// The limit in bytes: `(a·cwnd + min(b, cwnd) + sacked)·mss`.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{MinBuf, TcpState, DEFAULT_MSS};
+    /// let c = MinBuf::new(1, 3);
+    /// // b is capped at cwnd: with cwnd 2, (2 + 2) segments.
+    /// assert_eq!(c.limit(&TcpState { cwnd: 2, mss: 1000, ..TcpState::default() }), 4000);
+    /// // Before a TCP_INFO sample: Linux's initial window of 10 and the default MSS.
+    /// assert_eq!(c.limit(&TcpState::default()), 13 * u64::from(DEFAULT_MSS));
+    /// ```
     pub fn limit(&self, tcp: &TcpState) -> u64 {
         let cwnd = if tcp.cwnd == 0 {
             INITIAL_CWND

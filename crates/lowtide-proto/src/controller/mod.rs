@@ -85,6 +85,12 @@ pub struct TcpState {
 
 impl TcpState {
     /// MSS, or [`DEFAULT_MSS`] when unknown.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{TcpState, DEFAULT_MSS};
+    /// assert_eq!(TcpState { mss: 1200, ..TcpState::default() }.mss_or_default(), 1200);
+    /// assert_eq!(TcpState::default().mss_or_default(), DEFAULT_MSS); // no TCP_INFO sample yet
+    /// ```
     pub fn mss_or_default(&self) -> u32 {
         if self.mss == 0 {
             DEFAULT_MSS
@@ -167,6 +173,16 @@ pub struct Decision {
 
 impl Decision {
     /// Whether the controller currently forbids a write.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{AppProgress, LatencyController, MinBuf, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let tcp = TcpState { cwnd: 10, mss: 1000, ..TcpState::default() };
+    /// let mut c = MinBuf::new(1, 3); // 13 000 bytes
+    /// assert!(!c.decide(&tcp, &AppProgress::default(), now).blocked());
+    /// let full = TcpState { outq: 12_500, ..tcp }; // 500 bytes left: less than one MSS
+    /// assert!(c.decide(&full, &AppProgress::default(), now).blocked());
+    /// ```
     pub fn blocked(&self) -> bool {
         self.allowance < self.min_write
     }
@@ -206,19 +222,99 @@ impl Decision {
 /// ```
 pub trait LatencyController: Send + std::fmt::Debug {
     /// Short name for logs and reports.
+    ///
+    /// ```
+    /// use lowtide_proto::ControllerConfig;
+    /// assert_eq!(ControllerConfig::default().build()?.name(), "min_buf");
+    /// assert_eq!(ControllerConfig::Unlimited.build()?.name(), "unlimited");
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     fn name(&self) -> &'static str;
     /// Whether [`decide`](Self::decide) reads the kernel snapshot (the driver may skip sampling
     /// `TCP_INFO` otherwise).
+    ///
+    /// ```
+    /// use lowtide_proto::ControllerConfig;
+    /// // MinBuf sizes its limit from cwnd; PaceA only from its P-ACKs.
+    /// assert!(ControllerConfig::MinBuf { a: 1, b: 3 }.build()?.needs_tcp_state());
+    /// assert!(!ControllerConfig::PaceA { b: 3 }.build()?.needs_tcp_state());
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     fn needs_tcp_state(&self) -> bool;
     /// The decision for this write opportunity.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{AppProgress, TcpState};
+    /// use lowtide_proto::ControllerConfig;
+    /// # let now = std::time::Instant::now();
+    /// let mut c = ControllerConfig::MinBuf { a: 1, b: 3 }.build()?;
+    /// let tcp = TcpState { cwnd: 10, mss: 1000, outq: 4000, ..TcpState::default() };
+    /// let app = AppProgress { staged: 2000, ..AppProgress::default() };
+    /// let d = c.decide(&tcp, &app, now);
+    /// // (1·10 + 3) segments = 13 000 bytes, 6000 of them occupied (kernel queue + staged).
+    /// assert_eq!((d.limit, d.allowance), (13_000, 7000));
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     fn decide(&mut self, tcp: &TcpState, app: &AppProgress, now: Instant) -> Decision;
     /// A P-ACK arrived (only [`PaceA`] uses it).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{AppProgress, LatencyController, PAckSample, PaceA, TcpState};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut c = PaceA::new(0);
+    /// // Two P-ACKs 20 ms apart, 20 000 bytes consumed in between: 1 MB/s, 20 ms latency.
+    /// c.on_pack(&PAckSample { now: t0 + ms(20), bytes: 10_000, recv_time_us: 10_000, covered_write_time: Some(t0) });
+    /// c.on_pack(&PAckSample { now: t0 + ms(40), bytes: 30_000, recv_time_us: 30_000, covered_write_time: Some(t0 + ms(20)) });
+    /// let tcp = TcpState { mss: 1000, ..TcpState::default() };
+    /// let d = c.decide(&tcp, &AppProgress::default(), t0 + ms(40));
+    /// assert!((19_999..=20_000).contains(&d.limit)); // cwnd' = 1 MB/s × 20 ms
+    /// ```
     fn on_pack(&mut self, _sample: &PAckSample) {}
     /// A packet-pair probe finished (only [`DbatController`] uses it).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{DbatController, DbatConfig, LatencyController, ProbeResult};
+    /// use std::time::Duration;
+    /// let mut c = DbatController::new(DbatConfig::default())?;
+    /// let probe = ProbeResult::from_dispersion(Duration::from_millis(100), Duration::from_millis(16), 1000, Duration::from_micros(50));
+    /// c.on_probe(&probe);
+    /// assert_eq!(c.dbat().probe(), Some(probe));
+    /// // The other controllers ignore probes.
+    /// let mut minbuf = lowtide_proto::ControllerConfig::default().build()?;
+    /// minbuf.on_probe(&probe);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     fn on_probe(&mut self, _probe: &ProbeResult) {}
     /// The application's stream bit rate changed, bytes per second (DBAT's slow start).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{DbatConfig, DbatController, LatencyController};
+    /// let mut c = DbatController::new(DbatConfig { bit_rate_kbps: 320, ..DbatConfig::default() })?;
+    /// assert_eq!(c.dbat().stream_rate(), 40_000); // 320 kbit/s
+    /// c.set_stream_rate(80_000); // the encoder switched to 640 kbit/s
+    /// assert_eq!(c.dbat().stream_rate(), 80_000);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     fn set_stream_rate(&mut self, _bytes_per_sec: u64) {}
     /// The next congestion signal for the application (only [`DbatController`] has any).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{AppProgress, DbatConfig, DbatController, LatencyController, TcpState};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut c = DbatController::new(DbatConfig::default())?; // 40 kB/s
+    /// let tcp = TcpState { cwnd: 10, mss: 1000, rtt: ms(100), delivery_rate: 40_000, ..TcpState::default() };
+    /// let queued = |outq| TcpState { outq, ..tcp };
+    /// c.decide(&queued(1000), &AppProgress::default(), t0); // slow start begins
+    /// c.decide(&queued(1000), &AppProgress::default(), t0 + ms(200)); // caught up: steady
+    /// assert_eq!(c.poll_signal(), None);
+    /// // A queue of 100 kB against a threshold of 40 kB/s × 100 ms = 4 kB: congestion.
+    /// c.decide(&queued(100_000), &AppProgress::default(), t0 + ms(1200));
+    /// let s = c.poll_signal().expect("an onset");
+    /// assert!(s.onset && s.threshold == 4000);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     fn poll_signal(&mut self) -> Option<CongestionSignal> {
         None
     }
@@ -272,6 +368,13 @@ impl Default for ControllerConfig {
 
 impl ControllerConfig {
     /// Checks the parameters.
+    ///
+    /// ```
+    /// use lowtide_proto::ControllerConfig;
+    /// assert!(ControllerConfig::MinBuf { a: 1, b: 3 }.validate().is_ok());
+    /// let e = ControllerConfig::NotsentLowat { bytes: 0 }.validate().unwrap_err();
+    /// assert_eq!((e.field, e.allowed), ("controller.notsent_lowat.bytes", "1..=1073741824"));
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         match *self {
             ControllerConfig::Unlimited => Ok(()),
@@ -294,6 +397,15 @@ impl ControllerConfig {
     }
 
     /// Builds the controller after validating it.
+    ///
+    /// ```
+    /// use lowtide_proto::ControllerConfig;
+    /// let c = ControllerConfig::NotsentLowat { bytes: 16_384 }.build()?;
+    /// assert_eq!(c.name(), "notsent_lowat");
+    /// // A bad parameter is an error, not a controller.
+    /// assert!(ControllerConfig::PaceA { b: 5000 }.build().is_err());
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     pub fn build(&self) -> Result<Box<dyn LatencyController>, ConfigError> {
         self.validate()?;
         Ok(match *self {

@@ -31,6 +31,16 @@ pub struct NotsentLowatController {
 
 impl NotsentLowatController {
     /// A controller that keeps at most about `bytes` unsent bytes in the kernel.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{AppProgress, LatencyController, NotsentLowatController, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = NotsentLowatController::new(16_384);
+    /// let tcp = TcpState { mss: 1448, notsent: 4000, ..TcpState::default() };
+    /// let d = c.decide(&tcp, &AppProgress::default(), now);
+    /// assert_eq!(d.allowance, 16_384 - 4000);
+    /// assert_eq!(d.fixed_lowat, Some(16_384)); // the kernel enforces it too
+    /// ```
     pub fn new(bytes: u32) -> Self {
         Self { bytes }
     }

@@ -79,6 +79,15 @@ pub struct PaceA {
 
 impl PaceA {
     /// PaceA keeping `cwnd' + b·MSS` bytes unacknowledged.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{AppProgress, LatencyController, PaceA, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = PaceA::new(3);
+    /// // Before any P-ACK: 64 KB may be unacknowledged.
+    /// let d = c.decide(&TcpState::default(), &AppProgress::default(), now);
+    /// assert_eq!(d.limit, 64 << 10);
+    /// ```
     pub fn new(b: u32) -> Self {
         Self {
             b,
@@ -89,16 +98,50 @@ impl PaceA {
     }
 
     /// Current bandwidth estimate, bytes per second.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{LatencyController, PAckSample, PaceA};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut c = PaceA::new(3);
+    /// c.on_pack(&PAckSample { now: t0 + ms(20), bytes: 10_000, recv_time_us: 10_000, covered_write_time: Some(t0) });
+    /// assert_eq!(c.bandwidth(), None); // one P-ACK is no rate
+    /// c.on_pack(&PAckSample { now: t0 + ms(40), bytes: 30_000, recv_time_us: 30_000, covered_write_time: Some(t0 + ms(20)) });
+    /// let bw = c.bandwidth().expect("a rate sample");
+    /// assert!((bw - 1e6).abs() < 1.0); // 20 000 bytes in 20 ms of receiver time
+    /// ```
     pub fn bandwidth(&self) -> Option<f64> {
         self.rates.iter().copied().reduce(f64::max)
     }
 
     /// Current latency estimate.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{LatencyController, PAckSample, PaceA};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut c = PaceA::new(3);
+    /// c.on_pack(&PAckSample { now: t0 + ms(30), bytes: 1000, recv_time_us: 0, covered_write_time: Some(t0) });
+    /// c.on_pack(&PAckSample { now: t0 + ms(60), bytes: 2000, recv_time_us: 0, covered_write_time: Some(t0 + ms(35)) });
+    /// assert_eq!(c.latency(), Some(ms(25))); // the minimum of 30 and 25 ms
+    /// ```
     pub fn latency(&self) -> Option<Duration> {
         self.min_latency.map(|(d, _)| d)
     }
 
     /// `cwnd'` in bytes, if both estimates exist.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{LatencyController, PAckSample, PaceA};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut c = PaceA::new(3);
+    /// assert_eq!(c.cwnd_estimate(), None);
+    /// c.on_pack(&PAckSample { now: t0 + ms(20), bytes: 10_000, recv_time_us: 10_000, covered_write_time: Some(t0) });
+    /// c.on_pack(&PAckSample { now: t0 + ms(40), bytes: 30_000, recv_time_us: 30_000, covered_write_time: Some(t0 + ms(20)) });
+    /// // bandwidth × latency: 1 MB/s × 20 ms.
+    /// assert!((19_999..=20_000).contains(&c.cwnd_estimate().expect("both estimates")));
+    /// ```
     pub fn cwnd_estimate(&self) -> Option<u64> {
         Some((self.bandwidth()? * self.latency()?.as_secs_f64()) as u64)
     }

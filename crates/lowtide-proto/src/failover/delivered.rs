@@ -117,6 +117,19 @@ pub struct Delivered {
 impl Delivered {
     /// `window` numbers per stream; `hashes`: failover on (duplicates are compared and
     /// dropped rather than refused); `max_closed`: closed streams remembered.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{Delivered, Verdict};
+    /// use lowtide_proto::ProtocolError;
+    /// // Without failover a duplicate is the peer's error; with it, a resent copy to drop.
+    /// let mut plain = Delivered::new(64, false, 16);
+    /// plain.on_message(0, 0, b"a")?;
+    /// assert!(plain.on_message(0, 0, b"a").is_err());
+    /// let mut failover = Delivered::new(64, true, 16);
+    /// failover.on_message(0, 0, b"a")?;
+    /// assert_eq!(failover.on_message(0, 0, b"a")?, Verdict::Duplicate);
+    /// # Ok::<(), ProtocolError>(())
+    /// ```
     pub fn new(window: usize, hashes: bool, max_closed: usize) -> Self {
         Self {
             window: window.max(1),
@@ -129,6 +142,18 @@ impl Delivered {
     }
 
     /// A complete message arrived: deliver it or drop it, or the peer broke the protocol.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{Delivered, Verdict};
+    /// use lowtide_proto::ProtocolError;
+    /// let mut d = Delivered::new(64, true, 16);
+    /// assert_eq!(d.on_message(0, 0, b"frame")?, Verdict::New);
+    /// assert_eq!(d.on_message(0, 0, b"frame")?, Verdict::Duplicate); // a resent copy
+    /// assert_eq!(d.stats.duplicates_dropped, 1);
+    /// // A "copy" with other bytes is a broken peer.
+    /// assert_eq!(d.on_message(0, 0, b"other"), Err(ProtocolError::ResentMessageDiffers { stream: 0, seq: 0 }));
+    /// # Ok::<(), ProtocolError>(())
+    /// ```
     pub fn on_message(
         &mut self,
         stream: u64,
@@ -170,6 +195,15 @@ impl Delivered {
     }
 
     /// The sender cancelled `seq`: nothing of it will be delivered.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{Delivered, Verdict};
+    /// let mut d = Delivered::new(64, true, 16);
+    /// d.on_cancel(0, 0);
+    /// // A resent copy of a cancelled message is dropped, not delivered late.
+    /// assert_eq!(d.on_message(0, 0, b"late"), Ok(Verdict::Duplicate));
+    /// assert_eq!(d.on_message(0, 1, b"next"), Ok(Verdict::New));
+    /// ```
     pub fn on_cancel(&mut self, stream: u64, seq: u64) {
         let w = self.streams.entry(stream).or_default();
         if seq >= w.floor && !w.above.contains(&seq) {
@@ -178,6 +212,17 @@ impl Delivered {
     }
 
     /// The peer closed the stream: its window is kept among the last `max_closed` closed.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::Delivered;
+    /// let mut d = Delivered::new(64, true, 1); // remember one closed stream
+    /// d.on_message(0, 0, b"a").unwrap();
+    /// d.on_message(2, 0, b"b").unwrap();
+    /// d.on_stream_closed(0);
+    /// assert_eq!(d.remembered(), 2);
+    /// d.on_stream_closed(2); // pushes stream 0 out
+    /// assert_eq!(d.remembered(), 1);
+    /// ```
     pub fn on_stream_closed(&mut self, stream: u64) {
         if self.closed.contains(&stream) {
             return;
@@ -211,6 +256,16 @@ impl Delivered {
     }
 
     /// Sequence numbers remembered (for memory checks in tests).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::Delivered;
+    /// let mut d = Delivered::new(4, true, 16);
+    /// for seq in 0..100 {
+    ///     d.on_message(0, seq, b"x").unwrap();
+    /// }
+    /// // In order: the floor moves; only the last `window` hashes are kept.
+    /// assert_eq!(d.remembered(), 4);
+    /// ```
     pub fn remembered(&self) -> usize {
         self.streams
             .values()

@@ -120,6 +120,13 @@ impl Default for FailoverConfig {
 
 impl FailoverConfig {
     /// Checks every field; errors name the field, the value and the allowed range.
+    ///
+    /// ```
+    /// use lowtide_proto::FailoverConfig;
+    /// assert!(FailoverConfig::default().validate().is_ok());
+    /// let e = FailoverConfig { factor: 0.5, ..Default::default() }.validate().unwrap_err();
+    /// assert_eq!((e.field, e.allowed), ("failover.factor", "1.0..=20.0"));
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_range("failover.backups", self.backups, 1, 8, "1..=8")?;
         if !(self.factor >= 1.0 && self.factor <= 20.0) {

@@ -57,6 +57,17 @@ pub struct OldPath {
 impl OldPath {
     /// `pending`: bytes of the old connection read but not parsed at the switch (they start
     /// on a frame boundary); `acked_at_switch`: the last P-ACK value seen on it.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::OldPath;
+    /// use lowtide_proto::wire::Frame;
+    /// // A P-ACK already read (but not parsed) when the switch happened counts too.
+    /// let mut pending = Vec::new();
+    /// Frame::PAck { bytes: 6000, recv_time_us: 10 }.encode(&mut pending);
+    /// let old = OldPath::new(&pending, 5000, 65_536);
+    /// assert!(old.delivered_after_switch);
+    /// assert!(!OldPath::new(&[], 5000, 65_536).delivered_after_switch);
+    /// ```
     pub fn new(pending: &[u8], acked_at_switch: u64, max_payload: u64) -> Self {
         let mut p = Self {
             acked_at_switch,
@@ -72,6 +83,20 @@ impl OldPath {
 
     /// Bytes read from the old connection. Returns `true` when they carried the first P-ACK
     /// past the stall point.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::OldPath;
+    /// use lowtide_proto::wire::{DataFrame, Frame};
+    /// let mut old = OldPath::new(&[], 5000, 65_536);
+    /// let mut late = Vec::new();
+    /// Frame::Data(DataFrame { stream: 1, seq: 0, offset: 4, first: None, payload: &[0; 3000] }).encode(&mut late);
+    /// Frame::PAck { bytes: 8000, recv_time_us: 10 }.encode(&mut late);
+    /// // Frames arrive in any split; data is skipped, the P-ACK found.
+    /// assert!(!old.on_bytes(&late[..1500])?);
+    /// assert!(old.on_bytes(&late[1500..])?);
+    /// assert!(!old.on_bytes(&late[late.len() - 4..])?); // reported once
+    /// # Ok::<(), lowtide_proto::wire::DecodeError>(())
+    /// ```
     pub fn on_bytes(&mut self, mut data: &[u8]) -> Result<bool, DecodeError> {
         let before = self.delivered_after_switch;
         while !data.is_empty() {

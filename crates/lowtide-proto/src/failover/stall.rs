@@ -61,6 +61,14 @@ pub struct StallDetector {
 
 impl StallDetector {
     /// A detector with no RTT estimate yet.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::Duration;
+    /// let d = StallDetector::new(&FailoverConfig { floor_ms: 60, ..Default::default() });
+    /// // No RTT sample yet: the threshold is the floor, and nothing is outstanding.
+    /// assert_eq!((d.srtt(), d.threshold(), d.stall_at()), (None, Duration::from_millis(60), None));
+    /// ```
     pub fn new(cfg: &FailoverConfig) -> Self {
         Self {
             factor: cfg.factor,
@@ -73,6 +81,17 @@ impl StallDetector {
     }
 
     /// The kernel took bytes up to channel offset `end` at `at`.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let t0 = Instant::now();
+    /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 100, ..Default::default() });
+    /// d.on_written(1000, t0);
+    /// d.on_written(2000, t0 + Duration::from_millis(5));
+    /// // The clock runs from the oldest unacknowledged write.
+    /// assert_eq!(d.stall_at(), Some(t0 + Duration::from_millis(100)));
+    /// ```
     pub fn on_written(&mut self, end: u64, at: Instant) {
         if self.writes.len() >= MAX_WRITES_TRACKED {
             if let Some(back) = self.writes.back_mut() {
@@ -84,6 +103,18 @@ impl StallDetector {
     }
 
     /// A P-ACK covering channel offset `acked` arrived at `now`.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = StallDetector::new(&FailoverConfig::default());
+    /// d.on_written(1000, t0);
+    /// d.on_written(2000, t0 + ms(10));
+    /// d.on_acked(1500, t0 + ms(30)); // covers the first write only: one sample of 30 ms
+    /// assert_eq!((d.samples(), d.srtt()), (1, Some(ms(30))));
+    /// assert_eq!(d.oldest_age(t0 + ms(30)), Some(ms(20))); // the second is still out
+    /// ```
     pub fn on_acked(&mut self, acked: u64, now: Instant) {
         let mut newest = None;
         while let Some(&(end, at)) = self.writes.front() {
@@ -114,16 +145,51 @@ impl StallDetector {
     }
 
     /// Smoothed P-ACK round trip, if sampled.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = StallDetector::new(&FailoverConfig::default());
+    /// assert_eq!(d.srtt(), None);
+    /// d.on_written(1, t0);
+    /// d.on_acked(1, t0 + ms(80));
+    /// d.on_written(2, t0 + ms(100));
+    /// d.on_acked(2, t0 + ms(100)); // a 0 ms sample moves srtt by 1/8
+    /// assert_eq!(d.srtt(), Some(ms(70)));
+    /// ```
     pub fn srtt(&self) -> Option<Duration> {
         self.srtt
     }
 
     /// RTT samples taken.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let t0 = Instant::now();
+    /// let mut d = StallDetector::new(&FailoverConfig::default());
+    /// d.on_written(1000, t0);
+    /// d.on_acked(500, t0); // covers no whole write: no sample
+    /// assert_eq!(d.samples(), 0);
+    /// d.on_acked(1000, t0 + Duration::from_millis(20));
+    /// assert_eq!(d.samples(), 1);
+    /// ```
     pub fn samples(&self) -> u64 {
         self.samples
     }
 
     /// `max(floor, factor × (srtt + 4·rttvar))`.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 200, factor: 2.0, ..Default::default() });
+    /// d.on_written(1, t0);
+    /// d.on_acked(1, t0 + ms(10)); // 2 × (10 + 4·5) = 60 ms, below the floor
+    /// assert_eq!(d.threshold(), ms(200));
+    /// ```
     pub fn threshold(&self) -> Duration {
         match self.srtt {
             None => self.floor,
@@ -133,11 +199,33 @@ impl StallDetector {
 
     /// When the connection counts as stalled if no P-ACK arrives before (`None`: nothing
     /// unacknowledged).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let t0 = Instant::now();
+    /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 100, ..Default::default() });
+    /// assert_eq!(d.stall_at(), None); // nothing outstanding
+    /// d.on_written(1000, t0);
+    /// assert_eq!(d.stall_at(), Some(t0 + Duration::from_millis(100)));
+    /// d.on_acked(1000, t0 + Duration::from_millis(1));
+    /// assert_eq!(d.stall_at(), None);
+    /// ```
     pub fn stall_at(&self) -> Option<Instant> {
         self.writes.front().map(|&(_, at)| at + self.threshold())
     }
 
     /// Age of the oldest unacknowledged write.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let t0 = Instant::now();
+    /// let mut d = StallDetector::new(&FailoverConfig::default());
+    /// assert_eq!(d.oldest_age(t0), None);
+    /// d.on_written(1000, t0);
+    /// assert_eq!(d.oldest_age(t0 + Duration::from_millis(40)), Some(Duration::from_millis(40)));
+    /// ```
     pub fn oldest_age(&self, now: Instant) -> Option<Duration> {
         self.writes
             .front()
@@ -145,11 +233,34 @@ impl StallDetector {
     }
 
     /// Whether the oldest unacknowledged write is past the threshold.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let t0 = Instant::now();
+    /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 100, ..Default::default() });
+    /// d.on_written(1000, t0);
+    /// assert!(!d.is_stalled(t0 + Duration::from_millis(99)));
+    /// assert!(d.is_stalled(t0 + Duration::from_millis(100)));
+    /// ```
     pub fn is_stalled(&self, now: Instant) -> bool {
         self.stall_at().is_some_and(|t| now >= t)
     }
 
     /// A new connection is in use: nothing is outstanding on it yet; the RTT estimate stays.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = StallDetector::new(&FailoverConfig::default());
+    /// d.on_written(1, t0);
+    /// d.on_acked(1, t0 + ms(30));
+    /// d.on_written(2, t0 + ms(40)); // lost with the old path
+    /// d.new_path();
+    /// assert_eq!(d.stall_at(), None); // nothing outstanding on the new connection
+    /// assert_eq!(d.srtt(), Some(ms(30))); // the estimate stays
+    /// ```
     pub fn new_path(&mut self) {
         self.writes.clear();
     }

@@ -77,16 +77,61 @@ impl Connection {
 
     /// Bytes written to the connection in use (the driver's `SIOCOUTQ` arithmetic needs the
     /// socket's own count).
+    ///
+    /// ```
+    /// # use lowtide_proto::failover::FailoverConfig;
+    /// # use lowtide_proto::sim::{LinkParams, Pair};
+    /// # use lowtide_proto::{Config, Message, StreamConfig};
+    /// # let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 5000]))?;
+    /// pair.drive_bounded(10_000);
+    /// assert_eq!(pair.client.conn.path_written(), pair.client.conn.written());
+    /// pair.switch_paths();
+    /// pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 1000]))?;
+    /// pair.drive_bounded(10_000);
+    /// // The new socket has seen only what was written after the switch.
+    /// let c = &pair.client.conn;
+    /// assert!(c.path_written() > 1000 && c.path_written() < 2000 && c.written() > 6000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn path_written(&self) -> u64 {
         self.written - self.path_out_base()
     }
 
     /// Ordinal of the connection in use (0: the primary).
+    ///
+    /// ```
+    /// # use lowtide_proto::failover::FailoverConfig;
+    /// # use lowtide_proto::sim::{LinkParams, Pair};
+    /// # use lowtide_proto::Config;
+    /// # let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// pair.drive_bounded(10_000);
+    /// assert_eq!(pair.client.conn.path(), 0); // the primary
+    /// pair.switch_paths();
+    /// pair.drive_bounded(10_000);
+    /// assert_eq!((pair.client.conn.path(), pair.server.conn.path()), (1, 1));
+    /// ```
     pub fn path(&self) -> u64 {
         self.failover.as_ref().map_or(0, |f| f.path)
     }
 
     /// The stall threshold now (`None`: failover off).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::FailoverConfig;
+    /// use lowtide_proto::{Config, Connection, Side};
+    /// use std::time::Duration;
+    /// # let now = std::time::Instant::now();
+    /// let plain = Connection::new(Config::default(), Side::Client, now)?;
+    /// assert_eq!(plain.stall_threshold(), None);
+    /// let cfg = Config { failover: Some(FailoverConfig { floor_ms: 150, ..Default::default() }), ..Config::default() };
+    /// let c = Connection::new(cfg, Side::Client, now)?;
+    /// assert_eq!(c.stall_threshold(), Some(Duration::from_millis(150))); // no RTT sample yet
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stall_threshold(&self) -> Option<Duration> {
         self.failover.as_ref().map(|f| f.stall.threshold())
     }
@@ -115,11 +160,48 @@ impl Connection {
 
     /// The connection in use stalled (connecting side): the driver should switch to a backup
     /// with [`begin_path`](Self::begin_path).
+    ///
+    /// ```
+    /// # use lowtide_proto::failover::FailoverConfig;
+    /// # use lowtide_proto::sim::{LinkParams, Pair};
+    /// # use lowtide_proto::{Config, Message, StreamConfig};
+    /// # use std::time::Duration;
+    /// # let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// pair.drive_bounded(10_000);
+    /// pair.c2s.blackholed = true; // the path fails
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("lost"))?;
+    /// assert!(!pair.client.conn.failover_wanted());
+    /// pair.drive_until(pair.now + Duration::from_secs(1), 100_000);
+    /// assert!(pair.client.conn.failover_wanted()); // no P-ACK within the threshold
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn failover_wanted(&self) -> bool {
         self.failover.as_ref().is_some_and(|f| f.wanted)
     }
 
     /// The driver had no backup ready for a wanted failover (counted once per stall).
+    ///
+    /// ```
+    /// # use lowtide_proto::failover::FailoverConfig;
+    /// # use lowtide_proto::sim::{LinkParams, Pair};
+    /// # use lowtide_proto::{Config, Message, StreamConfig};
+    /// # use std::time::Duration;
+    /// # let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// pair.drive_bounded(10_000);
+    /// pair.c2s.blackholed = true;
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("lost"))?;
+    /// pair.drive_until(pair.now + Duration::from_secs(1), 100_000);
+    /// assert!(pair.client.conn.failover_wanted());
+    /// // The driver has no backup connection ready: it says so, once per stall.
+    /// pair.client.conn.note_stall_without_backup();
+    /// pair.client.conn.note_stall_without_backup();
+    /// assert_eq!(pair.client.conn.stats().stalls_without_backup, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn note_stall_without_backup(&mut self) {
         if let Some(f) = &mut self.failover {
             if f.wanted && !f.counted_without_backup {
@@ -149,6 +231,19 @@ impl Connection {
 
     /// Accepting side: may another idle backup connection (ordinal `path`) join the channel,
     /// with `idle` already held? At most `failover.backups` (none without failover).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::FailoverConfig;
+    /// use lowtide_proto::{Config, Connection, Side};
+    /// # let now = std::time::Instant::now();
+    /// let cfg = Config { failover: Some(FailoverConfig { backups: 2, ..Default::default() }), ..Config::default() };
+    /// let mut server = Connection::new(cfg, Side::Server, now)?;
+    /// assert!(server.admit_backup(1, 0).is_ok());
+    /// assert!(server.admit_backup(2, 1).is_ok());
+    /// assert!(server.admit_backup(3, 2).is_err()); // two idle backups already held
+    /// assert_eq!(server.stats().backups_refused, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn admit_backup(&mut self, path: u64, idle: usize) -> Result<(), ProtocolError> {
         let max = self.config.failover.map_or(0, |f| f.backups);
         if idle >= max as usize {
@@ -228,6 +323,24 @@ impl Connection {
     /// sequence number (expired ones are cancelled on the new connection), partly staged
     /// messages start again, own streams are announced again, partial reassemblies are
     /// dropped (the peer resends them whole), and byte counts start from the new connection.
+    ///
+    /// ```
+    /// # use lowtide_proto::failover::FailoverConfig;
+    /// # use lowtide_proto::sim::{LinkParams, Pair};
+    /// # use lowtide_proto::{Config, Message, StreamConfig};
+    /// # use std::time::Duration;
+    /// # let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// pair.drive_bounded(10_000);
+    /// pair.c2s.blackholed = true;
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("lost"))?;
+    /// pair.drive_until(pair.now + Duration::from_millis(50), 100_000); // written, never P-ACKed
+    /// let report = pair.client.conn.begin_path(pair.now, 1).expect("failover is on");
+    /// assert_eq!((report.path, report.resent, report.expired), (1, 1, 0));
+    /// assert_eq!(pair.client.conn.stats().failovers, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn begin_path(&mut self, now: Instant, path: u64) -> Option<FailoverReport> {
         if self.state != State::Open {
             return None;
@@ -340,6 +453,22 @@ impl Connection {
 
     /// Bytes read from the connection abandoned at the last switch (connecting side, for a
     /// while after it): P-ACKs in them past the stall point count a false failover.
+    ///
+    /// ```
+    /// # use lowtide_proto::failover::FailoverConfig;
+    /// # use lowtide_proto::sim::{LinkParams, Pair};
+    /// # use lowtide_proto::wire::Frame;
+    /// # use lowtide_proto::Config;
+    /// # let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// pair.drive_bounded(10_000);
+    /// pair.client.conn.begin_path(pair.now, 1).expect("failover is on");
+    /// // A P-ACK on the abandoned connection past the switch: the old path still delivered.
+    /// let mut late = Vec::new();
+    /// Frame::PAck { bytes: 1 << 20, recv_time_us: 0 }.encode(&mut late);
+    /// pair.client.conn.handle_old_path_bytes(&late);
+    /// assert_eq!(pair.client.conn.stats().false_failovers, 1);
+    /// ```
     pub fn handle_old_path_bytes(&mut self, data: &[u8]) {
         let Some(f) = &mut self.failover else {
             return;
@@ -355,6 +484,22 @@ impl Connection {
     }
 
     /// The driver stopped reading the old connection.
+    ///
+    /// ```
+    /// # use lowtide_proto::failover::FailoverConfig;
+    /// # use lowtide_proto::sim::{LinkParams, Pair};
+    /// # use lowtide_proto::wire::Frame;
+    /// # use lowtide_proto::Config;
+    /// # let cfg = Config { failover: Some(FailoverConfig::default()), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// pair.drive_bounded(10_000);
+    /// pair.client.conn.begin_path(pair.now, 1).expect("failover is on");
+    /// pair.client.conn.end_old_path(); // the driver closed the old socket
+    /// let mut late = Vec::new();
+    /// Frame::PAck { bytes: 1 << 20, recv_time_us: 0 }.encode(&mut late);
+    /// pair.client.conn.handle_old_path_bytes(&late); // ignored now
+    /// assert_eq!(pair.client.conn.stats().false_failovers, 0);
+    /// ```
     pub fn end_old_path(&mut self) {
         if let Some(f) = &mut self.failover {
             f.old = None;

@@ -219,6 +219,18 @@ pub fn probe_pad_len(id: u64, total: u64, max: u64) -> u64 {
 
 impl<'a> Frame<'a> {
     /// Appends the header of a data frame (everything but the payload) to `out`.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::{DataFrame, Frame};
+    /// let payload = vec![5u8; 1000];
+    /// let d = DataFrame { stream: 2, seq: 9, offset: 4000, first: None, payload: &payload };
+    /// // The sender writes header and payload with one writev, without copying the payload.
+    /// let mut header = Vec::new();
+    /// Frame::encode_data_header(&mut header, &d);
+    /// let mut whole = Vec::new();
+    /// Frame::Data(d).encode(&mut whole);
+    /// assert_eq!(whole, [&header[..], &payload[..]].concat());
+    /// ```
     pub fn encode_data_header(out: &mut Vec<u8>, d: &DataFrame<'_>) {
         match d.first {
             Some(f) => {
@@ -240,6 +252,16 @@ impl<'a> Frame<'a> {
     }
 
     /// Length of a data frame header with these fields and a payload of `len` bytes.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::{DataFrame, FirstChunk, Frame};
+    /// let first = FirstChunk { importance: 1, send_time_us: 123_456, total_len: 50_000 };
+    /// let n = Frame::data_header_len(2, 9, Some(first), 0, 1000);
+    /// let mut header = Vec::new();
+    /// let d = DataFrame { stream: 2, seq: 9, offset: 0, first: Some(first), payload: &[0; 1000] };
+    /// Frame::encode_data_header(&mut header, &d);
+    /// assert_eq!(n, header.len()); // sized without encoding
+    /// ```
     pub fn data_header_len(
         stream: u64,
         seq: u64,
@@ -261,6 +283,18 @@ impl<'a> Frame<'a> {
     }
 
     /// Appends the whole frame to `out`.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::{Frame, MAX_CLOSE_REASON};
+    /// let mut out = Vec::new();
+    /// Frame::StreamClose { stream: 4 }.encode(&mut out);
+    /// assert_eq!(out.len(), 2); // type and a one-byte varint
+    /// out.clear();
+    /// // A long close reason is cut to MAX_CLOSE_REASON bytes.
+    /// let reason = "x".repeat(10_000);
+    /// Frame::Close { code: 0, reason: &reason }.encode(&mut out);
+    /// assert!(out.len() < MAX_CLOSE_REASON + 8);
+    /// ```
     pub fn encode(&self, out: &mut Vec<u8>) {
         match *self {
             Frame::StreamOpen {
@@ -331,6 +365,15 @@ impl<'a> Frame<'a> {
 
     /// The PROBE frame with this id and index whose encoding is `total` bytes long (as close
     /// as the varint lengths allow, never longer; at least the bare header).
+    ///
+    /// ```
+    /// use lowtide_proto::wire::Frame;
+    /// for total in [100, 1448, 9000] {
+    ///     let mut out = Vec::new();
+    ///     Frame::probe_of_len(3, 1, total).encode(&mut out);
+    ///     assert!(out.len() as u64 <= total && out.len() as u64 >= total - 2);
+    /// }
+    /// ```
     pub fn probe_of_len(id: u64, index: u8, total: u64) -> Frame<'static> {
         Frame::Probe {
             id,
@@ -343,6 +386,17 @@ impl<'a> Frame<'a> {
     ///
     /// Returns `Ok(Some((frame, bytes_used)))`, `Ok(None)` if `buf` ends inside the frame, or
     /// the first error found.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::{DecodeError, Frame};
+    /// let mut buf = Vec::new();
+    /// Frame::PAck { bytes: 70_000, recv_time_us: 1_500 }.encode(&mut buf);
+    /// let (frame, used) = Frame::decode(&buf, 65_536)?.expect("whole");
+    /// assert_eq!((frame, used), (Frame::PAck { bytes: 70_000, recv_time_us: 1_500 }, buf.len()));
+    /// assert_eq!(Frame::decode(&buf[..2], 65_536)?, None); // cut short: wait for more
+    /// assert!(Frame::decode(&[0xff, 0x00], 65_536).is_err()); // no such frame type
+    /// # Ok::<(), DecodeError>(())
+    /// ```
     pub fn decode(
         buf: &'a [u8],
         max_payload: u64,
@@ -357,6 +411,17 @@ impl<'a> Frame<'a> {
 
     /// Length of the frame at the front of `buf` as soon as its header is complete (the
     /// payload may still be missing); `Ok(None)` while the header itself is incomplete.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::{DataFrame, DecodeError, Frame};
+    /// let payload = vec![0u8; 20_000];
+    /// let mut buf = Vec::new();
+    /// Frame::Data(DataFrame { stream: 0, seq: 0, offset: 8, first: None, payload: &payload }).encode(&mut buf);
+    /// // The header alone tells the whole frame's length (a reader can size one read for it).
+    /// assert_eq!(Frame::frame_len(&buf[..10], 65_536)?, Some(buf.len()));
+    /// assert_eq!(Frame::frame_len(&buf[..1], 65_536)?, None); // the header is incomplete
+    /// # Ok::<(), DecodeError>(())
+    /// ```
     pub fn frame_len(buf: &'a [u8], max_payload: u64) -> Result<Option<usize>, DecodeError> {
         let mut r = Reader::new(buf);
         match Self::decode_inner(&mut r, max_payload) {

@@ -92,6 +92,14 @@ pub struct Hello {
 
 impl Hello {
     /// Appends the encoding to `out`.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::{Hello, HelloOption, MAGIC, VERSION};
+    /// let mut out = Vec::new();
+    /// Hello { version: VERSION, options: vec![HelloOption::MaxStreams(8)] }.encode(&mut out);
+    /// // magic, version, one option: key 3, value 8 (one varint byte each).
+    /// assert_eq!(out, [&MAGIC[..], &[VERSION, 1, 3, 8]].concat());
+    /// ```
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&MAGIC);
         out.push(self.version);
@@ -104,6 +112,16 @@ impl Hello {
     }
 
     /// Parses a hello from the front of `buf`: `Ok(None)` if more bytes are needed.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::{DecodeError, Hello, HelloOption, VERSION};
+    /// let mut buf = Vec::new();
+    /// Hello { version: VERSION, options: vec![HelloOption::Unknown(99, 1)] }.encode(&mut buf);
+    /// assert_eq!(Hello::decode(&buf[..5])?, None); // more bytes needed
+    /// let (hello, used) = Hello::decode(&buf)?.expect("complete");
+    /// assert_eq!((hello.options, used), (vec![HelloOption::Unknown(99, 1)], buf.len())); // kept, not refused
+    /// # Ok::<(), DecodeError>(())
+    /// ```
     pub fn decode(buf: &[u8]) -> Result<Option<(Hello, usize)>, DecodeError> {
         match Self::decode_inner(buf) {
             Ok(v) => Ok(Some(v)),
