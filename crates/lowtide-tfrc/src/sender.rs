@@ -424,7 +424,11 @@ mod tests {
         assert!((rc.equation_rate() - expect).abs() < 1e-6);
         assert!((rc.rate() - expect).abs() < 1e-6);
         let with_segment = equation::throughput(1472.0, r, 0.01);
-        assert!(rc.rate() < with_segment / 1.35, "{} vs {with_segment}", rc.rate());
+        assert!(
+            rc.rate() < with_segment / 1.35,
+            "{} vs {with_segment}",
+            rc.rate()
+        );
     }
 
     #[test]
