@@ -22,9 +22,10 @@
 //! - Between slow-start doublings (less than an RTT since the last) a lower receive limit
 //!   applies at once, down to the initial rate; the RFC changes `X` only once per RTT.
 //! - The optional oscillation damping (§4.5) is not implemented.
-//! - `s` in the equation is the average size of the data packets sent (§4.1 allows the average
-//!   or the maximum when sizes vary): an exponentially weighted mean with weight
-//!   [`SIZE_WEIGHT`], starting at the configured segment size. The receiver counts loss
+//! - `s` in the equation is the average size of the data packets sent (§4.1: when the size
+//!   varies with the data, the sender estimates it as an average over recent loss intervals,
+//!   or uses the maximum). Ours is an exponentially weighted mean over about 64 packets
+//!   ([`SIZE_WEIGHT`]), starting at the configured segment size. The receiver counts loss
 //!   intervals in packets, so with the maximum a flow of half-empty packets (a message one byte
 //!   longer than a packet's payload is a full packet and a tiny one) would see half the loss
 //!   event rate of full-sized packets and send about `√2` times too fast, in bytes. `W_init`,
