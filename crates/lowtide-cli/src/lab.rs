@@ -52,6 +52,35 @@ pub struct RunArgs {
     /// Exit 0 even when a goal of the scenario is not met (for exploring).
     #[arg(long)]
     no_fail_on_goals: bool,
+    /// Only these variants (rows), by name; a list ("DBAT TCP,DBAT TFRC"). Goals of the
+    /// others are left out too.
+    #[arg(long, value_delimiter = ',')]
+    variant: Vec<String>,
+}
+
+/// The scenario text with only the `[[variant]]` tables named in `keep` and the goals that
+/// name them; an unknown name is an error listing the scenario's variants.
+fn only_variants(text: &str, keep: &[String]) -> anyhow::Result<String> {
+    let mut doc: toml::Table =
+        toml::from_str(text).context("parsing the scenario for --variant")?;
+    let name_of = |v: &toml::Value| v.get("name").and_then(|n| n.as_str()).map(str::to_owned);
+    let variants = match doc.get_mut("variant") {
+        Some(toml::Value::Array(a)) => a,
+        _ => anyhow::bail!("--variant: the scenario has no [[variant]] tables"),
+    };
+    let names: Vec<String> = variants.iter().filter_map(name_of).collect();
+    if let Some(unknown) = keep.iter().find(|k| !names.contains(k)) {
+        anyhow::bail!("--variant {unknown:?}: the scenario's variants are {names:?}");
+    }
+    variants.retain(|v| name_of(v).is_some_and(|n| keep.contains(&n)));
+    if let Some(toml::Value::Array(goals)) = doc.get_mut("goal") {
+        goals.retain(|g| {
+            g.get("variant")
+                .and_then(|n| n.as_str())
+                .is_none_or(|n| keep.iter().any(|k| k == n))
+        });
+    }
+    Ok(toml::to_string(&doc)?)
 }
 
 pub fn run(cmd: LabCommand) -> anyhow::Result<i32> {
@@ -81,8 +110,11 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<i32> {
 }
 
 fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
-    let text = std::fs::read_to_string(&args.file)
+    let mut text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading scenario {}", args.file.display()))?;
+    if !args.variant.is_empty() {
+        text = only_variants(&text, &args.variant)?;
+    }
     let folder = args.file.parent().unwrap_or(std::path::Path::new("."));
     if lowtide_lab::rdc::is_rdc_scenario(&text) {
         return run_rdc(&args, &text, folder);
@@ -336,4 +368,41 @@ fn exit_code(summaries: &[&results::LabSummary], fail_on_goals: bool) -> i32 {
         );
     }
     i32::from(errors || (fail_on_goals && missed > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::only_variants;
+
+    #[test]
+    fn only_variants_keeps_the_named_rows_and_their_goals() {
+        let text = r#"
+name = "x"
+[[variant]]
+name = "A"
+[[variant]]
+name = "B b"
+[[goal]]
+variant = "A"
+metric = "m"
+[[goal]]
+variant = "B b"
+metric = "m"
+"#;
+        let out: toml::Table =
+            toml::from_str(&only_variants(text, &["B b".into()]).unwrap()).unwrap();
+        let names = |k: &str, f: &str| -> Vec<String> {
+            out[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v[f].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(names("variant", "name"), ["B b"]);
+        assert_eq!(names("goal", "variant"), ["B b"]);
+        assert_eq!(out["name"].as_str(), Some("x"));
+        let err = only_variants(text, &["C".into()]).unwrap_err().to_string();
+        assert!(err.contains("\"C\"") && err.contains("B b"), "{err}");
+    }
 }

@@ -1,6 +1,7 @@
 //! lab flows over TFRC (`lowtide-tfrc`, RFC 5348) instead of lowtide over TCP: the session's
 //! two ends, and the latency stream over TFRC, which the TCP-friendliness scenario runs as a
-//! bulk flow beside a cubic one (the stream writes whenever the send buffer has room).
+//! bulk flow beside a cubic one (the stream writes whenever the send buffer has room, one
+//! message per data packet: 1448 bytes or what one packet carries, if less).
 //!
 //! The TFRC driver never blocks a writer: a full send buffer refuses the message
 //! (`BufferFull`). The stream then waits `FULL_WAIT` and tries again, so it keeps the
@@ -77,7 +78,10 @@ pub fn send_stream(
     stream::runtime()?.block_on(async move {
         let s = connect(dst, cfg).await?;
         tokio::time::sleep_until(start.into()).await;
-        let mut payload = vec![0x5a; stream::MESSAGE_BYTES];
+        // a bulk sender fills its packets: a message that does not fit one would leave as a
+        // full packet and a tiny one
+        let size = stream::MESSAGE_BYTES.min(s.with_endpoint(|ep| ep.single_packet_payload()));
+        let mut payload = vec![0x5a; size];
         let mut sent_s = vec![];
         while Instant::now() < end && !stop.is_stopped() {
             let now = Instant::now();

@@ -243,6 +243,12 @@ impl Endpoint {
     pub fn config(&self) -> &TfrcConfig {
         &self.cfg
     }
+    /// The largest message that always leaves in one data packet. A longer one is split, and
+    /// a message slightly longer leaves as a full packet and a tiny one, which halves the mean
+    /// packet size and so the rate in bytes the equation allows (`crate::sender`).
+    pub fn single_packet_payload(&self) -> usize {
+        self.cfg.segment_size as usize - MAX_DATA_HEADER
+    }
     /// The rate control (allowed rate, RTT, `p`, limits).
     pub fn rate_control(&self) -> &RateControl {
         &self.rc
@@ -467,7 +473,7 @@ impl Endpoint {
             self.rc.note_waiting(now);
             return None;
         }
-        let max_payload = self.cfg.segment_size as usize - MAX_DATA_HEADER;
+        let max_payload = self.single_packet_payload();
         let seq = self.next_seq;
         let (mut h, payload, _) = self.buffer.next_fragment(seq, max_payload)?;
         self.next_seq += 1;

@@ -11,6 +11,8 @@
 //! - The seed targets half the receive rate of the last RTT, as TCP halves its window at the
 //!   first loss: the last RTT of slow start receives about the bottleneck's rate, which the
 //!   sender could not keep.
+//! - The seed's equation uses the mean size of the data packets received as `s`, as the
+//!   sender does (`crate::sender`).
 //! - `X_recv` covers the time since the previous report (at least one RTT when the timer
 //!   drives it; an expedited report covers less).
 
@@ -26,7 +28,9 @@ const DEFAULT_RTT: Duration = Duration::from_millis(100);
 /// The receiving half of a TFRC endpoint.
 #[derive(Debug, Clone)]
 pub struct Receiver {
+    /// Mean data packet size received, bytes (starts at the segment size, never above it).
     s: f64,
+    segment: f64,
     history: LossHistory,
     /// Bytes and start of the current measurement interval.
     bytes_since_report: u64,
@@ -47,6 +51,7 @@ impl Receiver {
     pub fn new(s: u32) -> Self {
         Self {
             s: f64::from(s.max(1)),
+            segment: f64::from(s.max(1)),
             history: LossHistory::new(),
             bytes_since_report: 0,
             interval_start: None,
@@ -74,6 +79,7 @@ impl Receiver {
         if h.rtt_us > 0 {
             self.rtt = Duration::from_micros(h.rtt_us);
         }
+        self.s += crate::sender::SIZE_WEIGHT * ((len.max(1) as f64).min(self.segment) - self.s);
         let (s, rtt) = (self.s, self.rtt);
         let recent = self.current_rate(now).max(self.last_x_recv);
         let arrival = self.history.on_packet(h.seq, now, self.rtt, || {

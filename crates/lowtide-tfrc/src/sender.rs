@@ -22,6 +22,14 @@
 //! - Between slow-start doublings (less than an RTT since the last) a lower receive limit
 //!   applies at once, down to the initial rate; the RFC changes `X` only once per RTT.
 //! - The optional oscillation damping (§4.5) is not implemented.
+//! - `s` in the equation is the average size of the data packets sent (§4.1: when the size
+//!   varies with the data, the sender estimates it as an average over recent loss intervals,
+//!   or uses the maximum). Ours is an exponentially weighted mean over about 64 packets
+//!   ([`SIZE_WEIGHT`]), starting at the configured segment size. The receiver counts loss
+//!   intervals in packets, so with the maximum a flow of half-empty packets (a message one byte
+//!   longer than a packet's payload is a full packet and a tiny one) would see half the loss
+//!   event rate of full-sized packets and send about `√2` times too fast, in bytes. `W_init`,
+//!   `s/t_mbi` and the RTO's `2s/X` keep the configured segment size.
 //! - `X` is never above what the equation allows for the reported `p` and never above
 //!   `recv_limit`; property tests check this for arbitrary feedback sequences.
 
@@ -34,6 +42,8 @@ use crate::packet::Feedback;
 pub const T_MBI: Duration = Duration::from_secs(64);
 /// The RTT filter's `q` (RFC 5348 §4.3).
 pub const RTT_FILTER_Q: f64 = 0.9;
+/// Weight of one packet in the mean packet size the equation uses.
+pub const SIZE_WEIGHT: f64 = 1.0 / 64.0;
 
 /// Why a feedback packet was refused (the sender's state is unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +76,8 @@ pub enum FeedbackError {
 #[derive(Debug, Clone)]
 pub struct RateControl {
     s: f64,
+    /// Mean data packet size, bytes (the equation's `s`).
+    mean_size: f64,
     x: f64,
     r: Option<Duration>,
     p: f64,
@@ -94,6 +106,7 @@ impl RateControl {
         let s = f64::from(s.max(1));
         Self {
             s,
+            mean_size: s,
             x: s, // one packet per second
             r: None,
             p: 0.0,
@@ -140,6 +153,10 @@ impl RateControl {
     pub fn in_slow_start(&self) -> bool {
         self.p == 0.0
     }
+    /// The mean size of the data packets sent, bytes: the equation's `s`.
+    pub fn mean_packet_size(&self) -> f64 {
+        self.mean_size
+    }
     /// When the no-feedback timer expires.
     pub fn nofeedback_deadline(&self) -> Instant {
         self.nofeedback
@@ -182,6 +199,9 @@ impl RateControl {
             _ => now,
         };
         self.last_slot = Some((slot, len));
+        // (never above the segment size: the equation's rate stays within what `s` allows)
+        let size = (len.max(1) as f64).min(self.s);
+        self.mean_size += SIZE_WEIGHT * (size - self.mean_size);
         self.idle_since_timer = false;
         self.last_sent_us = Some(ts_us);
     }
@@ -266,7 +286,7 @@ impl RateControl {
     fn update_rate(&mut self, now: Instant, r: Duration) {
         let initial_rate = self.w_init() / r.as_secs_f64();
         if self.p > 0.0 {
-            self.x_bps = equation::throughput(self.s, r, self.p);
+            self.x_bps = equation::throughput(self.mean_size, r, self.p);
             self.x = self.x_bps.min(self.recv_limit).max(self.min_rate());
         } else {
             self.x_bps = f64::INFINITY;
@@ -381,6 +401,35 @@ mod tests {
         // R = 100 ms, p = 0.01: the equation's 164005.06 B/s (see equation.rs)
         assert!((rc.equation_rate() - 164_005.062_169_97).abs() < 1e-3);
         assert!((rc.rate() - 164_005.062_169_97).abs() < 1e-3);
+    }
+
+    /// A 1448-byte message over 1472-byte segments leaves as a full packet and a tiny one.
+    /// The receiver counts loss intervals in packets, so the equation's `s` must be their mean
+    /// (here 750 B): with the segment size the rate was `√(1472/750)` ≈ 1.4 times too high in
+    /// bytes, which the TCP-friendliness lab run showed (TFRC 2.4 times cubic's share).
+    #[test]
+    fn the_equation_uses_the_mean_packet_size() {
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(1472, t0);
+        let mut t = t0;
+        for i in 0..2000u64 {
+            rc.on_sent(t, if i % 2 == 0 { 1400 } else { 100 }, i + 1);
+            t += Duration::from_micros(50);
+        }
+        assert!((rc.mean_packet_size() - 750.0).abs() < 750.0 * 0.01);
+        rc.note_waiting(t);
+        rc.on_feedback(t, 100_000 + 2000, &fb(2000, 10_000_000, 0.01, 1))
+            .unwrap();
+        let r = rc.rtt().unwrap();
+        let expect = equation::throughput(rc.mean_packet_size(), r, 0.01);
+        assert!((rc.equation_rate() - expect).abs() < 1e-6);
+        assert!((rc.rate() - expect).abs() < 1e-6);
+        let with_segment = equation::throughput(1472.0, r, 0.01);
+        assert!(
+            rc.rate() < with_segment / 1.35,
+            "{} vs {with_segment}",
+            rc.rate()
+        );
     }
 
     #[test]

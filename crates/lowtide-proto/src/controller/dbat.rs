@@ -698,13 +698,12 @@ impl LatencyController for DbatController {
         // bytes staged for it and lowtide's own queues.
         let queue = u64::from(tcp.outq) + app.staged + app.queued;
         self.dbat.on_queue(now, queue, srtt, rate, mss);
-        let phase_limit = if self.dbat.in_slow_start() {
-            self.dbat.buffer_limit(srtt, rate, mss)
-        } else {
-            self.dbat.threshold(srtt, rate, mss)
-        };
+        // After slow start the limit is `buffer_headroom` × the threshold, as over TFRC: a
+        // limit equal to the threshold would cap the queue at it, so its average could never
+        // cross it and the onset never come (the application, writing only when writable,
+        // drops frames at the server instead).
         let window = (u64::from(tcp.cwnd.max(1)) + 1) * u64::from(mss);
-        let limit = phase_limit.max(window);
+        let limit = self.dbat.buffer_limit(srtt, rate, mss).max(window);
         super::min_buf::decide_for_limit(limit, tcp, app, now)
     }
     fn on_probe(&mut self, probe: &ProbeResult) {
