@@ -16,30 +16,44 @@
 //!   the old targets, and a flow whose target just rose looks short of it. Without this,
 //!   one interference made σ fall to the aggregate tick after tick, each time a little
 //!   lower, far below what the link still carried (the lab, `docs/bwss.md`).
-//! - **Probing upwards, judged by the aggregate.** A receiver that steers its flows
-//!   exactly never measures more than σ, so "the aggregate rises" cannot happen after σ
-//!   fell (the paper's window-based FCS let flows overshoot when queues drained), least of
-//!   all when the top flow is application-limited (a video that sends no more than its
-//!   rung). So when σ has settled and no flow has newly fallen below α·T for
-//!   `probe_after`, σ grows by `probe_step` (never above the link when it is known). One
-//!   window later the probe is judged: it held when no flow fell newly below α·T and the
-//!   aggregate rose by at least half the step (the link carried it); otherwise σ returns
-//!   to its value before the probe and the wait before the next probe doubles (up to
-//!   [`MAX_PROBE_BACKOFF`] × `probe_after`), so a full link is probed ever more rarely
-//!   instead of oscillating. A held probe, link congestion and a change of the flows reset
-//!   the wait. This is the probing of the authors' earlier system (INFOCOM 2003), kept
-//!   gentle; it is also what "the aggregate rises" becomes under exact pacing.
+//! - **Probing upwards** replaces "the aggregate rises": a receiver that steers its flows
+//!   exactly never measures more than σ, so the aggregate cannot rise after σ fell (the
+//!   paper's window-based FCS let flows overshoot when queues drained), least of all when
+//!   the top flow is application-limited (a video that sends no more than its rung). When
+//!   σ has settled, no flow has newly fallen below α·T for `probe_after` and some flow is
+//!   not in congestion of its own, σ grows by `probe_step` × the link's rate (× σ when the
+//!   link is unknown), never above the link. One window later the probe is judged: it
+//!   **failed** when a judged flow measures less than (1 − (1 − α)/2) of its rate before
+//!   the probe (a full link gives the extra out of the others' rates) or the aggregate did
+//!   not rise by half the step (the link did not carry it). A failed probe is undone (σ
+//!   back to its value before, not to the aggregate), the wait before the next doubles and
+//!   the next step halves (both up to [`MAX_PROBE_BACKOFF`]), so a full link is probed
+//!   ever more rarely and gently instead of oscillating. A held probe makes the next
+//!   start at once with a step four times larger (up to `probe_step`); after link
+//!   congestion the first step is `probe_step` / [`AFTER_CONGESTION_STEP_DIV`]. This is
+//!   the probing of the authors' earlier system (INFOCOM 2003), made cautious because
+//!   every failed probe is taken from the flows the user put first.
+//! - **Link congestion needs two judged flows.** With only one flow judged (the others
+//!   starved by the allocation, young or too slow to judge), "at least half below α·T"
+//!   cannot tell the link's congestion from the flow's own, and taking it for the link let
+//!   an application-limited video pull σ down to its own rate, starving the downloads for
+//!   good (measured in the lab). It counts as congestion of its own.
+//! - **A flow in congestion of its own is capped** at the target it had when it began
+//!   ([`SigmaRule::cap`], applied by the allocation), so the (1 − α)·T it hands on reaches
+//!   the other flows, as the paper intends, instead of returning to it through its minimum.
 //! - **Recovery from congestion of its own** takes back the (1 − α)·T the flow had handed
 //!   on, instead of setting σ to the aggregate: our aggregate is measured over a window
 //!   that still holds the congested seconds, and under exact pacing it is never above σ,
 //!   so the paper's reset could only ratchet σ down.
+//! - **A rising aggregate** raises σ only when it is more than (1 − α) above σ: a little
+//!   above is a paced reader's bucket, and taking it reset the probe timer for ever.
 //! - **Flows too slow to judge.** A flow whose target is under [`JUDGED_SEGMENTS`]
 //!   segments per window is not judged (reads count in whole segments, so its measured
 //!   rate cannot resolve α), nor is a young flow (measured over less than a window); both
 //!   count in the aggregate.
-//! - **Flows starting or stopping** clear the per-flow congestion marks, cancel a probe
-//!   (σ is kept) and restart settling (the paper resets "the BWSS state"; σ itself is
-//!   kept, because the aggregate right after a change measures the old set of flows).
+//! - **Flows starting or stopping** clear the per-flow congestion marks, undo a probe
+//!   under way and restart settling (the paper resets "the BWSS state"); σ itself is kept,
+//!   because the aggregate right after a change measures the old set of flows.
 //! - σ never exceeds the access link's rate when it is configured, and starts there (the
 //!   paper starts from the first measured aggregate, which is what happens when it is not).
 //!
@@ -204,11 +218,6 @@ impl SigmaRule {
         let below = |f: &FlowSample| judged(f) && f.measured.is_some_and(|m| m < alpha * f.target);
         let n_judged = flows.iter().filter(|f| judged(f)).count();
         let n_below = flows.iter().filter(|f| below(f)).count();
-        // Flows short of their targets whose slack has not been handed on yet.
-        let newly_below = flows
-            .iter()
-            .filter(|f| below(f) && !self.congested.contains_key(&f.id))
-            .count();
 
         let mut held = false;
         if let Some(p) = self.probe.take() {
@@ -550,11 +559,17 @@ mod tests {
             partial: 1e3,
             ..f(4, 200e3, 0.0)
         };
-        r.on_tick(at(t0, 2000), &[f(1, 700e3, 900e3), f(2, 150e3, 10e3), young]);
+        r.on_tick(
+            at(t0, 2000),
+            &[f(1, 700e3, 900e3), f(2, 150e3, 10e3), young],
+        );
         assert!(!r.is_congested(2) && !r.is_congested(4));
         assert_eq!(r.counters().flow_set_changed, 2);
         // A target of 100 kbit/s over a 1 s window is under ten segments: not judged.
-        r.on_tick(at(t0, 3000), &[f(1, 700e3, 900e3), f(2, 100e3, 10e3), young]);
+        r.on_tick(
+            at(t0, 3000),
+            &[f(1, 700e3, 900e3), f(2, 100e3, 10e3), young],
+        );
         assert!(!r.is_congested(2));
     }
 

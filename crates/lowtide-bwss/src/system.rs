@@ -132,7 +132,10 @@ impl Bwss {
     fn allocate(&mut self) {
         let classes: Vec<Class> = self.flows.values().map(|f| f.class).collect();
         let caps: Vec<Option<f64>> = self.flows.keys().map(|&id| self.sigma.cap(id)).collect();
-        let targets = self.sigma.sigma().map(|s| allocate_capped(s, &classes, &caps));
+        let targets = self
+            .sigma
+            .sigma()
+            .map(|s| allocate_capped(s, &classes, &caps));
         for (i, f) in self.flows.values_mut().enumerate() {
             f.fcs.set_target(targets.as_ref().map(|t| t[i]));
         }
@@ -283,14 +286,25 @@ mod tests {
         // The lab's "at the minimum": 517.5 less one segment a second. The onset (until a
         // 2 s window shows the shortfall) and the probes into the full link cost seconds:
         // 35 of 40 here.
-        let at_min = video_secs[60..100].iter().filter(|&&r| r >= 505.9e3).count();
+        let at_min = video_secs[60..100]
+            .iter()
+            .filter(|&&r| r >= 505.9e3)
+            .count();
         assert!(at_min >= 34, "{at_min} of 40 s: {:?}", &video_secs[55..105]);
         let mean = video_secs[10..150].iter().sum::<f64>() / 140.0;
         assert!(mean >= 500e3, "{mean}");
-        assert!(carried / offered >= 0.9, "utilization {}", carried / offered);
+        assert!(
+            carried / offered >= 0.9,
+            "utilization {}",
+            carried / offered
+        );
         // After the interference sigma climbs back to the link within 15 s.
         let back = sigma[500..].iter().position(|&s| s >= 955.0);
-        assert!(back.is_some_and(|k| k as f64 * step <= 15.0), "{:?}", &sigma[490..]);
+        assert!(
+            back.is_some_and(|k| k as f64 * step <= 15.0),
+            "{:?}",
+            &sigma[490..]
+        );
     }
 
     fn info(program: &str, local: &str) -> FlowInfo {
