@@ -137,8 +137,9 @@ pub struct SigmaRule {
     /// Since when no flow has newly fallen below α·T (after settling).
     quiet_since: Option<Instant>,
     probe: Option<Probe>,
-    /// The wait before the next probe, in units of `probe_after`, and the divisor of
-    /// `probe_step` (both double on a failed probe, back to 1 after a held one).
+    /// The wait before the next probe, in units of `probe_after` (doubles on a failed
+    /// probe, back to 1 after a held one), and the divisor of `probe_step` (doubles on a
+    /// failed probe, a quarter after a held one).
     backoff: u32,
     step_div: u32,
     flows: Vec<u64>,
