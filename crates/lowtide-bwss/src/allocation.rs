@@ -49,6 +49,40 @@ pub fn allocate(sigma: f64, classes: &[Class]) -> Vec<f64> {
     targets
 }
 
+/// [`allocate`], with some flows held at most at a cap (flows in congestion of their own,
+/// whose slack must reach the others): a capped flow over its cap keeps the cap and the
+/// rest of `sigma` is allocated among the others, until no flow is over its cap.
+pub fn allocate_capped(sigma: f64, classes: &[Class], caps: &[Option<f64>]) -> Vec<f64> {
+    let mut targets = allocate(sigma, classes);
+    let mut fixed: Vec<Option<f64>> = vec![None; classes.len()];
+    loop {
+        let mut more = false;
+        for i in 0..classes.len() {
+            if let Some(cap) = caps.get(i).copied().flatten() {
+                if fixed[i].is_none() && targets[i] > cap {
+                    fixed[i] = Some(cap);
+                    more = true;
+                }
+            }
+        }
+        if !more {
+            return targets;
+        }
+        let free: Vec<usize> = (0..classes.len()).filter(|&i| fixed[i].is_none()).collect();
+        let left = sigma - fixed.iter().flatten().sum::<f64>();
+        let sub: Vec<Class> = free.iter().map(|&i| classes[i]).collect();
+        let shares = allocate(left, &sub);
+        for (i, t) in targets.iter_mut().enumerate() {
+            if let Some(cap) = fixed[i] {
+                *t = cap;
+            }
+        }
+        for (k, &i) in free.iter().enumerate() {
+            targets[i] = shares[k];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +112,21 @@ mod tests {
         // Below the video's minimum, the FTP flows starve.
         let t = allocate(400e3, &c);
         assert_eq!(t, vec![400e3, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_capped_flow_hands_the_rest_to_the_others() {
+        let c = [
+            class(10, 520.0, 0.0),
+            class(0, 0.0, 1.0),
+            class(0, 0.0, 1.0),
+        ];
+        // The video in congestion of its own at 450: the downloads share the rest.
+        let t = allocate_capped(960e3, &c, &[Some(450e3), None, None]);
+        assert_eq!(t, vec![450e3, 255e3, 255e3]);
+        // A cap above what it would get changes nothing.
+        let t = allocate_capped(960e3, &c, &[Some(600e3), None, None]);
+        assert_eq!(t, vec![520e3, 220e3, 220e3]);
     }
 
     #[test]

@@ -82,10 +82,12 @@ pub struct SystemConfig {
     pub interval_ms: u64,
     /// Window over which a flow's rate is measured, ms.
     pub window_ms: u64,
-    /// When every flow has met its target for this long, sigma is probed upwards, ms
-    /// (0: never; the paper's rule has no probe, see `sigma.rs`).
+    /// When every flow has met its target for this long (after sigma settled for a
+    /// window), sigma is probed upwards, ms; doubled after each failed probe (0: never; the
+    /// paper's rule has no probe, see `sigma.rs`).
     pub probe_after_ms: u64,
-    /// Each probe raises sigma by this fraction.
+    /// A probe raises sigma by this fraction of the link's rate (of sigma when the link
+    /// is unknown); halved after each failed probe.
     pub probe_step: f64,
     /// The access link's rate, if known: sigma never exceeds it (kbit/s; 0: unknown).
     pub link_kbps: f64,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::allocation::allocate;
+use crate::allocation::allocate_capped;
 use crate::config::{Class, Config, FlowInfo};
 use crate::fcs::{Budget, Fcs};
 use crate::meter::Meter;
@@ -77,6 +77,7 @@ impl Bwss {
         let s = &config.system;
         let sigma = SigmaRule::new(SigmaParams {
             alpha: s.alpha,
+            window: Duration::from_millis(s.window_ms),
             probe_after: (s.probe_after_ms > 0).then(|| Duration::from_millis(s.probe_after_ms)),
             probe_step: s.probe_step,
             link: (s.link_kbps > 0.0).then_some(s.link_kbps * 1e3),
@@ -126,10 +127,15 @@ impl Bwss {
         self.allocate();
     }
 
-    /// Every flow's target from σ (Sec. 3.1).
+    /// Every flow's target from σ (Sec. 3.1); a flow in congestion of its own is held at
+    /// its target when that began, so its slack reaches the others.
     fn allocate(&mut self) {
         let classes: Vec<Class> = self.flows.values().map(|f| f.class).collect();
-        let targets = self.sigma.sigma().map(|s| allocate(s, &classes));
+        let caps: Vec<Option<f64>> = self.flows.keys().map(|&id| self.sigma.cap(id)).collect();
+        let targets = self
+            .sigma
+            .sigma()
+            .map(|s| allocate_capped(s, &classes, &caps));
         for (i, f) in self.flows.values_mut().enumerate() {
             f.fcs.set_target(targets.as_ref().map(|t| t[i]));
         }
@@ -213,13 +219,20 @@ impl Bwss {
 mod tests {
     use super::*;
 
-    /// Three flows share a simulated 960 kbit/s link in proportion to what each may read:
-    /// the paper's Fig. 6 set-up in simulated time, with the interferer taking 240 kbit/s
-    /// from 60 to 100 s.
+    /// The paper's Fig. 6 set-up in simulated time with the lab's rules: a video that never
+    /// sends more than 517.5 kbit/s (its 450 kbit/s rung at 1.15 x) and two bulk flows
+    /// share a 960 kbit/s link in proportion to what each may read; a flow's rate at most
+    /// doubles per 200 ms (TCP cannot jump); the interferer takes 240 kbit/s from 60 to
+    /// 100 s.
     #[test]
-    fn fig6_in_simulated_time_keeps_the_video_at_its_minimum() {
+    fn fig6_in_simulated_time_keeps_the_video_at_its_minimum_and_the_link_full() {
         let cfg = Config::from_toml(
             r#"
+            [system]
+            link_kbps = 960
+            window_ms = 2000
+            probe_after_ms = 1000
+            probe_step = 0.1
             [[rule]]
             program = "video"
             priority = 10
@@ -236,9 +249,12 @@ mod tests {
             b.add_flow(t0, flow("curl", 2)),
             b.add_flow(t0, flow("curl", 3)),
         ];
+        let app_limit = [517.5e3, f64::INFINITY, f64::INFINITY];
         let mut bytes = [0f64; 3];
+        let mut rate = [0f64; 3];
         let step = 0.2;
-        let mut video_during = vec![];
+        let (mut video_secs, mut carried, mut offered) = (vec![0.0; 150], 0.0, 0.0);
+        let mut sigma = vec![];
         for k in 0..(150.0 / step) as u64 {
             let t = k as f64 * step;
             let now = t0 + Duration::from_secs_f64(t);
@@ -247,35 +263,48 @@ mod tests {
             } else {
                 960e3
             };
-            // Each flow wants what its budget allows (unsteered: as much as TCP gives);
-            // the link gives each its demand if they fit, else shares in proportion.
-            let demand: Vec<f64> = ids
-                .iter()
-                .map(|&id| b.budget(id).map_or(capacity, |x| x.rate * 8.0))
-                .collect();
-            let total: f64 = demand.iter().sum();
-            let scale = if total > capacity {
-                capacity / total
-            } else {
-                1.0
-            };
             for i in 0..3 {
-                bytes[i] += demand[i] * scale * step / 8.0;
+                let allowed = b.budget(ids[i]).map_or(capacity, |x| x.rate * 8.0);
+                rate[i] = allowed.min(app_limit[i]).min(2.0 * rate[i] + 20e3);
+            }
+            let total: f64 = rate.iter().sum();
+            if total > capacity {
+                rate.iter_mut().for_each(|r| *r *= capacity / total);
+            }
+            for i in 0..3 {
+                bytes[i] += rate[i] * step / 8.0;
                 b.record_bytes(now, ids[i], bytes[i] as u64);
             }
             b.on_tick(now);
-            if (65.0..100.0).contains(&t) {
-                video_during.push(demand[0] * scale);
+            video_secs[t as usize] += rate[0] * step;
+            if t >= 10.0 {
+                carried += rate.iter().sum::<f64>().min(capacity);
+                offered += capacity;
             }
+            sigma.push(b.status(now).sigma_kbps.unwrap());
         }
-        let ok = video_during.iter().filter(|&&r| r >= 0.95 * 520e3).count();
+        // The lab's "at the minimum": 517.5 less one segment a second. The onset (until a
+        // 2 s window shows the shortfall) and the probes into the full link cost seconds:
+        // 35 of 40 here.
+        let at_min = video_secs[60..100]
+            .iter()
+            .filter(|&&r| r >= 505.9e3)
+            .count();
+        assert!(at_min >= 34, "{at_min} of 40 s: {:?}", &video_secs[55..105]);
+        let mean = video_secs[10..150].iter().sum::<f64>() / 140.0;
+        assert!(mean >= 500e3, "{mean}");
         assert!(
-            ok as f64 >= 0.95 * video_during.len() as f64,
-            "{ok} of {}",
-            video_during.len()
+            carried / offered >= 0.9,
+            "utilization {}",
+            carried / offered
         );
-        let s = b.status(t0 + Duration::from_secs(150));
-        assert!(s.sigma_kbps.unwrap() >= 900.0, "{s:?}");
+        // After the interference sigma climbs back to the link within 15 s.
+        let back = sigma[500..].iter().position(|&s| s >= 955.0);
+        assert!(
+            back.is_some_and(|k| k as f64 * step <= 15.0),
+            "{:?}",
+            &sigma[490..]
+        );
     }
 
     fn info(program: &str, local: &str) -> FlowInfo {
