@@ -46,6 +46,11 @@ pub struct RdcOptions {
 pub const SUMMARY: &str = "summary.json";
 pub const FLOWS_CSV: &str = "flows.csv";
 pub const PLOT: &str = "packets-per-bin.svg";
+pub const LAYERS_CSV: &str = "layers.csv";
+pub const LAYERS_PLOT: &str = "layers.svg";
+pub const QUEUE_PLOT: &str = "queue.svg";
+/// Streams drawn per panel of the layers figure (the paper shows 10 of its 100).
+const STREAMS_DRAWN: usize = 10;
 
 /// Runs every variant, one trial each, and writes the run folder: `summary.json`,
 /// `flows.csv` (packets sent and bytes received per flow per bin), `scenario-as-run.toml`,
@@ -162,19 +167,70 @@ fn write_folder(
         }
     }
     csv.flush().map_err(io(FLOWS_CSV))?;
-    let panels: Vec<plot::Panel> = trials
+    let panels: Vec<(String, Vec<&[u64]>)> = trials
         .iter()
-        .map(|t| plot::Panel {
-            title: t.variant.clone(),
-            flows: t
+        .map(|t| {
+            let flows = t
                 .senders
                 .iter()
                 .map(|x| x.as_ref().map_or(&[][..], |x| x.sent_packets.as_slice()))
-                .collect(),
+                .collect();
+            (t.variant.clone(), flows)
         })
         .collect();
     if !panels.is_empty() {
         plot::packets_per_bin(&dir.join(PLOT), bin_s, &panels)?;
     }
+    if s.rdc.video.is_some() {
+        write_video_figures(dir, s, trials)?;
+    }
     Ok(())
+}
+
+/// Video runs: `layers.csv` (every stream's layer count at its start and after each change),
+/// the layers figure (Fig. 6 and 8: the first streams of each variant) and the bottleneck
+/// queue (Fig. 7: after each dequeue, in the measurement window).
+fn write_video_figures(
+    dir: &Path,
+    s: &RdcScenario,
+    trials: &[trial::TrialRecord],
+) -> Result<(), LabError> {
+    let io = |e: std::io::Error| LabError::io(format!("writing {LAYERS_CSV}"), e);
+    let mut csv = std::io::BufWriter::new(std::fs::File::create(dir.join(LAYERS_CSV)).map_err(io)?);
+    writeln!(csv, "variant,stream,t_s,layers").map_err(io)?;
+    let mut layer_panels = vec![];
+    let mut queue_panels = vec![];
+    for t in trials {
+        let mut lines = vec![];
+        for (i, snd) in t.senders.iter().enumerate() {
+            let Some(v) = snd.as_ref().and_then(|x| x.video.as_ref()) else {
+                continue;
+            };
+            for p in &v.layers {
+                writeln!(csv, "{},{i},{:.3},{}", t.variant, p.t_s, p.layers).map_err(io)?;
+            }
+            if lines.len() < STREAMS_DRAWN {
+                let pts: Vec<(f64, u32)> = v.layers.iter().map(|p| (p.t_s, p.layers)).collect();
+                lines.push(plot::steps(&pts, s.rdc.duration_s));
+            }
+        }
+        layer_panels.push(plot::Panel {
+            title: t.variant.clone(),
+            lines,
+        });
+        let step = (t.queue.len() / 4000).max(1);
+        let queue: Vec<(f64, f64)> = t
+            .queue
+            .iter()
+            .step_by(step)
+            .map(|q| (q.t_us as f64 / 1e6, f64::from(q.packets)))
+            .collect();
+        queue_panels.push(plot::Panel {
+            title: t.variant.clone(),
+            lines: vec![queue],
+        });
+    }
+    csv.flush().map_err(io)?;
+    plot::stacked(&dir.join(LAYERS_PLOT), "layers", &layer_panels)?;
+    plot::stacked(&dir.join(QUEUE_PLOT), "queue (packets)", &queue_panels)
 }

@@ -3,7 +3,8 @@
 //! TCP send buffer's occupancy.
 //!
 //! - [`source`]: the rule, pure logic with explicit time;
-//! - [`tcp`]: the driver over a plain TCP socket (occupancy from `SIOCOUTQ`).
+//! - [`tcp`]: the driver over a plain TCP socket (occupancy from `SIOCOUTQNSD`, the paper's
+//!   unsent data, or `SIOCOUTQ`).
 //!
 //! Not built: a driver over a lowtide channel (the channel's own send-buffer controller
 //! would compete with the rule for the same signal).
@@ -12,4 +13,4 @@ pub mod source;
 pub mod tcp;
 
 pub use source::{Change, LayeredSource, Period, SourceConfig, SourceConfigError, SourceCounters};
-pub use tcp::{LayerPoint, TcpSourceError, TcpSourceOptions, TcpSourceRecord};
+pub use tcp::{LayerPoint, Occupancy, TcpSourceError, TcpSourceOptions, TcpSourceRecord};

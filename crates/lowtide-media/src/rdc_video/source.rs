@@ -129,7 +129,8 @@ impl SourceConfig {
             "below buffer_packets",
         )?;
         check(
-            self.add_after >= Duration::from_millis(10) && self.add_after <= Duration::from_secs(3600),
+            self.add_after >= Duration::from_millis(10)
+                && self.add_after <= Duration::from_secs(3600),
             "add_after",
             format!("{:?}", self.add_after),
             "10 ms to 1 hour",

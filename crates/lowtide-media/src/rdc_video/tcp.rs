@@ -1,8 +1,14 @@
 //! The layered source over a plain, connected TCP socket: once a period it reads the send
-//! buffer's occupancy (`SIOCOUTQ`: bytes written and not yet acknowledged, in segments of
-//! the payload size, rounded up), lets [`LayeredSource`] decide, and writes that many
-//! segments (segment k of a period carries layer k: every byte is k). A thin driver; the
-//! decisions are the source's.
+//! buffer's occupancy (in segments of the payload size, rounded up), lets [`LayeredSource`]
+//! decide, and writes that many segments (segment k of a period carries layer k: every byte
+//! is k). A thin driver; the decisions are the source's.
+//!
+//! Occupancy, [`Occupancy`]: the paper's ns-2 buffer "changes whenever the application writes
+//! data to the agent or the agent sends a data segment" (Section 4.3), so it holds data not
+//! yet sent: `SIOCOUTQNSD` ([`Occupancy::Unsent`], our default). [`Occupancy::Unacked`] is
+//! `SIOCOUTQ` (sent and unacknowledged too), which Linux's send buffer really holds; with it,
+//! T_add = 0 asks for nothing in flight at every observation, which an RTT near the period
+//! (or an RDC receiver holding ACKs) rarely allows.
 //!
 //! The socket's `SO_SNDBUF` is set well above the source's buffer bound, so the bound the
 //! paper describes (buffer size minus occupancy) is the source's, not the kernel's; a write
@@ -18,10 +24,31 @@ use serde::Serialize;
 
 use super::source::{LayeredSource, SourceConfig, SourceConfigError, SourceCounters};
 
+/// What counts as the send buffer's occupancy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Occupancy {
+    /// Written, not yet sent (`SIOCOUTQNSD`): the paper's ns-2 definition.
+    #[default]
+    Unsent,
+    /// Written, not yet acknowledged (`SIOCOUTQ`).
+    Unacked,
+}
+
+impl Occupancy {
+    fn read(self, fd: std::os::fd::RawFd) -> Result<u32, lowtide::sys::SysError> {
+        match self {
+            Occupancy::Unsent => lowtide::sys::outq_notsent(fd),
+            Occupancy::Unacked => lowtide::sys::outq(fd),
+        }
+    }
+}
+
 /// How the driver writes.
 #[derive(Debug, Clone)]
 pub struct TcpSourceOptions {
     pub source: SourceConfig,
+    pub occupancy: Occupancy,
     /// Bytes written per segment (the connection's MSS payload, so a segment is a packet).
     pub payload_bytes: usize,
 }
@@ -41,7 +68,7 @@ pub struct TcpSourceRecord {
     pub counters: SourceCounters,
     /// Segments the kernel did not take (the socket's buffer was full after all).
     pub refused_segments: u64,
-    /// Periods whose `SIOCOUTQ` failed (the source observed nothing and wrote nothing).
+    /// Periods whose occupancy read failed (the source observed nothing and wrote nothing).
     pub failed_reads: u64,
     pub max_occupancy: u32,
     pub bytes_written: u64,
@@ -106,7 +133,7 @@ pub fn run(
         }
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         let now = Instant::now();
-        let occupancy = match lowtide::sys::outq(fd) {
+        let occupancy = match opts.occupancy.read(fd) {
             Ok(bytes) => (bytes as usize).div_ceil(opts.payload_bytes) as u32,
             Err(_) => {
                 record.failed_reads += 1;
@@ -194,6 +221,7 @@ mod tests {
                 ..SourceConfig::default()
             },
             payload_bytes: 1000,
+            occupancy: Occupancy::Unacked,
         };
         let t0 = Instant::now();
         let stop = AtomicBool::new(false);
@@ -205,7 +233,10 @@ mod tests {
         assert_eq!(rec.refused_segments, 0);
         // Added about every 200 ms of an empty buffer (a busy loopback sample may delay one).
         assert!(rec.counters.adds >= 1, "{rec:?}");
-        assert_eq!(rec.layers.last().unwrap().layers, 1 + rec.counters.adds as u32);
+        assert_eq!(
+            rec.layers.last().unwrap().layers,
+            1 + rec.counters.adds as u32
+        );
     }
 
     #[test]
@@ -215,6 +246,7 @@ mod tests {
         let opts = TcpSourceOptions {
             source: SourceConfig::default(),
             payload_bytes: 0,
+            occupancy: Occupancy::Unsent,
         };
         let t0 = Instant::now();
         let e = run(&mut s, &opts, t0, t0, &AtomicBool::new(false)).unwrap_err();
