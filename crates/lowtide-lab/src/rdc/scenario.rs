@@ -218,7 +218,7 @@ pub struct RdcGoal {
     #[serde(default)]
     pub max: Option<f64>,
     /// The bound is on this variant's metric over the named variant's (Table 1: 1-bit RDC's
-    /// timeouts at most ECN's / 100).
+    /// timeouts at most ECN's / 100); over a base of 0 the ratio is the value itself.
     #[serde(default)]
     pub relative_to: Option<String>,
     #[serde(default)]

@@ -300,7 +300,7 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
                 Some(other) => {
                     let base = metric(other);
                     let ratio = match (measured.value, base.value) {
-                        (Some(x), Some(b)) if b > 0.0 => Some(x / b),
+                        (Some(x), Some(b)) => Some(ratio_of(x, b)),
                         _ => None,
                     };
                     (
@@ -312,6 +312,16 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
             GoalResult::judge(&g.variant, &label, g.min, g.max, measured, &g.why)
         })
         .collect()
+}
+
+/// `x / base`; over a base of 0 (ECN with no timeout at all), `x` itself, as if the base
+/// were one event: 0 against 0 is 0 (met), anything against 0 is not a small ratio.
+fn ratio_of(x: f64, base: f64) -> f64 {
+    if base > 0.0 {
+        x / base
+    } else {
+        x
+    }
 }
 
 fn show(m: &Measured, f: impl Fn(f64) -> String) -> String {
@@ -380,4 +390,16 @@ pub fn text_table(s: &RdcSummary) -> String {
         out += &format!("error: {e}\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_over_a_zero_base_is_the_value_itself() {
+        assert_eq!(ratio_of(2.0, 675.0), 2.0 / 675.0);
+        assert_eq!(ratio_of(0.0, 0.0), 0.0);
+        assert_eq!(ratio_of(84.0, 0.0), 84.0);
+    }
 }
