@@ -1,5 +1,6 @@
 //! The lab's RDC experiments (Hsiao, Kung and Tan, "Streaming Video over TCP with
-//! Receiver-based Delay Control", Sections 3 and 5): bulk TCP flows through one bottleneck,
+//! Receiver-based Delay Control", Sections 3 and 5): bulk TCP flows or the paper's layered
+//! video streams (`[rdc.video]`, `lowtide_media::rdc_video`) through one bottleneck,
 //! one emulated dumbbell per variant (drop-tail, RED with ECN, the RDC cell in exact or 1-bit
 //! mode), and for the RDC variants the receiver agent of `lowtide-rdc` running in each
 //! receiver's namespace for the length of the trial.
@@ -8,11 +9,13 @@
 //! scenarios/rdc-fig3.toml`); the measured-stream scenarios are untouched.
 //!
 //! - [`scenario`]: the file, checked;
-//! - [`flows`]: the flows (packet size, window cap, start times, packets per bin, `TCP_INFO`);
+//! - [`flows`]: the flows (packet size, window cap, start times, packets per bin, `TCP_INFO`,
+//!   bulk or video);
 //! - [`agents`]: the agent in the receivers, stopped and checked for leftover rules;
 //! - [`trial`]: one variant on its own network;
 //! - [`measure`]: settling time, oscillation, shares, percentiles;
-//! - [`summary`]: `summary.json` and the printed table; [`plot`]: Fig. 3.
+//! - [`summary`]: `summary.json` and the printed table; [`plot`]: Fig. 3, and for video
+//!   Fig. 6/8 (layers) and Fig. 7 (queue).
 //!
 //! Where we differ from the paper: real Linux TCP (the scenario's congestion control) in
 //! namespaces, not ns-2; packets per bin are counted at the sender (`tcpi_data_segs_out`,
