@@ -37,12 +37,10 @@ fn our_chains_here() -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
-    let namespaces = leftover_namespaces();
-    let chains = our_chains_here();
-    let s = RdcScenario::from_toml_in(SCENARIO, std::path::Path::new(".")).unwrap();
-    let out = std::env::temp_dir().join(format!("lowtide-rdc-lab-{}", std::process::id()));
+/// Runs `scenario` into a folder of its own; the summary (errors: none) and the folder.
+fn run(scenario: &str, tag: &str) -> (rdc::RdcSummary, std::path::PathBuf) {
+    let s = RdcScenario::from_toml_in(scenario, std::path::Path::new(".")).unwrap();
+    let out = std::env::temp_dir().join(format!("lowtide-{tag}-{}", std::process::id()));
     let summary = rdc::run(
         &s,
         &RdcOptions {
@@ -53,6 +51,14 @@ fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
     )
     .expect("the run completes");
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    (summary, out)
+}
+
+#[test]
+fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
+    let namespaces = leftover_namespaces();
+    let chains = our_chains_here();
+    let (summary, out) = run(SCENARIO, "rdc-lab");
     let v = &summary.variants[0];
     let agent = &v.agents[0];
     assert!(agent.chains_left.is_empty(), "{:?}", agent.chains_left);
@@ -114,18 +120,7 @@ aqm = { kind = "drop_tail" }
 #[test]
 fn video_streams_add_and_drop_layers_through_the_emulator() {
     let namespaces = leftover_namespaces();
-    let s = RdcScenario::from_toml_in(VIDEO, std::path::Path::new(".")).unwrap();
-    let out = std::env::temp_dir().join(format!("lowtide-rdc-video-{}", std::process::id()));
-    let summary = rdc::run(
-        &s,
-        &RdcOptions {
-            quick: false,
-            out_dir: out.clone(),
-        },
-        &mut |_| {},
-    )
-    .expect("the run completes");
-    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    let (summary, out) = run(VIDEO, "rdc-video");
     let layers = summary.variants[0].layers.as_ref().expect("video layers");
     eprintln!(
         "adds {}, drops {}, mean {:?}",
