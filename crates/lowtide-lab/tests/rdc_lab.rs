@@ -37,6 +37,9 @@ fn our_chains_here() -> Vec<String> {
         .collect()
 }
 
+/// The tests look for namespaces and chains left behind, so they run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs `scenario` into a folder of its own; the summary (errors: none) and the folder.
 fn run(scenario: &str, tag: &str) -> (rdc::RdcSummary, std::path::PathBuf) {
     let s = RdcScenario::from_toml_in(scenario, std::path::Path::new(".")).unwrap();
@@ -56,6 +59,7 @@ fn run(scenario: &str, tag: &str) -> (rdc::RdcSummary, std::path::PathBuf) {
 
 #[test]
 fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let namespaces = leftover_namespaces();
     let chains = our_chains_here();
     let (summary, out) = run(SCENARIO, "rdc-lab");
@@ -119,6 +123,7 @@ aqm = { kind = "drop_tail" }
 
 #[test]
 fn video_streams_add_and_drop_layers_through_the_emulator() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let namespaces = leftover_namespaces();
     let (summary, out) = run(VIDEO, "rdc-video");
     let layers = summary.variants[0].layers.as_ref().expect("video layers");
