@@ -1,7 +1,7 @@
 //! Adaptive media for lowtide: the application that turns the transport's timeliness into
 //! picture quality (Goel et al. 2008, Section 7: Qstream's priority-progress streaming).
 //!
-//! All but [`session`] and [`ladder::stream`] is pure logic with explicit time:
+//! All but [`session`], [`ladder::stream`] and [`rdc_video::tcp`] is pure logic with explicit time:
 //! - [`video`]: layered video (a base layer plus enhancement layers, each needing all lower
 //!   ones), from a synthetic model or from real per-frame encoder traces (`traces/`);
 //! - [`wire`]: the header each media message carries;
@@ -15,6 +15,8 @@
 //! - [`session`]: the two ends over a lowtide channel (the transport's events keep the
 //!   sender's ledger; no sockets of its own);
 //! - [`server`]: the receiving server of `lowtide recv`, which survives bad peers;
+//! - [`rdc_video`]: the layered source of Hsiao, Kung and Tan (RDC): equal-rate layers added
+//!   and dropped from the TCP send buffer's occupancy, and its plain-TCP driver;
 //! - [`ladder`]: a bit-rate ladder (rungs, switching policies, a plain-TCP driver), the
 //!   commercial player of Mehra's BWSS experiments.
 
@@ -22,6 +24,7 @@ pub mod conference;
 pub mod ladder;
 pub mod playout;
 pub mod pps;
+pub mod rdc_video;
 pub mod server;
 pub mod session;
 pub mod video;

@@ -14,7 +14,9 @@ use crate::LabError;
 /// One receiver's agent after the run.
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentReport {
-    pub flow: usize,
+    /// The receiver host, and the ports of the flows it served.
+    pub receiver: usize,
+    pub ports: Vec<u16>,
     /// Its final counters (None when it failed to stop cleanly: `error` says why).
     pub status: Option<AgentStatus>,
     pub error: Option<String>,
@@ -24,43 +26,43 @@ pub struct AgentReport {
 
 /// Running agents, one per receiver that has one.
 pub struct Agents {
-    running: Vec<(usize, AgentHandle)>,
+    running: Vec<(usize, Vec<u16>, AgentHandle)>,
 }
 
 impl Agents {
-    /// Starts an agent in the receiver of every flow in `flows`, for that flow's port.
-    pub fn start(
-        net: &Dumbbell,
-        mode: Mode,
-        flows: &[usize],
-        port_of: impl Fn(usize) -> u16,
-    ) -> Result<Self, LabError> {
+    /// Starts an agent in every receiver host `r` with ports in `ports[r]`, for those ports.
+    pub fn start(net: &Dumbbell, mode: Mode, ports: &[Vec<u16>]) -> Result<Self, LabError> {
         let mut agents = Agents { running: vec![] };
-        for &flow in flows {
+        for (receiver, ports) in ports.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
             let cfg = DriverConfig {
                 agent: AgentConfig {
                     mode,
                     ..AgentConfig::default()
                 },
                 selection: Selection {
-                    ports: vec![port_of(flow)],
+                    ports: ports.clone(),
                     loopback: false,
                 },
                 ..DriverConfig::default()
             };
             let handle = net
-                .receiver(flow)
+                .receiver(receiver)
                 .run(move || AgentHandle::start(cfg))?
-                .map_err(|e| LabError::io(format!("starting the RDC agent for flow {flow}"), e))?;
+                .map_err(|e| {
+                    LabError::io(format!("starting the RDC agent in receiver {receiver}"), e)
+                })?;
             // Pushed at once: an error for a later receiver drops (stops) the earlier ones.
-            agents.running.push((flow, handle));
+            agents.running.push((receiver, ports.clone(), handle));
         }
         Ok(agents)
     }
 
-    /// The latest status of each agent, by flow.
+    /// The latest status of each agent, by receiver.
     pub fn statuses(&self) -> Vec<(usize, AgentStatus)> {
-        self.running.iter().map(|(f, h)| (*f, h.status())).collect()
+        self.running
+            .iter()
+            .map(|(r, _, h)| (*r, h.status()))
+            .collect()
     }
 
     /// Stops every agent and checks that its chains are gone.
@@ -68,14 +70,15 @@ impl Agents {
         let running = std::mem::take(&mut self.running);
         running
             .into_iter()
-            .map(|(flow, handle)| {
+            .map(|(receiver, ports, handle)| {
                 let (status, error) = match handle.stop() {
                     Ok(s) => (Some(s), None),
                     Err(e) => (None, Some(e.to_string())),
                 };
-                let chains_left = chains_in(net, flow);
+                let chains_left = chains_in(net, receiver);
                 AgentReport {
-                    flow,
+                    receiver,
+                    ports,
                     status,
                     error,
                     chains_left,
@@ -85,9 +88,9 @@ impl Agents {
     }
 }
 
-/// Chains of the agent in receiver `flow`'s mangle table, with every iptables backend.
-pub fn chains_in(net: &Dumbbell, flow: usize) -> Vec<String> {
-    net.receiver(flow)
+/// Chains of the agent in receiver `receiver`'s mangle table, with every iptables backend.
+pub fn chains_in(net: &Dumbbell, receiver: usize) -> Vec<String> {
+    net.receiver(receiver)
         .run(|| {
             iptables::TOOLS
                 .iter()

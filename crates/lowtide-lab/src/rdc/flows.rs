@@ -1,8 +1,9 @@
-//! The bulk TCP flows of an RDC run: plain Linux TCP sockets with the paper's packet size
+//! The TCP flows of an RDC run: plain Linux TCP sockets with the paper's packet size
 //! (`TCP_MAXSEG`) and window cap (the receiver's `TCP_WINDOW_CLAMP`, which bounds what the
 //! sender may have in flight), each starting at its own time.
 //!
-//! The sender writes whenever the socket takes data. A sampler thread beside it reads the
+//! A bulk sender writes whenever the socket takes data; a video sender runs the paper's
+//! layered source (`lowtide_media::rdc_video`) on the socket. A sampler thread beside it reads the
 //! socket's `TCP_INFO` on a fixed grid from the trial's start: every sample goes into a
 //! [`TcpTimeline`] (timeouts, retransmissions, RTT), and at every bin boundary the count of
 //! data segments sent (`tcpi_data_segs_out`, retransmissions included) is kept, so packets
@@ -15,14 +16,23 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use lowtide_media::rdc_video::{self, TcpSourceOptions, TcpSourceRecord};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::tcpinfo::TcpTimeline;
+
+/// Long enough for a SYN dropped twice at a busy bottleneck (retried at 1 s and 3 s).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// IPv4 and TCP headers without options.
 const HEADERS: usize = 40;
 /// The TCP timestamp option as Linux sends it on data segments (10 bytes, padded to 12).
 const TIMESTAMPS: usize = 12;
+
+/// Payload bytes of a full data segment in a packet of `packet_bytes` (with timestamps).
+pub fn payload_of(packet_bytes: usize) -> usize {
+    packet_bytes - HEADERS - TIMESTAMPS
+}
 
 /// What one flow does.
 #[derive(Debug, Clone)]
@@ -34,7 +44,12 @@ pub struct FlowPlan {
     pub window_packets: u32,
     pub congestion: String,
     pub bin: Duration,
+    /// How often the sampler reads `TCP_INFO` (at least once per bin).
+    pub sample: Duration,
     pub duration: Duration,
+    /// `None`: bulk (writes whenever the socket takes data); `Some`: the paper's layered
+    /// video source.
+    pub video: Option<TcpSourceOptions>,
 }
 
 impl FlowPlan {
@@ -46,7 +61,7 @@ impl FlowPlan {
 
     /// Payload bytes of a full data segment.
     pub fn payload(&self) -> usize {
-        self.packet_bytes - HEADERS - TIMESTAMPS
+        payload_of(self.packet_bytes)
     }
 
     /// The receiver's window clamp, bytes.
@@ -71,6 +86,8 @@ pub struct SenderRecord {
     pub sent_packets: Vec<u64>,
     pub timeline: TcpTimeline,
     pub bytes_written: u64,
+    /// The video source's layers and counters (video flows only).
+    pub video: Option<TcpSourceRecord>,
 }
 
 /// Bytes the receiver of one flow read per bin.
@@ -188,50 +205,59 @@ pub fn send(plan: &FlowPlan, dst: SocketAddr, t0: Instant) -> Result<SenderRecor
         plan.mss_option() as i32,
         "TCP_MAXSEG",
     )?;
-    s.connect_timeout(&dst.into(), Duration::from_secs(3))
+    s.connect_timeout(&dst.into(), CONNECT_TIMEOUT)
         .map_err(|e| format!("flow {} connecting to {dst}: {e}", plan.index))?;
-    s.set_write_timeout(Some(Duration::from_millis(20)))
-        .map_err(|e| format!("SO_SNDTIMEO: {e}"))?;
     let mut stream: std::net::TcpStream = s.into();
     let fd = stream.as_raw_fd();
     let stop = AtomicBool::new(false);
-    let chunk = vec![0x5au8; 1 << 16];
-    let mut written = 0u64;
     // The sampler reads the socket's fd; the scope ends (and joins it) before the socket
     // closes.
-    let (mut record, error) = std::thread::scope(|scope| {
+    let (mut record, outcome) = std::thread::scope(|scope| {
         let sampler = scope.spawn(|| sample(plan, fd, t0, &stop));
-        let mut error = None;
-        while Instant::now() < end {
-            match stream.write(&chunk) {
-                Ok(n) => written += n as u64,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => {
-                    error = Some(format!("flow {} writing: {e}", plan.index));
-                    break;
-                }
-            }
-        }
+        let outcome = match &plan.video {
+            None => bulk(&mut stream, end).map(|n| (n, None)),
+            Some(opts) => rdc_video::tcp::run(&mut stream, opts, t0, end, &stop)
+                .map(|r| (r.bytes_written, Some(r)))
+                .map_err(|e| e.to_string()),
+        };
         stop.store(true, Ordering::Relaxed);
         let record = sampler.join().unwrap_or_default();
-        (record, error)
+        (record, outcome)
     });
-    record.bytes_written = written;
     let _ = stream.shutdown(std::net::Shutdown::Both);
-    match error {
-        Some(e) => Err(e),
-        None => Ok(record),
-    }
+    let (written, video) = outcome.map_err(|e| format!("flow {} writing: {e}", plan.index))?;
+    record.bytes_written = written;
+    record.video = video;
+    Ok(record)
 }
 
-/// `TCP_INFO` on a grid of `bin / k` (about 10 ms) from `t0`; the segment counter at every
+/// Writes whenever the socket takes data, until `end`; the bytes written.
+fn bulk(stream: &mut std::net::TcpStream, end: Instant) -> Result<u64, String> {
+    stream
+        .set_write_timeout(Some(Duration::from_millis(20)))
+        .map_err(|e| format!("SO_SNDTIMEO: {e}"))?;
+    let chunk = vec![0x5au8; 1 << 16];
+    let mut written = 0u64;
+    while Instant::now() < end {
+        match stream.write(&chunk) {
+            Ok(n) => written += n as u64,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(written)
+}
+
+/// `TCP_INFO` on a grid of `bin / k` (about `plan.sample`) from `t0`; the segment counter at every
 /// bin boundary.
 fn sample(plan: &FlowPlan, fd: RawFd, t0: Instant, stop: &AtomicBool) -> SenderRecord {
-    let per_bin = (plan.bin.as_secs_f64() / 0.010).ceil().max(1.0) as u32;
+    let per_bin = (plan.bin.as_secs_f64() / plan.sample.as_secs_f64())
+        .ceil()
+        .max(1.0) as u32;
     let tick = plan.bin / per_bin;
     let bins = plan.bins();
     let mut at_boundary: Vec<Option<u64>> = vec![None; bins + 1];
@@ -267,5 +293,6 @@ fn sample(plan: &FlowPlan, fd: RawFd, t0: Instant, stop: &AtomicBool) -> SenderR
         sent_packets: cumulative.windows(2).map(|w| w[1] - w[0]).collect(),
         timeline,
         bytes_written: 0,
+        video: None,
     }
 }

@@ -2,6 +2,8 @@
 //! much they still oscillate (Fig. 3), how they share the link, and what the bottleneck's
 //! queue held. Pure functions, unit-tested on made-up series.
 
+use lowtide_media::rdc_video::LayerPoint;
+
 use crate::summary::Measured;
 
 /// Each point the mean of `w` bins from it on (a series `w - 1` shorter).
@@ -76,6 +78,33 @@ pub fn percentile(xs: &mut [u32], p: f64) -> Option<f64> {
     Some(f64::from(xs[rank.min(xs.len()) - 1]))
 }
 
+/// A stream's layers averaged over time in `[from_s, to_s)` (from its first point on, if
+/// later); `None` when the stream has no point before `to_s`.
+pub fn mean_layers(points: &[LayerPoint], from_s: f64, to_s: f64) -> Option<f64> {
+    let start = points.first()?.t_s.max(from_s);
+    if start >= to_s {
+        return None;
+    }
+    let mut area = 0.0;
+    for (i, p) in points.iter().enumerate() {
+        let next = points.get(i + 1).map_or(to_s, |q| q.t_s.min(to_s));
+        let a = p.t_s.max(start);
+        if next > a {
+            area += f64::from(p.layers) * (next - a);
+        }
+    }
+    Some(area / (to_s - start))
+}
+
+/// Mean, population standard deviation, smallest and largest of `xs`.
+pub fn spread(xs: &[f64]) -> Option<(f64, f64, f64, f64)> {
+    let m = mean(xs)?;
+    let sd = (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / xs.len() as f64).sqrt();
+    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some((m, sd, min, max))
+}
+
 fn mean(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
@@ -124,6 +153,21 @@ mod tests {
         assert!((o.value.unwrap() - 0.5).abs() < 1e-9);
         assert_eq!(oscillation(&[steady], 0).value, Some(0.0));
         assert_eq!(oscillation(&[vec![0, 0]], 0).value, None);
+    }
+
+    #[test]
+    fn layers_are_averaged_over_time_within_the_window() {
+        let p = |t_s: f64, layers: u32| LayerPoint { t_s, layers };
+        // 1 layer from 2 s, 3 from 6 s, 2 from 8 s; window [4, 10): 2×1 + 2×3 + 2×2 = 12.
+        let pts = [p(2.0, 1), p(6.0, 3), p(8.0, 2)];
+        assert_eq!(mean_layers(&pts, 4.0, 10.0), Some(2.0));
+        // A stream that starts inside the window counts from its start.
+        assert_eq!(mean_layers(&pts, 0.0, 6.0), Some(1.0));
+        assert_eq!(mean_layers(&pts, 0.0, 2.0), None);
+        assert_eq!(mean_layers(&[], 0.0, 2.0), None);
+        let (m, sd, min, max) = spread(&[2.0, 4.0]).unwrap();
+        assert_eq!((m, sd, min, max), (3.0, 1.0, 2.0, 4.0));
+        assert_eq!(spread(&[]), None);
     }
 
     #[test]

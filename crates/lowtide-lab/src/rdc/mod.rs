@@ -1,5 +1,6 @@
 //! The lab's RDC experiments (Hsiao, Kung and Tan, "Streaming Video over TCP with
-//! Receiver-based Delay Control", Sections 3 and 5): bulk TCP flows through one bottleneck,
+//! Receiver-based Delay Control", Sections 3 and 5): bulk TCP flows or the paper's layered
+//! video streams (`[rdc.video]`, `lowtide_media::rdc_video`) through one bottleneck,
 //! one emulated dumbbell per variant (drop-tail, RED with ECN, the RDC cell in exact or 1-bit
 //! mode), and for the RDC variants the receiver agent of `lowtide-rdc` running in each
 //! receiver's namespace for the length of the trial.
@@ -8,11 +9,13 @@
 //! scenarios/rdc-fig3.toml`); the measured-stream scenarios are untouched.
 //!
 //! - [`scenario`]: the file, checked;
-//! - [`flows`]: the flows (packet size, window cap, start times, packets per bin, `TCP_INFO`);
+//! - [`flows`]: the flows (packet size, window cap, start times, packets per bin, `TCP_INFO`,
+//!   bulk or video);
 //! - [`agents`]: the agent in the receivers, stopped and checked for leftover rules;
 //! - [`trial`]: one variant on its own network;
 //! - [`measure`]: settling time, oscillation, shares, percentiles;
-//! - [`summary`]: `summary.json` and the printed table; [`plot`]: Fig. 3.
+//! - [`summary`]: `summary.json` and the printed table; [`plot`]: Fig. 3, and for video
+//!   Fig. 6/8 (layers) and Fig. 7 (queue).
 //!
 //! Where we differ from the paper: real Linux TCP (the scenario's congestion control) in
 //! namespaces, not ns-2; packets per bin are counted at the sender (`tcpi_data_segs_out`,
@@ -46,6 +49,11 @@ pub struct RdcOptions {
 pub const SUMMARY: &str = "summary.json";
 pub const FLOWS_CSV: &str = "flows.csv";
 pub const PLOT: &str = "packets-per-bin.svg";
+pub const LAYERS_CSV: &str = "layers.csv";
+pub const LAYERS_PLOT: &str = "layers.svg";
+pub const QUEUE_PLOT: &str = "queue.svg";
+/// Streams drawn per panel of the layers figure (the paper shows 10 of its 100).
+const STREAMS_DRAWN: usize = 10;
 
 /// Runs every variant, one trial each, and writes the run folder: `summary.json`,
 /// `flows.csv` (packets sent and bytes received per flow per bin), `scenario-as-run.toml`,
@@ -162,19 +170,70 @@ fn write_folder(
         }
     }
     csv.flush().map_err(io(FLOWS_CSV))?;
-    let panels: Vec<plot::Panel> = trials
+    let panels: Vec<(String, Vec<&[u64]>)> = trials
         .iter()
-        .map(|t| plot::Panel {
-            title: t.variant.clone(),
-            flows: t
+        .map(|t| {
+            let flows = t
                 .senders
                 .iter()
                 .map(|x| x.as_ref().map_or(&[][..], |x| x.sent_packets.as_slice()))
-                .collect(),
+                .collect();
+            (t.variant.clone(), flows)
         })
         .collect();
     if !panels.is_empty() {
         plot::packets_per_bin(&dir.join(PLOT), bin_s, &panels)?;
     }
+    if s.rdc.video.is_some() {
+        write_video_figures(dir, s, trials)?;
+    }
     Ok(())
+}
+
+/// Video runs: `layers.csv` (every stream's layer count at its start and after each change),
+/// the layers figure (Fig. 6 and 8: the first streams of each variant) and the bottleneck
+/// queue (Fig. 7: after each dequeue, in the measurement window).
+fn write_video_figures(
+    dir: &Path,
+    s: &RdcScenario,
+    trials: &[trial::TrialRecord],
+) -> Result<(), LabError> {
+    let io = |e: std::io::Error| LabError::io(format!("writing {LAYERS_CSV}"), e);
+    let mut csv = std::io::BufWriter::new(std::fs::File::create(dir.join(LAYERS_CSV)).map_err(io)?);
+    writeln!(csv, "variant,stream,t_s,layers").map_err(io)?;
+    let mut layer_panels = vec![];
+    let mut queue_panels = vec![];
+    for t in trials {
+        let mut lines = vec![];
+        for (i, snd) in t.senders.iter().enumerate() {
+            let Some(v) = snd.as_ref().and_then(|x| x.video.as_ref()) else {
+                continue;
+            };
+            for p in &v.layers {
+                writeln!(csv, "{},{i},{:.3},{}", t.variant, p.t_s, p.layers).map_err(io)?;
+            }
+            if lines.len() < STREAMS_DRAWN {
+                let pts: Vec<(f64, u32)> = v.layers.iter().map(|p| (p.t_s, p.layers)).collect();
+                lines.push(plot::steps(&pts, s.rdc.duration_s));
+            }
+        }
+        layer_panels.push(plot::Panel {
+            title: t.variant.clone(),
+            lines,
+        });
+        let step = (t.queue.len() / 4000).max(1);
+        let queue: Vec<(f64, f64)> = t
+            .queue
+            .iter()
+            .step_by(step)
+            .map(|q| (q.t_us as f64 / 1e6, f64::from(q.packets)))
+            .collect();
+        queue_panels.push(plot::Panel {
+            title: t.variant.clone(),
+            lines: vec![queue],
+        });
+    }
+    csv.flush().map_err(io)?;
+    plot::stacked(&dir.join(LAYERS_PLOT), "layers", &layer_panels)?;
+    plot::stacked(&dir.join(QUEUE_PLOT), "queue (packets)", &queue_panels)
 }

@@ -1,5 +1,6 @@
-//! Fig. 3 as we measured it: packets each flow sent per bin over time, one panel per variant
-//! (SVG, and a PNG copy beside it).
+//! The figures as we measured them, one panel per variant, stacked on a shared time axis (SVG,
+//! and a PNG copy beside it): packets each flow sent per bin (Fig. 3), layers per video
+//! stream (Fig. 6 and 8), the bottleneck queue (Fig. 7).
 
 use std::path::Path;
 
@@ -7,10 +8,10 @@ use plotters::prelude::*;
 
 use crate::LabError;
 
-/// One panel: a variant's name and each flow's packets per bin.
-pub struct Panel<'a> {
+/// One panel: a variant's name and its lines, each a series of (seconds, value).
+pub struct Panel {
     pub title: String,
-    pub flows: Vec<&'a [u64]>,
+    pub lines: Vec<Vec<(f64, f64)>>,
 }
 
 const FLOW_COLORS: [RGBColor; 4] = [
@@ -20,62 +21,94 @@ const FLOW_COLORS: [RGBColor; 4] = [
     RGBColor(148, 103, 189),
 ];
 
-/// Draws `panels` stacked, sharing the time axis (`bin_s` per point).
-pub fn packets_per_bin(path: &Path, bin_s: f64, panels: &[Panel]) -> Result<(), LabError> {
-    let err = |e: String| LabError::io("drawing the packets-per-bin plot", e);
+/// Fig. 3: packets per bin of `bin_s`, one line per flow.
+pub fn packets_per_bin(
+    path: &Path,
+    bin_s: f64,
+    panels: &[(String, Vec<&[u64]>)],
+) -> Result<(), LabError> {
+    let panels: Vec<Panel> = panels
+        .iter()
+        .map(|(title, flows)| Panel {
+            title: title.clone(),
+            lines: flows
+                .iter()
+                .map(|f| {
+                    f.iter()
+                        .enumerate()
+                        .map(|(k, &n)| ((k as f64 + 0.5) * bin_s, n as f64))
+                        .collect()
+                })
+                .collect(),
+        })
+        .collect();
+    stacked(
+        path,
+        &format!("packets / {:.0} ms", bin_s * 1000.0),
+        &panels,
+    )
+}
+
+/// Fig. 6 and 8: a stream's layer count as steps from its points (seconds, layers) to `end_s`.
+pub fn steps(points: &[(f64, u32)], end_s: f64) -> Vec<(f64, f64)> {
+    let mut out = vec![];
+    for (i, &(t, n)) in points.iter().enumerate() {
+        let next = points.get(i + 1).map_or(end_s, |p| p.0);
+        out.push((t, f64::from(n)));
+        out.push((next, f64::from(n)));
+    }
+    out
+}
+
+/// Draws `panels` stacked, sharing the time axis; a legend names the lines when there are
+/// few of them (flow A, B, ...).
+pub fn stacked(path: &Path, y_desc: &str, panels: &[Panel]) -> Result<(), LabError> {
+    let err = |e: String| LabError::io(format!("drawing {}", path.display()), e);
     let height = 40 + 220 * panels.len() as u32;
     {
         let root = SVGBackend::new(path, (960, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
         let areas = root.split_evenly((panels.len().max(1), 1));
-        let ymax = panels
-            .iter()
-            .flat_map(|p| p.flows.iter().flat_map(|f| f.iter().copied()))
-            .max()
-            .unwrap_or(1) as f64
-            * 1.1;
-        let xmax = panels
-            .iter()
-            .flat_map(|p| p.flows.iter().map(|f| f.len()))
-            .max()
-            .unwrap_or(1) as f64
-            * bin_s;
+        let points = || panels.iter().flat_map(|p| p.lines.iter().flatten());
+        let ymax = points().map(|p| p.1).fold(1.0, f64::max) * 1.1;
+        let xmax = points().map(|p| p.0).fold(1.0, f64::max);
         for (area, panel) in areas.iter().zip(panels) {
             let mut chart = ChartBuilder::on(area)
                 .caption(&panel.title, ("sans-serif", 16))
                 .margin(8)
                 .x_label_area_size(32)
                 .y_label_area_size(56)
-                .build_cartesian_2d(0f64..xmax, 0f64..ymax.max(1.0))
+                .build_cartesian_2d(0f64..xmax, 0f64..ymax)
                 .map_err(|e| err(e.to_string()))?;
             chart
                 .configure_mesh()
                 .x_desc("time (s)")
-                .y_desc(format!("packets / {:.0} ms", bin_s * 1000.0))
+                .y_desc(y_desc)
                 .draw()
                 .map_err(|e| err(e.to_string()))?;
-            for (i, flow) in panel.flows.iter().enumerate() {
+            let legend = panel.lines.len() <= FLOW_COLORS.len();
+            for (i, line) in panel.lines.iter().enumerate() {
                 let color = FLOW_COLORS[i % FLOW_COLORS.len()];
-                chart
-                    .draw_series(LineSeries::new(
-                        flow.iter()
-                            .enumerate()
-                            .map(|(k, &n)| ((k as f64 + 0.5) * bin_s, n as f64)),
-                        color.stroke_width(1),
-                    ))
-                    .map_err(|e| err(e.to_string()))?
-                    .label(format!("flow {}", (b'A' + i as u8) as char))
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 4), (x + 10, y + 4)], color.filled())
-                    });
+                let series = chart
+                    .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(1)))
+                    .map_err(|e| err(e.to_string()))?;
+                if legend {
+                    series
+                        .label(format!("flow {}", (b'A' + i as u8) as char))
+                        .legend(move |(x, y)| {
+                            Rectangle::new([(x, y - 4), (x + 10, y + 4)], color.filled())
+                        });
+                }
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| err(e.to_string()))?;
+            if legend {
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperRight)
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .draw()
+                    .map_err(|e| err(e.to_string()))?;
+            }
         }
         root.present().map_err(|e| err(e.to_string()))?;
     }

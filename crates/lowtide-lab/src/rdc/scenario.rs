@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::scenario::PaperFigure;
 
+/// Flows a scenario may have.
+pub const MAX_FLOWS: usize = 256;
+
 /// A whole RDC scenario file. Its `[rdc]` table is what marks it as one.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -19,8 +22,8 @@ pub struct RdcScenario {
     #[serde(default)]
     pub paper: PaperFigure,
     pub rdc: RunSettings,
-    /// Flow i goes from sender i to receiver i; `senders` and `receivers` must equal
-    /// `rdc.flows`.
+    /// Flow i goes from sender `i % senders` to receiver `i % receivers`; `senders` and
+    /// `receivers` are equal and at most `rdc.flows` (the dumbbell has at most 32 of each).
     pub topology: TopologyConfig,
     #[serde(rename = "variant")]
     pub variants: Vec<RdcVariant>,
@@ -72,6 +75,73 @@ pub struct RunSettings {
     /// The receivers' first TCP port (flow i listens on `port + i`).
     #[serde(default = "port")]
     pub port: u16,
+    /// How often each sender reads `TCP_INFO`, ms (fewer wake-ups for many flows).
+    #[serde(default = "sample_ms")]
+    pub sample_ms: f64,
+    /// Present: every flow is the paper's layered video source (Section 4.3), not bulk.
+    #[serde(default)]
+    pub video: Option<VideoSettings>,
+}
+
+/// The layered video source of every flow (Section 5.1's values by default). A layer is
+/// `layer_kbytes_per_s` of packets of `packet_bytes` on the wire (the source runs once every
+/// `packet_bytes / layer rate`: 50 ms), the send buffer's size is `window_packets`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VideoSettings {
+    #[serde(default = "layer_kbytes")]
+    pub layer_kbytes_per_s: f64,
+    /// T_add, packets.
+    #[serde(default)]
+    pub add_at_most: u32,
+    /// T_drop, packets.
+    #[serde(default = "drop_above")]
+    pub drop_above: u32,
+    /// The interval of observations at most T_add before a layer is added, s.
+    #[serde(default = "add_after")]
+    pub add_after_s: f64,
+    #[serde(default = "one_layer")]
+    pub initial_layers: u32,
+    #[serde(default = "max_layers")]
+    pub max_layers: u32,
+    /// `unsent` (`SIOCOUTQNSD`, the paper's ns-2 buffer) or `unacked` (`SIOCOUTQ`).
+    #[serde(default)]
+    pub occupancy: lowtide_media::rdc_video::Occupancy,
+}
+
+fn layer_kbytes() -> f64 {
+    20.0
+}
+fn drop_above() -> u32 {
+    20
+}
+fn add_after() -> f64 {
+    15.0
+}
+fn one_layer() -> u32 {
+    1
+}
+fn max_layers() -> u32 {
+    16
+}
+fn sample_ms() -> f64 {
+    10.0
+}
+
+impl VideoSettings {
+    /// The source's parameters for flows of this run.
+    pub fn source(&self, r: &RunSettings) -> lowtide_media::rdc_video::SourceConfig {
+        lowtide_media::rdc_video::SourceConfig {
+            segment_bytes: r.packet_bytes as u32,
+            layer_bytes_per_s: self.layer_kbytes_per_s * 1000.0,
+            buffer_packets: r.window_packets,
+            add_at_most: self.add_at_most,
+            drop_above: self.drop_above,
+            add_after: std::time::Duration::from_secs_f64(self.add_after_s.clamp(0.0, 1e6)),
+            initial_layers: self.initial_layers,
+            max_layers: self.max_layers,
+        }
+    }
 }
 
 fn quick_duration() -> f64 {
@@ -147,6 +217,10 @@ pub struct RdcGoal {
     pub min: Option<f64>,
     #[serde(default)]
     pub max: Option<f64>,
+    /// The bound is on this variant's metric over the named variant's (Table 1: 1-bit RDC's
+    /// timeouts at most ECN's / 100); over a base of 0 the ratio is the value itself.
+    #[serde(default)]
+    pub relative_to: Option<String>,
     #[serde(default)]
     pub why: String,
 }
@@ -166,6 +240,10 @@ pub enum RdcMetric {
     LossRate,
     /// Seconds after the last flow started until every flow settled.
     SettlingS,
+    /// Video: the streams' mean layers in the window.
+    LayersMean,
+    /// Video: the standard deviation of the streams' mean layers.
+    LayersSpread,
 }
 
 impl RdcMetric {
@@ -177,6 +255,8 @@ impl RdcMetric {
             RdcMetric::Timeouts => "timeouts",
             RdcMetric::LossRate => "loss_rate",
             RdcMetric::SettlingS => "settling_s",
+            RdcMetric::LayersMean => "layers_mean",
+            RdcMetric::LayersSpread => "layers_spread",
         }
     }
 }
@@ -258,7 +338,25 @@ impl RdcScenario {
             r.measure_from_s,
             format!("0 up to duration_s - 1 ({})", r.duration_s - 1.0),
         )?;
-        check((1..=32).contains(&r.flows), "rdc.flows", r.flows, "1 to 32")?;
+        check(
+            (1..=MAX_FLOWS).contains(&r.flows),
+            "rdc.flows",
+            r.flows,
+            "1 to 256",
+        )?;
+        check(
+            (1.0..=1000.0).contains(&r.sample_ms) && r.sample_ms <= r.bin_ms,
+            "rdc.sample_ms",
+            r.sample_ms,
+            "1 to 1000 ms, at most bin_ms",
+        )?;
+        if let Some(v) = &r.video {
+            v.source(r).check().map_err(|e| RdcScenarioError::Field {
+                field: format!("rdc.video: {}", e.field),
+                value: e.value,
+                allowed: e.allowed.into(),
+            })?;
+        }
         check(
             (200..=1500).contains(&r.packet_bytes),
             "rdc.packet_bytes",
@@ -323,10 +421,10 @@ impl RdcScenario {
         )?;
         let t = &self.topology;
         check(
-            t.senders == r.flows && t.receivers == r.flows,
+            t.senders == t.receivers && t.senders <= r.flows,
             "topology.senders/receivers",
             format!("{}/{}", t.senders, t.receivers),
-            format!("both equal to rdc.flows ({})", r.flows),
+            format!("equal, and at most rdc.flows ({})", r.flows),
         )?;
         t.validate()
             .map_err(|e| RdcScenarioError::Topology(e.to_string()))?;
@@ -365,6 +463,14 @@ impl RdcScenario {
                 &g.variant,
                 "the name of a [[variant]]",
             )?;
+            if let Some(other) = &g.relative_to {
+                check(
+                    self.variants.iter().any(|v| &v.name == other),
+                    format!("goal[{i}].relative_to"),
+                    other,
+                    "the name of a [[variant]]",
+                )?;
+            }
             check(
                 g.min.is_some() || g.max.is_some(),
                 format!("goal[{i}]"),
@@ -392,6 +498,11 @@ impl RdcScenario {
                 }
             })
             .collect()
+    }
+
+    /// The sender and receiver host of flow `i`.
+    pub fn host_of(&self, flow: usize) -> usize {
+        flow % self.topology.senders.max(1)
     }
 
     /// The topology a variant runs on.

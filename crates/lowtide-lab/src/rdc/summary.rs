@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::agents::AgentReport;
+use super::flows::SenderRecord;
 use super::measure;
 use super::scenario::{RdcMetric, RdcScenario};
 use super::trial::TrialRecord;
@@ -65,8 +66,78 @@ pub struct VariantSummary {
     pub share_ratio: Measured,
     /// Exact RDC: the delays the router wrote, ms.
     pub rdc_delay_ms: Option<lowtide_netem::Percentiles>,
+    /// Video flows: the layers each stream sent, over the window (Fig. 6 and 8).
+    pub layers: Option<LayerSummary>,
+    /// How late the emulator sent packets on the forward link (is it keeping up?), ms.
+    pub emulator_lateness_ms: Option<lowtide_netem::Percentiles>,
     pub agents: Vec<AgentReport>,
     pub errors: Vec<String>,
+}
+
+/// The video streams' layers in the window: each stream's time-weighted mean, then across
+/// streams.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerSummary {
+    /// Mean over streams of each stream's mean layers.
+    pub mean: Measured,
+    /// Standard deviation of the streams' means (unfairness), and the lowest and highest.
+    pub spread: Measured,
+    pub min_stream: Measured,
+    pub max_stream: Measured,
+    /// Layer changes (adds and drops) per stream per minute, over the whole run.
+    pub changes_per_min: Measured,
+    pub adds: u64,
+    pub drops: u64,
+    /// Segments the sources skipped (send buffer full), and the kernel refused.
+    pub skipped_segments: u64,
+    pub refused_segments: u64,
+    pub per_stream: Vec<Measured>,
+}
+
+/// The layer numbers of a trial's video senders; `None` when no flow ran video.
+pub fn layer_summary(senders: &[Option<SenderRecord>], window: Window) -> Option<LayerSummary> {
+    let videos: Vec<Option<&lowtide_media::rdc_video::TcpSourceRecord>> = senders
+        .iter()
+        .map(|s| s.as_ref().and_then(|s| s.video.as_ref()))
+        .collect();
+    if videos.iter().all(Option::is_none) {
+        return None;
+    }
+    let per_stream: Vec<Measured> = videos
+        .iter()
+        .map(|v| match v {
+            Some(v) => Measured::new(
+                measure::mean_layers(&v.layers, window.from_s, window.to_s),
+                v.layers.len(),
+            ),
+            None => Measured::new(None, 0),
+        })
+        .collect();
+    let means: Vec<f64> = per_stream.iter().filter_map(|m| m.value).collect();
+    let n = means.len();
+    let stats = measure::spread(&means);
+    let pick = |f: fn((f64, f64, f64, f64)) -> f64| Measured::new(stats.map(f), n);
+    let with: Vec<_> = videos.iter().flatten().collect();
+    let duration_min = window.to_s / 60.0;
+    let changes: u64 = with
+        .iter()
+        .map(|v| v.counters.adds + v.counters.drops)
+        .sum();
+    Some(LayerSummary {
+        mean: pick(|s| s.0),
+        spread: pick(|s| s.1),
+        min_stream: pick(|s| s.2),
+        max_stream: pick(|s| s.3),
+        changes_per_min: Measured::new(
+            (!with.is_empty()).then(|| changes as f64 / with.len() as f64 / duration_min),
+            with.len(),
+        ),
+        adds: with.iter().map(|v| v.counters.adds).sum(),
+        drops: with.iter().map(|v| v.counters.drops).sum(),
+        skipped_segments: with.iter().map(|v| v.counters.skipped).sum(),
+        refused_segments: with.iter().map(|v| v.refused_segments).sum(),
+        per_stream,
+    })
 }
 
 pub use crate::goals::ExperimentGoalResult as GoalResult;
@@ -139,6 +210,11 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         p99: Measured::new(measure::percentile(&mut q, 99.0), n),
         max: Measured::new(q.last().map(|&x| f64::from(x)), n),
     };
+    let layers = layer_summary(&t.senders, window);
+    let lateness = t
+        .forward
+        .as_ref()
+        .and_then(|f| (f.lateness_ms.count > 0).then_some(f.lateness_ms));
     let (loss, utilization, drops, marks, delay) = match &t.forward {
         Some(f) => {
             let arrived = f.arrived_packets as usize;
@@ -182,6 +258,8 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         goodput_mbps: goodput,
         share_ratio: share,
         rdc_delay_ms: delay,
+        layers,
+        emulator_lateness_ms: lateness,
         agents: t.agents.clone(),
         errors: t.errors.clone(),
     }
@@ -196,6 +274,11 @@ impl VariantSummary {
             RdcMetric::Timeouts => self.timeouts,
             RdcMetric::LossRate => self.loss_rate,
             RdcMetric::SettlingS => self.settling_s,
+            RdcMetric::LayersMean => self.layers.as_ref().map_or(Measured::default(), |l| l.mean),
+            RdcMetric::LayersSpread => self
+                .layers
+                .as_ref()
+                .map_or(Measured::default(), |l| l.spread),
         }
     }
 }
@@ -205,20 +288,40 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
     s.goals
         .iter()
         .map(|g| {
-            let measured = variants
-                .iter()
-                .find(|v| v.name == g.variant)
-                .map_or(Measured::default(), |v| v.metric(g.metric));
-            GoalResult::judge(
-                &g.variant,
-                g.metric.as_str(),
-                g.min,
-                g.max,
-                measured,
-                &g.why,
-            )
+            let metric = |name: &str| {
+                variants
+                    .iter()
+                    .find(|v| v.name == name)
+                    .map_or(Measured::default(), |v| v.metric(g.metric))
+            };
+            let measured = metric(&g.variant);
+            let (measured, label) = match &g.relative_to {
+                None => (measured, g.metric.as_str().to_string()),
+                Some(other) => {
+                    let base = metric(other);
+                    let ratio = match (measured.value, base.value) {
+                        (Some(x), Some(b)) => Some(ratio_of(x, b)),
+                        _ => None,
+                    };
+                    (
+                        Measured::new(ratio, measured.samples.min(base.samples)),
+                        format!("{} / {other}'s", g.metric.as_str()),
+                    )
+                }
+            };
+            GoalResult::judge(&g.variant, &label, g.min, g.max, measured, &g.why)
         })
         .collect()
+}
+
+/// `x / base`; over a base of 0 (ECN with no timeout at all), `x` itself, as if the base
+/// were one event: 0 against 0 is 0 (met), anything against 0 is not a small ratio.
+fn ratio_of(x: f64, base: f64) -> f64 {
+    if base > 0.0 {
+        x / base
+    } else {
+        x
+    }
 }
 
 fn show(m: &Measured, f: impl Fn(f64) -> String) -> String {
@@ -251,6 +354,26 @@ pub fn text_table(s: &RdcSummary) -> String {
             v.paper
         );
     }
+    for v in &s.variants {
+        if let Some(l) = &v.layers {
+            out += &format!(
+                "{:<12} layers mean {} spread {} (streams {} to {}), {} changes/stream/min, {} skipped segments\n",
+                v.name,
+                show(&l.mean, |x| format!("{x:.2}")),
+                show(&l.spread, |x| format!("{x:.2}")),
+                show(&l.min_stream, |x| format!("{x:.2}")),
+                show(&l.max_stream, |x| format!("{x:.2}")),
+                show(&l.changes_per_min, |x| format!("{x:.2}")),
+                l.skipped_segments,
+            );
+        }
+        if let Some(late) = &v.emulator_lateness_ms {
+            out += &format!(
+                "{:<12} emulator lateness p99 {:.3} ms, max {:.1} ms over {} packets\n",
+                v.name, late.p99, late.max, late.count
+            );
+        }
+    }
     for g in &s.goals {
         out += &format!(
             "goal {} {} {}{}{}: {} ({})\n",
@@ -267,4 +390,16 @@ pub fn text_table(s: &RdcSummary) -> String {
         out += &format!("error: {e}\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_over_a_zero_base_is_the_value_itself() {
+        assert_eq!(ratio_of(2.0, 675.0), 2.0 / 675.0);
+        assert_eq!(ratio_of(0.0, 0.0), 0.0);
+        assert_eq!(ratio_of(84.0, 0.0), 84.0);
+    }
 }

@@ -12,6 +12,7 @@ use super::agents::{AgentReport, Agents};
 use super::flows::{self, FlowPlan, ReceiverRecord, SenderRecord};
 use super::scenario::{RdcScenario, RdcVariant};
 use crate::LabError;
+use lowtide_media::rdc_video::TcpSourceOptions;
 
 /// Everything one variant's trial recorded.
 #[derive(Debug, Clone)]
@@ -48,7 +49,13 @@ pub fn run_variant(
             window_packets: r.window_packets,
             congestion: r.congestion.clone(),
             bin: Duration::from_secs_f64(r.bin_ms / 1000.0),
+            sample: Duration::from_secs_f64(r.sample_ms / 1000.0),
             duration: Duration::from_secs_f64(r.duration_s),
+            video: r.video.as_ref().map(|v| TcpSourceOptions {
+                source: v.source(r),
+                payload_bytes: flows::payload_of(r.packet_bytes),
+                occupancy: v.occupancy,
+            }),
         })
         .collect();
     progress(&format!("{}: building the network", v.name));
@@ -67,8 +74,12 @@ pub fn run_variant(
     // Declared after `net`: dropped (stopped, chains removed) before the namespaces go.
     let agents = match v.agent {
         Some(mode) => {
-            let with: Vec<usize> = (0..r.flows).filter(|&f| v.has_agent(f)).collect();
-            Some(Agents::start(&net, mode, &with, |f| plans[f].port)?)
+            // One agent per receiver host, for the ports of its flows that have one.
+            let mut ports: Vec<Vec<u16>> = vec![vec![]; s.topology.receivers];
+            for f in (0..r.flows).filter(|&f| v.has_agent(f)) {
+                ports[s.host_of(f)].push(plans[f].port);
+            }
+            Some(Agents::start(&net, mode, &ports)?)
         }
         None => None,
     };
@@ -77,20 +88,24 @@ pub fn run_variant(
     for p in &plans {
         let plan = p.clone();
         let (tx, rx) = std::sync::mpsc::channel();
-        receivers.push(net.receiver(p.index).spawn("rdc-sink", move || {
-            flows::receive(&plan, t0, move || {
-                let _ = tx.send(());
-            })
-        })?);
+        receivers.push(
+            net.receiver(s.host_of(p.index))
+                .spawn("rdc-sink", move || {
+                    flows::receive(&plan, t0, move || {
+                        let _ = tx.send(());
+                    })
+                })?,
+        );
         // Listening before any sender connects (a failed receiver ends its wait too).
         let _ = rx.recv_timeout(Duration::from_secs(5));
     }
     let mut senders = vec![];
     for p in &plans {
         let plan = p.clone();
-        let dst = SocketAddr::from((net.receiver(p.index).addr(), p.port));
+        let host = s.host_of(p.index);
+        let dst = SocketAddr::from((net.receiver(host).addr(), p.port));
         senders.push(
-            net.sender(p.index)
+            net.sender(host)
                 .spawn("rdc-source", move || flows::send(&plan, dst, t0))?,
         );
     }
@@ -146,12 +161,12 @@ pub fn run_variant(
     let agents = agents.map(|a| a.stop(&net)).unwrap_or_default();
     for a in &agents {
         if let Some(e) = &a.error {
-            errors.push(format!("flow {} agent: {e}", a.flow));
+            errors.push(format!("receiver {} agent: {e}", a.receiver));
         }
         if !a.chains_left.is_empty() {
             errors.push(format!(
-                "flow {} agent left iptables chains behind: {}",
-                a.flow,
+                "receiver {} agent left iptables chains behind: {}",
+                a.receiver,
                 a.chains_left.join(", ")
             ));
         }
