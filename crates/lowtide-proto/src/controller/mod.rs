@@ -129,6 +129,13 @@ pub trait LatencyController: Send + std::fmt::Debug {
     /// Whether [`decide`](Self::decide) reads the kernel snapshot (the driver may skip sampling
     /// `TCP_INFO` otherwise).
     fn needs_tcp_state(&self) -> bool;
+    /// Whether [`decide`](Self::decide) must also see the kernel while the connection has
+    /// nothing to send (it follows the queue over time, as DBAT's congestion detection does).
+    /// A controller whose decision is a pure function of its inputs returns `false`, and the
+    /// driver then skips the kernel sample and the decision while nothing is queued or staged.
+    fn watches_idle(&self) -> bool {
+        true
+    }
     /// The decision for this write opportunity.
     fn decide(&mut self, tcp: &TcpState, app: &AppProgress, now: Instant) -> Decision;
     /// A P-ACK arrived (only [`PaceA`] uses it).
