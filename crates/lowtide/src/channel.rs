@@ -3,8 +3,9 @@
 //! The application's handle ([`Channel`]) and the driver task share the connection behind a
 //! mutex; the driver owns the socket. The driver loop is: read (within the receive budget) →
 //! `handle_bytes`; sample the kernel → `poll_transmit` → `writev` → `handle_written`, repeated
-//! while the controller allows; publish events; then sleep on exactly the readiness the
-//! decision asks for (readable, writable with `TCP_NOTSENT_LOWAT`, a timer, or the app).
+//! while the controller allows (skipped, or on the last sample, when nothing can be staged);
+//! publish events; then sleep on exactly the readiness the decision asks for (readable,
+//! writable with `TCP_NOTSENT_LOWAT`, a timer, or the app).
 
 use std::collections::VecDeque;
 use std::io;
