@@ -412,6 +412,19 @@ pub struct DecisionRecord {
     pub decision: Decision,
 }
 
+/// What a write opportunity has to do ([`Connection::transmit_work`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransmitWork {
+    /// Nothing: no data or control frames to send, and the controller decides only about
+    /// sending (its decision would change nothing).
+    Nothing,
+    /// Only control frames, which bypass the controller: the decision cannot stage data.
+    ControlOnly,
+    /// Data may be staged (or the controller follows the kernel while idle, or decisions are
+    /// recorded): a decision on a fresh kernel sample.
+    Decide,
+}
+
 #[derive(Debug)]
 struct Marker {
     start: u64,
@@ -1056,6 +1069,35 @@ impl Connection {
     /// ```
     pub fn has_queued(&self) -> bool {
         self.queued_bytes > 0 || self.streams.values().any(|s| !s.queue.is_empty())
+    }
+
+    /// An upper bound on the bytes that staging everything queued takes on the wire: the
+    /// payload plus, for every frame it can make, the largest data frame header. A staging
+    /// pass cuts frames at quanta of at least 64 bytes (`Config::chunk_len`), at message ends
+    /// and once where its budget ends, so it makes at most `bytes / 64 + messages + 1`.
+    pub fn queued_wire_bound(&self) -> u64 {
+        let messages: usize = self.streams.values().map(|s| s.queue.len()).sum();
+        let frames = self.queued_bytes / 64 + messages as u64 + 1;
+        self.queued_bytes + frames * Frame::MAX_DATA_HEADER_LEN as u64
+    }
+
+    /// What a write opportunity has to do now, so that a driver can spare the kernel sample
+    /// where the decision cannot matter (call [`handle_timeout`](Self::handle_timeout) first:
+    /// it may stage a P-ACK or CANCEL).
+    pub fn transmit_work(&self) -> TransmitWork {
+        if self.has_queued()
+            || self.staged_len > 0
+            || !self.small.is_empty()
+            || self.probing.wanted
+            || self.decisions.is_some()
+            || self.controller.watches_idle()
+        {
+            TransmitWork::Decide
+        } else if !self.control.is_empty() {
+            TransmitWork::ControlOnly
+        } else {
+            TransmitWork::Nothing
+        }
     }
 
     /// Withdraws a message that is not yet completely staged. Returns `false` if it is no longer

@@ -36,6 +36,11 @@ impl MessageQueue {
         self.levels.is_empty()
     }
 
+    /// Messages queued (partly staged ones included).
+    pub fn len(&self) -> usize {
+        self.levels.values().map(VecDeque::len).sum()
+    }
+
     /// Appends a message; `seq` must be larger than any queued at this importance.
     pub fn push(&mut self, importance: u8, seq: u64, p: Pending) {
         let level = self.levels.entry(Reverse(importance)).or_default();

@@ -3,8 +3,9 @@
 //! The application's handle ([`Channel`]) and the driver task share the connection behind a
 //! mutex; the driver owns the socket. The driver loop is: read (within the receive budget) →
 //! `handle_bytes`; sample the kernel → `poll_transmit` → `writev` → `handle_written`, repeated
-//! while the controller allows; publish events; then sleep on exactly the readiness the
-//! decision asks for (readable, writable with `TCP_NOTSENT_LOWAT`, a timer, or the app).
+//! while the controller allows (skipped, or on the last sample, when nothing can be staged);
+//! publish events; then sleep on exactly the readiness the decision asks for (readable,
+//! writable with `TCP_NOTSENT_LOWAT`, a timer, or the app).
 //!
 //! ```
 //! # lowtide::current_thread_runtime()?.block_on(async {
@@ -39,7 +40,7 @@ use tokio::sync::Notify;
 
 use lowtide_proto::{
     Connection, DecisionRecord, Event, Message, MessageId, ProtocolError, Received, Side, Stats,
-    StreamConfig, TcpState, Wake,
+    StreamConfig, TcpState, TransmitWork, Wake,
 };
 
 use crate::config::ChannelConfig;
@@ -297,7 +298,8 @@ enum ListenerKind {
     Routed(Acceptor),
 }
 
-/// Binds a listener on `addr`.
+/// Binds a listener on `addr` (with `SO_REUSEADDR`; for `SO_REUSEPORT` or a socket handed
+/// over by a service manager, bind it yourself and use [`Listener::from_std`]).
 ///
 /// ```
 /// # lowtide::current_thread_runtime()?.block_on(async {
@@ -326,15 +328,61 @@ pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Er
     let inner = sock
         .listen(128)
         .map_err(|e| Error::io(format!("listen({addr})"), e))?;
-    let inner = if cfg.transport.failover.is_some() {
-        ListenerKind::Routed(Acceptor::spawn(inner, cfg.clone())?)
-    } else {
-        ListenerKind::Plain(inner)
-    };
-    Ok(Listener { inner, cfg, tls })
+    Listener::start(inner, cfg, tls)
 }
 
 impl Listener {
+    /// Accepts channels on a listening socket the caller bound, in the manner of tokio's
+    /// `TcpListener::from_std` and quinn's `Endpoint::new` (which takes a bound UDP socket):
+    /// the caller chooses the socket options. One process per core on one port is the case in
+    /// point: each binds its own socket with `SO_REUSEPORT` and the kernel spreads incoming
+    /// connections over them (`docs/scaling.md`). The socket is made non-blocking and gets the
+    /// options of `cfg` (congestion control, `TCP_NODELAY`, buffer sizes) as in
+    /// [`listen`]. Call it inside a tokio runtime with I/O enabled.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use socket2::{Domain, Socket, Type};
+    /// let addr: std::net::SocketAddr = "0.0.0.0:4000".parse()?;
+    /// let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    /// sock.set_reuse_port(true)?;
+    /// sock.bind(&addr.into())?;
+    /// sock.listen(1024)?;
+    /// let l = lowtide::Listener::from_std(sock.into(), lowtide::ChannelConfig::default())?;
+    /// let ch = l.accept().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_std(listener: std::net::TcpListener, cfg: ChannelConfig) -> Result<Self, Error> {
+        cfg.validate()?;
+        let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::io(
+                "Listener::from_std",
+                io::Error::other("called outside a tokio runtime; call it inside one"),
+            ));
+        }
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("fcntl(O_NONBLOCK) on the listener", e))?;
+        configure(listener.as_raw_fd(), &cfg)?;
+        let inner = TcpListener::from_std(listener)
+            .map_err(|e| Error::io("registering the listener with tokio", e))?;
+        Self::start(inner, cfg, tls)
+    }
+
+    fn start(
+        inner: TcpListener,
+        cfg: ChannelConfig,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Result<Self, Error> {
+        let inner = if cfg.transport.failover.is_some() {
+            ListenerKind::Routed(Acceptor::spawn(inner, cfg.clone())?)
+        } else {
+            ListenerKind::Plain(inner)
+        };
+        Ok(Listener { inner, cfg, tls })
+    }
+
     /// The bound address.
     ///
     /// ```
@@ -1705,7 +1753,7 @@ impl Driver {
             let direct = self.tls.is_none().then(|| g.conn.pending_frame()).flatten();
             let direct = direct.map(|(buf, need)| {
                 let want = need.min(budget);
-                (want, self.stream.try_read_buf(&mut buf.limit(want)))
+                (want, read_now(&mut self.stream, &mut buf.limit(want)))
             });
             let (want, n, handled) = if let Some((want, res)) = direct {
                 let Some(n) = read_result(res, &mut self.read_eof)? else {
@@ -1716,7 +1764,7 @@ impl Driver {
                 drop(g);
                 let want = budget.min(self.read_chunk);
                 self.rbuf.reserve(self.read_chunk);
-                let res = self.stream.try_read_buf(&mut (&mut self.rbuf).limit(want));
+                let res = read_now(&mut self.stream, &mut (&mut self.rbuf).limit(want));
                 let Some(n) = read_result(res, &mut self.read_eof)? else {
                     return Ok(None);
                 };
@@ -1744,26 +1792,52 @@ impl Driver {
 
     fn write_phase(&mut self, fd: RawFd) -> Result<WriteOutcome, Error> {
         let mut g = self.shared.lock();
+        // A fresh kernel sample per write phase, except where the decision cannot matter: the
+        // controller was open at the last pass and only decides about sending (`watches_idle`
+        // false), and nothing of ours can be staged. With nothing to send at all (a wake-up for
+        // a P-ACK that arrived, say) the phase is skipped; with only control frames (our own
+        // P-ACK, a CANCEL), which bypass the controller, the last snapshot stands in. Not while
+        // blocked: then the passes are what notice the kernel draining.
+        let mut work = TransmitWork::Decide;
+        if g.can_write {
+            g.conn.handle_timeout(Instant::now());
+            work = g.conn.transmit_work();
+            if work == TransmitWork::Nothing {
+                return Ok(WriteOutcome {
+                    kernel_full: false,
+                    wake: None,
+                });
+            }
+        }
         let mut wake = None;
         let mut kernel_full = false;
         let needs = g.conn.needs_tcp_state();
-        // One fresh kernel sample per write phase; after each write the snapshot is advanced
-        // by the bytes written (outq and notsent grow, nothing else can make the allowance
-        // larger than it really is), and re-sampled only when that stale view blocks.
-        let mut tcp = if needs {
-            sys::tcp_state(fd, self.kernel_written(&g))?
+        // After each write the snapshot is advanced by the bytes written (outq and notsent
+        // grow, nothing else can make the allowance larger than it really is), and re-sampled
+        // only when that stale view blocks.
+        let (mut tcp, mut fresh) = if needs && work == TransmitWork::Decide {
+            let tcp = sys::tcp_state(fd, self.kernel_written(&g))?;
+            g.last_tcp = tcp;
+            (tcp, true)
+        } else if needs {
+            // control frames only: a blocked view is re-sampled below, as after a write
+            (g.last_tcp, false)
         } else {
             // chunk sizing still wants the MSS
-            TcpState {
+            let tcp = TcpState {
                 mss: g.last_tcp.mss,
                 ..TcpState::default()
-            }
+            };
+            (tcp, true)
         };
-        let mut fresh = true;
-        g.last_tcp = tcp;
         // Stage no more than the kernel takes: the rest stays queued, where deadlines and
-        // cancellation still reach it.
-        let mut room = if g.conn.has_queued() {
+        // cancellation still reach it. The core stages at least one MSS whatever the room, so
+        // when everything queued fits in one MSS once framed the room cannot limit staging
+        // and its `getsockopt` is saved (the common case of one small message per wake-up).
+        let fits_one_mss = self.tls.is_none()
+            && g.conn.staged_len() == 0
+            && g.conn.queued_wire_bound() <= u64::from(tcp.mss_or_default());
+        let mut room = if g.conn.has_queued() && !fits_one_mss {
             Some(u64::from(sys::send_room(fd)?))
         } else {
             None
@@ -1937,6 +2011,20 @@ fn sys_shutdown_write(fd: RawFd) {
     unsafe {
         libc::shutdown(fd, libc::SHUT_WR);
     }
+}
+
+/// Reads what the socket holds now into `buf` (`WouldBlock` if nothing). Unlike
+/// `try_read_buf` this goes through tokio's `poll_read`, which takes a short read as proof
+/// that the socket is drained (epoll is edge-triggered) and clears the readiness without a
+/// race: the next wake-up does not spend a `recv` only to learn `EAGAIN` (one per P-ACK on a
+/// sending channel, one per read on a receiving one).
+fn read_now(stream: &mut TcpStream, buf: &mut impl BufMut) -> io::Result<usize> {
+    use futures_util::FutureExt;
+    use tokio::io::AsyncReadExt;
+    stream
+        .read_buf(buf)
+        .now_or_never()
+        .unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()))
 }
 
 /// A read's outcome: `Some(n)` bytes (0 at EOF, which is noted), `None` when nothing is

@@ -579,3 +579,88 @@ async fn tls_bulk_goodput_beside_plaintext() {
     ratios.sort_by(f64::total_cmp);
     eprintln!("median TLS/plaintext goodput: {:.2}", ratios[1]);
 }
+
+/// `SO_REUSEPORT` through [`lowtide::Listener::from_std`]: two listeners (as two server
+/// processes, one per core, would hold) share one port, the kernel spreads connections over
+/// both by their 4-tuple, and each accepts working channels. With 32 connections the chance
+/// that all land on one listener is 2·2⁻³², so the test does not flake.
+#[tokio::test(flavor = "current_thread")]
+async fn two_reuseport_listeners_share_a_port_and_both_accept_channels() {
+    const CHANNELS: usize = 32;
+    let bind = |addr: SocketAddr| {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_reuse_port(true).unwrap();
+        s.bind(&addr.into()).unwrap();
+        s.listen(128).unwrap();
+        std::net::TcpListener::from(s)
+    };
+    let first = bind(any_port());
+    let addr = first.local_addr().unwrap();
+    let second = bind(addr);
+    assert_eq!(second.local_addr().unwrap(), addr);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut acceptors = Vec::new();
+    for (index, std_listener) in [first, second].into_iter().enumerate() {
+        let l = lowtide::Listener::from_std(std_listener, ChannelConfig::default()).unwrap();
+        let tx = tx.clone();
+        acceptors.push(tokio::spawn(async move {
+            loop {
+                let ch = l.accept().await.unwrap();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let m = ch.recv().await.expect("one message");
+                    tx.send((index, m.data)).unwrap();
+                    ch.finished().await;
+                });
+            }
+        }));
+    }
+    let mut clients = Vec::new();
+    for i in 0..CHANNELS {
+        let ch = lowtide::connect(addr, ChannelConfig::default())
+            .await
+            .unwrap();
+        let s = ch.open_stream(StreamConfig::default()).unwrap();
+        ch.send(s, Message::new(format!("channel {i}").into_bytes()))
+            .unwrap();
+        clients.push(ch);
+    }
+    let mut per_listener = [0usize; 2];
+    let mut payloads = Vec::new();
+    for _ in 0..CHANNELS {
+        let (index, data) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("every channel's message arrives")
+            .unwrap();
+        per_listener[index] += 1;
+        payloads.push(String::from_utf8(data.to_vec()).unwrap());
+    }
+    payloads.sort();
+    let mut want: Vec<String> = (0..CHANNELS).map(|i| format!("channel {i}")).collect();
+    want.sort();
+    assert_eq!(payloads, want);
+    assert!(
+        per_listener.iter().all(|&n| n > 0),
+        "both listeners accept: {per_listener:?}"
+    );
+    for ch in &clients {
+        ch.close(0, "done").await;
+    }
+    for a in acceptors {
+        a.abort();
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn listener_from_std_outside_a_runtime_is_an_error() {
+    let std_listener = std::net::TcpListener::bind(any_port()).unwrap();
+    let r = std::thread::spawn(move || {
+        lowtide::Listener::from_std(std_listener, ChannelConfig::default()).map(|_| ())
+    })
+    .join()
+    .unwrap();
+    match r {
+        Err(Error::Io { what, .. }) => assert_eq!(what, "Listener::from_std"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -83,6 +83,9 @@ impl LatencyController for MinBuf {
     fn needs_tcp_state(&self) -> bool {
         true
     }
+    fn watches_idle(&self) -> bool {
+        false
+    }
     fn decide(&mut self, tcp: &TcpState, app: &AppProgress, now: Instant) -> Decision {
         decide_for_limit(self.limit(tcp), tcp, app, now)
     }

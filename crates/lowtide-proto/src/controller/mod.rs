@@ -241,6 +241,13 @@ pub trait LatencyController: Send + std::fmt::Debug {
     /// # Ok::<(), lowtide_proto::ConfigError>(())
     /// ```
     fn needs_tcp_state(&self) -> bool;
+    /// Whether [`decide`](Self::decide) must also see the kernel while the connection has
+    /// nothing to send (it follows the queue over time, as DBAT's congestion detection does).
+    /// A controller whose decision is a pure function of its inputs returns `false`, and the
+    /// driver then skips the kernel sample and the decision while nothing is queued or staged.
+    fn watches_idle(&self) -> bool {
+        true
+    }
     /// The decision for this write opportunity.
     ///
     /// ```

@@ -53,6 +53,9 @@ impl LatencyController for NotsentLowatController {
     fn needs_tcp_state(&self) -> bool {
         true
     }
+    fn watches_idle(&self) -> bool {
+        false
+    }
     fn decide(&mut self, tcp: &TcpState, app: &AppProgress, _now: Instant) -> Decision {
         let limit = u64::from(self.bytes);
         let unsent = u64::from(tcp.notsent) + app.staged;

@@ -154,6 +154,9 @@ impl LatencyController for PaceA {
     fn needs_tcp_state(&self) -> bool {
         false
     }
+    fn watches_idle(&self) -> bool {
+        false
+    }
     fn decide(&mut self, tcp: &TcpState, app: &AppProgress, _now: Instant) -> Decision {
         let mss = u64::from(tcp.mss_or_default());
         let limit = match self.cwnd_estimate() {

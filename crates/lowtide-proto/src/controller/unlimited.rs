@@ -24,6 +24,9 @@ impl LatencyController for Unlimited {
     fn needs_tcp_state(&self) -> bool {
         false
     }
+    fn watches_idle(&self) -> bool {
+        false
+    }
     fn decide(&mut self, _tcp: &TcpState, _app: &AppProgress, _now: Instant) -> Decision {
         Decision {
             allowance: u64::MAX,

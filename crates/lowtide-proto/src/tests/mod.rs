@@ -6,3 +6,4 @@ mod limits;
 mod props;
 mod service;
 mod structured;
+mod transmit_work;

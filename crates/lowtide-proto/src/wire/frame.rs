@@ -251,6 +251,10 @@ impl<'a> Frame<'a> {
         varint::put(out, d.payload.len() as u64);
     }
 
+    /// Longest data frame header: the type byte and six varints (stream, seq, importance,
+    /// send time and total length of a first chunk, payload length).
+    pub const MAX_DATA_HEADER_LEN: usize = 1 + 6 * varint::MAX_LEN;
+
     /// Length of a data frame header with these fields and a payload of `len` bytes.
     ///
     /// ```
