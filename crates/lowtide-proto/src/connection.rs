@@ -413,6 +413,18 @@ pub struct DecisionRecord {
 }
 
 /// What a write opportunity has to do ([`Connection::transmit_work`]).
+///
+/// ```
+/// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TransmitWork};
+/// # let now = std::time::Instant::now();
+/// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+/// let s = c.open_stream(StreamConfig::default())?;
+/// let id = c.send(now, s, Message::new("x"))?;
+/// assert_eq!(c.transmit_work(), TransmitWork::Decide); // the hello and a message
+/// c.cancel(id);
+/// assert_ne!(c.transmit_work(), TransmitWork::Nothing); // the hello is still unwritten
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransmitWork {
     /// Nothing: no data or control frames to send, and the controller decides only about
@@ -1075,6 +1087,18 @@ impl Connection {
     /// payload plus, for every frame it can make, the largest data frame header. A staging
     /// pass cuts frames at quanta of at least 64 bytes (`Config::chunk_len`), at message ends
     /// and once where its budget ends, so it makes at most `bytes / 64 + messages + 1`.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::Frame;
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new(vec![0u8; 1000]))?;
+    /// // 1000 bytes of payload, at most 1000 / 64 + 1 + 1 = 17 frame headers.
+    /// assert_eq!(c.queued_wire_bound(), 1000 + 17 * Frame::MAX_DATA_HEADER_LEN as u64);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn queued_wire_bound(&self) -> u64 {
         let messages: usize = self.streams.values().map(|s| s.queue.len()).sum();
         let frames = self.queued_bytes / 64 + messages as u64 + 1;
@@ -1084,6 +1108,23 @@ impl Connection {
     /// What a write opportunity has to do now, so that a driver can spare the kernel sample
     /// where the decision cannot matter (call [`handle_timeout`](Self::handle_timeout) first:
     /// it may stage a P-ACK or CANCEL).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, ControllerConfig, Message, Side, StreamConfig};
+    /// use lowtide_proto::{TcpState, TransmitWork};
+    /// # let now = std::time::Instant::now();
+    /// let cfg = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
+    /// let mut c = Connection::new(cfg, Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new("frame"))?;
+    /// assert_eq!(c.transmit_work(), TransmitWork::Decide);
+    /// // Stage and write everything: a wake-up now has nothing to decide.
+    /// c.poll_transmit(now, &TcpState::default());
+    /// let n: usize = c.transmit_segments().map(|seg| seg.len()).sum();
+    /// c.handle_written(now, n);
+    /// assert_eq!(c.transmit_work(), TransmitWork::Nothing);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn transmit_work(&self) -> TransmitWork {
         if self.has_queued()
             || self.staged_len > 0

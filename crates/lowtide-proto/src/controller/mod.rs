@@ -245,6 +245,14 @@ pub trait LatencyController: Send + std::fmt::Debug {
     /// nothing to send (it follows the queue over time, as DBAT's congestion detection does).
     /// A controller whose decision is a pure function of its inputs returns `false`, and the
     /// driver then skips the kernel sample and the decision while nothing is queued or staged.
+    ///
+    /// ```
+    /// use lowtide_proto::{controller::DbatConfig, ControllerConfig};
+    /// // MinBuf's limit is a function of the sample it is given; DBAT averages the queue.
+    /// assert!(!ControllerConfig::MinBuf { a: 1, b: 3 }.build()?.watches_idle());
+    /// assert!(ControllerConfig::Dbat(DbatConfig::default()).build()?.watches_idle());
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
     fn watches_idle(&self) -> bool {
         true
     }

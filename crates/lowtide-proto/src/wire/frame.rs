@@ -253,6 +253,13 @@ impl<'a> Frame<'a> {
 
     /// Longest data frame header: the type byte and six varints (stream, seq, importance,
     /// send time and total length of a first chunk, payload length).
+    ///
+    /// ```
+    /// use lowtide_proto::wire::varint;
+    /// use lowtide_proto::wire::Frame;
+    /// // The type byte plus six varints of at most `varint::MAX_LEN` bytes each.
+    /// assert_eq!(Frame::MAX_DATA_HEADER_LEN, 1 + 6 * varint::MAX_LEN);
+    /// ```
     pub const MAX_DATA_HEADER_LEN: usize = 1 + 6 * varint::MAX_LEN;
 
     /// Length of a data frame header with these fields and a payload of `len` bytes.
