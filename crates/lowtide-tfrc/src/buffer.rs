@@ -1,14 +1,20 @@
 //! The send buffer: lowtide's message model over a transport that never retransmits.
 //!
 //! Messages wait here, most important first, then oldest first, until the rate control lets
-//! a packet leave; each leaves as consecutive fragments of at most one packet's payload.
+//! a packet leave. [`SendBuffer::pack`] then fills that packet up to the segment size with
+//! what is queued at that moment (it never waits to fill one): the rest of the message being
+//! sent, then whole messages, then the head of the next message if it does not fit whole.
+//! A message's pieces travel in consecutive packets, one per packet: the head wherever it
+//! starts, then fixed-size continuation pieces each at the start of the next packet, so the
+//! number of pieces is known when the head leaves and the receiver knows which packets hold
+//! the message.
 //! The buffer's size is fixed (the paper's 64 KB and 16 KB rows) or DBAT's
 //! [`Dbat::buffer_limit`], recomputed as the RTT and rates change.
 //!
 //! - A message that does not fit is refused, as the paper's drop-tail buffer does (Hasan et
 //!   al. §3: "whenever the send buffer is full, the sending function returns and drops the
 //!   packet"), unless less important messages that have not started can be evicted for it.
-//! - Deadlines and cancellation remove a message only before its first fragment leaves: a
+//! - Deadlines and cancellation remove a message only before its first piece leaves: a
 //!   half-sent message is finished, since the receiver would otherwise wait for fragments
 //!   that never come (TFRC does not retransmit, so a lost fragment loses the message anyway;
 //!   the receiver counts that).
@@ -26,7 +32,9 @@ use lowtide_proto::controller::{Dbat, DbatConfig};
 use lowtide_proto::ConfigError;
 use serde::{Deserialize, Serialize};
 
-use crate::packet::DataHeader;
+use lowtide_proto::wire::varint;
+
+use crate::packet::{Piece, MAX_PACKET_HEADER};
 
 /// How the send buffer is sized, as found in configuration files.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -127,8 +135,10 @@ pub struct BufferStats {
     pub expired: u64,
     /// Messages cancelled before starting.
     pub cancelled: u64,
-    /// Messages whose last fragment left.
+    /// Messages whose last piece left.
     pub sent: u64,
+    /// Pieces (messages and fragments) sent.
+    pub pieces: u64,
 }
 
 #[derive(Debug)]
@@ -146,6 +156,8 @@ struct Current {
     offset: usize,
     frag_index: u64,
     frag_count: u64,
+    /// Bytes of each piece after the head.
+    continuation: usize,
 }
 
 /// The buffer.
@@ -307,60 +319,135 @@ impl SendBuffer {
         std::mem::take(&mut self.dropped)
     }
 
-    /// The next fragment of at most `max_payload` bytes, as packet `seq`: header fields
-    /// (sequence number and clock fields left for the caller) and payload.
-    pub fn next_fragment(
-        &mut self,
-        seq: u64,
-        max_payload: usize,
-    ) -> Option<(DataHeader, Bytes, Option<MessageId>)> {
-        let max_payload = max_payload.max(1);
-        if self.current.is_none() {
-            let (key, q) = self.queue.pop_first()?;
+    /// Fills a data packet: appends pieces to `out` (which holds the packet header) while
+    /// they fit in `segment` bytes, taking only what is queued now. A message that does not
+    /// fit whole starts here if at least [`MIN_HEAD`] of its bytes fit (or the packet is still
+    /// empty); its later pieces are as long as fits in a packet whatever its header
+    /// ([`continuation_len`]), each at the start of the next packet. Returns the number of
+    /// pieces appended (0: nothing queued).
+    pub fn pack(&mut self, out: &mut Vec<u8>, segment: usize) -> usize {
+        let mut pieces = 0;
+        loop {
+            if let Some(c) = &mut self.current {
+                // a started message goes on at the start of a packet (the last one ended full)
+                let n = (c.data.len() - c.offset).min(c.continuation);
+                Piece {
+                    msg: c.id.seq,
+                    importance: c.id.importance,
+                    msg_time_us: c.time_us,
+                    total_len: c.data.len() as u64,
+                    offset: c.offset as u64,
+                    frag_index: c.frag_index,
+                    frag_count: c.frag_count,
+                    payload: &c.data[c.offset..c.offset + n],
+                }
+                .encode(out);
+                pieces += 1;
+                c.offset += n;
+                c.frag_index += 1;
+                self.bytes -= n as u64;
+                if c.frag_index < c.frag_count {
+                    break; // the packet is full
+                }
+                self.current = None;
+                self.stats.sent += 1;
+                continue;
+            }
+            let Some(((Reverse(importance), seq), q)) = self.queue.first_key_value() else {
+                break;
+            };
             let len = q.data.len();
+            let head = Piece {
+                msg: *seq,
+                importance: *importance,
+                msg_time_us: q.time_us,
+                total_len: len as u64,
+                offset: 0,
+                frag_index: 0,
+                // an upper bound, for the header's length
+                frag_count: len.max(1) as u64,
+                payload: &[],
+            };
+            let room = segment.saturating_sub(out.len());
+            let fields = crate::packet::piece_header_len(&head) + varint::len(room as u64);
+            let fit = room.saturating_sub(fields);
+            if len > fit && pieces > 0 && fit < MIN_HEAD {
+                break;
+            }
+            let (key, q) = self.queue.pop_first().expect("peeked");
+            let first = len.min(fit.max(1));
+            let rest = len - first;
+            let continuation = continuation_len(&head, segment);
             self.current = Some(Current {
+                continuation,
                 id: MessageId {
                     seq: key.1,
                     importance: key.0 .0,
                 },
-                frag_count: len.div_ceil(max_payload).max(1) as u64,
+                frag_count: 1 + rest.div_ceil(continuation) as u64,
                 data: q.data,
                 time_us: q.time_us,
                 offset: 0,
                 frag_index: 0,
             });
-        }
-        let c = self.current.as_mut().expect("set above");
-        let n = (c.data.len() - c.offset).min(max_payload);
-        let payload = c.data.slice(c.offset..c.offset + n);
-        let header = DataHeader {
-            seq,
-            timestamp_us: 0,
-            rtt_us: 0,
-            msg: c.id.seq,
-            importance: c.id.importance,
-            msg_time_us: c.time_us,
-            total_len: c.data.len() as u64,
-            offset: c.offset as u64,
-            frag_index: c.frag_index,
-            frag_count: c.frag_count,
-        };
-        c.offset += n;
-        c.frag_index += 1;
-        self.bytes -= n as u64;
-        let done = c.frag_index == c.frag_count;
-        let finished = done.then_some(c.id);
-        if done {
+            let c = self.current.as_mut().expect("set above");
+            Piece {
+                msg: c.id.seq,
+                importance: c.id.importance,
+                msg_time_us: c.time_us,
+                total_len: len as u64,
+                offset: 0,
+                frag_index: 0,
+                frag_count: c.frag_count,
+                payload: &c.data[..first],
+            }
+            .encode(out);
+            pieces += 1;
+            c.offset = first;
+            c.frag_index = 1;
+            self.bytes -= first as u64;
+            if c.frag_count > 1 {
+                break; // the packet is full
+            }
             self.current = None;
             self.stats.sent += 1;
         }
-        Some((header, payload, finished))
+        self.stats.pieces += pieces as u64;
+        pieces
     }
 }
+
+/// Bytes of a message's every piece after its head (`head`: the head's fields, with a
+/// `frag_count` at least the real one): what fits in `segment` with the longest packet header
+/// and the longest header such a piece can have (its offset and index are at most the
+/// message's length and piece count).
+pub fn continuation_len(head: &Piece<'_>, segment: usize) -> usize {
+    let header = MAX_PACKET_HEADER
+        + [
+            head.msg,
+            u64::from(head.importance),
+            head.msg_time_us,
+            head.total_len,
+            head.total_len,
+            head.frag_count,
+            head.frag_count,
+            segment as u64,
+        ]
+        .into_iter()
+        .map(varint::len)
+        .sum::<usize>();
+    segment.saturating_sub(header).max(1)
+}
+
+/// The fewest bytes of a message that start it at the end of a packet already holding other
+/// pieces: a smaller head would put the message in one more packet (one more chance to lose
+/// it) for a few bytes.
+pub const MIN_HEAD: usize = 64;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::packet::{encode_data_header, DataHeader, Packet};
 
     fn fixed(bytes: u64) -> SendBuffer {
         SendBuffer::new(BufferConfig::Fixed { bytes }).unwrap()
@@ -394,32 +481,130 @@ mod tests {
         );
         assert_eq!(b.stats.refused_full, 1);
         // most important first
-        let (h, _, _) = b.next_fragment(0, 1000).unwrap();
-        assert_eq!(h.importance, 2);
+        assert_eq!(packet(&mut b, 0, 1000)[0].importance, 2);
+    }
+
+    /// Packs packet `seq` of at most `segment` bytes and decodes its pieces.
+    fn packet(b: &mut SendBuffer, seq: u64, segment: usize) -> Vec<Owned> {
+        let mut out = Vec::new();
+        let h = DataHeader {
+            seq,
+            timestamp_us: 1,
+            rtt_us: 0,
+        };
+        encode_data_header(&mut out, &h);
+        assert!(b.pack(&mut out, segment) > 0);
+        assert!(out.len() <= segment, "{} > {segment}", out.len());
+        let Ok(Packet::Data(_, pieces)) = Packet::decode(&out, 1 << 20) else {
+            panic!("undecodable");
+        };
+        pieces.map(Owned::from).collect()
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct Owned {
+        msg: u64,
+        importance: u8,
+        offset: u64,
+        index: u64,
+        count: u64,
+        len: usize,
+    }
+    impl From<Piece<'_>> for Owned {
+        fn from(p: Piece<'_>) -> Self {
+            Owned {
+                msg: p.msg,
+                importance: p.importance,
+                offset: p.offset,
+                index: p.frag_index,
+                count: p.frag_count,
+                len: p.payload.len(),
+            }
+        }
     }
 
     #[test]
     fn fragments_are_consecutive_and_a_started_message_cannot_be_cancelled() {
         let mut b = fixed(1 << 20);
         let id = b.push(Message::new(vec![1; 2500]), 7).unwrap();
-        let (h0, p0, done) = b.next_fragment(10, 1000).unwrap();
-        assert_eq!(
-            (h0.frag_index, h0.frag_count, h0.offset, p0.len()),
-            (0, 3, 0, 1000)
-        );
-        assert!(done.is_none());
+        let p0 = packet(&mut b, 10, 1100);
+        assert_eq!((p0[0].index, p0[0].count, p0[0].offset), (0, 3, 0));
+        assert!(p0[0].len > 1000, "the head fills the packet: {p0:?}");
         assert!(!b.cancel(id), "started: it is finished, not cut");
-        b.next_fragment(11, 1000).unwrap();
-        let (h2, p2, done) = b.next_fragment(12, 1000).unwrap();
-        assert_eq!((h2.frag_index, h2.offset, p2.len()), (2, 2000, 500));
-        assert_eq!(done, Some(id));
+        let p1 = packet(&mut b, 11, 1100);
+        assert_eq!(p1[0].index, 1);
+        assert!(p1[0].len > 1000, "{p1:?}");
+        let p2 = packet(&mut b, 12, 1100);
+        assert_eq!((p2[0].index, p2[0].offset as usize + p2[0].len), (2, 2500));
+        assert_eq!(b.stats.sent, 1);
         assert!(b.is_empty());
         assert_eq!(b.len(), 0);
-        // an empty message is one empty fragment
+        // an empty message is one empty piece
         b.push(Message::new(Bytes::new()), 0).unwrap();
-        let (h, p, done) = b.next_fragment(13, 1000).unwrap();
-        assert_eq!((h.frag_count, p.len()), (1, 0));
-        assert!(done.is_some());
+        let p = packet(&mut b, 13, 1100);
+        assert_eq!((p[0].count, p[0].len), (1, 0));
+        assert_eq!(b.stats.sent, 2);
+    }
+
+    #[test]
+    fn small_messages_share_full_packets_in_importance_order() {
+        let mut b = fixed(1 << 20);
+        // the ladder's frames: 400 B at a low rung, 1600 B at 320 kbit/s
+        for (i, size) in [400usize, 400, 1600, 400, 1600, 1600, 400]
+            .into_iter()
+            .enumerate()
+        {
+            b.push(Message::new(vec![i as u8; size]).importance(i as u8 % 2), 0)
+                .unwrap();
+        }
+        let total: usize = 400 * 4 + 1600 * 3;
+        let mut seq = 0;
+        let mut sizes = Vec::new();
+        let mut pieces = Vec::new();
+        while !b.is_empty() {
+            let mut out = Vec::new();
+            encode_data_header(
+                &mut out,
+                &DataHeader {
+                    seq,
+                    timestamp_us: 1,
+                    rtt_us: 0,
+                },
+            );
+            b.pack(&mut out, 1200);
+            sizes.push(out.len());
+            let Ok(Packet::Data(_, ps)) = Packet::decode(&out, 1 << 20) else {
+                panic!()
+            };
+            pieces.extend(ps.map(|p| (seq, Owned::from(p))));
+            seq += 1;
+        }
+        // all but the last packet are full to within a piece header
+        let (last, full) = sizes.split_last().unwrap();
+        assert!(
+            full.iter().all(|&s| s > 1200 - 40 && s <= 1200),
+            "{sizes:?}"
+        );
+        assert!(*last <= 1200);
+        assert_eq!(sizes.len(), total.div_ceil(1200 - 40), "{sizes:?}");
+        // importance 1 first (messages 1, 3, 5), then 0; each message's pieces in
+        // consecutive packets, index by index, covering it exactly
+        let order: Vec<u64> = pieces.iter().map(|(_, p)| p.msg).collect();
+        let mut firsts = order.clone();
+        firsts.dedup();
+        assert_eq!(firsts, [1, 3, 5, 0, 2, 4, 6]);
+        for m in firsts {
+            let mine: Vec<_> = pieces.iter().filter(|(_, p)| p.msg == m).collect();
+            let (seq0, p0) = mine[0];
+            assert_eq!(mine.len() as u64, p0.count);
+            let mut offset = 0;
+            for (i, (s, p)) in mine.iter().enumerate() {
+                assert_eq!((*s, p.index, p.offset), (seq0 + i as u64, i as u64, offset));
+                offset += p.len as u64;
+            }
+            assert_eq!(offset, if m % 3 == 2 || m == 4 { 1600 } else { 400 }, "{m}");
+        }
+        assert_eq!(b.stats.sent, 7);
     }
 
     #[test]

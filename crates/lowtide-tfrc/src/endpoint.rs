@@ -243,9 +243,11 @@ impl Endpoint {
     pub fn config(&self) -> &TfrcConfig {
         &self.cfg
     }
-    /// The largest message that always leaves in one data packet. A longer one is split, and
-    /// a message slightly longer leaves as a full packet and a tiny one, which halves the mean
-    /// packet size and so the rate in bytes the equation allows (`crate::sender`).
+    /// The largest message that leaves in one data packet when it starts one. Small messages share packets: each packet
+    /// is filled up to the segment size with what is queued when it leaves
+    /// ([`SendBuffer::pack`]), so the mean packet size, and with it the rate in bytes the
+    /// equation allows (`crate::sender`), stays near the segment size while the queue holds
+    /// a packet's worth.
     pub fn single_packet_payload(&self) -> usize {
         self.cfg.segment_size as usize - MAX_DATA_HEADER
     }
@@ -358,7 +360,7 @@ impl Endpoint {
             }
         };
         match packet {
-            Packet::Data(h, payload) => {
+            Packet::Data(h, pieces) => {
                 self.stats.data_received += 1;
                 let arrival = match self.receiver.on_data(now, &h, buf.len()) {
                     Ok(a) => a,
@@ -371,7 +373,9 @@ impl Endpoint {
                     self.stats.data_late += 1;
                     return Ok(());
                 }
-                self.reasm.on_fragment(now, &h, payload);
+                for piece in pieces {
+                    self.reasm.on_piece(now, h.seq, &piece);
+                }
                 self.reasm
                     .drop_incomplete_below(self.receiver.history().classified_below());
             }
@@ -473,15 +477,18 @@ impl Endpoint {
             self.rc.note_waiting(now);
             return None;
         }
-        let max_payload = self.single_packet_payload();
-        let seq = self.next_seq;
-        let (mut h, payload, _) = self.buffer.next_fragment(seq, max_payload)?;
-        self.next_seq += 1;
-        h.timestamp_us = self.us(now).max(1);
-        h.rtt_us = self.rc.rtt().map_or(0, |r| r.as_micros() as u64);
-        let mut out = Vec::with_capacity(MAX_DATA_HEADER + payload.len());
+        let h = packet::DataHeader {
+            seq: self.next_seq,
+            timestamp_us: self.us(now).max(1),
+            rtt_us: self.rc.rtt().map_or(0, |r| r.as_micros() as u64),
+        };
+        let segment = self.cfg.segment_size as usize;
+        let mut out = Vec::with_capacity(segment);
         packet::encode_data_header(&mut out, &h);
-        out.extend_from_slice(&payload);
+        if self.buffer.pack(&mut out, segment) == 0 {
+            return None;
+        }
+        self.next_seq += 1;
         self.sent_any = true;
         self.rc.on_sent(now, out.len(), h.timestamp_us);
         self.stats.data_sent += 1;
@@ -576,11 +583,14 @@ mod tests {
     /// A valid data packet of message `msg` (one fragment).
     fn data(seq: u64, msg: u64, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        Packet::Data(
-            packet::DataHeader {
+        packet::encode_data(
+            &mut out,
+            &packet::DataHeader {
                 seq,
                 timestamp_us: 1 + seq,
                 rtt_us: 100_000,
+            },
+            &[packet::Piece {
                 msg,
                 importance: 0,
                 msg_time_us: 0,
@@ -588,10 +598,9 @@ mod tests {
                 offset: 0,
                 frag_index: 0,
                 frag_count: 1,
-            },
-            payload,
-        )
-        .encode(&mut out);
+                payload,
+            }],
+        );
         out
     }
 
@@ -643,6 +652,91 @@ mod tests {
             1200.0,
             "nothing refused changed the rate"
         );
+    }
+
+    /// Small messages share full datagrams; one lost datagram loses exactly the messages
+    /// with a piece in it (each partial one counted at the receiver), and every other
+    /// message is delivered once, intact.
+    #[test]
+    fn packed_datagrams_lose_exactly_their_pieces() {
+        let t0 = Instant::now();
+        let cfg = TfrcConfig {
+            buffer: BufferConfig::Fixed { bytes: 1 << 20 },
+            ..TfrcConfig::default()
+        };
+        let (mut a, mut b) = (
+            Endpoint::new(cfg, t0).unwrap(),
+            Endpoint::new(cfg, t0).unwrap(),
+        );
+        let sizes = [400usize, 600, 1600, 400, 1600, 500, 400, 1600, 600, 400];
+        let messages: Vec<Vec<u8>> = (0..40)
+            .map(|i| {
+                let mut m = vec![i as u8; sizes[i % sizes.len()]];
+                m[0] = i as u8;
+                m
+            })
+            .collect();
+        for m in &messages {
+            a.send(t0, Message::new(m.clone())).unwrap();
+        }
+        const LOST_SEQ: u64 = 4;
+        let mut in_packet: Vec<Vec<(u64, u64)>> = Vec::new(); // (msg, frag_count) per seq
+        let mut data_sizes = Vec::new();
+        let mut delivered = Vec::new();
+        for step in 0..3000u32 {
+            let now = t0 + Duration::from_millis(10) * step;
+            a.handle_timeout(now);
+            b.handle_timeout(now);
+            while let Some(d) = a.poll_transmit(now) {
+                if let Ok(Packet::Data(h, pieces)) = Packet::decode(&d, 1 << 20) {
+                    assert_eq!(h.seq as usize, in_packet.len());
+                    in_packet.push(pieces.map(|p| (p.msg, p.frag_count)).collect());
+                    data_sizes.push(d.len());
+                    if h.seq == LOST_SEQ {
+                        continue;
+                    }
+                }
+                b.handle_datagram(now, &d).unwrap();
+            }
+            while let Some(d) = b.poll_transmit(now) {
+                a.handle_datagram(now, &d).unwrap();
+            }
+            while let Some(m) = b.poll_message() {
+                delivered.push(m);
+            }
+        }
+        assert!(a.buffer().is_empty());
+        // full datagrams while the queue held enough (all but the last)
+        let (_, full) = data_sizes.split_last().unwrap();
+        let mean = full.iter().sum::<usize>() as f64 / full.len() as f64;
+        assert!(mean > 0.97 * 1200.0, "mean {mean:.0} B: {data_sizes:?}");
+        assert!(data_sizes.iter().all(|&s| s <= 1200));
+        let total: usize = messages.iter().map(Vec::len).sum();
+        assert!(data_sizes.len() <= total.div_ceil(1100), "{data_sizes:?}");
+        // the lost datagram's messages, and no other, are missing; none twice or altered
+        let lost: Vec<u64> = in_packet[LOST_SEQ as usize].iter().map(|p| p.0).collect();
+        assert!(
+            lost.len() >= 2,
+            "the lost datagram carried several pieces: {lost:?}"
+        );
+        let got: Vec<u64> = delivered.iter().map(|r| r.msg).collect();
+        let expect: Vec<u64> = (0..40).filter(|m| !lost.contains(m)).collect();
+        let mut sorted = got.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, expect);
+        for r in &delivered {
+            assert_eq!(r.data, messages[r.msg as usize]);
+        }
+        // the partial ones (with a piece in another datagram) are counted as lost fragments
+        let partial = in_packet[LOST_SEQ as usize]
+            .iter()
+            .filter(|p| p.1 > 1)
+            .count() as u64;
+        let st = b.stats();
+        assert!(partial >= 1);
+        assert_eq!(st.reassembly.lost_fragment, partial);
+        assert_eq!(st.reassembly.delivered, expect.len() as u64);
+        assert_eq!((st.data_lost, st.reassembly.inconsistent), (1, 0));
     }
 
     proptest::proptest! {

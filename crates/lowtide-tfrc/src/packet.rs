@@ -2,8 +2,10 @@
 //!
 //! Byte 0 is `0x10 | type` (version 1 in the high nibble); every field after it is a LEB128
 //! varint as in lowtide's TCP wire format. Data packets carry RFC 5348 §3.2.1's sender fields
-//! (sequence number, timestamp, the sender's RTT estimate) and one fragment of a lowtide
-//! message; feedback packets carry §3.2.2's receiver fields.
+//! (sequence number, timestamp, the sender's RTT estimate), then one or more [`Piece`]s, each a
+//! lowtide message or a fragment of one with its own length: the sender packs several small
+//! messages (or a message's tail and the next one's head) into one datagram. Feedback packets
+//! carry §3.2.2's receiver fields.
 //!
 //! Parsing never panics and never allocates for the peer: a truncated packet, an unknown type,
 //! an overlong varint or a field out of range is a [`DecodeError`] naming the field.
@@ -54,7 +56,7 @@ pub enum DecodeError {
     },
 }
 
-/// The sender's fields of a data packet (RFC 5348 §3.2.1) and the fragment it carries.
+/// The sender's fields of a data packet (RFC 5348 §3.2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataHeader {
     /// Packet sequence number (+1 per data packet).
@@ -63,6 +65,13 @@ pub struct DataHeader {
     pub timestamp_us: u64,
     /// The sender's RTT estimate, µs (0 before it has one).
     pub rtt_us: u64,
+}
+
+/// One piece of a lowtide message in a data packet: a whole message, or one fragment of it.
+/// A packet carries one or more pieces; a message's pieces travel in consecutive packets,
+/// one piece per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece<'a> {
     /// Message sequence number (+1 per message).
     pub msg: u64,
     /// Message importance.
@@ -71,13 +80,88 @@ pub struct DataHeader {
     pub msg_time_us: u64,
     /// Message length, bytes.
     pub total_len: u64,
-    /// Offset of this fragment in the message.
+    /// Offset of this piece in the message.
     pub offset: u64,
-    /// Index of this fragment; the message's fragments have consecutive packet sequence
-    /// numbers, so its first is `seq − frag_index`.
+    /// Index of this piece; the message's pieces are in consecutive packets, so its first
+    /// is in packet `seq − frag_index`.
     pub frag_index: u64,
-    /// Number of fragments of the message.
+    /// Number of pieces (packets) of the message.
     pub frag_count: u64,
+    /// The bytes.
+    pub payload: &'a [u8],
+}
+
+impl Piece<'_> {
+    /// Bytes this piece takes in a datagram.
+    pub fn encoded_len(&self) -> usize {
+        piece_header_len(self) + varint::len(self.payload.len() as u64) + self.payload.len()
+    }
+
+    /// Appends the piece.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        for v in [
+            self.msg,
+            u64::from(self.importance),
+            self.msg_time_us,
+            self.total_len,
+            self.offset,
+            self.frag_count,
+            self.frag_index,
+            self.payload.len() as u64,
+        ] {
+            varint::put(out, v);
+        }
+        out.extend_from_slice(self.payload);
+    }
+}
+
+/// Appends a data packet: header and pieces.
+pub fn encode_data(out: &mut Vec<u8>, h: &DataHeader, pieces: &[Piece<'_>]) {
+    encode_data_header(out, h);
+    for piece in pieces {
+        piece.encode(out);
+    }
+}
+
+/// Bytes of a piece's fields before its length field.
+pub fn piece_header_len(p: &Piece<'_>) -> usize {
+    [
+        p.msg,
+        u64::from(p.importance),
+        p.msg_time_us,
+        p.total_len,
+        p.offset,
+        p.frag_count,
+        p.frag_index,
+    ]
+    .into_iter()
+    .map(varint::len)
+    .sum()
+}
+
+/// The pieces of a data packet, checked by [`Packet::decode`]; iterate for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pieces<'a> {
+    seq: u64,
+    bytes: &'a [u8],
+    max_message: u64,
+}
+
+impl<'a> Iterator for Pieces<'a> {
+    type Item = Piece<'a>;
+    fn next(&mut self) -> Option<Piece<'a>> {
+        if self.bytes.is_empty() {
+            return None;
+        }
+        let mut r = Reader {
+            buf: self.bytes,
+            pos: 0,
+        };
+        // checked when decoded: an error here cannot happen, and ends the iteration
+        let piece = read_piece(&mut r, self.seq, self.max_message).ok()?;
+        self.bytes = &self.bytes[r.pos..];
+        Some(piece)
+    }
 }
 
 /// The receiver's report (RFC 5348 §3.2.2).
@@ -98,8 +182,8 @@ pub struct Feedback {
 /// One datagram.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Packet<'a> {
-    /// Data: header and fragment payload.
-    Data(DataHeader, &'a [u8]),
+    /// Data: header and the message pieces (at least one).
+    Data(DataHeader, Pieces<'a>),
     /// Receiver report.
     Feedback(Feedback),
     /// One packet of a packet-pair probe.
@@ -133,8 +217,12 @@ const PROBE: u8 = 3;
 const PROBE_REPORT: u8 = 4;
 const CLOSE: u8 = 5;
 
-/// Longest data header, bytes.
-pub const MAX_DATA_HEADER: usize = 1 + 10 * varint::MAX_LEN;
+/// Longest data packet header (type, sequence number, timestamp, RTT), bytes.
+pub const MAX_PACKET_HEADER: usize = 1 + 3 * varint::MAX_LEN;
+/// Longest piece header (seven fields and the length), bytes.
+pub const MAX_PIECE_HEADER: usize = 8 * varint::MAX_LEN;
+/// Longest header of a data packet carrying one piece, bytes.
+pub const MAX_DATA_HEADER: usize = MAX_PACKET_HEADER + MAX_PIECE_HEADER;
 
 struct Reader<'a> {
     buf: &'a [u8],
@@ -165,9 +253,11 @@ impl<'a> Packet<'a> {
     /// Appends the datagram to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match *self {
-            Packet::Data(ref h, payload) => {
+            Packet::Data(ref h, pieces) => {
                 encode_data_header(out, h);
-                out.extend_from_slice(payload);
+                for piece in pieces {
+                    piece.encode(out);
+                }
             }
             Packet::Feedback(f) => {
                 out.push(VERSION_NIBBLE | FEEDBACK);
@@ -223,40 +313,25 @@ impl<'a> Packet<'a> {
         let mut r = Reader { buf, pos: 1 };
         Ok(match first & 0x0f {
             DATA => {
-                let seq = r.var("data.seq")?;
-                let timestamp_us = r.var("data.timestamp_us")?;
-                let rtt_us = r.var_max("data.rtt_us", 60_000_000)?;
-                let msg = r.var("data.msg")?;
-                let importance = r.var_max("data.importance", 255)? as u8;
-                let msg_time_us = r.var("data.msg_time_us")?;
-                let total_len = r.var_max("data.total_len", max_message)?;
-                let offset = r.var_max("data.offset", total_len)?;
-                let frag_count = r.var_max("data.frag_count", total_len.max(1))?.max(1);
-                // the first fragment's sequence number, seq − frag_index, must exist
-                let frag_index = r.var_max("data.frag_index", (frag_count - 1).min(seq))?;
-                let payload = &buf[r.pos..];
-                let len = payload.len() as u64;
-                if offset + len > total_len {
-                    return Err(DecodeError::FragmentPastEnd {
-                        offset,
-                        len,
-                        total: total_len,
-                    });
+                let h = DataHeader {
+                    seq: r.var("data.seq")?,
+                    timestamp_us: r.var("data.timestamp_us")?,
+                    rtt_us: r.var_max("data.rtt_us", 60_000_000)?,
+                };
+                let start = r.pos;
+                if start == buf.len() {
+                    return Err(DecodeError::Truncated("data.piece"));
+                }
+                while r.pos < buf.len() {
+                    read_piece(&mut r, h.seq, max_message)?;
                 }
                 Packet::Data(
-                    DataHeader {
-                        seq,
-                        timestamp_us,
-                        rtt_us,
-                        msg,
-                        importance,
-                        msg_time_us,
-                        total_len,
-                        offset,
-                        frag_index,
-                        frag_count,
+                    h,
+                    Pieces {
+                        seq: h.seq,
+                        bytes: &buf[start..],
+                        max_message,
                     },
-                    payload,
                 )
             }
             FEEDBACK => Packet::Feedback(Feedback {
@@ -288,34 +363,66 @@ impl<'a> Packet<'a> {
     }
 }
 
-/// Appends a data packet's header (everything but the payload).
+/// Appends a data packet's header (the pieces follow).
 pub fn encode_data_header(out: &mut Vec<u8>, h: &DataHeader) {
     out.push(VERSION_NIBBLE | DATA);
-    for v in [
-        h.seq,
-        h.timestamp_us,
-        h.rtt_us,
-        h.msg,
-        u64::from(h.importance),
-        h.msg_time_us,
-        h.total_len,
-        h.offset,
-        h.frag_count,
-        h.frag_index,
-    ] {
+    for v in [h.seq, h.timestamp_us, h.rtt_us] {
         varint::put(out, v);
     }
+}
+
+/// Reads and checks one piece of packet `seq`.
+fn read_piece<'a>(
+    r: &mut Reader<'a>,
+    seq: u64,
+    max_message: u64,
+) -> Result<Piece<'a>, DecodeError> {
+    let msg = r.var("piece.msg")?;
+    let importance = r.var_max("piece.importance", 255)? as u8;
+    let msg_time_us = r.var("piece.msg_time_us")?;
+    let total_len = r.var_max("piece.total_len", max_message)?;
+    let offset = r.var_max("piece.offset", total_len)?;
+    let frag_count = r.var_max("piece.frag_count", total_len.max(1))?.max(1);
+    // the first piece's packet, seq − frag_index, must exist
+    let frag_index = r.var_max("piece.frag_index", (frag_count - 1).min(seq))?;
+    let len = r.var("piece.len")?;
+    let rest = (r.buf.len() - r.pos) as u64;
+    if len > rest {
+        return Err(DecodeError::Truncated("piece.payload"));
+    }
+    if offset + len > total_len {
+        return Err(DecodeError::FragmentPastEnd {
+            offset,
+            len,
+            total: total_len,
+        });
+    }
+    let payload = &r.buf[r.pos..r.pos + len as usize];
+    r.pos += len as usize;
+    Ok(Piece {
+        msg,
+        importance,
+        msg_time_us,
+        total_len,
+        offset,
+        frag_index,
+        frag_count,
+        payload,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn header() -> DataHeader {
-        DataHeader {
-            seq: 70_000,
-            timestamp_us: 123_456_789,
-            rtt_us: 200_000,
+    const HEADER: DataHeader = DataHeader {
+        seq: 70_000,
+        timestamp_us: 123_456_789,
+        rtt_us: 200_000,
+    };
+
+    fn piece(payload: &[u8]) -> Piece<'_> {
+        Piece {
             msg: 42,
             importance: 3,
             msg_time_us: 123_000_000,
@@ -323,14 +430,55 @@ mod tests {
             offset: 1200,
             frag_index: 1,
             frag_count: 5,
+            payload,
         }
+    }
+
+    fn data(pieces: &[Piece<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_data(&mut out, &HEADER, pieces);
+        out
     }
 
     #[test]
     fn every_packet_round_trips_and_every_prefix_fails_cleanly() {
         let payload = [9u8; 1000];
+        let tail = piece(&payload[..300]);
+        let whole = Piece {
+            msg: 43,
+            offset: 0,
+            total_len: 20,
+            frag_index: 0,
+            frag_count: 1,
+            ..piece(&payload[..20])
+        };
+        let datagrams = [data(&[piece(&payload)]), data(&[tail, whole, whole])];
+        for d in &datagrams {
+            let Ok(Packet::Data(h, pieces)) = Packet::decode(d, 1 << 20) else {
+                panic!("{d:?}");
+            };
+            assert_eq!(h, HEADER);
+            let got: Vec<Piece> = pieces.collect();
+            assert!(got.len() == 1 || got == [tail, whole, whole], "{got:?}");
+            // a cut at a piece boundary is a packet of fewer pieces; any other cut fails
+            let header_len = d.len() - got.iter().map(Piece::encoded_len).sum::<usize>();
+            let ends: Vec<usize> = got
+                .iter()
+                .scan(header_len, |end, p| {
+                    *end += p.encoded_len();
+                    Some(*end)
+                })
+                .collect();
+            for cut in 0..d.len() {
+                match ends.iter().position(|&e| e == cut) {
+                    Some(i) => assert!(
+                        matches!(Packet::decode(&d[..cut], 1 << 20), Ok(Packet::Data(_, p)) if p.count() == i + 1)
+                    ),
+                    None => assert!(Packet::decode(&d[..cut], 1 << 20).is_err(), "cut {cut}"),
+                }
+            }
+        }
         let packets = [
-            Packet::Data(header(), &payload),
             Packet::Feedback(Feedback {
                 echo_us: 5,
                 delay_us: 7,
@@ -355,13 +503,10 @@ mod tests {
             p.encode(&mut out);
             assert_eq!(Packet::decode(&out, 1 << 20).unwrap(), p);
             for cut in 0..out.len() {
-                // a cut data packet is a shorter fragment (valid); the others must fail
-                if !matches!(p, Packet::Data(..)) {
-                    assert!(
-                        Packet::decode(&out[..cut], 1 << 20).is_err(),
-                        "{p:?} cut {cut}"
-                    );
-                }
+                assert!(
+                    Packet::decode(&out[..cut], 1 << 20).is_err(),
+                    "{p:?} cut {cut}"
+                );
             }
         }
         for total in [10usize, 127, 128, 129, 1200, 1472] {
@@ -397,24 +542,44 @@ mod tests {
                 ..
             })
         ));
-        // a message larger than allowed
+        // a data packet with no piece
         let mut out = Vec::new();
-        Packet::Data(header(), &[]).encode(&mut out);
+        encode_data_header(&mut out, &HEADER);
+        assert_eq!(
+            Packet::decode(&out, 1 << 20),
+            Err(DecodeError::Truncated("data.piece"))
+        );
+        // a message larger than allowed, in the second piece
+        let out = data(&[
+            piece(&[]),
+            Piece {
+                total_len: 200,
+                offset: 0,
+                ..piece(&[])
+            },
+        ]);
         assert!(matches!(
             Packet::decode(&out, 100),
             Err(DecodeError::FieldOutOfRange {
-                field: "data.total_len",
+                field: "piece.total_len",
                 ..
             })
         ));
-        // a fragment past the message's end
-        let mut h = header();
-        h.offset = 4500;
-        let mut out = Vec::new();
-        Packet::Data(h, &[0; 600]).encode(&mut out);
+        // a piece past the message's end
+        let out = data(&[Piece {
+            offset: 4500,
+            ..piece(&[0; 600])
+        }]);
         assert!(matches!(
             Packet::decode(&out, 1 << 20),
             Err(DecodeError::FragmentPastEnd { .. })
         ));
+        // a length longer than the datagram
+        let mut out = data(&[piece(&[1; 10])]);
+        out.pop();
+        assert_eq!(
+            Packet::decode(&out, 1 << 20),
+            Err(DecodeError::Truncated("piece.payload"))
+        );
     }
 }

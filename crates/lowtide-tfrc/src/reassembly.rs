@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::packet::DataHeader;
+use crate::packet::Piece;
 
 /// Most partial messages kept at once; beyond it the oldest is dropped.
 pub const MAX_PARTIALS: usize = 4096;
@@ -83,8 +83,9 @@ impl Reassembly {
         self.memory
     }
 
-    /// A fragment arrived (not a duplicate: the loss history filters those).
-    pub fn on_fragment(&mut self, now: Instant, h: &DataHeader, payload: &[u8]) {
+    /// A piece arrived in packet `seq` (not a duplicate: the loss history filters those).
+    pub fn on_piece(&mut self, now: Instant, seq: u64, h: &Piece<'_>) {
+        let payload = h.payload;
         if !self.partials.contains_key(&h.msg) {
             if self.memory + h.total_len > self.max_memory {
                 self.stats.over_memory += 1;
@@ -99,7 +100,7 @@ impl Reassembly {
             self.partials.insert(
                 h.msg,
                 Partial {
-                    first_seq: h.seq - h.frag_index,
+                    first_seq: seq - h.frag_index,
                     frag_count: h.frag_count,
                     got: 0,
                     got_bytes: 0,
@@ -112,7 +113,7 @@ impl Reassembly {
         let p = self.partials.get_mut(&h.msg).expect("inserted above");
         let consistent = p.data.len() as u64 == h.total_len
             && p.frag_count == h.frag_count
-            && p.first_seq == h.seq - h.frag_index;
+            && p.first_seq == seq - h.frag_index;
         if !consistent {
             // a fragment that contradicts the message's first: the message is unusable
             self.discard(h.msg);
@@ -175,40 +176,57 @@ impl Reassembly {
 mod tests {
     use super::*;
 
-    fn frag(msg: u64, seq: u64, index: u64, count: u64, offset: u64, total: u64) -> DataHeader {
-        DataHeader {
+    fn frag(
+        msg: u64,
+        seq: u64,
+        index: u64,
+        count: u64,
+        offset: u64,
+        total: u64,
+    ) -> (u64, Piece<'static>) {
+        (
             seq,
-            timestamp_us: 1,
-            rtt_us: 0,
-            msg,
-            importance: 0,
-            msg_time_us: 0,
-            total_len: total,
-            offset,
-            frag_index: index,
-            frag_count: count,
-        }
+            Piece {
+                msg,
+                importance: 0,
+                msg_time_us: 0,
+                total_len: total,
+                offset,
+                frag_index: index,
+                frag_count: count,
+                payload: &[],
+            },
+        )
+    }
+
+    fn on(
+        r: &mut Reassembly,
+        now: Instant,
+        (seq, p): (u64, Piece<'static>),
+        payload: &'static [u8],
+    ) {
+        r.on_piece(now, seq, &Piece { payload, ..p });
     }
 
     #[test]
     fn fragments_make_a_message_and_contradictions_or_holes_are_counted_not_delivered() {
         let now = Instant::now();
         let mut r = Reassembly::new(1 << 20);
-        r.on_fragment(now, &frag(0, 10, 1, 2, 3, 5), b"de");
-        r.on_fragment(now, &frag(0, 9, 0, 2, 0, 5), b"abc");
+        on(&mut r, now, frag(0, 10, 1, 2, 3, 5), b"de");
+        on(&mut r, now, frag(0, 9, 0, 2, 0, 5), b"abc");
         assert_eq!(&r.pop().unwrap().data[..], b"abcde");
         assert_eq!(r.memory(), 0);
         // two fragments, but the second was cut: 4 of 5 bytes
-        r.on_fragment(now, &frag(1, 11, 0, 2, 0, 5), b"abc");
-        r.on_fragment(now, &frag(1, 12, 1, 2, 3, 5), b"d");
+        on(&mut r, now, frag(1, 11, 0, 2, 0, 5), b"abc");
+        on(&mut r, now, frag(1, 12, 1, 2, 3, 5), b"d");
         // a fragment that names another first packet
-        r.on_fragment(now, &frag(2, 13, 0, 2, 0, 5), b"abc");
-        r.on_fragment(now, &frag(2, 15, 1, 2, 3, 5), b"de");
+        on(&mut r, now, frag(2, 13, 0, 2, 0, 5), b"abc");
+        on(&mut r, now, frag(2, 15, 1, 2, 3, 5), b"de");
         assert!(r.pop().is_none());
         assert_eq!(r.stats.inconsistent, 2);
         assert_eq!(r.memory(), 0);
         // a message missing a fragment is dropped once its range is classified
-        r.on_fragment(now, &frag(3, 16, 0, 2, 0, 5), b"abc");
+        on(&mut r, now, frag(3, 16, 0, 2, 0, 5), b"abc");
         r.drop_incomplete_below(17);
         assert_eq!(r.stats.lost_fragment, 0);
         r.drop_incomplete_below(18);
@@ -221,7 +239,7 @@ mod tests {
         let now = Instant::now();
         let mut r = Reassembly::new(10_000);
         for m in 0..100 {
-            r.on_fragment(now, &frag(m, m * 10, 0, 10, 0, 4000), &[1; 400]);
+            on(&mut r, now, frag(m, m * 10, 0, 10, 0, 4000), &[1; 400]);
         }
         assert!(r.memory() <= 10_000);
         assert_eq!(r.stats.over_memory, 98);
