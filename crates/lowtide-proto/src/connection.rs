@@ -290,7 +290,8 @@ pub enum Event {
     },
     /// DBAT's smoothed send queue crossed its threshold (`onset`) or fell back below it.
     Congestion {
-        /// `true` when congestion starts, `false` when it clears.
+        /// `true` when congestion starts (or worsens: the average doubled since the last
+        /// onset), `false` when it clears.
         onset: bool,
         /// Average send-queue size, bytes.
         queue: u64,

@@ -337,8 +337,9 @@ impl Endpoint {
 
     fn tune(&mut self, now: Instant) {
         let rate = self.rc.x_recv().max(0.0) as u64;
+        let ramping = self.rc.in_slow_start();
         self.buffer
-            .tune(now, self.rc.rtt(), rate, self.cfg.segment_size);
+            .tune(now, self.rc.rtt(), rate, self.cfg.segment_size, ramping);
         if let Some(d) = self.buffer.dbat_mut() {
             let mut signals = Vec::new();
             while let Some(s) = d.poll_signal() {

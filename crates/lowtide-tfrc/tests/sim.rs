@@ -174,18 +174,21 @@ fn dbat_sizes_the_tfrc_buffer_and_signals_a_rate_drop() {
     // (τ = 2 RTTs) crosses a threshold that the inflated RTT has raised to about 45 kB near
     // 25 s. Six seconds bounds that with a margin of about one second.
     assert!(onsets[0] < 26.0, "{onsets:?}");
-    // the buffer is DBAT's: 2 × probed bandwidth × weighted RTT; before the drop (RTT about
-    // 0.23 s) far below a 64 KB buffer, and it follows the RTT (inflated by the bottleneck
-    // queue after the drop)
+    // the buffer is DBAT's: 2 × bandwidth × weighted RTT; before the drop (RTT about 0.23 s)
+    // far below a 64 KB buffer; after it the bandwidth is at most twice the stream's share
+    // (X_recv), not the probed bottleneck's, and the RTT is inflated by the bottleneck queue
     assert!(
         (25_000..32_000).contains(&capacity_before_drop),
         "capacity {capacity_before_drop}"
     );
     let rtt = p.a.ep.rate_control().rtt().unwrap().as_secs_f64();
     let cap = p.a.ep.buffer().capacity() as f64;
+    let x_recv = p.a.ep.rate_control().x_recv();
+    let bw = (2.0 * x_recv).min(62_500.0);
+    assert!(bw < 62_500.0, "X_recv {x_recv}: the share binds");
     assert!(
-        (cap / (2.0 * 62_500.0 * rtt) - 1.0).abs() < 0.01,
-        "capacity {cap}, rtt {rtt}"
+        (cap / (2.0 * bw * rtt) - 1.0).abs() < 0.02,
+        "capacity {cap}, rtt {rtt}, X_recv {x_recv}"
     );
     assert!(
         refused > 0,

@@ -10,6 +10,8 @@
 //!   achieved rate (the signal's rate estimate), at least one rung; that rate is also a
 //!   ceiling for up-switches until a fresher capacity estimate arrives (over TCP none does:
 //!   the probe's bottleneck bandwidth says nothing of the share beside other flows);
+//! - a repeated onset while congested (DBAT repeats it when its queue average doubles: the
+//!   last switch did not drain the queue) steps down again the same way;
 //! - after the signal clears, `up_after` without a new onset and a capacity estimate (the
 //!   probe, or a later [`ServerSignal::Capacity`]) of at least `up_headroom` × the next rung's
 //!   rate: one rung up, as a probe; an onset within `up_after` of it doubles the wait (up to

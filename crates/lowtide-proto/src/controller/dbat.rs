@@ -23,7 +23,9 @@
 //! - The paper does not say how slow start ends for DBAT. We leave the slow-start phase when,
 //!   after one RTT of sending, the transport's rate estimate has reached the stream's rate (or
 //!   the probed bandwidth, if lower) and the queue has fallen to the threshold (the transport
-//!   caught up), or after the computed slow-start time plus two RTTs, whichever is first. The
+//!   caught up), when the transport itself leaves slow start (over TFRC: its first loss
+//!   event; [`Dbat::transport_left_slow_start`]), or after the computed slow-start time plus
+//!   two RTTs, whichever is first. The
 //!   average then restarts from an empty queue: slow start's backlog is not congestion, so a
 //!   backlog that drains within about `smoothing_rtts` RTTs does not signal and one that
 //!   persists does. (TFRC ramps up more slowly than TCP: one packet per second until its first
@@ -33,6 +35,13 @@
 //!   not change the filter. The paper does not give its weight.
 //! - The signal has hysteresis: it clears when the average falls below `clear_fraction` ×
 //!   threshold, so a queue hovering at the threshold does not flap.
+//! - The probe measures the bottleneck, not the stream's share of it: beside a bulk flow (the
+//!   paper's own set-up) a threshold of the whole link's BDP let the queue reach seconds of
+//!   the stream before the signal (16 s over TFRC in our lab). After slow start the
+//!   bandwidth is therefore at most [`SHARE_BOUND`] × the transport's achieved rate.
+//! - While congested, the onset repeats each time the average doubles ([`ESCALATION`]): the
+//!   application's first answer did not drain the queue, so it must step down again. The
+//!   paper signals each crossing only once.
 //! - The buffer after slow start is `buffer_headroom` × threshold, not the threshold itself: a
 //!   buffer equal to the threshold could never hold a queue above it, so the signal could not
 //!   fire before the buffer drops data. Over TCP, data beyond the buffer stays in lowtide's
@@ -214,7 +223,8 @@ impl ProbeResult {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CongestionSignal {
-    /// `true`: the average queue crossed the threshold; `false`: it cleared.
+    /// `true`: the average queue crossed the threshold, or doubled since the last onset while
+    /// still congested; `false`: it cleared.
     pub onset: bool,
     /// Average send-queue size, bytes.
     pub queue: u64,
@@ -235,6 +245,15 @@ enum Phase {
 
 /// Signals kept for the application before the oldest are dropped (and counted).
 const MAX_SIGNALS: usize = 64;
+
+/// After slow start, the bandwidth in the threshold is at most this multiple of the
+/// transport's achieved rate. Twice, not once: over TCP the queue DBAT watches includes the
+/// bytes in flight, one achieved rate × RTT on a healthy path.
+pub const SHARE_BOUND: f64 = 2.0;
+
+/// While congested, a new onset when the average reaches this multiple of the average at the
+/// last onset: the application's answer to it did not drain the queue.
+pub const ESCALATION: f64 = 2.0;
 
 /// The DBAT state machine (sans-IO: every call takes `now`).
 ///
@@ -260,6 +279,8 @@ pub struct Dbat {
     phase: Phase,
     avg: Option<(f64, Instant)>,
     congested: bool,
+    /// The average at the last onset, bytes.
+    onset_queue: f64,
     signals: VecDeque<CongestionSignal>,
     /// Signals dropped because the application did not collect them.
     pub signals_dropped: u64,
@@ -286,6 +307,7 @@ impl Dbat {
             phase: Phase::Idle,
             avg: None,
             congested: false,
+            onset_queue: 0.0,
             signals: VecDeque::new(),
             signals_dropped: 0,
             last_threshold: 0,
@@ -354,6 +376,30 @@ impl Dbat {
     /// ```
     pub fn probe(&self) -> Option<ProbeResult> {
         self.probe
+    }
+
+    /// The transport left its own slow start (TFRC: its first loss event). DBAT's slow-start
+    /// allowance is for the transport's ramp to the stream's rate: a ramp cut short by loss
+    /// will not reach it, and the allowance would only hold seconds of the stream. Ends the
+    /// slow-start phase as if it had caught up (a no-op in any other phase).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// d.on_queue(t0, 30_000, Some(ms(800)), 5_000, 1200); // slow start: far behind the stream
+    /// assert!(d.in_slow_start());
+    /// d.transport_left_slow_start(t0 + ms(900));
+    /// assert!(!d.in_slow_start());
+    /// assert_eq!(d.queue_average(), Some(0)); // the ramp's backlog is not congestion
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
+    pub fn transport_left_slow_start(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::SlowStart(_)) {
+            self.phase = Phase::Steady;
+            self.avg = Some((0.0, now));
+        }
     }
 
     /// Whether the slow-start phase is over.
@@ -468,7 +514,8 @@ impl Dbat {
     }
 
     /// The queue threshold: probed bandwidth (else `rate_estimate`) × weighted RTT, bytes;
-    /// at least one MSS.
+    /// at least one MSS. After slow start the probed bandwidth is bounded by [`SHARE_BOUND`] ×
+    /// `rate_estimate`: the probe measures the bottleneck, not this stream's share of it.
     ///
     /// ```
     /// use lowtide_proto::controller::{Dbat, DbatConfig};
@@ -481,10 +528,13 @@ impl Dbat {
     /// # Ok::<(), lowtide_proto::ConfigError>(())
     /// ```
     pub fn threshold(&self, srtt: Option<Duration>, rate_estimate: u64, mss: u32) -> u64 {
-        let bw = self
-            .probe
-            .and_then(|p| p.bandwidth)
-            .unwrap_or(rate_estimate.max(self.rate));
+        let bw = match self.probe.and_then(|p| p.bandwidth) {
+            Some(bw) if self.phase == Phase::Steady && rate_estimate > 0 => {
+                bw.min((rate_estimate as f64 * SHARE_BOUND) as u64)
+            }
+            Some(bw) => bw,
+            None => rate_estimate.max(self.rate),
+        };
         let bdp = (bw as f64 * self.rtt(srtt).as_secs_f64()) as u64;
         bdp.max(u64::from(mss))
     }
@@ -571,9 +621,14 @@ impl Dbat {
             }
             Phase::Steady => {
                 let onset = !self.congested && avg > threshold as f64;
+                let worse = self.congested && avg >= self.onset_queue * ESCALATION;
                 let clear = self.congested && avg < threshold as f64 * self.cfg.clear_fraction;
-                if onset || clear {
-                    self.congested = onset;
+                if onset || worse || clear {
+                    self.congested = !clear;
+                    let onset = !clear;
+                    if onset {
+                        self.onset_queue = avg;
+                    }
                     if self.signals.len() == MAX_SIGNALS {
                         self.signals.pop_front();
                         self.signals_dropped += 1;
@@ -782,15 +837,78 @@ mod tests {
             }
         }
         assert!(!d.in_slow_start());
-        assert_eq!(signals.len(), 2, "{signals:?}");
-        let (t_on, on) = signals[0];
+        let (&(t_off, off), onsets) = signals.split_last().unwrap();
+        let (t_on, on) = onsets[0];
         assert!(on.onset && on.threshold == 25_000);
         // the queue grows 15 kB/s from 8 kB past 10 s and crosses 25 kB near 11.1 s; the
         // average lags a ramp by τ = 2 RTTs = 0.8 s.
         assert!((11.1..12.5).contains(&t_on), "onset at {t_on}");
-        let (t_off, off) = signals[1];
+        // no answer from the application: the onset repeats as the average doubles
+        assert!(onsets.iter().all(|(t, s)| s.onset && *t < 20.0), "{signals:?}");
+        for w in onsets.windows(2) {
+            assert!(w[1].1.queue >= 2 * w[0].1.queue, "{signals:?}");
+        }
         assert!(!off.onset && off.queue < 12_500);
         assert!(t_off > 20.0, "cleared at {t_off}");
+    }
+
+    #[test]
+    fn after_slow_start_the_threshold_follows_the_streams_share_not_the_bottleneck() {
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.set_stream_rate(40_000);
+        d.on_probe(probe(400, 62_500));
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(400));
+        // during slow start the probe's bottleneck bandwidth counts, whatever the rate
+        assert_eq!(d.threshold(rtt, 6_000, 1448), 25_000);
+        d.on_queue(t0, 1000, rtt, 40_000, 1448);
+        d.on_queue(t0 + Duration::from_millis(500), 1000, rtt, 40_000, 1448);
+        assert!(!d.in_slow_start());
+        // a bulk flow holds the stream to 6 kB/s: twice that × 400 ms, not the link's 25 kB
+        assert_eq!(d.threshold(rtt, 6_000, 1448), 4_800);
+        // a share above half the bottleneck leaves the probe's bound
+        assert_eq!(d.threshold(rtt, 40_000, 1448), 25_000);
+        // no rate estimate yet: the probe
+        assert_eq!(d.threshold(rtt, 0, 1448), 25_000);
+    }
+
+    #[test]
+    fn onset_repeats_while_the_queue_keeps_doubling_and_clears_once() {
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.set_stream_rate(40_000);
+        d.on_probe(probe(400, 62_500));
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(400));
+        let at = |i: u32| t0 + Duration::from_millis(100) * i;
+        d.on_queue(at(0), 1000, rtt, 40_000, 1448);
+        d.on_queue(at(5), 1000, rtt, 40_000, 1448);
+        assert!(!d.in_slow_start());
+        // the queue grows 2 kB per 100 ms for 20 s: over 25 kB, then doubling past each onset
+        let mut onsets = vec![];
+        for i in 6..206u32 {
+            d.on_queue(at(i), u64::from(i) * 2000, rtt, 40_000, 1448);
+            while let Some(s) = d.poll_signal() {
+                assert!(s.onset, "{s:?}");
+                onsets.push(s.queue);
+            }
+        }
+        assert!(onsets.len() >= 3, "{onsets:?}");
+        assert!(onsets[0] > 25_000 && onsets[0] < 2 * 25_000, "{onsets:?}");
+        for w in onsets.windows(2) {
+            assert!(w[1] >= 2 * w[0], "{onsets:?}");
+        }
+        // a queue that stays high after the last onset does not repeat it
+        let high = onsets.last().copied().unwrap();
+        for i in 206..300u32 {
+            d.on_queue(at(i), high, rtt, 40_000, 1448);
+        }
+        assert_eq!(d.poll_signal(), None);
+        // drained: one clear
+        for i in 300..400u32 {
+            d.on_queue(at(i), 0, rtt, 40_000, 1448);
+        }
+        assert_eq!(d.poll_signal().map(|s| s.onset), Some(false));
+        assert_eq!(d.poll_signal(), None);
     }
 
     #[test]

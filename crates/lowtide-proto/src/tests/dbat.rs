@@ -88,7 +88,8 @@ fn a_peer_that_does_not_announce_probe_answers_gets_no_probe() {
 
 /// A 40 kB/s stream on a 62.5 kB/s path; at 10 s the path drops to 25 kB/s (a competing flow
 /// arrives); at 16 s the application switches down to 10 kB/s. DBAT signals the onset within
-/// a few RTTs of the drop and the clearing after the switch.
+/// a few RTTs of the drop, repeats it while the queue keeps doubling (the application has not
+/// answered yet), and clears after the switch.
 #[test]
 fn dbat_signals_congestion_on_a_rate_drop_and_clears_after_a_switch_down() {
     let mut p = dbat_pair(paper_link());
@@ -130,14 +131,15 @@ fn dbat_signals_congestion_on_a_rate_drop_and_clears_after_a_switch_down() {
             .unwrap();
     }
     eprintln!("DBAT over TCP, signals (seconds, onset, threshold): {signals:?}");
-    assert_eq!(
-        signals.iter().map(|s| s.1).collect::<Vec<_>>(),
-        vec![true, false],
-        "{signals:?}"
+    let (last, onsets) = signals.split_last().expect("signals");
+    assert!(!last.1 && onsets.iter().all(|s| s.1), "{signals:?}");
+    assert!(
+        onsets.len() >= 2 && onsets.iter().all(|s| s.0 < 16.0),
+        "repeated only before the switch: {signals:?}"
     );
-    // threshold = probed 62.5 kB/s × weighted RTT (≥ 200 ms)
-    assert!(signals[0].2 >= 12_500, "{signals:?}");
-    let (onset, clear) = (signals[0].0, signals[1].0);
+    // threshold = min(probed 62.5 kB/s, 2 × the 25 kB/s share) × weighted RTT (≥ 200 ms)
+    assert!(signals[0].2 >= 10_000, "{signals:?}");
+    let (onset, clear) = (signals[0].0, last.0);
     assert!((10.0..13.0).contains(&onset), "onset at {onset}");
     assert!(clear > 16.0, "cleared at {clear}");
 }
