@@ -228,14 +228,7 @@ impl SendBuffer {
     /// start begins with the first feedback, and before it the sender sends one packet per
     /// second (RFC 5348 §4.2), so a queue then is neither slow start's nor congestion's.
     /// `ramping`: TFRC is still in its slow start (no loss event yet).
-    pub fn tune(
-        &mut self,
-        now: Instant,
-        srtt: Option<Duration>,
-        rate: u64,
-        s: u32,
-        ramping: bool,
-    ) {
+    pub fn tune(&mut self, now: Instant, srtt: Option<Duration>, rate: u64, s: u32, ramping: bool) {
         if let Some(d) = &mut self.dbat {
             if srtt.is_some() {
                 d.on_queue(now, self.bytes, srtt, rate, s);

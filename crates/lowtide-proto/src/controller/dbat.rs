@@ -844,7 +844,10 @@ mod tests {
         // average lags a ramp by τ = 2 RTTs = 0.8 s.
         assert!((11.1..12.5).contains(&t_on), "onset at {t_on}");
         // no answer from the application: the onset repeats as the average doubles
-        assert!(onsets.iter().all(|(t, s)| s.onset && *t < 20.0), "{signals:?}");
+        assert!(
+            onsets.iter().all(|(t, s)| s.onset && *t < 20.0),
+            "{signals:?}"
+        );
         for w in onsets.windows(2) {
             assert!(w[1].1.queue >= 2 * w[0].1.queue, "{signals:?}");
         }
