@@ -14,6 +14,7 @@
 //! - [`summary`]: latency percentiles and shares over thresholds, with sample counts;
 //! - [`stats`]: means and confidence intervals over runs;
 //! - [`goals`]: the numbers a scenario must reach;
+//! - [`fairness`]: Jain's index over the greedy streams of a side-by-side run;
 //! - [`report`]: plots and the HTML report;
 //! - [`demo`]: `lowtide demo`, the main job;
 //! - [`scenario`]: scenario files (TOML), checked before anything runs;
@@ -28,6 +29,7 @@ pub mod bwss;
 pub mod clock;
 pub mod conference;
 pub mod demo;
+pub mod fairness;
 pub mod floor;
 pub mod fps_sweep;
 pub mod goals;
