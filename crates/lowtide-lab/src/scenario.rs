@@ -1324,6 +1324,50 @@ controller = { min_buf = { a = 1, b = 3 } }
     }
 
     #[test]
+    fn a_declared_sweep_is_checked_when_parsed() {
+        let conf = GOOD.replace(
+            "name = \"MinBuf(1,3)\"",
+            "name = \"MinBuf(1,3)\"\napplication = \"conference\"",
+        ) + "[[variant]]\nname = \"QUIC\"\napplication = \"conference\"\nquic = {}\n";
+        let with = |sweep: &str| format!("{conf}[sweep]\n{sweep}\n");
+        let goal = "fps_goal = { reference = \"QUIC\", variants = [\"MinBuf(1,3)\"] }";
+        let ok =
+            Scenario::from_toml(&with(&format!("threshold_ms = [100, 2000]\n{goal}"))).unwrap();
+        let sw = ok.scenario.sweep.as_ref().unwrap();
+        assert_eq!(sw.threshold_ms, [100.0, 2000.0]);
+        assert_eq!(sw.fps_goal.as_ref().unwrap().within, 0.1);
+        let e = err(&with("threshold_ms = [100, 0.5]"));
+        assert_eq!(e, "sweep.threshold_ms[1] = 0.5: allowed is 1 to 600000");
+        let e = err(&with("threshold_ms = [100, 100]"));
+        assert!(e.starts_with("sweep.threshold_ms[1] = 100"), "{e}");
+        let e = err(&with(""));
+        assert!(e.starts_with("sweep = no values"), "{e}");
+        let e = err(&with("congestion = [\"cubic\", \"nope!\"]"));
+        assert!(e.starts_with("sweep.congestion[1] = nope!"), "{e}");
+        let e = err(&with("queue_bdp = [0.5, -1]"));
+        assert!(e.starts_with("sweep.queue_bdp[1] = -1"), "{e}");
+        let e = err(&with(&format!(
+            "threshold_ms = [100]\n{}",
+            goal.replace("\"QUIC\"", "\"SST\"")
+        )));
+        assert!(e.starts_with("sweep.fps_goal.reference = \"SST\""), "{e}");
+        let e = err(&with(&format!(
+            "threshold_ms = [100]\n{}",
+            goal.replace("MinBuf(1,3)", "TCP")
+        )));
+        assert!(
+            e.starts_with("sweep.fps_goal.variants = \"TCP\"") && e.contains("conference"),
+            "{e}"
+        );
+        let e = err(&with("threshold_ms = [100]\nbogus = 1"));
+        assert!(e.contains("unknown field `bogus`"), "{e}");
+        // A threshold sweep needs a conference.
+        let e = err(&format!("{GOOD}[sweep]\nthreshold_ms = [100]\n"));
+        assert!(e.starts_with("sweep.threshold_ms"), "{e}");
+        Scenario::from_toml(&format!("{GOOD}[sweep]\nqueue_bdp = [0.5, 2]\n")).unwrap();
+    }
+
+    #[test]
     fn goals_must_name_a_variant() {
         let e = err(&format!(
             "{GOOD}\n[[goal]]\nvariant = \"Nope\"\nmetric = \"latency_p99_ms\"\nmax = 1.0\n"

@@ -401,4 +401,19 @@ mod tests {
         assert_eq!(one, vec![Overrides::default()]);
         assert_eq!(folder_of(&one[0]), "as-written");
     }
+
+    #[test]
+    fn the_scenarios_sweep_runs_unless_the_command_line_names_one() {
+        let text = include_str!("../../../scenarios/paceline-fig5.toml");
+        let s = crate::scenario::Scenario::from_toml(text).unwrap().scenario;
+        let own = planned(&s, &[], &[], None, &[]);
+        assert_eq!(own.len(), 7);
+        assert_eq!(folder_of(&own[0]), "t100");
+        assert_eq!(folder_of(&own[6]), "t20000");
+        let cli = planned(&s, &[], &[], None, &[1000.0]);
+        assert_eq!(cli.len(), 1, "one threshold from the command line: one run");
+        let both = planned(&s, &["reno".into()], &[1.0], None, &[]);
+        assert_eq!(folder_of(&both[0]), "q1-reno-t100");
+        assert_eq!(both.len(), 7);
+    }
 }
