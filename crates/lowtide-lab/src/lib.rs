@@ -14,12 +14,14 @@
 //! - [`summary`]: latency percentiles and shares over thresholds, with sample counts;
 //! - [`stats`]: means and confidence intervals over runs;
 //! - [`goals`]: the numbers a scenario must reach;
+//! - [`fairness`]: Jain's index over the greedy streams of a side-by-side run;
 //! - [`report`]: plots and the HTML report;
 //! - [`demo`]: `lowtide demo`, the main job;
 //! - [`scenario`]: scenario files (TOML), checked before anything runs;
 //! - [`runner`]: `lowtide lab run`, trials side by side and sequential, the run folder;
 //! - [`results`]: raw records, their files, and `summary.json`;
-//! - [`sweep`]: one scenario over several congestion controls and queues, one index;
+//! - [`sweep`]: one scenario over several congestion controls, queues and thresholds, one index;
+//! - [`fps_sweep`]: frame rate against the latency threshold (Paceline Fig. 5) and its goal;
 //! - [`render`]: a run folder's `report.html`, from its summary and CSV alone;
 //! - [`rdc`]: the RDC experiments (Hsiao, Kung, Tan): bulk flows, the agent in the receivers.
 
@@ -27,7 +29,9 @@ pub mod bwss;
 pub mod clock;
 pub mod conference;
 pub mod demo;
+pub mod fairness;
 pub mod floor;
+pub mod fps_sweep;
 pub mod goals;
 pub mod ladder_flow;
 pub mod ladder_report;

@@ -32,6 +32,14 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
         let variants: Vec<&VariantSummary> = s.variants.iter().filter(|v| v.mode == mode).collect();
         sections.push(format!("<h2>{}</h2>", mode_title(mode, s.runs)));
         sections.push(variant_table(&variants, s));
+        if let (Mode::SideBySide, Some(f)) = (mode, &s.fairness) {
+            sections.push(format!(
+                "<p><b>Throughput fairness</b> among the streams that take what their transport \
+                 gives (Jain's index over their goodputs, 1 = equal shares; the elephants are not \
+                 counted one by one): {}.</p>",
+                report::escape(&f.describe())
+            ));
+        }
         sections.push(tail_table(&variants));
         if variants.iter().any(|v| v.sender_cost.is_some()) {
             sections.push(

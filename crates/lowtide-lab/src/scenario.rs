@@ -87,6 +87,52 @@ pub struct Scenario {
     /// Numeric goals checked against the measured summary.
     #[serde(default, rename = "goal")]
     pub goals: Vec<Goal>,
+    /// The sweep `lowtide lab run` makes of this scenario when no flag names one
+    /// (`crate::sweep`); each list on the command line replaces the scenario's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepConfig>,
+}
+
+/// Values a scenario sweeps (`[sweep]`): one full run per combination, one index page.
+///
+/// ```toml
+/// [sweep]
+/// threshold_ms = [100, 200, 500, 1000, 2000, 5000, 20000]
+/// fps_goal = { reference = "QUIC", variants = ["MinBuf(1,3)"], within = 0.1 }
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SweepConfig {
+    /// The conference's latency thresholds, ms (Erbad and Krasic, Fig. 5).
+    #[serde(default)]
+    pub threshold_ms: Vec<f64>,
+    /// Queue limits of both bottleneck directions, in BDP.
+    #[serde(default)]
+    pub queue_bdp: Vec<f64>,
+    /// Congestion controls of every TCP flow.
+    #[serde(default)]
+    pub congestion: Vec<String>,
+    /// A frame-rate goal held at every combination ([`crate::fps_sweep`]).
+    #[serde(default)]
+    pub fps_goal: Option<FpsGoal>,
+}
+
+/// Most values in one `[sweep]` list.
+pub const MAX_SWEEP_VALUES: usize = 16;
+
+/// At every combination of a sweep, each of `variants` shows at least `1 - within` times the
+/// frame rate of `reference` (issue 10: "fps within 10% of QUIC's at every threshold").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FpsGoal {
+    pub reference: String,
+    pub variants: Vec<String>,
+    #[serde(default = "a_tenth")]
+    pub within: f64,
+}
+
+fn a_tenth() -> f64 {
+    0.1
 }
 
 /// The paper's figure and what it reports, shown beside our numbers.
@@ -626,6 +672,9 @@ impl Scenario {
             ));
         }
         self.check_variants()?;
+        if let Some(sw) = &self.sweep {
+            self.check_sweep(sw)?;
+        }
         let forward_plan = self.check_schedule(
             "forward_traffic",
             &self.forward_traffic,
@@ -758,6 +807,86 @@ impl Scenario {
             reverse_plan,
             baseline,
         })
+    }
+
+    fn check_sweep(&self, sw: &SweepConfig) -> Result<(), ScenarioError> {
+        let lists = [
+            ("sweep.threshold_ms", sw.threshold_ms.len()),
+            ("sweep.queue_bdp", sw.queue_bdp.len()),
+            ("sweep.congestion", sw.congestion.len()),
+        ];
+        for (field, n) in lists {
+            if n > MAX_SWEEP_VALUES {
+                return Err(invalid(
+                    field,
+                    format!("{n} values"),
+                    format!("at most {MAX_SWEEP_VALUES} values"),
+                ));
+            }
+        }
+        if lists.iter().all(|(_, n)| *n == 0) {
+            return Err(invalid(
+                "sweep",
+                "no values",
+                "at least one of threshold_ms, queue_bdp, congestion with values",
+            ));
+        }
+        let conference = |name: &str| {
+            self.variants
+                .iter()
+                .any(|v| v.name == name && self.application_of(v) == ApplicationKind::Conference)
+        };
+        if !sw.threshold_ms.is_empty() && !self.variants.iter().any(|v| conference(&v.name)) {
+            return Err(invalid(
+                "sweep.threshold_ms",
+                format!("{:?}", sw.threshold_ms),
+                "a sweep of a scenario with a conference variant (the threshold is the conference's)",
+            ));
+        }
+        for (k, &t) in sw.threshold_ms.iter().enumerate() {
+            check_range(&format!("sweep.threshold_ms[{k}]"), t, 1.0, 600e3)?;
+            if sw.threshold_ms[..k].contains(&t) {
+                return Err(invalid(
+                    format!("sweep.threshold_ms[{k}]"),
+                    t,
+                    "a threshold not already in the list",
+                ));
+            }
+        }
+        for (k, &q) in sw.queue_bdp.iter().enumerate() {
+            check_range(&format!("sweep.queue_bdp[{k}]"), q, 0.01, 100.0)?;
+        }
+        for (k, cc) in sw.congestion.iter().enumerate() {
+            if !lowtide_traffic::congestion::is_valid_name(cc) {
+                return Err(invalid(
+                    format!("sweep.congestion[{k}]"),
+                    cc,
+                    "a kernel congestion control name such as cubic, reno or bbr",
+                ));
+            }
+        }
+        if let Some(g) = &sw.fps_goal {
+            for (field, name) in std::iter::once(("sweep.fps_goal.reference", &g.reference))
+                .chain(g.variants.iter().map(|n| ("sweep.fps_goal.variants", n)))
+            {
+                if !conference(name) {
+                    return Err(invalid(
+                        field,
+                        format!("{name:?}"),
+                        "the name of a conference variant of this scenario",
+                    ));
+                }
+            }
+            if g.variants.is_empty() {
+                return Err(invalid(
+                    "sweep.fps_goal.variants",
+                    "[]",
+                    "at least one variant held to the reference",
+                ));
+            }
+            check_range("sweep.fps_goal.within", g.within, 0.0, 1.0)?;
+        }
+        Ok(())
     }
 
     fn check_variants(&self) -> Result<(), ScenarioError> {
@@ -1192,6 +1321,50 @@ controller = { min_buf = { a = 1, b = 3 } }
         let e = err(&fo("failover = {}\nquic = {}"));
         assert!(e.contains("failover on lowtide's TCP variants only"), "{e}");
         assert!(Scenario::from_toml(&fo("failover = { bogus = 1 }")).is_err());
+    }
+
+    #[test]
+    fn a_declared_sweep_is_checked_when_parsed() {
+        let conf = GOOD.replace(
+            "name = \"MinBuf(1,3)\"",
+            "name = \"MinBuf(1,3)\"\napplication = \"conference\"",
+        ) + "[[variant]]\nname = \"QUIC\"\napplication = \"conference\"\nquic = {}\n";
+        let with = |sweep: &str| format!("{conf}[sweep]\n{sweep}\n");
+        let goal = "fps_goal = { reference = \"QUIC\", variants = [\"MinBuf(1,3)\"] }";
+        let ok =
+            Scenario::from_toml(&with(&format!("threshold_ms = [100, 2000]\n{goal}"))).unwrap();
+        let sw = ok.scenario.sweep.as_ref().unwrap();
+        assert_eq!(sw.threshold_ms, [100.0, 2000.0]);
+        assert_eq!(sw.fps_goal.as_ref().unwrap().within, 0.1);
+        let e = err(&with("threshold_ms = [100, 0.5]"));
+        assert_eq!(e, "sweep.threshold_ms[1] = 0.5: allowed is 1 to 600000");
+        let e = err(&with("threshold_ms = [100, 100]"));
+        assert!(e.starts_with("sweep.threshold_ms[1] = 100"), "{e}");
+        let e = err(&with(""));
+        assert!(e.starts_with("sweep = no values"), "{e}");
+        let e = err(&with("congestion = [\"cubic\", \"nope!\"]"));
+        assert!(e.starts_with("sweep.congestion[1] = nope!"), "{e}");
+        let e = err(&with("queue_bdp = [0.5, -1]"));
+        assert!(e.starts_with("sweep.queue_bdp[1] = -1"), "{e}");
+        let e = err(&with(&format!(
+            "threshold_ms = [100]\n{}",
+            goal.replace("\"QUIC\"", "\"SST\"")
+        )));
+        assert!(e.starts_with("sweep.fps_goal.reference = \"SST\""), "{e}");
+        let e = err(&with(&format!(
+            "threshold_ms = [100]\n{}",
+            goal.replace("MinBuf(1,3)", "TCP")
+        )));
+        assert!(
+            e.starts_with("sweep.fps_goal.variants = \"TCP\"") && e.contains("conference"),
+            "{e}"
+        );
+        let e = err(&with("threshold_ms = [100]\nbogus = 1"));
+        assert!(e.contains("unknown field `bogus`"), "{e}");
+        // A threshold sweep needs a conference.
+        let e = err(&format!("{GOOD}[sweep]\nthreshold_ms = [100]\n"));
+        assert!(e.starts_with("sweep.threshold_ms"), "{e}");
+        Scenario::from_toml(&format!("{GOOD}[sweep]\nqueue_bdp = [0.5, 2]\n")).unwrap();
     }
 
     #[test]

@@ -2,17 +2,21 @@
 //! (`lowtide lab run FILE --cc reno,cubic,bbr --queue-bdp 0.5,1,2`), or conference latency
 //! thresholds (`--threshold-ms 100,500,2000`: Erbad and Krasic's Fig. 5). The paper's router queue
 //! is unknown and its TCP (Linux 2.4) is not ours, so a claim holds only if it holds across
-//! them. Each combination is a full lab run in its own subfolder; `index.html` puts every row
-//! in one table, with a link to each run's report, and `sweep.json` keeps the summaries.
+//! them. A scenario may declare its own sweep (`[sweep]`); each list given on the command line
+//! replaces the scenario's. Each combination is a full lab run in its own subfolder;
+//! `index.html` puts every row in one table, with a link to each run's report, and, for a
+//! threshold sweep, the frame rate against the threshold ([`crate::fps_sweep`]) and the
+//! scenario's `fps_goal` at every threshold; `sweep.json` keeps the summaries and both.
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::fps_sweep::{self, FpsAt, FpsCurve, GoalRow};
 use crate::report;
 use crate::results::{mbit, ratio, LabSummary};
 use crate::runner::{self, LabOptions};
-use crate::scenario::{Checked, Overrides};
+use crate::scenario::{Checked, FpsGoal, Overrides, Scenario};
 use crate::summary::{Measured, NO_DATA};
 use crate::LabError;
 
@@ -27,7 +31,48 @@ pub struct SweepPoint {
     pub folder: String,
     pub queue_bdp: Option<f64>,
     pub congestion: Option<String>,
+    #[serde(default)]
+    pub threshold_ms: Option<f64>,
     pub summary: LabSummary,
+}
+
+/// `sweep.json`: every combination's summary, and for a threshold sweep the frame-rate curves
+/// and the goal at every combination.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepFile<'a> {
+    pub points: &'a [SweepPoint],
+    pub fps_by_threshold: Vec<FpsCurve>,
+    pub fps_goal: Option<&'a FpsGoal>,
+    pub fps_goal_rows: Vec<GoalRow>,
+}
+
+/// The sweep to run: each list from the command line, or else the scenario's `[sweep]`.
+pub fn planned(
+    scenario: &Scenario,
+    congestion: &[String],
+    queue_bdp: &[f64],
+    window_frames: Option<u32>,
+    threshold_ms: &[f64],
+) -> Vec<Overrides> {
+    let declared = scenario.sweep.clone().unwrap_or_default();
+    let pick = |cli: &[f64], own: &[f64]| {
+        if cli.is_empty() {
+            own.to_vec()
+        } else {
+            cli.to_vec()
+        }
+    };
+    let cc = if congestion.is_empty() {
+        declared.congestion.clone()
+    } else {
+        congestion.to_vec()
+    };
+    combinations(
+        &cc,
+        &pick(queue_bdp, &declared.queue_bdp),
+        window_frames,
+        &pick(threshold_ms, &declared.threshold_ms),
+    )
 }
 
 /// Every combination of `congestion` × `queue_bdp` × `threshold_ms` (an empty list keeps the
@@ -77,6 +122,15 @@ pub fn run(
     combos: &[Overrides],
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<SweepPoint>, LabError> {
+    // Each combination is one run: its scenario-as-run does not sweep again.
+    let mut one = checked.clone();
+    one.scenario.sweep = None;
+    let fps_goal = checked
+        .scenario
+        .sweep
+        .as_ref()
+        .and_then(|s| s.fps_goal.as_ref());
+    let checked = &one;
     let runs: Vec<LabOptions> = combos
         .iter()
         .map(|o| LabOptions {
@@ -101,10 +155,11 @@ pub fn run(
             folder: folder_of(&r.overrides),
             queue_bdp: r.overrides.queue_bdp,
             congestion: r.overrides.congestion.clone(),
+            threshold_ms: r.overrides.threshold_ms,
             summary: done.summary,
         });
     }
-    write_index(&opts.out_dir, &checked.scenario.name, &points)?;
+    write_index(&opts.out_dir, &checked.scenario.name, &points, fps_goal)?;
     Ok(points)
 }
 
@@ -118,12 +173,25 @@ fn folder_of(o: &Overrides) -> String {
     }
 }
 
-/// `index.html` and `sweep.json` in `dir`.
-pub fn write_index(dir: &Path, scenario: &str, points: &[SweepPoint]) -> Result<PathBuf, LabError> {
+/// `index.html` and `sweep.json` in `dir`; with a threshold sweep, the frame rate against
+/// the threshold (`fps-threshold.svg`) and `fps_goal` at every combination.
+pub fn write_index(
+    dir: &Path,
+    scenario: &str,
+    points: &[SweepPoint],
+    fps_goal: Option<&FpsGoal>,
+) -> Result<PathBuf, LabError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+    let fps: Vec<FpsAt> = points.iter().map(FpsAt::of).collect();
+    let file = SweepFile {
+        points,
+        fps_by_threshold: fps_sweep::curves(&fps),
+        fps_goal,
+        fps_goal_rows: fps_goal.map_or(vec![], |g| fps_sweep::goal_rows(&fps, g)),
+    };
     let json =
-        serde_json::to_string_pretty(points).map_err(|e| LabError::io("encoding sweep.json", e))?;
+        serde_json::to_string_pretty(&file).map_err(|e| LabError::io("encoding sweep.json", e))?;
     let json_path = dir.join(SWEEP_JSON);
     std::fs::write(&json_path, json)
         .map_err(|e| LabError::io(format!("writing {}", json_path.display()), e))?;
@@ -141,6 +209,31 @@ pub fn write_index(dir: &Path, scenario: &str, points: &[SweepPoint]) -> Result<
             report::escape(&p.summary.paper.figure),
             report::escape(&p.summary.paper.text)
         ));
+        if !p.summary.paper.differences.is_empty() {
+            sections.push(format!(
+                "<p><b>Differences from the paper:</b> {}</p>",
+                report::escape(&p.summary.paper.differences)
+            ));
+        }
+    }
+    if !file.fps_by_threshold.is_empty() {
+        // Every conference runs at the lab's frame rate (`ConferenceApp::conference`).
+        let full = crate::video::FPS;
+        fps_sweep::plot(
+            &dir.join(fps_sweep::PLOT),
+            "Frame rate against the latency threshold (Fig. 5)",
+            &file.fps_by_threshold,
+            full,
+        )?;
+        sections.push(format!(
+            "<h2>Frame rate against the latency threshold</h2><p>Frames shown per second of \
+             those captured in the measurement window (mean over runs), per variant; a gap is a \
+             threshold without data. The dashed line is the full {full:.0} frames/s.</p>{}",
+            report::figure(fps_sweep::PLOT, "frame rate against the latency threshold")
+        ));
+    }
+    if let Some(g) = fps_goal {
+        sections.push(goal_section(&file.fps_goal_rows, g));
     }
     sections.push(report::html_table(
         &[
@@ -175,6 +268,51 @@ pub fn write_index(dir: &Path, scenario: &str, points: &[SweepPoint]) -> Result<
     std::fs::write(&path, html)
         .map_err(|e| LabError::io(format!("writing {}", path.display()), e))?;
     Ok(path)
+}
+
+/// The frame-rate goal at every combination, as the index shows it.
+fn goal_section(rows: &[GoalRow], g: &FpsGoal) -> String {
+    let missed = rows
+        .iter()
+        .flat_map(|r| &r.variants)
+        .filter(|c| !c.met)
+        .count();
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .flat_map(|r| {
+            r.variants.iter().map(move |c| {
+                vec![
+                    r.folder.clone(),
+                    c.variant.clone(),
+                    r.reference_fps
+                        .map_or(NO_DATA.into(), |f| format!("{f:.1}")),
+                    fps_sweep::describe(c, &r.reference),
+                ]
+            })
+        })
+        .collect();
+    format!(
+        "<h2>Goal: frame rate within {:.0}% of {}'s at every threshold</h2><p>{}</p>{}",
+        g.within * 100.0,
+        report::escape(&g.reference),
+        if missed == 0 {
+            "Met at every combination.".to_string()
+        } else {
+            format!(
+                "Not met at {missed} of {} (variant, combination) pairs; no data is never met.",
+                rows.iter().map(|r| r.variants.len()).sum::<usize>()
+            )
+        },
+        report::html_table(
+            &[
+                "combination",
+                "variant",
+                &format!("{} frames/s", g.reference),
+                "frames/s, ratio: goal"
+            ],
+            &table
+        )
+    )
 }
 
 fn rows(points: &[SweepPoint]) -> Vec<Vec<String>> {
@@ -262,5 +400,20 @@ mod tests {
         let one = combinations(&[], &[], None, &[]);
         assert_eq!(one, vec![Overrides::default()]);
         assert_eq!(folder_of(&one[0]), "as-written");
+    }
+
+    #[test]
+    fn the_scenarios_sweep_runs_unless_the_command_line_names_one() {
+        let text = include_str!("../../../scenarios/paceline-fig5.toml");
+        let s = crate::scenario::Scenario::from_toml(text).unwrap().scenario;
+        let own = planned(&s, &[], &[], None, &[]);
+        assert_eq!(own.len(), 7);
+        assert_eq!(folder_of(&own[0]), "t100");
+        assert_eq!(folder_of(&own[6]), "t20000");
+        let cli = planned(&s, &[], &[], None, &[1000.0]);
+        assert_eq!(cli.len(), 1, "one threshold from the command line: one run");
+        let both = planned(&s, &["reno".into()], &[1.0], None, &[]);
+        assert_eq!(folder_of(&both[0]), "q1-reno-t100");
+        assert_eq!(both.len(), 7);
     }
 }

@@ -230,10 +230,11 @@ fn a_run_folder_renders_and_recomputes_without_namespaces() {
             folder: f.to_string(),
             queue_bdp: None,
             congestion: None,
+            threshold_ms: None,
             summary: summary.clone(),
         })
         .collect();
-    let index = sweep::write_index(&dir, "recorded", &points).unwrap();
+    let index = sweep::write_index(&dir, "recorded", &points, None).unwrap();
     let html = std::fs::read_to_string(index).unwrap();
     assert_eq!(
         html.matches("<td>q2-bbr</td>").count(),

@@ -196,6 +196,9 @@ pub struct LabSummary {
     /// The floor probe over every run (pooled).
     pub floor: FloorSummary,
     pub variants: Vec<VariantSummary>,
+    /// Side by side: Jain's index over the greedy streams' goodputs ([`crate::fairness`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<crate::fairness::FairnessSummary>,
     pub goals: Vec<GoalResult>,
     /// Per emulated network: what the bottleneck did and what cross traffic got.
     pub trials: Vec<TrialNetwork>,
@@ -404,6 +407,7 @@ pub fn summarize(
         baseline: inputs.baseline.clone(),
         network: inputs.network.clone(),
         floor,
+        fairness: crate::fairness::of(&variants),
         variants,
         goals,
         trials: records.iter().map(|r| r.network.clone()).collect(),

@@ -60,6 +60,12 @@ pub fn text_table(s: &LabSummary) -> String {
         "-",
         f.show_share(160.0)
     ));
+    if let Some(f) = &s.fairness {
+        out.push_str(&format!(
+            "throughput fairness (side by side): {}\n",
+            f.describe()
+        ));
+    }
     for v in s.variants.iter().filter(|v| v.video.is_none()) {
         out.push_str(&format!(
             "tail of {}: {}\n",
