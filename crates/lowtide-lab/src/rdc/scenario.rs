@@ -24,6 +24,8 @@ pub struct RdcScenario {
     pub rdc: RunSettings,
     /// Flow i goes from sender `i % senders` to receiver `i % receivers`; `senders` and
     /// `receivers` are equal and at most `rdc.flows` (the dumbbell has at most 32 of each).
+    /// `access_delay_ms` (one entry per sender host) gives the flows of a host a longer round
+    /// trip (Fig. 9/10's RTT groups).
     pub topology: TopologyConfig,
     #[serde(rename = "variant")]
     pub variants: Vec<RdcVariant>,
@@ -244,6 +246,8 @@ pub enum RdcMetric {
     LayersMean,
     /// Video: the standard deviation of the streams' mean layers.
     LayersSpread,
+    /// Video with access delays: the highest RTT group's mean layers over the lowest's.
+    LayerDisparity,
 }
 
 impl RdcMetric {
@@ -257,6 +261,7 @@ impl RdcMetric {
             RdcMetric::SettlingS => "settling_s",
             RdcMetric::LayersMean => "layers_mean",
             RdcMetric::LayersSpread => "layers_spread",
+            RdcMetric::LayerDisparity => "layer_disparity",
         }
     }
 }
@@ -505,6 +510,20 @@ impl RdcScenario {
         flow % self.topology.senders.max(1)
     }
 
+    /// Whether flows differ in round trip (`topology.access_delay_ms` given): the summary then
+    /// groups the video streams by it (`rtt_groups`).
+    pub fn has_rtt_groups(&self) -> bool {
+        !self.topology.access_delay_ms.is_empty()
+    }
+
+    /// Flow `i`'s minimum round trip, ms: the bottleneck's propagation delays both ways plus
+    /// twice its sender host's access delay.
+    pub fn min_rtt_ms(&self, flow: usize) -> f64 {
+        let t = &self.topology;
+        let access = t.access_delay_ms.get(self.host_of(flow)).copied();
+        t.forward.delay_ms + t.reverse.delay_ms + 2.0 * access.unwrap_or(0.0)
+    }
+
     /// The topology a variant runs on.
     pub fn topology_of(&self, v: &RdcVariant) -> TopologyConfig {
         let mut t = self.topology.clone();
@@ -568,6 +587,28 @@ mod tests {
             .to_string();
         assert!(e.contains("agent_flows") && e.contains("below 2"), "{e}");
         assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
+    }
+
+    #[test]
+    fn mixed_rtt_flows_form_the_papers_five_groups_of_twenty() {
+        let (_, text) = shipped()
+            .into_iter()
+            .find(|(p, _)| p.ends_with("rdc-mixed-rtt.toml"))
+            .unwrap();
+        let s = RdcScenario::from_toml_in(&text, Path::new(".")).unwrap();
+        assert!(s.has_rtt_groups());
+        let mut groups = std::collections::BTreeMap::<u32, usize>::new();
+        for f in 0..s.rdc.flows {
+            *groups.entry(s.min_rtt_ms(f).round() as u32).or_default() += 1;
+        }
+        let want: std::collections::BTreeMap<u32, usize> =
+            [(220, 20), (230, 20), (240, 20), (250, 20), (260, 20)].into();
+        assert_eq!(groups, want);
+        // Without access delays every flow has the bottleneck's round trip.
+        let mut same = s.clone();
+        same.topology.access_delay_ms.clear();
+        assert!(!same.has_rtt_groups());
+        assert_eq!(same.min_rtt_ms(7), 40.0);
     }
 
     #[test]
