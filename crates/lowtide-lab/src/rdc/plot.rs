@@ -113,11 +113,9 @@ pub fn stacked(path: &Path, y_desc: &str, panels: &[Panel]) -> Result<(), LabErr
                     .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(1)))
                     .map_err(|e| err(e.to_string()))?;
                 if let Some(label) = panel.labels.get(i) {
-                    series
-                        .label(label.as_str())
-                        .legend(move |(x, y)| {
-                            Rectangle::new([(x, y - 4), (x + 10, y + 4)], color.filled())
-                        });
+                    series.label(label.as_str()).legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 4), (x + 10, y + 4)], color.filled())
+                    });
                 }
             }
             if legend {

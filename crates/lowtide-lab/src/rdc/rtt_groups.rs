@@ -84,10 +84,9 @@ pub fn summarise(rtt_ms: &[f64], per_stream: &[Measured]) -> RttGroupLayers {
         .zip(layers_by_rtt_group.values().next_back());
     let shortest_over_longest = match ends.map(|(s, l)| (s.mean, l.mean)) {
         Some((s, l)) if two_or_more => match (s.value, l.value) {
-            (Some(s_mean), Some(l_mean)) if l_mean > 0.0 => Measured::new(
-                Some(s_mean / l_mean),
-                s.samples.min(l.samples),
-            ),
+            (Some(s_mean), Some(l_mean)) if l_mean > 0.0 => {
+                Measured::new(Some(s_mean / l_mean), s.samples.min(l.samples))
+            }
             _ => Measured::default(),
         },
         _ => Measured::default(),
@@ -95,7 +94,7 @@ pub fn summarise(rtt_ms: &[f64], per_stream: &[Measured]) -> RttGroupLayers {
     RttGroupLayers {
         layers_by_rtt_group,
         layer_disparity: Measured::new((two_or_more && min > 0.0).then(|| max / min), samples),
-        layer_gap: Measured::new(two_or_more.then(|| max - min), samples),
+        layer_gap: Measured::new(two_or_more.then_some(max - min), samples),
         shortest_over_longest_rtt: shortest_over_longest,
     }
 }
@@ -111,10 +110,7 @@ pub fn mean_over_time(streams: &[&[LayerPoint]], step_s: f64, end_s: f64) -> Vec
     (0..=steps)
         .filter_map(|k| {
             let t = k as f64 * step_s;
-            let now: Vec<f64> = streams
-                .iter()
-                .filter_map(|pts| layers_at(pts, t))
-                .collect();
+            let now: Vec<f64> = streams.iter().filter_map(|pts| layers_at(pts, t)).collect();
             (!now.is_empty()).then(|| (t, now.iter().sum::<f64>() / now.len() as f64))
         })
         .collect()
@@ -149,7 +145,10 @@ mod tests {
         assert_eq!((short.streams, short.mean.value), (2, Some(5.0)));
         assert_eq!(short.spread.value, Some(1.0));
         let long = g.layers_by_rtt_group[&260];
-        assert_eq!(long.streams, 3, "the stream with no data is counted as a stream");
+        assert_eq!(
+            long.streams, 3,
+            "the stream with no data is counted as a stream"
+        );
         assert_eq!((long.mean.value, long.mean.samples), (Some(2.0), 2));
         assert_eq!(long.spread.value, Some(0.0));
         assert_eq!(g.layer_disparity.value, Some(2.5));

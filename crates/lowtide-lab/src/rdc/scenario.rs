@@ -198,6 +198,10 @@ pub struct RdcVariant {
     /// Flows whose receiver runs the agent (default: every flow).
     #[serde(default)]
     pub agent_flows: Option<Vec<usize>>,
+    /// 1-bit agent: the most one increase adds to the ACK delay, ms (default: the paper's
+    /// doubling; `lowtide_rdc::AgentConfig::max_increase`).
+    #[serde(default)]
+    pub agent_max_increase_ms: Option<f64>,
     /// What the paper reports for this variant (shown beside ours).
     #[serde(default)]
     pub paper: String,
@@ -450,6 +454,14 @@ impl RdcScenario {
             with.forward.aqm = v.aqm.clone();
             with.validate()
                 .map_err(|e| RdcScenarioError::Topology(format!("variant `{}`: {e}", v.name)))?;
+            if let Some(step) = v.agent_max_increase_ms {
+                check(
+                    v.agent.is_some() && (1.0..=4000.0).contains(&step),
+                    format!("variant[{i}].agent_max_increase_ms"),
+                    step,
+                    "1 to 4000 ms, with an agent",
+                )?;
+            }
             if let Some(flows) = &v.agent_flows {
                 for &f in flows {
                     check(

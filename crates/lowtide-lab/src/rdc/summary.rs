@@ -215,13 +215,10 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         max: Measured::new(q.last().map(|&x| f64::from(x)), n),
     };
     let layers = layer_summary(&t.senders, window);
-    let rtt_groups = layers
-        .as_ref()
-        .filter(|_| s.has_rtt_groups())
-        .map(|l| {
-            let rtts: Vec<f64> = (0..l.per_stream.len()).map(|f| s.min_rtt_ms(f)).collect();
-            rtt_groups::summarise(&rtts, &l.per_stream)
-        });
+    let rtt_groups = layers.as_ref().filter(|_| s.has_rtt_groups()).map(|l| {
+        let rtts: Vec<f64> = (0..l.per_stream.len()).map(|f| s.min_rtt_ms(f)).collect();
+        rtt_groups::summarise(&rtts, &l.per_stream)
+    });
     let lateness = t
         .forward
         .as_ref()
