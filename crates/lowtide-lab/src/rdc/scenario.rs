@@ -601,13 +601,18 @@ mod tests {
         assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
     }
 
-    #[test]
-    fn mixed_rtt_flows_form_the_papers_five_groups_of_twenty() {
+    /// The shipped scenario `file`, checked.
+    fn shipped_scenario(file: &str) -> RdcScenario {
         let (_, text) = shipped()
             .into_iter()
-            .find(|(p, _)| p.ends_with("rdc-mixed-rtt.toml"))
+            .find(|(p, _)| p.ends_with(file))
             .unwrap();
-        let s = RdcScenario::from_toml_in(&text, Path::new(".")).unwrap();
+        RdcScenario::from_toml_in(&text, Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn mixed_rtt_flows_form_the_papers_five_groups_of_twenty() {
+        let s = shipped_scenario("rdc-mixed-rtt.toml");
         assert!(s.has_rtt_groups());
         let mut groups = std::collections::BTreeMap::<u32, usize>::new();
         for f in 0..s.rdc.flows {
@@ -625,11 +630,7 @@ mod tests {
 
     #[test]
     fn random_starts_are_seeded_and_within_range() {
-        let (_, text) = shipped()
-            .into_iter()
-            .find(|(p, _)| p.ends_with("rdc-friendliness.toml"))
-            .unwrap();
-        let s = RdcScenario::from_toml_in(&text, Path::new(".")).unwrap();
+        let s = shipped_scenario("rdc-friendliness.toml");
         let a = s.starts();
         assert_eq!(a, s.starts());
         assert!(a.iter().all(|&t| (0.0..2.0).contains(&t)), "{a:?}");
