@@ -25,9 +25,9 @@
 //! - A delay is capped at `max_delay` (4 s by default); the cap is counted.
 //! - A period in which no data arrived decides nothing.
 //! - Optionally (`max_step`, off by default) one increase adds at most a fixed step to the
-//!   delay instead of doubling it. Why: Linux times a segment out `srtt + max(4·rttvar,
-//!   200 ms)` after it was sent, so a jump of the ACK delay by more than that margin (a
-//!   doubling from 200 ms or more) makes the sender time out although nothing was lost.
+//!   delay instead of doubling it, so the delay cannot run away to seconds (which the
+//!   decrease, needing a period of ≤ b marks, is slow to undo). Built to test whether
+//!   doublings past Linux's RTO margin made 1-bit RDC's timeouts: they did not (docs/rdc.md).
 //! - Only data-carrying packets count toward the share (a sender's pure ACKs are rarely ECN
 //!   capable and say nothing about this flow's data path).
 
