@@ -59,7 +59,7 @@ pub struct RunArgs {
 }
 
 /// The scenario text with only the `[[variant]]` tables named in `keep` and the goals that
-/// name them; an unknown name is an error listing the scenario's variants.
+/// name only them; an unknown name is an error listing the scenario's variants.
 fn only_variants(text: &str, keep: &[String]) -> anyhow::Result<String> {
     let mut doc: toml::Table =
         toml::from_str(text).context("parsing the scenario for --variant")?;
@@ -74,11 +74,13 @@ fn only_variants(text: &str, keep: &[String]) -> anyhow::Result<String> {
     }
     variants.retain(|v| name_of(v).is_some_and(|n| keep.contains(&n)));
     if let Some(toml::Value::Array(goals)) = doc.get_mut("goal") {
-        goals.retain(|g| {
-            g.get("variant")
+        // A goal relative to another variant (RDC: `relative_to`) needs that one too.
+        let kept = |g: &toml::Value, key: &str| {
+            g.get(key)
                 .and_then(|n| n.as_str())
                 .is_none_or(|n| keep.iter().any(|k| k == n))
-        });
+        };
+        goals.retain(|g| kept(g, "variant") && kept(g, "relative_to"));
     }
     Ok(toml::to_string(&doc)?)
 }
@@ -415,6 +417,10 @@ metric = "m"
 [[goal]]
 variant = "B b"
 metric = "m"
+[[goal]]
+variant = "B b"
+metric = "m"
+relative_to = "A"
 "#;
         let out: toml::Table =
             toml::from_str(&only_variants(text, &["B b".into()]).unwrap()).unwrap();

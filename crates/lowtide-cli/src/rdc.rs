@@ -62,6 +62,9 @@ struct AgentArgs {
     /// Largest delay imposed on an ACK, ms.
     #[arg(long, default_value_t = 4000.0)]
     max_delay_ms: f64,
+    /// 1-bit: the most one increase adds to the delay, ms (default: the paper's doubling).
+    #[arg(long)]
+    max_increase_ms: Option<f64>,
     /// RTT assumed for flows without timestamps whose handshake was not seen, ms.
     #[arg(long, default_value_t = 100.0)]
     default_rtt_ms: f64,
@@ -125,6 +128,10 @@ fn agent(a: AgentArgs) -> anyhow::Result<i32> {
             increase_above: a.increase_above,
             decrease_below: a.decrease_below,
             max_delay: ms(a.max_delay_ms, "max-delay-ms")?,
+            max_increase: a
+                .max_increase_ms
+                .map(|v| ms(v, "max-increase-ms"))
+                .transpose()?,
             default_rtt: ms(a.default_rtt_ms, "default-rtt-ms")?,
             max_held: a.max_held,
             ..AgentConfig::default()

@@ -1,7 +1,8 @@
 //! Short RDC lab runs (need root): one with the agent in the receiver's namespace (about 4 s of
 //! traffic): the run completes, the agent saw and held the flow's ACKs, and no iptables chain
 //! of the agent is left, neither in the receiver after the stop nor in this namespace, and no
-//! lab namespace either; one with two video streams (8 s) that add and drop layers.
+//! lab namespace either; one with two video streams (8 s) of different round trips that add
+//! and drop layers and are summarised per RTT group.
 
 use lowtide_lab::rdc::{self, RdcOptions, RdcScenario};
 use lowtide_netem::cleanup::leftover_namespaces;
@@ -91,7 +92,8 @@ fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
 
 /// Two of the paper's layered video streams through a drop-tail bottleneck that fits about
 /// two and a half layers: each starts at one layer, adds one after a second of an empty send
-/// buffer, overloads the link, and drops one when its unsent data passes T_drop.
+/// buffer, overloads the link, and drops one when its unsent data passes T_drop. The second
+/// stream's host has 20 ms of access delay each way (RTT 60 ms against 20 ms): two RTT groups.
 const VIDEO: &str = r#"
 name = "rdc-video-test"
 [rdc]
@@ -109,6 +111,7 @@ initial_layers = 1
 [topology]
 senders = 2
 receivers = 2
+access_delay_ms = [0, 20]
 [topology.forward]
 rate_mbps = 0.4
 delay_ms = 10
@@ -138,6 +141,11 @@ fn video_streams_add_and_drop_layers_through_the_emulator() {
     );
     assert!(layers.mean.value.is_some_and(|m| m > 0.5), "{layers:?}");
     assert!(out.join(rdc::LAYERS_CSV).exists());
+    let groups = summary.variants[0].rtt_groups.as_ref().expect("RTT groups");
+    let keys: Vec<u32> = groups.layers_by_rtt_group.keys().copied().collect();
+    assert_eq!(keys, [20, 60], "{groups:?}");
+    assert!(groups.layer_gap.value.is_some(), "{groups:?}");
+    assert!(out.join(rdc::LAYERS_BY_RTT_PLOT).exists());
     let new: Vec<String> = leftover_namespaces()
         .into_iter()
         .filter(|n| !namespaces.contains(n))

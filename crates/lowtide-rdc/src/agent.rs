@@ -192,6 +192,7 @@ impl<H> Agent<H> {
             decrease_below: cfg.decrease_below,
             zero_below: cfg.zero_below,
             max_delay: cfg.max_delay,
+            max_step: cfg.max_increase,
         };
         Ok(Agent {
             cfg,

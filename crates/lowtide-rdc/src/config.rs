@@ -35,6 +35,9 @@ pub struct AgentConfig {
     pub decrease_below: f64,
     /// The largest delay imposed on an ACK (exact notifications above it are clamped, counted).
     pub max_delay: Duration,
+    /// 1-bit: the most one increase may add to the delay; `None` (the default) is the
+    /// paper's doubling (`crate::one_bit`: why a step may be wanted on Linux).
+    pub max_increase: Option<Duration>,
     /// 1-bit: a delay decreased below this becomes zero, so the next increase starts again
     /// from one RTT (Eq. (3) alone only approaches zero).
     pub zero_below: Duration,
@@ -57,6 +60,7 @@ impl Default for AgentConfig {
             increase_above: 0.9,
             decrease_below: 0.1,
             max_delay: Duration::from_secs(4),
+            max_increase: None,
             zero_below: Duration::from_millis(1),
             default_rtt: Duration::from_millis(100),
             rtt_window: Duration::from_secs(10),
@@ -126,6 +130,14 @@ impl AgentConfig {
             ms(max),
             "1 ms to 60 s",
         )?;
+        if let Some(step) = self.max_increase {
+            check(
+                step >= Duration::from_millis(1) && step <= max,
+                "max_increase",
+                ms(step),
+                format!("1 ms up to max_delay ({})", ms(max)),
+            )?;
+        }
         check(
             self.zero_below < max,
             "zero_below",
@@ -199,5 +211,14 @@ mod tests {
             ..AgentConfig::default()
         };
         assert!(c.validate().unwrap_err().to_string().contains("max_delay"));
+        let c = AgentConfig {
+            max_increase: Some(Duration::from_secs(5)),
+            ..AgentConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("max_increase") && e.contains("up to max_delay"),
+            "{e}"
+        );
     }
 }

@@ -24,6 +24,10 @@
 //!   many periods to matter.
 //! - A delay is capped at `max_delay` (4 s by default); the cap is counted.
 //! - A period in which no data arrived decides nothing.
+//! - Optionally (`max_step`, off by default) one increase adds at most a fixed step to the
+//!   delay instead of doubling it, so the delay cannot run away to seconds (which the
+//!   decrease, needing a period of ≤ b marks, is slow to undo). Built to test whether
+//!   doublings past Linux's RTO margin made 1-bit RDC's timeouts: they did not (docs/rdc.md).
 //! - Only data-carrying packets count toward the share (a sender's pure ACKs are rarely ECN
 //!   capable and say nothing about this flow's data path).
 
@@ -95,6 +99,8 @@ pub struct OneBitLaw {
     pub decrease_below: f64,
     pub zero_below: Duration,
     pub max_delay: Duration,
+    /// The most one increase may add (None: the paper's doubling, whatever its size).
+    pub max_step: Option<Duration>,
 }
 
 impl OneBitLaw {
@@ -112,7 +118,10 @@ impl OneBitLaw {
         }
         let share = f64::from(seen.marked) / f64::from(seen.packets);
         if share >= self.increase_above {
-            let wanted = if delay.is_zero() { rtt } else { delay * 2 };
+            let doubled = if delay.is_zero() { rtt } else { delay * 2 };
+            let wanted = self
+                .max_step
+                .map_or(doubled, |step| doubled.min(delay + step));
             if wanted > self.max_delay {
                 (self.max_delay, Change::Capped)
             } else {
@@ -142,6 +151,7 @@ mod tests {
         decrease_below: 0.1,
         zero_below: Duration::from_millis(1),
         max_delay: Duration::from_secs(4),
+        max_step: None,
     };
     const RTT: Duration = Duration::from_millis(40);
 
@@ -176,6 +186,29 @@ mod tests {
             LAW.next(Duration::ZERO, seen(10, 0), RTT, 4.0),
             (Duration::ZERO, Change::Kept)
         );
+    }
+
+    #[test]
+    fn a_step_limit_caps_each_increase_but_not_a_small_doubling() {
+        let law = OneBitLaw {
+            max_step: Some(Duration::from_millis(100)),
+            ..LAW
+        };
+        // From zero: one RTT when it is below the step, else the step.
+        assert_eq!(law.next(Duration::ZERO, seen(10, 10), RTT, 20.0).0, RTT);
+        let long_rtt = Duration::from_millis(220);
+        let (d, c) = law.next(Duration::ZERO, seen(10, 10), long_rtt, 20.0);
+        assert_eq!((d, c), (Duration::from_millis(100), Change::Increased));
+        // 60 ms doubles to 120 ms; 400 ms rises to 500 ms, not 800 ms.
+        let (d, _) = law.next(Duration::from_millis(60), seen(10, 10), RTT, 20.0);
+        assert_eq!(d, Duration::from_millis(120));
+        let (d, _) = law.next(Duration::from_millis(400), seen(10, 10), RTT, 20.0);
+        assert_eq!(d, Duration::from_millis(500));
+        // The cap on the delay still holds, and decreases are the paper's.
+        let (d, c) = law.next(Duration::from_millis(3950), seen(10, 10), RTT, 20.0);
+        assert_eq!((d, c), (Duration::from_secs(4), Change::Capped));
+        let (d, _) = law.next(Duration::from_millis(100), seen(20, 0), RTT, 4.0);
+        assert_eq!(d, Duration::from_millis(80));
     }
 
     #[test]

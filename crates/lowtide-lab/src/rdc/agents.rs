@@ -6,7 +6,7 @@
 
 use lowtide_netem::Dumbbell;
 use lowtide_rdc::iptables::{self, Selection};
-use lowtide_rdc::{AgentConfig, AgentHandle, AgentStatus, DriverConfig, Mode};
+use lowtide_rdc::{AgentConfig, AgentHandle, AgentStatus, DriverConfig};
 use serde::Serialize;
 
 use crate::LabError;
@@ -30,15 +30,17 @@ pub struct Agents {
 }
 
 impl Agents {
-    /// Starts an agent in every receiver host `r` with ports in `ports[r]`, for those ports.
-    pub fn start(net: &Dumbbell, mode: Mode, ports: &[Vec<u16>]) -> Result<Self, LabError> {
+    /// Starts an agent with `agent`'s settings in every receiver host `r` with ports in
+    /// `ports[r]`, for those ports.
+    pub fn start(
+        net: &Dumbbell,
+        agent: &AgentConfig,
+        ports: &[Vec<u16>],
+    ) -> Result<Self, LabError> {
         let mut agents = Agents { running: vec![] };
         for (receiver, ports) in ports.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
             let cfg = DriverConfig {
-                agent: AgentConfig {
-                    mode,
-                    ..AgentConfig::default()
-                },
+                agent: agent.clone(),
                 selection: Selection {
                     ports: ports.clone(),
                     loopback: false,

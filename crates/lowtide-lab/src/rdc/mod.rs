@@ -14,6 +14,8 @@
 //! - [`agents`]: the agent in the receivers, stopped and checked for leftover rules;
 //! - [`trial`]: one variant on its own network;
 //! - [`measure`]: settling time, oscillation, shares, percentiles;
+//! - [`rtt_groups`]: streams of different round trips (Fig. 9/10): layers per RTT group and
+//!   the disparity between groups;
 //! - [`summary`]: `summary.json` and the printed table; [`plot`]: Fig. 3, and for video
 //!   Fig. 6/8 (layers) and Fig. 7 (queue).
 //!
@@ -27,10 +29,12 @@ pub mod agents;
 pub mod flows;
 pub mod measure;
 pub mod plot;
+pub mod rtt_groups;
 pub mod scenario;
 pub mod summary;
 pub mod trial;
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -38,6 +42,7 @@ pub use scenario::{is_rdc_scenario, RdcScenario};
 pub use summary::{text_table, RdcSummary};
 
 use crate::LabError;
+use lowtide_media::rdc_video::LayerPoint;
 
 /// How to run an RDC scenario.
 #[derive(Debug, Clone, Default)]
@@ -52,6 +57,9 @@ pub const PLOT: &str = "packets-per-bin.svg";
 pub const LAYERS_CSV: &str = "layers.csv";
 pub const LAYERS_PLOT: &str = "layers.svg";
 pub const QUEUE_PLOT: &str = "queue.svg";
+pub const LAYERS_BY_RTT_PLOT: &str = "layers-by-rtt.svg";
+/// Step of each RTT group's mean layers over time, s.
+const GROUP_STEP_S: f64 = 1.0;
 /// Streams drawn per panel of the layers figure (the paper shows 10 of its 100).
 const STREAMS_DRAWN: usize = 10;
 
@@ -191,8 +199,9 @@ fn write_folder(
 }
 
 /// Video runs: `layers.csv` (every stream's layer count at its start and after each change),
-/// the layers figure (Fig. 6 and 8: the first streams of each variant) and the bottleneck
-/// queue (Fig. 7: after each dequeue, in the measurement window).
+/// the layers figure (Fig. 6 and 8: the first streams of each variant; Fig. 10, with RTT
+/// groups: the first stream of each group), with RTT groups each group's mean layers over
+/// time, and the bottleneck queue (Fig. 7: after each dequeue, in the measurement window).
 fn write_video_figures(
     dir: &Path,
     s: &RdcScenario,
@@ -202,25 +211,27 @@ fn write_video_figures(
     let mut csv = std::io::BufWriter::new(std::fs::File::create(dir.join(LAYERS_CSV)).map_err(io)?);
     writeln!(csv, "variant,stream,t_s,layers").map_err(io)?;
     let mut layer_panels = vec![];
+    let mut group_panels = vec![];
     let mut queue_panels = vec![];
     for t in trials {
-        let mut lines = vec![];
-        for (i, snd) in t.senders.iter().enumerate() {
-            let Some(v) = snd.as_ref().and_then(|x| x.video.as_ref()) else {
-                continue;
-            };
-            for p in &v.layers {
+        let streams: Vec<(usize, &[LayerPoint])> = t
+            .senders
+            .iter()
+            .enumerate()
+            .filter_map(|(i, snd)| {
+                let v = snd.as_ref()?.video.as_ref()?;
+                Some((i, v.layers.as_slice()))
+            })
+            .collect();
+        for (i, points) in &streams {
+            for p in *points {
                 writeln!(csv, "{},{i},{:.3},{}", t.variant, p.t_s, p.layers).map_err(io)?;
             }
-            if lines.len() < STREAMS_DRAWN {
-                let pts: Vec<(f64, u32)> = v.layers.iter().map(|p| (p.t_s, p.layers)).collect();
-                lines.push(plot::steps(&pts, s.rdc.duration_s));
-            }
         }
-        layer_panels.push(plot::Panel {
-            title: t.variant.clone(),
-            lines,
-        });
+        layer_panels.push(layers_panel(s, &t.variant, &streams));
+        if s.has_rtt_groups() {
+            group_panels.push(rtt_groups_panel(s, &t.variant, &streams));
+        }
         let step = (t.queue.len() / 4000).max(1);
         let queue: Vec<(f64, f64)> = t
             .queue
@@ -231,9 +242,78 @@ fn write_video_figures(
         queue_panels.push(plot::Panel {
             title: t.variant.clone(),
             lines: vec![queue],
+            labels: vec![],
         });
     }
     csv.flush().map_err(io)?;
     plot::stacked(&dir.join(LAYERS_PLOT), "layers", &layer_panels)?;
+    if !group_panels.is_empty() {
+        plot::stacked(
+            &dir.join(LAYERS_BY_RTT_PLOT),
+            "mean layers of the group",
+            &group_panels,
+        )?;
+    }
     plot::stacked(&dir.join(QUEUE_PLOT), "queue (packets)", &queue_panels)
+}
+
+/// Fig. 6 and 8: the first streams, unnamed; with RTT groups (Fig. 10) the first stream of
+/// each group, named by its round trip.
+fn layers_panel(s: &RdcScenario, variant: &str, streams: &[(usize, &[LayerPoint])]) -> plot::Panel {
+    let end = s.rdc.duration_s;
+    let steps = |points: &[LayerPoint]| {
+        let pts: Vec<(f64, u32)> = points.iter().map(|p| (p.t_s, p.layers)).collect();
+        plot::steps(&pts, end)
+    };
+    if !s.has_rtt_groups() {
+        return plot::Panel {
+            title: variant.to_string(),
+            lines: streams
+                .iter()
+                .take(STREAMS_DRAWN)
+                .map(|(_, p)| steps(p))
+                .collect(),
+            labels: vec![],
+        };
+    }
+    let mut first: BTreeMap<u32, (usize, &[LayerPoint])> = BTreeMap::new();
+    for &(i, points) in streams {
+        first
+            .entry(rtt_groups::group_of(s.min_rtt_ms(i)))
+            .or_insert((i, points));
+    }
+    plot::Panel {
+        title: format!("{variant}: one stream per RTT group"),
+        lines: first.values().map(|(_, p)| steps(p)).collect(),
+        labels: first
+            .iter()
+            .map(|(rtt, (i, _))| format!("{rtt} ms (stream {i})"))
+            .collect(),
+    }
+}
+
+/// Each RTT group's mean layers over time.
+fn rtt_groups_panel(
+    s: &RdcScenario,
+    variant: &str,
+    streams: &[(usize, &[LayerPoint])],
+) -> plot::Panel {
+    let mut groups: BTreeMap<u32, Vec<&[LayerPoint]>> = BTreeMap::new();
+    for &(i, points) in streams {
+        groups
+            .entry(rtt_groups::group_of(s.min_rtt_ms(i)))
+            .or_default()
+            .push(points);
+    }
+    plot::Panel {
+        title: format!("{variant}: mean layers per RTT group"),
+        lines: groups
+            .values()
+            .map(|g| rtt_groups::mean_over_time(g, GROUP_STEP_S, s.rdc.duration_s))
+            .collect(),
+        labels: groups
+            .iter()
+            .map(|(rtt, g)| format!("{rtt} ms ({} streams)", g.len()))
+            .collect(),
+    }
 }

@@ -8,18 +8,25 @@ use plotters::prelude::*;
 
 use crate::LabError;
 
-/// One panel: a variant's name and its lines, each a series of (seconds, value).
+/// One panel: a variant's name and its lines, each a series of (seconds, value), with a
+/// legend when `labels` names them (one per line).
 pub struct Panel {
     pub title: String,
     pub lines: Vec<Vec<(f64, f64)>>,
+    pub labels: Vec<String>,
 }
 
-const FLOW_COLORS: [RGBColor; 4] = [
+const LINE_COLORS: [RGBColor; 6] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
 ];
+
+/// Flows named in the Fig. 3 legend (flow A, B, ...); more are drawn unnamed.
+const FLOWS_NAMED: usize = 4;
 
 /// Fig. 3: packets per bin of `bin_s`, one line per flow.
 pub fn packets_per_bin(
@@ -31,6 +38,13 @@ pub fn packets_per_bin(
         .iter()
         .map(|(title, flows)| Panel {
             title: title.clone(),
+            labels: if flows.len() <= FLOWS_NAMED {
+                (0..flows.len())
+                    .map(|i| format!("flow {}", (b'A' + i as u8) as char))
+                    .collect()
+            } else {
+                vec![]
+            },
             lines: flows
                 .iter()
                 .map(|f| {
@@ -60,8 +74,8 @@ pub fn steps(points: &[(f64, u32)], end_s: f64) -> Vec<(f64, f64)> {
     out
 }
 
-/// Draws `panels` stacked, sharing the time axis; a legend names the lines when there are
-/// few of them (flow A, B, ...).
+/// Draws `panels` stacked, sharing the time axis; a legend names the lines of a panel with
+/// labels.
 pub fn stacked(path: &Path, y_desc: &str, panels: &[Panel]) -> Result<(), LabError> {
     let err = |e: String| LabError::io(format!("drawing {}", path.display()), e);
     let height = 40 + 220 * panels.len() as u32;
@@ -71,7 +85,13 @@ pub fn stacked(path: &Path, y_desc: &str, panels: &[Panel]) -> Result<(), LabErr
         let areas = root.split_evenly((panels.len().max(1), 1));
         let points = || panels.iter().flat_map(|p| p.lines.iter().flatten());
         let ymax = points().map(|p| p.1).fold(1.0, f64::max) * 1.1;
-        let xmax = points().map(|p| p.0).fold(1.0, f64::max);
+        // Room on the right for the legend, so it hides no line's end.
+        let legend_room = if panels.iter().any(|p| !p.labels.is_empty()) {
+            1.25
+        } else {
+            1.0
+        };
+        let xmax = points().map(|p| p.0).fold(1.0, f64::max) * legend_room;
         for (area, panel) in areas.iter().zip(panels) {
             let mut chart = ChartBuilder::on(area)
                 .caption(&panel.title, ("sans-serif", 16))
@@ -86,18 +106,16 @@ pub fn stacked(path: &Path, y_desc: &str, panels: &[Panel]) -> Result<(), LabErr
                 .y_desc(y_desc)
                 .draw()
                 .map_err(|e| err(e.to_string()))?;
-            let legend = panel.lines.len() <= FLOW_COLORS.len();
+            let legend = !panel.labels.is_empty();
             for (i, line) in panel.lines.iter().enumerate() {
-                let color = FLOW_COLORS[i % FLOW_COLORS.len()];
+                let color = LINE_COLORS[i % LINE_COLORS.len()];
                 let series = chart
                     .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(1)))
                     .map_err(|e| err(e.to_string()))?;
-                if legend {
-                    series
-                        .label(format!("flow {}", (b'A' + i as u8) as char))
-                        .legend(move |(x, y)| {
-                            Rectangle::new([(x, y - 4), (x + 10, y + 4)], color.filled())
-                        });
+                if let Some(label) = panel.labels.get(i) {
+                    series.label(label.as_str()).legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 4), (x + 10, y + 4)], color.filled())
+                    });
                 }
             }
             if legend {

@@ -24,6 +24,8 @@ pub struct RdcScenario {
     pub rdc: RunSettings,
     /// Flow i goes from sender `i % senders` to receiver `i % receivers`; `senders` and
     /// `receivers` are equal and at most `rdc.flows` (the dumbbell has at most 32 of each).
+    /// `access_delay_ms` (one entry per sender host) gives the flows of a host a longer round
+    /// trip (Fig. 9/10's RTT groups).
     pub topology: TopologyConfig,
     #[serde(rename = "variant")]
     pub variants: Vec<RdcVariant>,
@@ -196,6 +198,10 @@ pub struct RdcVariant {
     /// Flows whose receiver runs the agent (default: every flow).
     #[serde(default)]
     pub agent_flows: Option<Vec<usize>>,
+    /// 1-bit agent: the most one increase adds to the ACK delay, ms (default: the paper's
+    /// doubling; `lowtide_rdc::AgentConfig::max_increase`).
+    #[serde(default)]
+    pub agent_max_increase_ms: Option<f64>,
     /// What the paper reports for this variant (shown beside ours).
     #[serde(default)]
     pub paper: String,
@@ -244,6 +250,8 @@ pub enum RdcMetric {
     LayersMean,
     /// Video: the standard deviation of the streams' mean layers.
     LayersSpread,
+    /// Video with access delays: the highest RTT group's mean layers over the lowest's.
+    LayerDisparity,
 }
 
 impl RdcMetric {
@@ -257,6 +265,7 @@ impl RdcMetric {
             RdcMetric::SettlingS => "settling_s",
             RdcMetric::LayersMean => "layers_mean",
             RdcMetric::LayersSpread => "layers_spread",
+            RdcMetric::LayerDisparity => "layer_disparity",
         }
     }
 }
@@ -445,6 +454,14 @@ impl RdcScenario {
             with.forward.aqm = v.aqm.clone();
             with.validate()
                 .map_err(|e| RdcScenarioError::Topology(format!("variant `{}`: {e}", v.name)))?;
+            if let Some(step) = v.agent_max_increase_ms {
+                check(
+                    v.agent.is_some() && (1.0..=4000.0).contains(&step),
+                    format!("variant[{i}].agent_max_increase_ms"),
+                    step,
+                    "1 to 4000 ms, with an agent",
+                )?;
+            }
             if let Some(flows) = &v.agent_flows {
                 for &f in flows {
                     check(
@@ -503,6 +520,20 @@ impl RdcScenario {
     /// The sender and receiver host of flow `i`.
     pub fn host_of(&self, flow: usize) -> usize {
         flow % self.topology.senders.max(1)
+    }
+
+    /// Whether flows differ in round trip (`topology.access_delay_ms` given): the summary then
+    /// groups the video streams by it (`rtt_groups`).
+    pub fn has_rtt_groups(&self) -> bool {
+        !self.topology.access_delay_ms.is_empty()
+    }
+
+    /// Flow `i`'s minimum round trip, ms: the bottleneck's propagation delays both ways plus
+    /// twice its sender host's access delay.
+    pub fn min_rtt_ms(&self, flow: usize) -> f64 {
+        let t = &self.topology;
+        let access = t.access_delay_ms.get(self.host_of(flow)).copied();
+        t.forward.delay_ms + t.reverse.delay_ms + 2.0 * access.unwrap_or(0.0)
     }
 
     /// The topology a variant runs on.
@@ -570,13 +601,36 @@ mod tests {
         assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
     }
 
-    #[test]
-    fn random_starts_are_seeded_and_within_range() {
+    /// The shipped scenario `file`, checked.
+    fn shipped_scenario(file: &str) -> RdcScenario {
         let (_, text) = shipped()
             .into_iter()
-            .find(|(p, _)| p.ends_with("rdc-friendliness.toml"))
+            .find(|(p, _)| p.ends_with(file))
             .unwrap();
-        let s = RdcScenario::from_toml_in(&text, Path::new(".")).unwrap();
+        RdcScenario::from_toml_in(&text, Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn mixed_rtt_flows_form_the_papers_five_groups_of_twenty() {
+        let s = shipped_scenario("rdc-mixed-rtt.toml");
+        assert!(s.has_rtt_groups());
+        let mut groups = std::collections::BTreeMap::<u32, usize>::new();
+        for f in 0..s.rdc.flows {
+            *groups.entry(s.min_rtt_ms(f).round() as u32).or_default() += 1;
+        }
+        let want: std::collections::BTreeMap<u32, usize> =
+            [(220, 20), (230, 20), (240, 20), (250, 20), (260, 20)].into();
+        assert_eq!(groups, want);
+        // Without access delays every flow has the bottleneck's round trip.
+        let mut same = s.clone();
+        same.topology.access_delay_ms.clear();
+        assert!(!same.has_rtt_groups());
+        assert_eq!(same.min_rtt_ms(7), 40.0);
+    }
+
+    #[test]
+    fn random_starts_are_seeded_and_within_range() {
+        let s = shipped_scenario("rdc-friendliness.toml");
         let a = s.starts();
         assert_eq!(a, s.starts());
         assert!(a.iter().all(|&t| (0.0..2.0).contains(&t)), "{a:?}");

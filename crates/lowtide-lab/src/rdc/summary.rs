@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::agents::AgentReport;
 use super::flows::SenderRecord;
 use super::measure;
+use super::rtt_groups::{self, RttGroupLayers};
 use super::scenario::{RdcMetric, RdcScenario};
 use super::trial::TrialRecord;
 use crate::results::Window;
@@ -68,6 +69,9 @@ pub struct VariantSummary {
     pub rdc_delay_ms: Option<lowtide_netem::Percentiles>,
     /// Video flows: the layers each stream sent, over the window (Fig. 6 and 8).
     pub layers: Option<LayerSummary>,
+    /// Video with access delays (Fig. 9/10): `layers_by_rtt_group`, `layer_disparity`, ...
+    #[serde(flatten)]
+    pub rtt_groups: Option<RttGroupLayers>,
     /// How late the emulator sent packets on the forward link (is it keeping up?), ms.
     pub emulator_lateness_ms: Option<lowtide_netem::Percentiles>,
     pub agents: Vec<AgentReport>,
@@ -211,6 +215,10 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         max: Measured::new(q.last().map(|&x| f64::from(x)), n),
     };
     let layers = layer_summary(&t.senders, window);
+    let rtt_groups = layers.as_ref().filter(|_| s.has_rtt_groups()).map(|l| {
+        let rtts: Vec<f64> = (0..l.per_stream.len()).map(|f| s.min_rtt_ms(f)).collect();
+        rtt_groups::summarise(&rtts, &l.per_stream)
+    });
     let lateness = t
         .forward
         .as_ref()
@@ -259,6 +267,7 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         share_ratio: share,
         rdc_delay_ms: delay,
         layers,
+        rtt_groups,
         emulator_lateness_ms: lateness,
         agents: t.agents.clone(),
         errors: t.errors.clone(),
@@ -279,6 +288,10 @@ impl VariantSummary {
                 .layers
                 .as_ref()
                 .map_or(Measured::default(), |l| l.spread),
+            RdcMetric::LayerDisparity => self
+                .rtt_groups
+                .as_ref()
+                .map_or(Measured::default(), |g| g.layer_disparity),
         }
     }
 }
@@ -365,6 +378,27 @@ pub fn text_table(s: &RdcSummary) -> String {
                 show(&l.max_stream, |x| format!("{x:.2}")),
                 show(&l.changes_per_min, |x| format!("{x:.2}")),
                 l.skipped_segments,
+            );
+        }
+        if let Some(g) = &v.rtt_groups {
+            let groups: Vec<String> = g
+                .layers_by_rtt_group
+                .iter()
+                .map(|(rtt, l)| {
+                    format!(
+                        "{rtt} ms {} ± {}",
+                        show(&l.mean, |x| format!("{x:.2}")),
+                        show(&l.spread, |x| format!("{x:.2}"))
+                    )
+                })
+                .collect();
+            out += &format!(
+                "{:<12} layers by RTT: {}; disparity (max/min) {}, gap {}, shortest/longest RTT {}\n",
+                v.name,
+                groups.join(", "),
+                show(&g.layer_disparity, |x| format!("{x:.2}")),
+                show(&g.layer_gap, |x| format!("{x:.2}")),
+                show(&g.shortest_over_longest_rtt, |x| format!("{x:.2}")),
             );
         }
         if let Some(late) = &v.emulator_lateness_ms {

@@ -79,7 +79,14 @@ pub fn run_variant(
             for f in (0..r.flows).filter(|&f| v.has_agent(f)) {
                 ports[s.host_of(f)].push(plans[f].port);
             }
-            Some(Agents::start(&net, mode, &ports)?)
+            let agent = lowtide_rdc::AgentConfig {
+                mode,
+                max_increase: v
+                    .agent_max_increase_ms
+                    .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
+                ..lowtide_rdc::AgentConfig::default()
+            };
+            Some(Agents::start(&net, &agent, &ports)?)
         }
         None => None,
     };

@@ -27,6 +27,10 @@
 //!   trace that is the trace's mean rate.
 //! - In 1-bit mode a packet that is not ECN-capable is dropped with the marking probability
 //!   (as RED does); the paper only considers ECN-capable flows. Exact mode never marks.
+//!   Linux sends retransmissions and pure ACKs of an ECN flow without ECT (RFC 3168 §6.1.5),
+//!   and the probability stays near 1 while the bucket is far above the FIFO, so this drops
+//!   retransmissions again and again; `drop_not_ect = false` passes them instead (the
+//!   paper's ns-2 flows mark every packet).
 //! - Exact mode writes only into atomic IPv4 datagrams, in 100 µs units up to 6.5535 s
 //!   (packets that cannot carry a delay are counted as `rdc_unstamped`).
 //! - An excess below zero (the FIFO above the bucket, possible only when the link is faster
@@ -76,6 +80,10 @@ pub struct RdcConfig {
     /// 1-bit: mark ECN-capable packets (else drop them).
     #[serde(default = "yes")]
     pub ecn: bool,
+    /// 1-bit with `ecn`: drop a packet that is not ECN-capable with the marking probability
+    /// (`false`: pass it; retransmissions of ECN flows are not ECN-capable).
+    #[serde(default = "yes")]
+    pub drop_not_ect: bool,
 }
 
 fn rho() -> f64 {
@@ -103,6 +111,7 @@ impl Default for RdcConfig {
             thresh_tb: thresh_tb(),
             packet_bytes: packet_bytes(),
             ecn: true,
+            drop_not_ect: true,
         }
     }
 }
@@ -151,6 +160,7 @@ impl RdcConfig {
 pub struct Rdc {
     mode: RdcMode,
     ecn: bool,
+    drop_not_ect: bool,
     /// Link rate, bytes per second.
     rate: f64,
     /// Bucket drain rate, bytes per second.
@@ -171,6 +181,7 @@ impl Rdc {
         Rdc {
             mode: cfg.mode,
             ecn: cfg.ecn,
+            drop_not_ect: cfg.drop_not_ect,
             rate,
             drain: cfg.rho * rate,
             size: cfg.size_tb * unit,
@@ -221,7 +232,8 @@ impl Aqm for Rdc {
             RdcMode::Exact => Verdict::Stamp(self.local_delay(queue)),
             RdcMode::OneBit => {
                 let p = self.mark_probability(queue);
-                if p > 0.0 && self.rng.gen::<f64>() < p {
+                let spared = self.ecn && !packet.ecn_capable && !self.drop_not_ect;
+                if p > 0.0 && self.rng.gen::<f64>() < p && !spared {
                     mark_or_drop(self.ecn, packet.ecn_capable, Reason::RdcExcess)
                 } else {
                     Verdict::Pass
@@ -370,6 +382,22 @@ mod tests {
         feed(&mut c, t, 200, Duration::ZERO, 0);
         let v = c.on_arrival(QueueState::of_packets(0), Arrival::mtu(false), t);
         assert_eq!(v, Verdict::Drop(Reason::RdcExcess));
+        // With drop_not_ect = false it passes, while ECN-capable packets are still marked.
+        let mut c = Rdc::new(
+            &RdcConfig {
+                drop_not_ect: false,
+                thresh_tb: 100.0,
+                size_tb: 1000.0,
+                ..RdcConfig::default()
+            },
+            RATE,
+            1,
+        );
+        feed(&mut c, t, 200, Duration::ZERO, 0);
+        let v = c.on_arrival(QueueState::of_packets(0), Arrival::mtu(false), t);
+        assert_eq!(v, Verdict::Pass);
+        let v = c.on_arrival(QueueState::of_packets(0), Arrival::mtu(true), t);
+        assert_eq!(v, Verdict::Mark(Reason::RdcExcess));
     }
 
     #[test]
