@@ -162,6 +162,8 @@ impl SimPipe {
             notsent: self.unsent.len() as u32,
             outq: self.outq() as u32,
             delivery_rate: self.params.rate,
+            // a fixed window has no slow start to leave
+            ssthresh: 0,
         }
     }
 

@@ -521,6 +521,7 @@ pub fn tcp_state(fd: RawFd, written: u64) -> Result<TcpState, SysError> {
         notsent: i.tcpi_notsent_bytes,
         outq,
         delivery_rate: i.tcpi_delivery_rate,
+        ssthresh: i.tcpi_snd_ssthresh,
     })
 }
 

@@ -23,8 +23,8 @@
 //! - The paper does not say how slow start ends for DBAT. We leave the slow-start phase when,
 //!   after one RTT of sending, the transport's rate estimate has reached the stream's rate (or
 //!   the probed bandwidth, if lower) and the queue has fallen to the threshold (the transport
-//!   caught up), when the transport itself leaves slow start (over TFRC: its first loss
-//!   event; [`Dbat::transport_left_slow_start`]), or after the computed slow-start time plus
+//!   caught up), when the transport itself leaves slow start (its first loss event: TFRC's
+//!   `p > 0`, TCP's `tcpi_snd_ssthresh` set; [`Dbat::transport_left_slow_start`]), or after the computed slow-start time plus
 //!   two RTTs, whichever is first. The
 //!   average then restarts from an empty queue: slow start's backlog is not congestion, so a
 //!   backlog that drains within about `smoothing_rtts` RTTs does not signal and one that
@@ -753,6 +753,9 @@ impl LatencyController for DbatController {
         // bytes staged for it and lowtide's own queues.
         let queue = u64::from(tcp.outq) + app.staged + app.queued;
         self.dbat.on_queue(now, queue, srtt, rate, mss);
+        if tcp.left_slow_start() {
+            self.dbat.transport_left_slow_start(now);
+        }
         // After slow start the limit is `buffer_headroom` × the threshold, as over TFRC: a
         // limit equal to the threshold would cap the queue at it, so its average could never
         // cross it and the onset never come (the application, writing only when writable,
@@ -955,6 +958,34 @@ mod tests {
         let d = c.decide(&tcp, &AppProgress::default(), now + Duration::from_secs(5));
         assert!(!c.dbat().in_slow_start());
         assert_eq!(d.limit, 5_000);
+    }
+
+    #[test]
+    fn tcp_leaving_slow_start_ends_dbats_slow_start() {
+        let mut c = DbatController::new(DbatConfig::default()).unwrap();
+        c.on_probe(&probe(400, 62_500));
+        let mut tcp = TcpState {
+            cwnd: 4,
+            mss: 1000,
+            rtt: Duration::from_millis(400),
+            delivery_rate: 5_000,
+            ssthresh: super::super::INITIAL_SSTHRESH,
+            ..Default::default()
+        };
+        let queued = AppProgress {
+            queued: 30_000,
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        c.decide(&tcp, &queued, t0);
+        c.decide(&tcp, &queued, t0 + Duration::from_millis(500));
+        assert!(
+            c.dbat().in_slow_start(),
+            "far behind the stream, still ramping"
+        );
+        tcp.ssthresh = 3; // a loss
+        c.decide(&tcp, &queued, t0 + Duration::from_millis(600));
+        assert!(!c.dbat().in_slow_start());
     }
 
     #[test]

@@ -81,7 +81,13 @@ pub struct TcpState {
     pub outq: u32,
     /// The kernel's delivery-rate estimate, bytes per second (`tcpi_delivery_rate`).
     pub delivery_rate: u64,
+    /// Slow-start threshold, segments (`tcpi_snd_ssthresh`): [`INITIAL_SSTHRESH`] until the
+    /// first loss or ECN echo ends slow start; 0 when unknown.
+    pub ssthresh: u32,
 }
+
+/// Linux's slow-start threshold before the first congestion event (`TCP_INFINITE_SSTHRESH`).
+pub const INITIAL_SSTHRESH: u32 = 0x7fff_ffff;
 
 impl TcpState {
     /// MSS, or [`DEFAULT_MSS`] when unknown.
@@ -97,6 +103,18 @@ impl TcpState {
         } else {
             self.mss
         }
+    }
+
+    /// Whether TCP has left slow start: a congestion event set its slow-start threshold.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{TcpState, INITIAL_SSTHRESH};
+    /// assert!(!TcpState { ssthresh: INITIAL_SSTHRESH, ..TcpState::default() }.left_slow_start());
+    /// assert!(TcpState { ssthresh: 20, ..TcpState::default() }.left_slow_start());
+    /// assert!(!TcpState::default().left_slow_start()); // unknown
+    /// ```
+    pub fn left_slow_start(&self) -> bool {
+        self.ssthresh != 0 && self.ssthresh < INITIAL_SSTHRESH
     }
 }
 
