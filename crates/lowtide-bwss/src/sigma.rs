@@ -41,6 +41,23 @@
 //! - **A flow in congestion of its own is capped** at the target it had when it began
 //!   ([`SigmaRule::cap`], applied by the allocation), so the (1 − α)·T it hands on reaches
 //!   the other flows, as the paper intends, instead of returning to it through its minimum.
+//! - **Minimums first, also when the link shrinks** (the paper's allocation gives minimum
+//!   rates by strict priority, Sec. 3.1, but its σ rule only ever hands a short flow's
+//!   slack on to the others). When a judged flow with a minimum rate
+//!   ([`FlowSample::guaranteed`]) measures more than [`MIN_TOLERANCE_SEGMENTS`] below it,
+//!   σ **yields**: it falls to min(σ, aggregate) less the shortfall, never below the sum of
+//!   the minimums, so the lower-priority flows give way (steered by receive window they
+//!   lose nothing to the link's losses, which fall on the flow with the larger window).
+//!   A window later the yield is judged: *held* (the flow is at its minimum again), *rising*
+//!   (another window), not rising with room left (yield again by the shortfall) or at the
+//!   floor (*undone*: the flow wants less than its minimum, or an outside host's flow took
+//!   what the others gave; σ goes back and the paper's per-flow rule judges the flow until
+//!   it reaches its minimum again). A short flow is not taken for congestion of its own
+//!   while σ can still fall for it, so its slack is not handed on.
+//! - **Protecting a minimum.** After a held yield σ sits below what the link has left;
+//!   until σ is back at the link, held probes grow to half of `probe_step` at most, a probe
+//!   that made a flow lose its minimum steps σ back as far below its start as it went
+//!   above (the queue it built drains), and the next probe waits the longest backoff.
 //! - **Recovery from congestion of its own** takes back the (1 − α)·T the flow had handed
 //!   on, instead of setting σ to the aggregate: our aggregate is measured over a window
 //!   that still holds the congested seconds, and under exact pacing it is never above σ,
