@@ -180,7 +180,14 @@ impl Bwss {
         if self.config.system.observe {
             return None;
         }
-        self.flows.get(&id)?.fcs.budget()
+        let f = self.flows.get(&id)?;
+        let b = f.fcs.budget()?;
+        // A flow held at (or below) its minimum is not clamped (see `Budget::clamp`).
+        let at_min = f.fcs.target().is_some_and(|t| t <= f.class.min_kbps * 1e3);
+        Some(Budget {
+            clamp: !at_min,
+            ..b
+        })
     }
 
     pub fn flow_ids(&self) -> impl Iterator<Item = FlowId> + '_ {
@@ -312,6 +319,21 @@ mod tests {
             "{:?}",
             &sigma[490..]
         );
+    }
+
+    #[test]
+    fn a_flow_held_at_its_minimum_is_not_clamped() {
+        let cfg = Config::from_toml(
+            "[system]\nlink_kbps = 960\n[[rule]]\nprogram = \"video\"\npriority = 10\nmin_kbps = 520\nweight = 0\n",
+        )
+        .unwrap();
+        let mut b = Bwss::new(cfg);
+        let t0 = Instant::now();
+        let video = b.add_flow(t0, info("video", "10.2.1.1:1"));
+        let curl = b.add_flow(t0, info("curl", "10.2.1.1:2"));
+        let (v, c) = (b.budget(video).unwrap(), b.budget(curl).unwrap());
+        assert_eq!((v.rate * 8.0, c.rate * 8.0), (520e3, 440e3));
+        assert!(!v.clamp && c.clamp);
     }
 
     fn info(program: &str, local: &str) -> FlowInfo {
