@@ -44,7 +44,8 @@
 //! - **Minimums first, also when the link shrinks** (the paper's allocation gives minimum
 //!   rates by strict priority, Sec. 3.1, but its σ rule only ever hands a short flow's
 //!   slack on to the others). When a judged flow with a minimum rate
-//!   ([`FlowSample::guaranteed`]) measures more than [`MIN_TOLERANCE_SEGMENTS`] below it,
+//!   ([`FlowSample::guaranteed`]) that has been at it (one that never was is starting: slow
+//!   start, a player's pre-roll) measures more than [`MIN_TOLERANCE_SEGMENTS`] below it,
 //!   σ **yields**: it falls to min(σ, aggregate) less the shortfall, never below the sum of
 //!   the minimums, so the lower-priority flows give way (steered by receive window they
 //!   lose nothing to the link's losses, which fall on the flow with the larger window).
@@ -184,6 +185,9 @@ pub struct SigmaRule {
     /// Flows whose rate did not rise when σ yielded for them: they want less than their
     /// minimum (application-limited), and the paper's per-flow rule applies to them.
     wants_less: BTreeSet<u64>,
+    /// Flows that have measured at their minimum: only these are short of it (one that
+    /// never was is starting: slow start, a player's pre-roll).
+    reached_min: BTreeSet<u64>,
     /// The wait before the next probe, in units of `probe_after` (doubles on a failed
     /// probe, back to 1 after a held one), and the divisor of `probe_step` (doubles on a
     /// failed probe, a quarter after a held one).
@@ -206,6 +210,7 @@ impl SigmaRule {
             yielded: None,
             protecting: false,
             wants_less: BTreeSet::new(),
+            reached_min: BTreeSet::new(),
             backoff: 1,
             step_div: 1,
             flows: vec![],
@@ -242,6 +247,7 @@ impl SigmaRule {
             self.flows = ids;
             self.congested.clear();
             self.wants_less.clear();
+            self.reached_min.retain(|id| self.flows.contains(id));
             self.yielded = None;
             self.protecting = false;
             self.backoff = 1;
@@ -275,8 +281,9 @@ impl SigmaRule {
         let tolerance = MIN_TOLERANCE_SEGMENTS * SEGMENT * 8.0 / self.params.window.as_secs_f64();
         let at_min = |f: &FlowSample| f.measured.is_some_and(|m| m >= f.guaranteed - tolerance);
         // Flows back at their minimum may be judged by it again.
-        for f in flows.iter().filter(|f| at_min(f)) {
+        for f in flows.iter().filter(|f| f.guaranteed > 0.0 && at_min(f)) {
             self.wants_less.remove(&f.id);
+            self.reached_min.insert(f.id);
         }
 
         let floor: f64 = flows.iter().map(|f| f.guaranteed).sum();
@@ -289,7 +296,11 @@ impl SigmaRule {
         }
 
         let short_of_min = |f: &FlowSample| {
-            judged(f) && f.guaranteed > 0.0 && !at_min(f) && !self.wants_less.contains(&f.id)
+            judged(f)
+                && f.guaranteed > 0.0
+                && !at_min(f)
+                && self.reached_min.contains(&f.id)
+                && !self.wants_less.contains(&f.id)
         };
 
         let mut held = false;
@@ -379,7 +390,13 @@ impl SigmaRule {
             match (below(f), self.congested.get(&f.id).copied()) {
                 (true, None) => {
                     self.counters.flow_congested += 1;
-                    let slack = (1.0 - alpha) * f.target;
+                    // What σ can really grow by: at the link it cannot, and recovery must
+                    // not take back more than was handed on.
+                    let room = self
+                        .params
+                        .link
+                        .map_or(f64::INFINITY, |l| (l - next).max(0.0));
+                    let slack = ((1.0 - alpha) * f.target).min(room);
                     self.congested.insert(f.id, (f.target, slack));
                     next += slack;
                 }
@@ -835,9 +852,9 @@ mod tests {
 
     #[test]
     fn an_application_limited_flow_short_of_its_minimum_does_not_hold_sigma_down() {
-        // The video wants 300 of its 520 minimum (a low rung, or an outside flow takes what
-        // the downloads give up): yielding gives it nothing, so the yield is undone once
-        // and σ stays with the link while it remains short.
+        // The video has had its minimum for 10 s, then wants 300 of its 520 (a low rung, or
+        // an outside flow takes what the downloads give up): yielding gives it nothing, so
+        // the yield is undone once and σ stays with the link while it remains short.
         let t0 = Instant::now();
         let mut r = SigmaRule::new(fig6_params());
         let mut trace = vec![];
@@ -845,10 +862,11 @@ mod tests {
             let s = r.sigma().unwrap();
             let video_t = s.min(520e3);
             let bulk_t = (s - video_t) / 2.0;
-            let bulk = bulk_t.min((960e3 - 300e3) / 2.0);
+            let wants = if ms < 10_000 { 517.5e3 } else { 300e3 };
+            let bulk = bulk_t.min((960e3 - wants) / 2.0);
             let video = FlowSample {
                 guaranteed: video_t,
-                ..f(1, video_t, 300e3)
+                ..f(1, video_t, wants)
             };
             r.on_tick(at(t0, ms), &[video, f(2, bulk_t, bulk), f(3, bulk_t, bulk)]);
             trace.push(s);
@@ -859,10 +877,26 @@ mod tests {
         // Yields only until the first undoing (each a window): none after.
         assert!(c.min_short <= 6, "{c:?}");
         let undone_by = trace.iter().rposition(|&s| s < 900e3).unwrap();
-        assert!(undone_by <= 100, "{trace:?}");
+        assert!((50..=150).contains(&undone_by), "{trace:?}");
         assert!(
             trace[undone_by + 1..].iter().all(|&s| s >= 900e3),
             "{trace:?}"
         );
+    }
+    #[test]
+    fn a_flow_that_never_had_its_minimum_is_starting_not_short() {
+        // A player's pre-roll or slow start: no yield until the flow has been at its minimum.
+        let t0 = Instant::now();
+        let mut r = SigmaRule::new(fig6_params());
+        for ms in (0..10_000).step_by(200) {
+            let rate = 100e3 + 40.0 * ms as f64;
+            let video = FlowSample {
+                guaranteed: 520e3,
+                ..f(1, 520e3, rate.min(517.5e3))
+            };
+            r.on_tick(at(t0, ms), &[video, f(2, 220e3, 220e3), f(3, 220e3, 220e3)]);
+        }
+        assert_eq!(r.counters().min_short, 0, "{:?}", r.counters());
+        assert_eq!(r.sigma(), Some(960e3));
     }
 }
