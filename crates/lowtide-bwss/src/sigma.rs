@@ -62,7 +62,8 @@
 //! - **Recovery from congestion of its own** takes back the (1 − α)·T the flow had handed
 //!   on, instead of setting σ to the aggregate: our aggregate is measured over a window
 //!   that still holds the congested seconds, and under exact pacing it is never above σ,
-//!   so the paper's reset could only ratchet σ down.
+//!   so the paper's reset could only ratchet σ down. The slack is what σ really grew by
+//!   (at the link it cannot grow), so recovery never takes back more than was handed on.
 //! - **A rising aggregate** raises σ only when it is more than (1 − α) above σ: a little
 //!   above is a paced reader's bucket, and taking it reset the probe timer for ever.
 //! - **Flows too slow to judge.** A flow whose target is under [`JUDGED_SEGMENTS`]
