@@ -253,11 +253,16 @@ fn tick(shared: &Shared, now: Instant) {
 fn publish(shared: &Shared, st: &State) {
     for e in st.flows.values() {
         if let Some(slot) = shared.region.slot(e.slot) {
-            let (rate, depth) = match st.bwss.budget(e.id) {
-                Some(b) => ((b.rate.round() as u64).max(1), b.depth.round() as u64),
-                None => (0, 0),
+            let (rate, depth, clamp) = match st.bwss.budget(e.id) {
+                Some(b) => (
+                    (b.rate.round() as u64).max(1),
+                    b.depth.round() as u64,
+                    b.clamp,
+                ),
+                None => (0, 0, true),
             };
             slot.depth.store(depth, Ordering::Relaxed);
+            slot.unclamped.store(u64::from(!clamp), Ordering::Relaxed);
             slot.rate.store(rate, Ordering::Release);
         }
     }

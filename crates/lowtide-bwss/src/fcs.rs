@@ -123,6 +123,11 @@ pub struct Budget {
     pub rate: f64,
     /// Bytes the bucket may save up.
     pub depth: f64,
+    /// Whether the reader clamps the window to [`CLAMP_RTTS`] round trips of the rate.
+    /// Not for a flow held at its minimum rate: the clamp, sized on the receiver's lagging
+    /// RTT estimate, caps the flow below its rate while a queue grows, and the minimum comes
+    /// first (the lab, `docs/bwss.md`).
+    pub clamp: bool,
 }
 
 /// One flow's control: target in, read budget out.
@@ -169,7 +174,11 @@ impl Fcs {
         } else {
             (rate * DEPTH_SECS).max(MIN_DEPTH)
         };
-        Some(Budget { rate, depth })
+        Some(Budget {
+            rate,
+            depth,
+            clamp: true,
+        })
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Pacer {
     bucket: Option<TokenBucket>,
     /// When the clamp was last applied, and whether one is in force.
     clamped_at: Option<Instant>,
+    /// The budget asks for no clamp ([`crate::Budget::clamp`]).
+    unclamped: bool,
 }
 
 impl Pacer {
@@ -48,6 +50,7 @@ impl Pacer {
             return None;
         }
         let depth = slot.depth.load(Ordering::Relaxed).max(1);
+        self.unclamped = slot.unclamped.load(Ordering::Relaxed) != 0;
         let (rate, depth) = (rate as f64, depth as f64);
         let bucket = self
             .bucket
@@ -64,9 +67,11 @@ impl Pacer {
     }
 
     /// Applies the window clamp when due (every [`CLAMP_EVERY_MS`]): two round trips of the
-    /// target while steered; unclamped again once the flow is not.
+    /// target while steered; unclamped again once the flow is not, or its budget asks for
+    /// no clamp.
     pub fn maintain_clamp(&mut self, fd: RawFd, now: Instant) {
-        match (&self.bucket, self.clamped_at) {
+        let clamped = self.bucket.as_ref().filter(|_| !self.unclamped);
+        match (clamped, self.clamped_at) {
             (Some(b), at)
                 if at
                     .is_none_or(|t| now.duration_since(t).as_millis() as u64 >= CLAMP_EVERY_MS) =>

@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// "LTBWSS01".
-pub const MAGIC: u64 = 0x4c54_4257_5353_3031;
+pub const MAGIC: u64 = 0x4c54_4257_5353_3032;
 /// Flows one daemon steers at once.
 pub const SLOTS: usize = 4096;
 /// A heartbeat older than this means the daemon is gone.
@@ -35,6 +35,8 @@ pub struct Slot {
     pub depth: AtomicU64,
     /// Bytes delivered to the application so far (the reader adds).
     pub bytes_read: AtomicU64,
+    /// 1: no window clamp (a flow held at its minimum rate, [`crate::Budget::clamp`]).
+    pub unclamped: AtomicU64,
 }
 
 const LEN: usize = size_of::<Header>() + SLOTS * size_of::<Slot>();

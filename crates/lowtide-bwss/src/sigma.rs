@@ -41,10 +41,29 @@
 //! - **A flow in congestion of its own is capped** at the target it had when it began
 //!   ([`SigmaRule::cap`], applied by the allocation), so the (1 − α)·T it hands on reaches
 //!   the other flows, as the paper intends, instead of returning to it through its minimum.
+//! - **Minimums first, also when the link shrinks** (the paper's allocation gives minimum
+//!   rates by strict priority, Sec. 3.1, but its σ rule only ever hands a short flow's
+//!   slack on to the others). When a judged flow with a minimum rate
+//!   ([`FlowSample::guaranteed`]) that has been at it (one that never was is starting: slow
+//!   start, a player's pre-roll) measures more than [`MIN_TOLERANCE_SEGMENTS`] below it,
+//!   σ **yields**: it falls to min(σ, aggregate) less the shortfall, never below the sum of
+//!   the minimums, so the lower-priority flows give way (steered by receive window they
+//!   lose nothing to the link's losses, which fall on the flow with the larger window).
+//!   A window later the yield is judged: *held* (the flow is at its minimum again), *rising*
+//!   (another window), not rising with room left (yield again by the shortfall) or at the
+//!   floor (*undone*: the flow wants less than its minimum, or an outside host's flow took
+//!   what the others gave; σ goes back and the paper's per-flow rule judges the flow until
+//!   it reaches its minimum again). A short flow is not taken for congestion of its own
+//!   while σ can still fall for it, so its slack is not handed on.
+//! - **Protecting a minimum.** After a held yield σ sits below what the link has left;
+//!   until σ is back at the link, held probes grow to half of `probe_step` at most, a probe
+//!   that made a flow lose its minimum steps σ back as far below its start as it went
+//!   above (the queue it built drains), and the next probe waits the longest backoff.
 //! - **Recovery from congestion of its own** takes back the (1 − α)·T the flow had handed
 //!   on, instead of setting σ to the aggregate: our aggregate is measured over a window
 //!   that still holds the congested seconds, and under exact pacing it is never above σ,
-//!   so the paper's reset could only ratchet σ down.
+//!   so the paper's reset could only ratchet σ down. The slack is what σ really grew by
+//!   (at the link it cannot grow), so recovery never takes back more than was handed on.
 //! - **A rising aggregate** raises σ only when it is more than (1 − α) above σ: a little
 //!   above is a paced reader's bucket, and taking it reset the probe timer for ever.
 //! - **Flows too slow to judge.** A flow whose target is under [`JUDGED_SEGMENTS`]
@@ -59,7 +78,7 @@
 //!
 //! Every transition is counted by reason ([`SigmaCounters`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -72,6 +91,10 @@ pub const AFTER_CONGESTION_STEP_DIV: u32 = 4;
 /// A flow is judged against α·T only when its target brings at least this many full-size
 /// segments per window: below that, whole-segment reads cannot resolve 1 − α = 10%.
 pub const JUDGED_SEGMENTS: f64 = 10.0;
+/// A flow is short of its minimum when it measures more than this many full-size segments
+/// per window below it: reads count in whole segments, so one segment either way is
+/// rounding, and a video served at 517.5 kbit/s for a 520 minimum is not short.
+pub const MIN_TOLERANCE_SEGMENTS: f64 = 2.0;
 /// The full-size segment the reads count in, bytes.
 const SEGMENT: f64 = 1448.0;
 
@@ -85,6 +108,9 @@ pub struct FlowSample {
     pub measured: Option<f64>,
     /// Bytes/s it delivered in its partial first window (counts in the aggregate).
     pub partial: f64,
+    /// The part of its target that is its minimum rate, given before any weighted share
+    /// (strict priority), bit/s; 0 for a flow without a minimum.
+    pub guaranteed: f64,
 }
 
 /// Parameters of the rule.
@@ -110,6 +136,12 @@ pub struct SigmaCounters {
     pub probe_held: u64,
     pub probe_failed: u64,
     pub flow_set_changed: u64,
+    /// A flow short of its minimum made σ yield (fall below the aggregate).
+    pub min_short: u64,
+    /// A yield let the short flow reach its minimum again.
+    pub yield_held: u64,
+    /// A yield did not raise the short flow's rate: undone, the flow wants less.
+    pub yield_undone: u64,
 }
 
 /// A probe waiting for its verdict.
@@ -121,6 +153,16 @@ struct Probe {
     aggregate: f64,
     /// The judged flows' measured rates when it began.
     rates: BTreeMap<u64, f64>,
+}
+
+/// σ lowered for a flow short of its minimum, waiting for its verdict.
+#[derive(Debug, Clone, Copy)]
+struct Yield {
+    flow: u64,
+    /// σ before the yield.
+    before: f64,
+    /// The short flow's measured rate when it began (or at the last verdict).
+    rate: f64,
 }
 
 /// The state of the σ rule. Call [`on_tick`](Self::on_tick) once per control interval with
@@ -137,6 +179,16 @@ pub struct SigmaRule {
     /// Since when no flow has newly fallen below α·T (after settling).
     quiet_since: Option<Instant>,
     probe: Option<Probe>,
+    yielded: Option<Yield>,
+    /// A yield held: until σ is back at the link (or the flows change), probes stay small,
+    /// for every failed probe may take a flow's minimum.
+    protecting: bool,
+    /// Flows whose rate did not rise when σ yielded for them: they want less than their
+    /// minimum (application-limited), and the paper's per-flow rule applies to them.
+    wants_less: BTreeSet<u64>,
+    /// Flows that have measured at their minimum: only these are short of it (one that
+    /// never was is starting: slow start, a player's pre-roll).
+    reached_min: BTreeSet<u64>,
     /// The wait before the next probe, in units of `probe_after` (doubles on a failed
     /// probe, back to 1 after a held one), and the divisor of `probe_step` (doubles on a
     /// failed probe, a quarter after a held one).
@@ -156,6 +208,10 @@ impl SigmaRule {
             changed_at: None,
             quiet_since: None,
             probe: None,
+            yielded: None,
+            protecting: false,
+            wants_less: BTreeSet::new(),
+            reached_min: BTreeSet::new(),
             backoff: 1,
             step_div: 1,
             flows: vec![],
@@ -191,6 +247,10 @@ impl SigmaRule {
         if ids != self.flows {
             self.flows = ids;
             self.congested.clear();
+            self.wants_less.clear();
+            self.reached_min.retain(|id| self.flows.contains(id));
+            self.yielded = None;
+            self.protecting = false;
             self.backoff = 1;
             self.quiet_since = None;
             self.counters.flow_set_changed += 1;
@@ -219,6 +279,30 @@ impl SigmaRule {
         let below = |f: &FlowSample| judged(f) && f.measured.is_some_and(|m| m < alpha * f.target);
         let n_judged = flows.iter().filter(|f| judged(f)).count();
         let n_below = flows.iter().filter(|f| below(f)).count();
+        let tolerance = MIN_TOLERANCE_SEGMENTS * SEGMENT * 8.0 / self.params.window.as_secs_f64();
+        let at_min = |f: &FlowSample| f.measured.is_some_and(|m| m >= f.guaranteed - tolerance);
+        // Flows back at their minimum may be judged by it again.
+        for f in flows.iter().filter(|f| f.guaranteed > 0.0 && at_min(f)) {
+            self.wants_less.remove(&f.id);
+            self.reached_min.insert(f.id);
+        }
+
+        let floor: f64 = flows.iter().map(|f| f.guaranteed).sum();
+        if let Some(y) = self.yielded.take() {
+            if let Some(f) = flows.iter().find(|f| f.id == y.flow) {
+                if self.judge_yield(now, y, f, aggregate, floor, tolerance) {
+                    return;
+                }
+            }
+        }
+
+        let short_of_min = |f: &FlowSample| {
+            judged(f)
+                && f.guaranteed > 0.0
+                && !at_min(f)
+                && self.reached_min.contains(&f.id)
+                && !self.wants_less.contains(&f.id)
+        };
 
         let mut held = false;
         if let Some(p) = self.probe.take() {
@@ -226,22 +310,41 @@ impl SigmaRule {
             // extra out of the others' rates; a flow that merely does not want its new
             // target loses nothing.
             let kept = 1.0 - (1.0 - alpha) / 2.0;
+            let lost_min = flows.iter().any(|f| {
+                let before = p.rates.get(&f.id).copied().unwrap_or(0.0);
+                before >= f.guaranteed - tolerance && short_of_min(f)
+            });
             let hurt = flows.iter().any(|f| {
                 let before = p.rates.get(&f.id).copied().unwrap_or(0.0);
                 judged(f) && f.measured.is_some_and(|m| m < kept * before)
             });
             let carried = aggregate >= p.aggregate + 0.5 * (sigma - p.before);
-            if hurt || !carried {
+            if lost_min || hurt || !carried {
                 self.counters.probe_failed += 1;
-                self.backoff = (self.backoff * 2).min(MAX_PROBE_BACKOFF);
+                // A minimum lost is the dearest failure: the next probe waits longest.
+                self.backoff = if lost_min {
+                    MAX_PROBE_BACKOFF
+                } else {
+                    (self.backoff * 2).min(MAX_PROBE_BACKOFF)
+                };
                 self.step_div = (self.step_div * 2).min(MAX_PROBE_BACKOFF);
                 self.quiet_since = None;
-                self.set(now, p.before);
+                // A probe that took a flow's minimum found a full link from below: σ
+                // before it was already at the edge, so it steps back as far again and the
+                // queue the probe built can drain.
+                let back = if lost_min {
+                    (2.0 * p.before - sigma).max(floor)
+                } else {
+                    p.before
+                };
+                self.set(now, back);
                 return;
             }
             self.counters.probe_held += 1;
             self.backoff = 1;
-            self.step_div = (self.step_div / 4).max(1);
+            // While protecting a minimum the steps grow to half of `probe_step` at most.
+            let min_div = if self.protecting { 2 } else { 1 };
+            self.step_div = (self.step_div / 4).max(min_div);
             held = true;
         }
 
@@ -257,12 +360,44 @@ impl SigmaRule {
             self.set(now, aggregate);
             return;
         }
+        // A flow short of its minimum: the lower-priority flows must give way, not take its
+        // slack. σ falls below the aggregate by the shortfall, never below the minimums.
+        let shortfall: f64 = flows
+            .iter()
+            .filter(|f| short_of_min(f))
+            .map(|f| f.guaranteed - f.measured.unwrap_or(0.0))
+            .sum();
+        let yielded_to = (sigma.min(aggregate) - shortfall).max(floor);
+        let shortest = flows.iter().filter(|f| short_of_min(f)).max_by(|a, b| {
+            let gap = |f: &FlowSample| f.guaranteed - f.measured.unwrap_or(0.0);
+            gap(a).total_cmp(&gap(b))
+        });
+        if let Some(f) = shortest {
+            // Only when the others have something to give (else: the paper's rule below).
+            if yielded_to < sigma - tolerance {
+                self.counters.min_short += 1;
+                self.yielded = Some(Yield {
+                    flow: f.id,
+                    before: sigma,
+                    rate: f.measured.unwrap_or(0.0),
+                });
+                self.quiet_since = None;
+                self.set(now, yielded_to);
+                return;
+            }
+        }
         let mut next = sigma;
         for f in flows {
             match (below(f), self.congested.get(&f.id).copied()) {
                 (true, None) => {
                     self.counters.flow_congested += 1;
-                    let slack = (1.0 - alpha) * f.target;
+                    // What σ can really grow by: at the link it cannot, and recovery must
+                    // not take back more than was handed on.
+                    let room = self
+                        .params
+                        .link
+                        .map_or(f64::INFINITY, |l| (l - next).max(0.0));
+                    let slack = ((1.0 - alpha) * f.target).min(room);
                     self.congested.insert(f.id, (f.target, slack));
                     next += slack;
                 }
@@ -310,11 +445,61 @@ impl SigmaRule {
         }
     }
 
+    /// The verdict on a yield a window after it (`f`: the flow it was for). True when it
+    /// changed σ or waits another window: no other verdict this tick.
+    fn judge_yield(
+        &mut self,
+        now: Instant,
+        y: Yield,
+        f: &FlowSample,
+        aggregate: f64,
+        floor: f64,
+        tolerance: f64,
+    ) -> bool {
+        let sigma = self.sigma.unwrap_or(0.0);
+        let m = f.measured.unwrap_or(0.0);
+        if m >= f.guaranteed - tolerance {
+            self.counters.yield_held += 1;
+            // σ sits a little below what the link has left: probe it gently (a probe that
+            // took the flow's minimum is what usually made it short).
+            self.protecting = true;
+            self.step_div = self.step_div.max(AFTER_CONGESTION_STEP_DIV);
+            self.quiet_since = None;
+            return false;
+        }
+        if m >= y.rate + tolerance {
+            // Rising (a window growing back after losses): give it another window.
+            self.yielded = Some(Yield { rate: m, ..y });
+            self.changed_at = Some(now);
+            return true;
+        }
+        if sigma > floor + tolerance {
+            // Not rising yet: the first window still held the others' old targets, or the
+            // yield was smaller than what the link lost.
+            self.counters.min_short += 1;
+            self.yielded = Some(Yield { rate: m, ..y });
+            self.set(now, (sigma.min(aggregate) - (f.guaranteed - m)).max(floor));
+            return true;
+        }
+        // The others have nothing left and it still took none of it: it wants less than its
+        // minimum (an application-limited video), or what the others gave went to another
+        // host's flows. Undone; the paper's per-flow rule applies to it until it reaches
+        // its minimum again.
+        self.counters.yield_undone += 1;
+        self.wants_less.insert(y.flow);
+        self.quiet_since = None;
+        self.set(now, y.before);
+        true
+    }
+
     fn set(&mut self, now: Instant, sigma: f64) {
         let capped = match self.params.link {
             Some(link) => sigma.min(link),
             None => sigma,
         };
+        if self.params.link.is_some_and(|link| capped >= link) {
+            self.protecting = false; // back at the link: nothing left to protect from
+        }
         self.sigma = Some(capped.max(0.0));
         self.changed_at = Some(now);
     }
@@ -340,6 +525,7 @@ mod tests {
             target,
             measured: Some(measured),
             partial: 0.0,
+            guaranteed: 0.0,
         }
     }
 
@@ -583,6 +769,135 @@ mod tests {
         });
         assert_eq!(r.sigma(), Some(960e3), "a known link is the first sigma");
         r.on_tick(t0, &[f(1, 0.0, 2e6)]);
+        assert_eq!(r.sigma(), Some(960e3));
+    }
+    /// The Fig. 6 mix as the lab shows it: the downloads, held to their targets by their
+    /// receive windows, lose nothing; the video (minimum 520, never more than 517.5 sent)
+    /// gets what the link has left. `guarantee`: whether the video's minimum is given to
+    /// the rule. Returns the video's rate and σ per tick.
+    fn fig6_lab_like(r: &mut SigmaRule, t0: Instant, guarantee: bool) -> Vec<(f64, f64)> {
+        let mut trace = vec![];
+        for ms in (0..90_000).step_by(200) {
+            let cap = if (10_000..50_000).contains(&ms) {
+                720e3
+            } else {
+                960e3
+            };
+            let s = r.sigma().unwrap_or(960e3);
+            let video_t = s.min(520e3);
+            let bulk_t = (s - video_t) / 2.0;
+            let bulk = bulk_t.min(cap / 2.0);
+            let video = 517.5e3_f64.min(cap - 2.0 * bulk);
+            let video_f = FlowSample {
+                guaranteed: if guarantee { video_t } else { 0.0 },
+                ..f(1, video_t, video)
+            };
+            r.on_tick(
+                at(t0, ms),
+                &[video_f, f(2, bulk_t, bulk), f(3, bulk_t, bulk)],
+            );
+            trace.push((video, r.sigma().unwrap()));
+        }
+        trace
+    }
+
+    fn fig6_params() -> SigmaParams {
+        SigmaParams {
+            link: Some(960e3),
+            window: Duration::from_secs(2),
+            probe_after: Some(Duration::from_secs(1)),
+            probe_step: 0.1,
+            ..params()
+        }
+    }
+
+    #[test]
+    fn a_flow_short_of_its_minimum_makes_the_others_yield_until_it_has_it_again() {
+        let t0 = Instant::now();
+        // Without the minimum the paper's rule takes the video for congested on its own
+        // and hands its slack on: it stays far below 520 through the interference.
+        let mut plain = SigmaRule::new(fig6_params());
+        let without = fig6_lab_like(&mut plain, t0, false);
+        let short = without[55..250]
+            .iter()
+            .filter(|(v, _)| *v < 505.9e3)
+            .count();
+        assert!(
+            short >= 190,
+            "{short} of 195 ticks short without the minimum"
+        );
+        // With it, σ yields: below what the link has left, never below the minimum.
+        let mut r = SigmaRule::new(fig6_params());
+        let with = fig6_lab_like(&mut r, t0, true);
+        let c = r.counters();
+        assert!(c.min_short >= 1 && c.yield_held >= 1, "{c:?}");
+        assert_eq!(c.yield_undone, 0, "{c:?}");
+        assert!(with.iter().all(|&(_, s)| s >= 520e3), "{with:?}");
+        // The lab's "at the minimum" (517.5 less a segment a second), tick by tick from
+        // the first verdict (a window into the interference): only failed probes into the
+        // full link cost ticks, one window each, ever more rarely.
+        let during = &with[60..250];
+        let at_min = during.iter().filter(|(v, _)| *v >= 505.9e3).count();
+        assert!(
+            at_min * 100 >= 85 * during.len(),
+            "{at_min} of {}: {with:?}",
+            during.len()
+        );
+        // The downloads keep what the minimum leaves: σ ends the interference near 720.
+        let late = with[200..250].iter().map(|&(_, s)| s).sum::<f64>() / 50.0;
+        assert!((620e3..=760e3).contains(&late), "{late}");
+        // After it, the probes take σ back to the link within 20 s.
+        let back = with[250..].iter().position(|&(_, s)| s >= 955e3);
+        assert!(back.is_some_and(|k| k <= 100), "{:?}", &with[250..]);
+    }
+
+    #[test]
+    fn an_application_limited_flow_short_of_its_minimum_does_not_hold_sigma_down() {
+        // The video has had its minimum for 10 s, then wants 300 of its 520 (a low rung, or
+        // an outside flow takes what the downloads give up): yielding gives it nothing, so
+        // the yield is undone once and σ stays with the link while it remains short.
+        let t0 = Instant::now();
+        let mut r = SigmaRule::new(fig6_params());
+        let mut trace = vec![];
+        for ms in (0..60_000).step_by(200) {
+            let s = r.sigma().unwrap();
+            let video_t = s.min(520e3);
+            let bulk_t = (s - video_t) / 2.0;
+            let wants = if ms < 10_000 { 517.5e3 } else { 300e3 };
+            let bulk = bulk_t.min((960e3 - wants) / 2.0);
+            let video = FlowSample {
+                guaranteed: video_t,
+                ..f(1, video_t, wants)
+            };
+            r.on_tick(at(t0, ms), &[video, f(2, bulk_t, bulk), f(3, bulk_t, bulk)]);
+            trace.push(s);
+        }
+        let c = r.counters();
+        assert_eq!(c.yield_undone, 1, "{c:?}");
+        assert_eq!(c.yield_held, 0, "{c:?}");
+        // Yields only until the first undoing (each a window): none after.
+        assert!(c.min_short <= 6, "{c:?}");
+        let undone_by = trace.iter().rposition(|&s| s < 900e3).unwrap();
+        assert!((50..=150).contains(&undone_by), "{trace:?}");
+        assert!(
+            trace[undone_by + 1..].iter().all(|&s| s >= 900e3),
+            "{trace:?}"
+        );
+    }
+    #[test]
+    fn a_flow_that_never_had_its_minimum_is_starting_not_short() {
+        // A player's pre-roll or slow start: no yield until the flow has been at its minimum.
+        let t0 = Instant::now();
+        let mut r = SigmaRule::new(fig6_params());
+        for ms in (0..10_000).step_by(200) {
+            let rate = 100e3 + 40.0 * ms as f64;
+            let video = FlowSample {
+                guaranteed: 520e3,
+                ..f(1, 520e3, rate.min(517.5e3))
+            };
+            r.on_tick(at(t0, ms), &[video, f(2, 220e3, 220e3), f(3, 220e3, 220e3)]);
+        }
+        assert_eq!(r.counters().min_short, 0, "{:?}", r.counters());
         assert_eq!(r.sigma(), Some(960e3));
     }
 }
