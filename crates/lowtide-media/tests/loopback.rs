@@ -150,12 +150,15 @@ fn a_conference_stream_shows_every_frame_on_an_idle_path() {
         let end = start + Duration::from_secs(3);
         let recv = tokio::spawn(async move {
             let ch = listener.accept().await.unwrap();
-            receive_conference(&ch, None, conf, frames, start, end).await
+            receive_conference(&ch, None, &[conf], frames, start, end)
+                .await
+                .remove(0)
         });
         let ch = lowtide::connect(addr, cfg).await.unwrap();
-        let sent = send_conference(&ch, conf, frames, start, end)
+        let sent = send_conference(&ch, &[conf], frames, start, end)
             .await
-            .unwrap();
+            .unwrap()
+            .remove(0);
         ch.flush().await.unwrap();
         ch.close(0, "done").await;
         let seen = recv.await.unwrap();

@@ -440,6 +440,7 @@ fn files_round_trip_every_record() {
         "MB".into(),
         vec![
             crate::conference::AduRecord {
+                video: 0,
                 frame: 0,
                 layer: 0,
                 capture_s: 0.0,
@@ -447,6 +448,7 @@ fn files_round_trip_every_record() {
                 latency_ms: Some(41.5),
             },
             crate::conference::AduRecord {
+                video: 2,
                 frame: 0,
                 layer: 7,
                 capture_s: 0.0,
