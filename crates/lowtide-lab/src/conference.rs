@@ -107,20 +107,23 @@ pub fn receive(
 
 /// Every ADU of every video, with its latency where it arrived.
 pub fn records(viewers: &[Viewer]) -> Vec<AduRecord> {
-    viewers.iter().enumerate().flat_map(|(video, viewer)| {
-        let conf = viewer.conference();
-        (0..viewer.frames()).flat_map(move |frame| {
-            (0..ADUS_PER_FRAME).map(move |layer| AduRecord {
-                video: video as u8,
-                frame,
-                layer,
-                capture_s: conf.capture_s(frame),
-                bytes: conf.adu_bytes() as u32,
-                latency_ms: viewer.latency_ms(frame, layer),
+    viewers
+        .iter()
+        .enumerate()
+        .flat_map(|(video, viewer)| {
+            let conf = viewer.conference();
+            (0..viewer.frames()).flat_map(move |frame| {
+                (0..ADUS_PER_FRAME).map(move |layer| AduRecord {
+                    video: video as u8,
+                    frame,
+                    layer,
+                    capture_s: conf.capture_s(frame),
+                    bytes: conf.adu_bytes() as u32,
+                    latency_ms: viewer.latency_ms(frame, layer),
+                })
             })
         })
-    })
-    .collect()
+        .collect()
 }
 
 /// The ADUs that arrived, as latency samples (sent = capture of their frame).

@@ -24,9 +24,11 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::conference::{viewer_of, AduRecord};
-use crate::report::{color_of, draw_sized, legend, plot_err, titled};
-use crate::results::Window;
+use crate::report::{self, color_of, draw_sized, legend, plot_err, titled};
+use crate::results::{LabSummary, TrialRecord, VariantSummary, Window};
+use crate::scenario::Mode;
 use crate::stats::MeanCi;
+use crate::summary::NO_DATA;
 use crate::LabError;
 
 /// One video of a channel over the measurement window.
@@ -165,7 +167,10 @@ pub fn plot(
             let mut runs: Vec<Vec<(f64, f64)>> = vec![vec![]];
             for s in seconds {
                 match value(s, v) {
-                    Some(y) => runs.last_mut().expect("never empty").push((s.from_s + 0.5, y)),
+                    Some(y) => runs
+                        .last_mut()
+                        .expect("never empty")
+                        .push((s.from_s + 0.5, y)),
                     None => runs.push(vec![]),
                 }
             }
@@ -186,13 +191,9 @@ pub fn plot(
     };
     draw_sized(path, (960, 720), |root| {
         let areas = root.split_evenly((2, 1));
-        panel(
-            &areas[0],
-            title,
-            fps_max,
-            "frames shown per s",
-            &|s, v| s.fps[v],
-        )?;
+        panel(&areas[0], title, fps_max, "frames shown per s", &|s, v| {
+            s.fps[v]
+        })?;
         panel(
             &areas[1],
             "share of the bytes that arrived",
@@ -202,6 +203,79 @@ pub fn plot(
         )
     })
     .map_err(plot_err("the quality-fairness plot"))
+}
+
+/// The report's Fig. 7 section: a table of each video's frame rate and byte share per
+/// conference variant with several videos, and the plot of run 1 of each.
+pub fn section(
+    dir: &Path,
+    tag: &str,
+    mode: Mode,
+    variants: &[&VariantSummary],
+    s: &LabSummary,
+    records: &[TrialRecord],
+) -> Result<String, LabError> {
+    let mut rows = vec![];
+    let mut figures = String::new();
+    for (k, v) in variants.iter().enumerate() {
+        let Some(c) = v.conference.as_ref().filter(|c| !c.videos.is_empty()) else {
+            continue;
+        };
+        for (i, x) in c.videos.iter().enumerate() {
+            rows.push(vec![
+                v.name.clone(),
+                format!("{} ({:.1} Mbit/s)", i + 1, x.rate_bps / 1e6),
+                x.fps.map_or(NO_DATA.into(), |f| format!("{:.1}", f.mean)),
+                x.byte_share
+                    .map_or(NO_DATA.into(), |b| format!("{:.1}%", b * 100.0)),
+                c.fps_spread.map_or(NO_DATA.into(), |g| format!("{g:.1}")),
+            ]);
+        }
+        let videos: Vec<Conference> = c
+            .videos
+            .iter()
+            .map(|x| Conference {
+                rate_bps: x.rate_bps,
+                fps: crate::video::FPS,
+                threshold: std::time::Duration::from_secs_f64(c.threshold_ms / 1e3),
+            })
+            .collect();
+        let first = records
+            .iter()
+            .filter(|r| r.mode == Some(mode) && r.run == 1)
+            .find_map(|r| r.adus.iter().find(|(n, _)| *n == v.name));
+        if let Some((_, adus)) = first {
+            let file = format!("quality-fairness-{tag}-{k}.svg");
+            let seconds = timeline(&videos, adus, s.window);
+            plot(
+                &dir.join(&file),
+                &format!("{}: frame rate per video (run 1)", v.name),
+                &videos,
+                &seconds,
+                s.window,
+            )?;
+            figures.push_str(&report::figure(
+                &file,
+                "frame rate and byte share per video",
+            ));
+        }
+    }
+    Ok(format!(
+        "<h3>Quality fairness (Erbad and Krasic, Fig. 7)</h3><p>Several videos on one channel, \
+         one stream each. Frame rate and share of the bytes that arrived per video over the \
+         measurement window; the spread is, second by second, the highest frame rate minus the \
+         lowest (mean over the seconds; 0 = equal quality).</p>{}{figures}",
+        report::html_table(
+            &[
+                "variant",
+                "video",
+                "frames shown per s",
+                "byte share",
+                "frame-rate spread (frames/s)"
+            ],
+            &rows
+        )
+    ))
 }
 
 #[cfg(test)]

@@ -1360,8 +1360,8 @@ controller = { min_buf = { a = 1, b = 3 } }
             "name = \"MinBuf(1,3)\"\napplication = \"conference\"",
         );
         let with = |app: &str| format!("{conf}[application.conference]\n{app}\n");
-        let ok = Scenario::from_toml(&with("videos_mbps = [2, 4, 6]\nfairness = \"quality\""))
-            .unwrap();
+        let ok =
+            Scenario::from_toml(&with("videos_mbps = [2, 4, 6]\nfairness = \"quality\"")).unwrap();
         let app = &ok.scenario.application.conference;
         assert_eq!(app.fairness, lowtide::Fairness::Quality);
         let rates: Vec<f64> = app.videos().iter().map(|c| c.rate_bps).collect();

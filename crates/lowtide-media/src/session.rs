@@ -259,8 +259,7 @@ pub async fn send_conference(
             }
             conference_events(ch, &mut out, &mut pending, capture).await;
             for layer in 0..ADUS_PER_FRAME {
-                let data =
-                    MediaHeader::data_message(video as u32, frame, layer, conf.adu_bytes());
+                let data = MediaHeader::data_message(video as u32, frame, layer, conf.adu_bytes());
                 let msg = Message::new(data)
                     .importance(conference::importance(layer))
                     .deadline(capture + conf.threshold)
