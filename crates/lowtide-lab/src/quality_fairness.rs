@@ -150,6 +150,7 @@ pub fn plot(
                  caption: &str,
                  ymax: f64,
                  y_desc: &str,
+                 legend_at: SeriesLabelPosition,
                  value: &dyn Fn(&Second, usize) -> Option<f64>|
      -> Result<(), String> {
         let mut chart = titled(area, caption)
@@ -187,18 +188,24 @@ pub fn plot(
                 }
             }
         }
-        legend(&mut chart, SeriesLabelPosition::LowerRight)
+        legend(&mut chart, legend_at)
     };
     draw_sized(path, (960, 720), |root| {
         let areas = root.split_evenly((2, 1));
-        panel(&areas[0], title, fps_max, "frames shown per s", &|s, v| {
-            s.fps[v]
-        })?;
+        panel(
+            &areas[0],
+            title,
+            fps_max,
+            "frames shown per s",
+            SeriesLabelPosition::LowerRight,
+            &|s, v| s.fps[v],
+        )?;
         panel(
             &areas[1],
             "share of the bytes that arrived",
             1.0,
             "byte share",
+            SeriesLabelPosition::UpperRight,
             &|s, v| s.share[v],
         )
     })
