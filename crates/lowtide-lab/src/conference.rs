@@ -27,7 +27,8 @@ use crate::LabError;
 /// One ADU as both ends saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct AduRecord {
-    /// Which video of the channel (0 for the first; absent in files of one video).
+    /// Which video of the channel, in stream order (0 in files written before there were
+    /// several).
     #[serde(default)]
     pub video: u8,
     pub frame: u32,
