@@ -4,13 +4,14 @@
 //! ADUs with importance by layer, each expiring at the sender after the latency threshold.
 //! Every ADU sent becomes one [`AduRecord`] (`adus.csv`), from which the summary takes the
 //! frame rate a viewer saw, the layers, and the latency of each importance bucket (Fig. 5
-//! and Fig. 6).
+//! and Fig. 6). Several videos share one channel, one stream each (Fig. 7, quality fairness:
+//! [`crate::quality_fairness`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lowtide::ChannelConfig;
+use lowtide::{ChannelConfig, Fairness};
 use lowtide_media::conference::{importance, Conference, Viewer, ADUS_PER_FRAME};
 use lowtide_media::session::{receive_conference, send_conference, ConferenceSent};
 use lowtide_traffic::Stop;
@@ -26,6 +27,10 @@ use crate::LabError;
 /// One ADU as both ends saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct AduRecord {
+    /// Which video of the channel, in stream order (0 in files written before there were
+    /// several).
+    #[serde(default)]
+    pub video: u8,
     pub frame: u32,
     /// 0 = base layer.
     pub layer: u8,
@@ -46,26 +51,28 @@ pub struct ConferenceRun {
     pub tcp: TcpTimeline,
 }
 
-/// Streams the frames of `conf` captured from `start` to `end`; blocking, for a thread inside
+/// Streams the frames of `videos` captured from `start` to `end`; blocking, for a thread inside
 /// a sender host. After the last frame's deadline (at the latest at `end`: a threshold longer
 /// than what is left of the run ends with it), queued ADUs keep flowing until `receive_end`.
 pub fn send(
     dst: SocketAddr,
     cfg: ChannelConfig,
-    conf: Conference,
+    videos: Vec<Conference>,
     start: Instant,
     end: Instant,
     receive_end: Instant,
     stop: Stop,
 ) -> Result<ConferenceRun, LabError> {
-    let frames = conf.frames_in(end.saturating_duration_since(start).as_secs_f64());
+    let frames = videos.first().map_or(0, |c| {
+        c.frames_in(end.saturating_duration_since(start).as_secs_f64())
+    });
     stream::runtime()?.block_on(async move {
         let ch = stream::connect(dst, cfg).await?;
         let meter = CostMeter::start();
         let sampler = Sampler::start(&ch, start);
         let sent = tokio::select! {
-            r = send_conference(&ch, conf, frames, start, end) => {
-                r.map_err(|e| LabError::io("streaming the conference", e))?
+            r = send_conference(&ch, &videos, frames, start, end) => {
+                ConferenceSent::total(&r.map_err(|e| LabError::io("streaming the conference", e))?)
             }
             _ = stream::stopped(&stop) => return Err(LabError::Stopped),
         };
@@ -76,21 +83,22 @@ pub fn send(
     })
 }
 
-/// Receives a conference stream on `addr` until `end`; blocking, for a receiver host.
+/// Receives the conference's videos on `addr` until `end`, one viewer per video; blocking,
+/// for a receiver host.
 pub fn receive(
     addr: SocketAddr,
     cfg: ChannelConfig,
-    conf: Conference,
+    videos: Vec<Conference>,
     frames: u32,
     start: Instant,
     end: Instant,
     stop: Stop,
-) -> Result<Viewer, LabError> {
+) -> Result<Vec<Viewer>, LabError> {
     stream::runtime()?.block_on(async move {
         let listener = stream::listen(addr, cfg).await?;
         let (ch, first) = stream::accept_first(&listener, end, &stop).await?;
         let viewer = tokio::select! {
-            v = receive_conference(&ch, Some(first), conf, frames, start, end) => v,
+            v = receive_conference(&ch, Some(first), &videos, frames, start, end) => v,
             _ = stream::stopped(&stop) => return Err(LabError::Stopped),
         };
         ch.close(0, "measurement over").await;
@@ -98,17 +106,22 @@ pub fn receive(
     })
 }
 
-/// Every ADU of the stream, with its latency where it arrived.
-pub fn records(viewer: &Viewer) -> Vec<AduRecord> {
-    let conf = viewer.conference();
-    (0..viewer.frames())
-        .flat_map(|frame| {
-            (0..ADUS_PER_FRAME).map(move |layer| AduRecord {
-                frame,
-                layer,
-                capture_s: conf.capture_s(frame),
-                bytes: conf.adu_bytes() as u32,
-                latency_ms: viewer.latency_ms(frame, layer),
+/// Every ADU of every video, with its latency where it arrived.
+pub fn records(viewers: &[Viewer]) -> Vec<AduRecord> {
+    viewers
+        .iter()
+        .enumerate()
+        .flat_map(|(video, viewer)| {
+            let conf = viewer.conference();
+            (0..viewer.frames()).flat_map(move |frame| {
+                (0..ADUS_PER_FRAME).map(move |layer| AduRecord {
+                    video: video as u8,
+                    frame,
+                    layer,
+                    capture_s: conf.capture_s(frame),
+                    bytes: conf.adu_bytes() as u32,
+                    latency_ms: viewer.latency_ms(frame, layer),
+                })
             })
         })
         .collect()
@@ -121,11 +134,13 @@ pub fn samples(adus: &[AduRecord]) -> Vec<Sample> {
         .collect()
 }
 
-/// A viewer rebuilt from records (for `lab report`, which has only the files).
-fn viewer_of(conf: Conference, adus: &[AduRecord]) -> Viewer {
-    let frames = adus.iter().map(|a| a.frame + 1).max().unwrap_or(0);
+/// The viewer of video `video` rebuilt from records (for `lab report`, which has only the
+/// files).
+pub(crate) fn viewer_of(conf: Conference, video: u8, adus: &[AduRecord]) -> Viewer {
+    let adus = || adus.iter().filter(|a| a.video == video);
+    let frames = adus().map(|a| a.frame + 1).max().unwrap_or(0);
     let mut v = Viewer::new(conf, frames);
-    for a in adus {
+    for a in adus() {
         if let Some(l) = a.latency_ms {
             v.on_adu(a.frame, a.layer, a.capture_s + l / 1e3);
         }
@@ -137,9 +152,19 @@ fn viewer_of(conf: Conference, adus: &[AduRecord]) -> Viewer {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConferenceSummary {
     pub threshold_ms: f64,
+    /// The bit rate of every video together.
     pub rate_bps: f64,
-    /// Frames shown per second of those captured in the window: mean and 95% CI over runs.
+    /// Frames shown per second of those captured in the window (with several videos, their
+    /// mean): mean and 95% CI over runs.
     pub fps: Option<MeanCi>,
+    /// Several videos on one channel: each one's frame rate and share of the bytes
+    /// (Erbad and Krasic, Fig. 7); empty for one video.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub videos: Vec<crate::quality_fairness::VideoShare>,
+    /// Several videos: second by second, the highest frame rate minus the lowest, mean over
+    /// the seconds of the window and the runs (0 = equal quality); `None` without data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fps_spread: Option<f64>,
     /// Layers per shown frame, pooled.
     pub mean_layers: Option<f64>,
     /// Capture-to-arrival latency of the ADUs that arrived, per importance (7 = base layer),
@@ -155,9 +180,9 @@ pub struct ConferenceSummary {
 }
 
 impl ConferenceSummary {
-    /// `runs` holds each run's ADUs and its sender's counts.
+    /// `runs` holds each run's ADUs (of every video in `videos`) and its sender's counts.
     pub fn of(
-        conf: Conference,
+        videos: &[Conference],
         runs: &[(&[AduRecord], Option<&ConferenceSent>)],
         w: Window,
     ) -> Self {
@@ -166,14 +191,18 @@ impl ConferenceSummary {
         let mut by_importance: BTreeMap<u8, Vec<f64>> = BTreeMap::new();
         let (mut adus, mut arrived) = (0, 0);
         for (records, _) in runs {
-            let viewer = viewer_of(conf, records);
-            if let Some(f) = viewer.fps(w.from_s, w.to_s) {
-                fps.push(f);
-            }
-            for frame in 0..viewer.frames() {
-                if w.contains(conf.capture_s(frame)) && viewer.shown_layers(frame) > 0 {
-                    layers.push(f64::from(viewer.shown_layers(frame)));
+            let mut run_fps = vec![];
+            for (video, &conf) in videos.iter().enumerate() {
+                let viewer = viewer_of(conf, video as u8, records);
+                run_fps.extend(viewer.fps(w.from_s, w.to_s));
+                for frame in 0..viewer.frames() {
+                    if w.contains(conf.capture_s(frame)) && viewer.shown_layers(frame) > 0 {
+                        layers.push(f64::from(viewer.shown_layers(frame)));
+                    }
                 }
+            }
+            if !run_fps.is_empty() {
+                fps.push(run_fps.iter().sum::<f64>() / run_fps.len() as f64);
             }
             for a in records.iter().filter(|a| w.contains(a.capture_s)) {
                 adus += 1;
@@ -194,9 +223,25 @@ impl ConferenceSummary {
             )
         });
         Self {
-            threshold_ms: conf.threshold.as_secs_f64() * 1e3,
-            rate_bps: conf.rate_bps,
+            threshold_ms: videos
+                .first()
+                .map_or(0.0, |c| c.threshold.as_secs_f64() * 1e3),
+            rate_bps: videos.iter().map(|c| c.rate_bps).sum(),
             fps: MeanCi::of(&fps),
+            videos: if videos.len() > 1 {
+                crate::quality_fairness::VideoShare::of(videos, runs, w)
+            } else {
+                vec![]
+            },
+            fps_spread: if videos.len() > 1 {
+                let seconds: Vec<_> = runs
+                    .iter()
+                    .flat_map(|(r, _)| crate::quality_fairness::timeline(videos, r, w))
+                    .collect();
+                crate::quality_fairness::fps_spread(&seconds)
+            } else {
+                None
+            },
             mean_layers: (!layers.is_empty())
                 .then(|| layers.iter().sum::<f64>() / layers.len() as f64),
             latency_by_importance_ms: by_importance
@@ -213,12 +258,20 @@ impl ConferenceSummary {
 }
 
 /// The conference of a scenario (`[application.conference]`).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ConferenceApp {
     /// The stream's bit rate (the paper: 4 Mbit/s).
     #[serde(default = "four_mbps")]
     pub rate_mbps: f64,
+    /// Several videos on one channel, one stream each, at these bit rates (Fig. 7); empty:
+    /// one video at `rate_mbps`.
+    #[serde(default)]
+    pub videos_mbps: Vec<f64>,
+    /// How the channel shares itself among the videos: `resource` (bytes) or `quality`
+    /// (ADUs: every ADU costs 1, so every video gets the same ADU rate).
+    #[serde(default)]
+    pub fairness: Fairness,
     /// How long an ADU may take from capture before the sender cancels it (Fig. 5's x axis).
     #[serde(default = "two_hundred")]
     pub threshold_ms: f64,
@@ -235,15 +288,31 @@ impl Default for ConferenceApp {
     fn default() -> Self {
         Self {
             rate_mbps: four_mbps(),
+            videos_mbps: vec![],
+            fairness: Fairness::default(),
             threshold_ms: two_hundred(),
         }
     }
 }
 
 impl ConferenceApp {
+    /// The first (or only) video.
     pub fn conference(&self) -> Conference {
+        self.video(self.videos_mbps.first().copied().unwrap_or(self.rate_mbps))
+    }
+
+    /// Every video of the channel, in stream order.
+    pub fn videos(&self) -> Vec<Conference> {
+        if self.videos_mbps.is_empty() {
+            vec![self.conference()]
+        } else {
+            self.videos_mbps.iter().map(|&r| self.video(r)).collect()
+        }
+    }
+
+    fn video(&self, rate_mbps: f64) -> Conference {
         Conference {
-            rate_bps: self.rate_mbps * 1e6,
+            rate_bps: rate_mbps * 1e6,
             fps: crate::video::FPS,
             threshold: Duration::from_secs_f64(self.threshold_ms.max(0.0) / 1e3),
         }
@@ -259,6 +328,7 @@ mod tests {
         let conf = ConferenceApp {
             rate_mbps: 4.0,
             threshold_ms: 200.0,
+            ..ConferenceApp::default()
         }
         .conference();
         let mut v = Viewer::new(conf, 60);
@@ -270,14 +340,14 @@ mod tests {
                 v.on_adu(f, 1, c + 0.1);
             }
         }
-        let adus = records(&v);
+        let adus = records(&[v]);
         assert_eq!(adus.len(), 480);
         assert_eq!(samples(&adus).len(), 90);
         let w = Window {
             from_s: 0.0,
             to_s: 2.0,
         };
-        let s = ConferenceSummary::of(conf, &[(&adus, None)], w);
+        let s = ConferenceSummary::of(&[conf], &[(&adus, None)], w);
         assert!((s.fps.unwrap().mean - 30.0).abs() < 1e-9);
         assert!((s.mean_layers.unwrap() - 1.5).abs() < 1e-9);
         let base = &s.latency_by_importance_ms["7"];
@@ -291,7 +361,7 @@ mod tests {
         assert_eq!((s.adus, s.adus_arrived), (480, 90));
         // Nothing captured in the window: no data, not zero.
         let empty = ConferenceSummary::of(
-            conf,
+            &[conf],
             &[(&adus, None)],
             Window {
                 from_s: 10.0,

@@ -56,6 +56,14 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
         }
         if variants.iter().any(|v| v.conference.is_some()) {
             sections.push(conference_section(&variants));
+            if variants
+                .iter()
+                .any(|v| v.conference.as_ref().is_some_and(|c| !c.videos.is_empty()))
+            {
+                sections.push(crate::quality_fairness::section(
+                    dir, tag, mode, &variants, s, records,
+                )?);
+            }
         }
         if variants.iter().any(|v| v.ladder.is_some()) {
             sections.push(crate::ladder_report::section(

@@ -345,7 +345,7 @@ pub fn summary_inputs(
                 tolerance_ms: s.application.video.tolerance_ms,
             }),
             conference: (s.application_of(v) == ApplicationKind::Conference)
-                .then(|| s.application.conference.conference()),
+                .then(|| s.application.conference.videos()),
             ladder: s.application_of(v) == ApplicationKind::BitrateLadder,
         })
         .collect();
@@ -637,7 +637,7 @@ pub(crate) enum Measured {
     },
     Conference {
         tx: Task<conference::ConferenceRun>,
-        rx: Task<lowtide_media::conference::Viewer>,
+        rx: Task<Vec<lowtide_media::conference::Viewer>>,
     },
     Ladder {
         tx: Task<ladder_flow::LadderSent>,
@@ -826,8 +826,8 @@ impl TrialThreads {
                     (a, b, _) => note(&name, a.map(drop).and(b.map(drop))),
                 },
                 Measured::Conference { tx, rx } => match (tx.wait(), rx.wait()) {
-                    (Ok(run), Ok(viewer)) => {
-                        let adus = conference::records(&viewer);
+                    (Ok(run), Ok(viewers)) => {
+                        let adus = conference::records(&viewers);
                         record
                             .streams
                             .push((name.clone(), conference::samples(&adus)));
@@ -836,8 +836,8 @@ impl TrialThreads {
                         record.delivery_errors.push((
                             name.clone(),
                             DeliveryErrors {
-                                duplicated: viewer.duplicated,
-                                unknown: viewer.unknown,
+                                duplicated: viewers.iter().map(|v| v.duplicated).sum(),
+                                unknown: viewers.iter().map(|v| v.unknown).sum(),
                             },
                         ));
                         if !quic {
@@ -919,6 +919,7 @@ fn start_quic(
             Measured::Conference {
                 rx: Task::spawn(rx_host, "QUIC conference receiver", move || {
                     quic::receive_conference(addr, rq, rcreds, conf, start, receive_end, rstop)
+                        .map(|v| vec![v])
                 })?,
                 tx: Task::spawn(tx_host, "QUIC conference sender", move || {
                     quic::send_conference(addr, q, creds, conf, start, end, receive_end, tstop)
@@ -985,6 +986,9 @@ fn start_trial(
         cfg.transport.controller = v.controller;
         cfg.transport.failover = v.failover;
         cfg.sndbuf = v.sndbuf;
+        if s.application_of(v) == ApplicationKind::Conference {
+            cfg.transport.fairness = s.application.conference.fairness;
+        }
         let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
         let tx_host = net.sender(v.sender);
         let (mut rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
@@ -1041,14 +1045,23 @@ fn start_trial(
                     ))
                 }
                 ApplicationKind::Conference => {
-                    let conf = s.application.conference.conference();
-                    let frames = conf.frames_in(s.run.duration_s);
+                    let videos = s.application.conference.videos();
+                    let frames = videos[0].frames_in(s.run.duration_s);
+                    let rvideos = videos.clone();
                     Measured::Conference {
                         rx: Task::spawn(rx_host, "conference receiver", move || {
-                            conference::receive(addr, rcfg, conf, frames, start, receive_end, rstop)
+                            conference::receive(
+                                addr,
+                                rcfg,
+                                rvideos,
+                                frames,
+                                start,
+                                receive_end,
+                                rstop,
+                            )
                         })?,
                         tx: Task::spawn(tx_host, "conference sender", move || {
-                            conference::send(addr, cfg, conf, start, end, receive_end, tstop)
+                            conference::send(addr, cfg, videos, start, end, receive_end, tstop)
                         })?,
                     }
                 }

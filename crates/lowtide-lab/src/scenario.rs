@@ -743,9 +743,26 @@ impl Scenario {
                 1.0,
                 600e3,
             )?;
-            c.conference()
-                .check()
-                .map_err(|e| invalid("application.conference", "", e))?;
+            let most = lowtide_media::session::MAX_VIDEOS;
+            if c.videos_mbps.len() > most {
+                return Err(invalid(
+                    "application.conference.videos_mbps",
+                    format!("{} videos", c.videos_mbps.len()),
+                    format!("at most {most} videos"),
+                ));
+            }
+            for (k, &r) in c.videos_mbps.iter().enumerate() {
+                check_range(
+                    &format!("application.conference.videos_mbps[{k}]"),
+                    r,
+                    0.01,
+                    1000.0,
+                )?;
+            }
+            for conf in c.videos() {
+                conf.check()
+                    .map_err(|e| invalid("application.conference", "", e))?;
+            }
         }
         if self
             .variants
@@ -924,6 +941,19 @@ impl Scenario {
                         field("tls"),
                         "true",
                         "false with quic (QUIC always encrypts)",
+                    ));
+                }
+                let app = self.application_of(v);
+                let videos = self.application.conference.videos_mbps.len();
+                if app == ApplicationKind::Conference && videos > 1 {
+                    return Err(invalid(
+                        "application.conference.videos_mbps",
+                        format!("{videos} videos"),
+                        format!(
+                            "one video with a QUIC variant ({:?} sends each ADU on its own QUIC \
+                             stream, with no channel to share among videos)",
+                            v.name
+                        ),
                     ));
                 }
                 let app = self.application_of(v);
@@ -1321,6 +1351,45 @@ controller = { min_buf = { a = 1, b = 3 } }
         let e = err(&fo("failover = {}\nquic = {}"));
         assert!(e.contains("failover on lowtide's TCP variants only"), "{e}");
         assert!(Scenario::from_toml(&fo("failover = { bogus = 1 }")).is_err());
+    }
+
+    #[test]
+    fn several_conference_videos_are_checked_when_parsed() {
+        let conf = GOOD.replace(
+            "name = \"MinBuf(1,3)\"",
+            "name = \"MinBuf(1,3)\"\napplication = \"conference\"",
+        );
+        let with = |app: &str| format!("{conf}[application.conference]\n{app}\n");
+        let ok =
+            Scenario::from_toml(&with("videos_mbps = [2, 4, 6]\nfairness = \"quality\"")).unwrap();
+        let app = &ok.scenario.application.conference;
+        assert_eq!(app.fairness, lowtide::Fairness::Quality);
+        let rates: Vec<f64> = app.videos().iter().map(|c| c.rate_bps).collect();
+        assert_eq!(rates, [2e6, 4e6, 6e6]);
+        // The default: one video at rate_mbps, resource fairness (today's behaviour).
+        let one = Scenario::from_toml(&with("rate_mbps = 3")).unwrap();
+        let app = &one.scenario.application.conference;
+        assert_eq!(app.fairness, lowtide::Fairness::Resource);
+        assert_eq!(app.videos().len(), 1);
+        assert_eq!(app.videos()[0].rate_bps, 3e6);
+        let e = err(&with("videos_mbps = [2, 0]"));
+        assert_eq!(
+            e,
+            "application.conference.videos_mbps[1] = 0: allowed is 0.01 to 1000"
+        );
+        let e = err(&with(&format!("videos_mbps = [{}]", ["1"; 17].join(", "))));
+        assert!(e.contains("17 videos") && e.contains("at most 16"), "{e}");
+        assert!(Scenario::from_toml(&with("fairness = \"bytes\"")).is_err());
+        // QUIC sends ADUs on streams of their own: one video only.
+        let quic = format!(
+            "{}[[variant]]\nname = \"QUIC\"\napplication = \"conference\"\nquic = {{}}\n",
+            with("videos_mbps = [2, 4]")
+        );
+        let e = err(&quic);
+        assert!(
+            e.starts_with("application.conference.videos_mbps = 2 videos") && e.contains("QUIC"),
+            "{e}"
+        );
     }
 
     #[test]

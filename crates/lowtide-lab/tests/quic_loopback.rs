@@ -62,6 +62,7 @@ fn a_conference_over_quic_shows_every_frame_on_an_idle_path() {
     let conf = ConferenceApp {
         rate_mbps: 4.0,
         threshold_ms: 500.0,
+        ..ConferenceApp::default()
     }
     .conference();
     let creds = Credentials::generate().unwrap();

@@ -18,7 +18,8 @@
 //! Where we differ:
 //! - the paper gives neither ADU sizes nor frame dependencies: our ADUs are equal (the
 //!   frame's bytes / 8, at a constant bit rate) and frames decode independently;
-//! - ADUs use lowtide-media's data header ([`crate::wire`]) with the frame number as window.
+//! - ADUs use lowtide-media's data header ([`crate::wire`]) with the video's index as window
+//!   (several videos share one channel, one stream each: Fig. 7's quality fairness).
 
 use std::time::Duration;
 

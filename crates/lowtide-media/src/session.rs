@@ -196,78 +196,136 @@ pub struct ConferenceSent {
     pub bytes_written: u64,
 }
 
-/// Sends `frames` frames of a conference stream from `start` (Erbad and Krasic's
-/// videoconferencing application, [`crate::conference`]): at each frame's capture, its eight
-/// ADUs with importance by layer and the deadline capture + threshold. Returns once the last
-/// frame's deadline has passed, or at `until` if that comes first (no frame is captured after
-/// it); the caller flushes or closes.
+impl ConferenceSent {
+    /// The counts of several videos of one channel, added up.
+    pub fn total(videos: &[ConferenceSent]) -> ConferenceSent {
+        let mut t = ConferenceSent::default();
+        for v in videos {
+            t.frames += v.frames;
+            for l in 0..usize::from(ADUS_PER_FRAME) {
+                t.sent[l] += v.sent[l];
+                t.written[l] += v.written[l];
+                t.cancelled[l] += v.cancelled[l];
+            }
+            t.bytes_written += v.bytes_written;
+        }
+        t
+    }
+}
+
+/// Sends `frames` frames of each conference video in `videos` from `start` (Erbad and
+/// Krasic's videoconferencing application, [`crate::conference`]), each video on its own
+/// stream of `ch`: at each frame's capture, its eight ADUs with importance by layer, the
+/// deadline capture + threshold and a quality-fairness cost of 1 (so under
+/// `Fairness::Quality` the channel shares ADUs, not bytes, among the videos; under resource
+/// fairness the cost is ignored). The media header's window carries the video's index.
+/// Returns each video's counts once the last frame's deadline has passed, or at `until` if
+/// that comes first (no frame is captured after it); the caller flushes or closes.
 pub async fn send_conference(
     ch: &Channel,
-    conf: Conference,
+    videos: &[Conference],
     frames: u32,
     start: Instant,
     until: Instant,
-) -> Result<ConferenceSent, SessionError> {
-    conf.check().map_err(SessionError::Plan)?;
-    let stream = ch.open_stream(StreamConfig::default())?;
-    let mut out = ConferenceSent {
-        frames,
-        ..ConferenceSent::default()
-    };
-    let mut pending: HashMap<MessageId, (usize, u64)> = HashMap::new();
+) -> Result<Vec<ConferenceSent>, SessionError> {
+    if videos.is_empty() || videos.len() > MAX_VIDEOS {
+        return Err(SessionError::Plan(format!(
+            "{} conference videos is outside 1 to {MAX_VIDEOS}",
+            videos.len()
+        )));
+    }
+    for conf in videos {
+        conf.check().map_err(SessionError::Plan)?;
+    }
+    let mut streams = vec![];
+    for _ in videos {
+        streams.push(ch.open_stream(StreamConfig::default())?);
+    }
+    let mut out = vec![
+        ConferenceSent {
+            frames,
+            ..ConferenceSent::default()
+        };
+        videos.len()
+    ];
+    let mut pending: HashMap<MessageId, Pending> = HashMap::new();
     let at = |s: f64| start + Duration::from_secs_f64(s);
+    let mut last = start;
     for frame in 0..frames {
-        let capture = at(conf.capture_s(frame));
-        if capture > until {
-            break;
-        }
-        conference_events(ch, &mut out, &mut pending, capture).await;
-        for layer in 0..ADUS_PER_FRAME {
-            let data = MediaHeader::data_message(frame, frame, layer, conf.adu_bytes());
-            let msg = Message::new(data)
-                .importance(conference::importance(layer))
-                .deadline(capture + conf.threshold);
-            let id = ch.send(stream, msg)?;
-            pending.insert(id, (usize::from(layer), conf.adu_bytes() as u64));
-            out.sent[usize::from(layer)] += 1;
+        for (video, (conf, &stream)) in videos.iter().zip(&streams).enumerate() {
+            let capture = at(conf.capture_s(frame));
+            if capture > until {
+                continue;
+            }
+            conference_events(ch, &mut out, &mut pending, capture).await;
+            for layer in 0..ADUS_PER_FRAME {
+                let data = MediaHeader::data_message(video as u32, frame, layer, conf.adu_bytes());
+                let msg = Message::new(data)
+                    .importance(conference::importance(layer))
+                    .deadline(capture + conf.threshold)
+                    .cost(1.0);
+                let id = ch.send(stream, msg)?;
+                pending.insert(
+                    id,
+                    Pending {
+                        video,
+                        layer: usize::from(layer),
+                        bytes: conf.adu_bytes() as u64,
+                    },
+                );
+                out[video].sent[usize::from(layer)] += 1;
+            }
+            last = last.max(capture + conf.threshold);
         }
     }
-    let last = at(conf.capture_s(frames.saturating_sub(1))) + conf.threshold;
     conference_events(ch, &mut out, &mut pending, last.min(until)).await;
     Ok(out)
+}
+
+/// Videos one conference channel carries at most (each is a stream and a viewer).
+pub const MAX_VIDEOS: usize = 16;
+
+/// An ADU whose fate the sender waits for.
+struct Pending {
+    video: usize,
+    layer: usize,
+    bytes: u64,
 }
 
 /// Applies the channel's events to the conference's counts until `until`.
 async fn conference_events(
     ch: &Channel,
-    out: &mut ConferenceSent,
-    pending: &mut HashMap<MessageId, (usize, u64)>,
+    out: &mut [ConferenceSent],
+    pending: &mut HashMap<MessageId, Pending>,
     until: Instant,
 ) {
     message_fates(ch, tokio::time::Instant::from_std(until), |id, written| {
-        if let Some((layer, bytes)) = pending.remove(&id) {
+        if let Some(p) = pending.remove(&id) {
+            let out = &mut out[p.video];
             if written {
-                out.written[layer] += 1;
-                out.bytes_written += bytes;
+                out.written[p.layer] += 1;
+                out.bytes_written += p.bytes;
             } else {
-                out.cancelled[layer] += 1;
+                out.cancelled[p.layer] += 1;
             }
         }
     })
     .await
 }
 
-/// Receives a conference stream of `frames` frames sent by [`send_conference`] until `end`
-/// (or the channel closes). `first` is a message the caller already read from `ch`.
+/// Receives the conference videos sent by [`send_conference`] (`frames` frames each) until
+/// `end` (or the channel closes): one viewer per video, placed by the header's window.
+/// `first` is a message the caller already read from `ch`. An ADU naming no video of
+/// `videos` is counted as unknown by the first viewer.
 pub async fn receive_conference(
     ch: &Channel,
     first: Option<lowtide::Received>,
-    conf: Conference,
+    videos: &[Conference],
     frames: u32,
     start: Instant,
     end: Instant,
-) -> Viewer {
-    let mut viewer = Viewer::new(conf, frames);
+) -> Vec<Viewer> {
+    let mut viewers: Vec<Viewer> = videos.iter().map(|&c| Viewer::new(c, frames)).collect();
     let end = tokio::time::Instant::from_std(end);
     let mut next = first;
     loop {
@@ -283,11 +341,22 @@ pub async fn receive_conference(
             .received_at
             .saturating_duration_since(start)
             .as_secs_f64();
-        match MediaHeader::decode(&msg.data) {
-            Ok(MediaHeader::Data { frame, layer, .. }) => viewer.on_adu(frame, layer, at),
-            // Not a conference ADU: the peer's bug, counted out.
-            _ => viewer.unknown += 1,
+        let placed = match MediaHeader::decode(&msg.data) {
+            Ok(MediaHeader::Data {
+                window,
+                frame,
+                layer,
+            }) => viewers
+                .get_mut(window as usize)
+                .map(|v| v.on_adu(frame, layer, at)),
+            _ => None,
+        };
+        // Not a conference ADU of these videos: the peer's bug, counted out.
+        if placed.is_none() {
+            if let Some(v) = viewers.first_mut() {
+                v.unknown += 1;
+            }
         }
     }
-    viewer
+    viewers
 }

@@ -127,8 +127,9 @@ fn the_receiving_server_survives_bad_peers() {
     });
 }
 
-/// Paceline's videoconferencing stream on an idle path: every ADU is written and arrives in
-/// time, once, and every frame is shown with all eight layers at 30 frames per second.
+/// Paceline's videoconferencing application on an idle path, two videos (4 and 2 Mbit/s) on
+/// two streams of one channel: every ADU is written and reaches its own video's viewer in
+/// time, once, and every frame of both is shown with all eight layers at 30 frames per second.
 #[test]
 fn a_conference_stream_shows_every_frame_on_an_idle_path() {
     use lowtide_media::conference::Conference;
@@ -140,8 +141,16 @@ fn a_conference_stream_shows_every_frame_on_an_idle_path() {
         .unwrap();
     rt.block_on(async {
         let conf = Conference::paceline(Duration::from_millis(500));
+        let videos = [
+            conf,
+            Conference {
+                rate_bps: 2e6,
+                ..conf
+            },
+        ];
         let frames = conf.frames_in(1.5);
-        let cfg = ChannelConfig::with_controller(ControllerConfig::MinBuf { a: 1, b: 3 });
+        let mut cfg = ChannelConfig::with_controller(ControllerConfig::MinBuf { a: 1, b: 3 });
+        cfg.transport.fairness = lowtide::Fairness::Quality;
         let listener = lowtide::listen("127.0.0.1:0".parse().unwrap(), cfg.clone())
             .await
             .unwrap();
@@ -150,26 +159,36 @@ fn a_conference_stream_shows_every_frame_on_an_idle_path() {
         let end = start + Duration::from_secs(3);
         let recv = tokio::spawn(async move {
             let ch = listener.accept().await.unwrap();
-            receive_conference(&ch, None, conf, frames, start, end).await
+            receive_conference(&ch, None, &videos, frames, start, end).await
         });
         let ch = lowtide::connect(addr, cfg).await.unwrap();
-        let sent = send_conference(&ch, conf, frames, start, end)
+        let sent = send_conference(&ch, &videos, frames, start, end)
             .await
             .unwrap();
         ch.flush().await.unwrap();
         ch.close(0, "done").await;
-        let seen = recv.await.unwrap();
+        let viewers = recv.await.unwrap();
         assert_eq!(frames, 45);
-        assert_eq!(sent.sent, [45; 8]);
-        assert_eq!(sent.written, [45; 8], "{sent:?}");
-        assert_eq!(sent.cancelled, [0; 8]);
-        assert_eq!((seen.duplicated, seen.unknown), (0, 0));
-        assert_eq!(seen.fps(0.0, 1.5), Some(30.0));
-        assert_eq!(seen.mean_layers(0.0, 1.5), Some(8.0));
-        let worst = (0..frames)
-            .flat_map(|f| (0..8).map(move |l| (f, l)))
-            .map(|(f, l)| seen.latency_ms(f, l).expect("every ADU arrived"))
-            .fold(0.0, f64::max);
-        assert!(worst < 500.0, "an ADU took {worst} ms on loopback");
+        assert_eq!((sent.len(), viewers.len()), (2, 2));
+        for ((sent, seen), video) in sent.iter().zip(&viewers).zip(&videos) {
+            assert_eq!(sent.sent, [45; 8]);
+            assert_eq!(sent.bytes_written, 45 * 8 * video.adu_bytes() as u64);
+            assert_eq!(
+                seen.conference(),
+                *video,
+                "each video reaches its own viewer"
+            );
+            assert_eq!(sent.written, [45; 8], "{sent:?}");
+            assert_eq!(sent.cancelled, [0; 8]);
+            // An ADU routed to the wrong viewer would come twice there, and be missing here.
+            assert_eq!((seen.duplicated, seen.unknown), (0, 0));
+            assert_eq!(seen.fps(0.0, 1.5), Some(30.0));
+            assert_eq!(seen.mean_layers(0.0, 1.5), Some(8.0));
+            let worst = (0..frames)
+                .flat_map(|f| (0..8).map(move |l| (f, l)))
+                .map(|(f, l)| seen.latency_ms(f, l).expect("every ADU arrived"))
+                .fold(0.0, f64::max);
+            assert!(worst < 500.0, "an ADU took {worst} ms on loopback");
+        }
     });
 }

@@ -361,8 +361,8 @@ pub struct VariantInfo {
     pub baseline: Option<String>,
     /// Video variants: how their video is played.
     pub video: Option<VideoInfo>,
-    /// Conference variants: their stream.
-    pub conference: Option<Conference>,
+    /// Conference variants: their videos, in stream order.
+    pub conference: Option<Vec<Conference>>,
     /// Bit-rate ladder variants.
     pub ladder: bool,
 }
@@ -578,7 +578,7 @@ fn summarize_variant(
             .collect();
         VideoSummary::of(&runs, crate::video::FPS, video)
     });
-    let conference = info.conference.map(|conf| {
+    let conference = info.conference.as_ref().map(|videos| {
         let runs: Vec<(&[AduRecord], Option<&ConferenceSent>)> = ran
             .iter()
             .filter_map(|t| {
@@ -586,7 +586,7 @@ fn summarize_variant(
                 Some((adus.as_slice(), find(&t.conference_sent, &info.name)))
             })
             .collect();
-        ConferenceSummary::of(conf, &runs, w)
+        ConferenceSummary::of(videos, &runs, w)
     });
     let ladder = info.ladder.then(|| {
         let runs: Vec<&crate::ladder_flow::LadderRecord> = ran

@@ -440,6 +440,7 @@ fn files_round_trip_every_record() {
         "MB".into(),
         vec![
             crate::conference::AduRecord {
+                video: 0,
                 frame: 0,
                 layer: 0,
                 capture_s: 0.0,
@@ -447,6 +448,7 @@ fn files_round_trip_every_record() {
                 latency_ms: Some(41.5),
             },
             crate::conference::AduRecord {
+                video: 2,
                 frame: 0,
                 layer: 7,
                 capture_s: 0.0,
@@ -479,6 +481,21 @@ fn files_round_trip_every_record() {
         assert_eq!(a.adus, b.adus);
         assert_eq!(a.conference_sent, b.conference_sent);
     }
+    // adus.csv from before several videos (no video column) reads as video 0.
+    let adus = std::fs::read_to_string(dir.join(files::ADUS)).unwrap();
+    let old: String = adus
+        .lines()
+        .map(|l| {
+            let mut f: Vec<&str> = l.split(',').collect();
+            f.remove(4);
+            f.join(",") + "\n"
+        })
+        .collect();
+    assert!(old.starts_with("trial,mode,run,series,frame,"), "{old}");
+    std::fs::write(dir.join(files::ADUS), old).unwrap();
+    let back = files::read_records(&dir).unwrap();
+    assert!(back[2].adus[0].1.iter().all(|a| a.video == 0));
+    assert_eq!(back[2].adus[0].1.len(), 2);
     // A row naming a trial that does not exist is an error with its line.
     std::fs::write(
         dir.join(files::MESSAGES),
