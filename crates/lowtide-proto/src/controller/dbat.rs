@@ -38,8 +38,8 @@
 //! - The probe measures the bottleneck, not the stream's share of it: beside a bulk flow (the
 //!   paper's own set-up) a threshold of the whole link's BDP let the queue reach seconds of
 //!   the stream before the signal (16 s over TFRC in our lab). After slow start the
-//!   bandwidth is therefore at most [`SHARE_BOUND`] × the transport's achieved rate.
-//! - While congested, the onset repeats each time the average doubles ([`ESCALATION`]): the
+//!   bandwidth is therefore at most `SHARE_BOUND` × the transport's achieved rate.
+//! - While congested, the onset repeats each time the average doubles (`ESCALATION`): the
 //!   application's first answer did not drain the queue, so it must step down again. The
 //!   paper signals each crossing only once.
 //! - The buffer after slow start is `buffer_headroom` × threshold, not the threshold itself: a
@@ -249,11 +249,11 @@ const MAX_SIGNALS: usize = 64;
 /// After slow start, the bandwidth in the threshold is at most this multiple of the
 /// transport's achieved rate. Twice, not once: over TCP the queue DBAT watches includes the
 /// bytes in flight, one achieved rate × RTT on a healthy path.
-pub const SHARE_BOUND: f64 = 2.0;
+const SHARE_BOUND: f64 = 2.0;
 
 /// While congested, a new onset when the average reaches this multiple of the average at the
 /// last onset: the application's answer to it did not drain the queue.
-pub const ESCALATION: f64 = 2.0;
+const ESCALATION: f64 = 2.0;
 
 /// The DBAT state machine (sans-IO: every call takes `now`).
 ///
@@ -514,7 +514,7 @@ impl Dbat {
     }
 
     /// The queue threshold: probed bandwidth (else `rate_estimate`) × weighted RTT, bytes;
-    /// at least one MSS. After slow start the probed bandwidth is bounded by [`SHARE_BOUND`] ×
+    /// at least one MSS. After slow start the probed bandwidth is bounded by `SHARE_BOUND` ×
     /// `rate_estimate`: the probe measures the bottleneck, not this stream's share of it.
     ///
     /// ```
