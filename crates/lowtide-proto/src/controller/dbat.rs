@@ -397,9 +397,14 @@ impl Dbat {
     /// ```
     pub fn transport_left_slow_start(&mut self, now: Instant) {
         if matches!(self.phase, Phase::SlowStart(_)) {
-            self.phase = Phase::Steady;
-            self.avg = Some((0.0, now));
+            self.end_slow_start(now);
         }
+    }
+
+    fn end_slow_start(&mut self, now: Instant) {
+        self.phase = Phase::Steady;
+        // Slow start's backlog is not congestion: restart the average from empty.
+        self.avg = Some((0.0, now));
     }
 
     /// Whether the slow-start phase is over.
@@ -614,9 +619,7 @@ impl Dbat {
                     .map_or(self.rate, |bw| bw.min(self.rate));
                 let caught_up = rate_estimate >= target && queue <= threshold;
                 if (elapsed >= rtt && caught_up) || elapsed >= limit {
-                    self.phase = Phase::Steady;
-                    // Slow start's backlog is not congestion: restart the average from empty.
-                    self.avg = Some((0.0, now));
+                    self.end_slow_start(now);
                 }
             }
             Phase::Steady => {
@@ -625,8 +628,7 @@ impl Dbat {
                 let clear = self.congested && avg < threshold as f64 * self.cfg.clear_fraction;
                 if onset || worse || clear {
                     self.congested = !clear;
-                    let onset = !clear;
-                    if onset {
+                    if self.congested {
                         self.onset_queue = avg;
                     }
                     if self.signals.len() == MAX_SIGNALS {
@@ -634,7 +636,7 @@ impl Dbat {
                         self.signals_dropped += 1;
                     }
                     self.signals.push_back(CongestionSignal {
-                        onset,
+                        onset: self.congested,
                         queue: avg as u64,
                         threshold,
                         rate_estimate,
