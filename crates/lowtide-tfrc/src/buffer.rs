@@ -332,92 +332,82 @@ impl SendBuffer {
     pub fn pack(&mut self, out: &mut Vec<u8>, segment: usize) -> usize {
         let mut pieces = 0;
         loop {
-            if let Some(c) = &mut self.current {
+            let n = if let Some(c) = &self.current {
                 // a started message goes on at the start of a packet (the last one ended full)
-                let n = (c.data.len() - c.offset).min(c.continuation);
-                Piece {
-                    msg: c.id.seq,
-                    importance: c.id.importance,
-                    msg_time_us: c.time_us,
-                    total_len: c.data.len() as u64,
-                    offset: c.offset as u64,
-                    frag_index: c.frag_index,
-                    frag_count: c.frag_count,
-                    payload: &c.data[c.offset..c.offset + n],
+                (c.data.len() - c.offset).min(c.continuation)
+            } else {
+                let Some(((Reverse(importance), seq), q)) = self.queue.first_key_value() else {
+                    break;
+                };
+                let len = q.data.len();
+                let head = Piece {
+                    msg: *seq,
+                    importance: *importance,
+                    msg_time_us: q.time_us,
+                    total_len: len as u64,
+                    offset: 0,
+                    frag_index: 0,
+                    // an upper bound, for the header's length
+                    frag_count: len.max(1) as u64,
+                    payload: &[],
+                };
+                let room = segment.saturating_sub(out.len());
+                let fields = crate::packet::piece_header_len(&head) + varint::len(room as u64);
+                let fit = room.saturating_sub(fields);
+                if len > fit && pieces > 0 && fit < MIN_HEAD {
+                    break;
                 }
-                .encode(out);
-                pieces += 1;
-                c.offset += n;
-                c.frag_index += 1;
-                self.bytes -= n as u64;
-                if c.frag_index < c.frag_count {
-                    break; // the packet is full
-                }
-                self.current = None;
-                self.stats.sent += 1;
-                continue;
-            }
-            let Some(((Reverse(importance), seq), q)) = self.queue.first_key_value() else {
-                break;
+                let first = len.min(fit.max(1));
+                let continuation = continuation_len(&head, segment);
+                let (key, q) = self.queue.pop_first().expect("peeked");
+                self.current = Some(Current {
+                    continuation,
+                    id: MessageId {
+                        seq: key.1,
+                        importance: key.0 .0,
+                    },
+                    frag_count: 1 + (len - first).div_ceil(continuation) as u64,
+                    data: q.data,
+                    time_us: q.time_us,
+                    offset: 0,
+                    frag_index: 0,
+                });
+                first
             };
-            let len = q.data.len();
-            let head = Piece {
-                msg: *seq,
-                importance: *importance,
-                msg_time_us: q.time_us,
-                total_len: len as u64,
-                offset: 0,
-                frag_index: 0,
-                // an upper bound, for the header's length
-                frag_count: len.max(1) as u64,
-                payload: &[],
-            };
-            let room = segment.saturating_sub(out.len());
-            let fields = crate::packet::piece_header_len(&head) + varint::len(room as u64);
-            let fit = room.saturating_sub(fields);
-            if len > fit && pieces > 0 && fit < MIN_HEAD {
-                break;
-            }
-            let (key, q) = self.queue.pop_first().expect("peeked");
-            let first = len.min(fit.max(1));
-            let rest = len - first;
-            let continuation = continuation_len(&head, segment);
-            self.current = Some(Current {
-                continuation,
-                id: MessageId {
-                    seq: key.1,
-                    importance: key.0 .0,
-                },
-                frag_count: 1 + rest.div_ceil(continuation) as u64,
-                data: q.data,
-                time_us: q.time_us,
-                offset: 0,
-                frag_index: 0,
-            });
-            let c = self.current.as_mut().expect("set above");
-            Piece {
-                msg: c.id.seq,
-                importance: c.id.importance,
-                msg_time_us: c.time_us,
-                total_len: len as u64,
-                offset: 0,
-                frag_index: 0,
-                frag_count: c.frag_count,
-                payload: &c.data[..first],
-            }
-            .encode(out);
             pieces += 1;
-            c.offset = first;
-            c.frag_index = 1;
-            self.bytes -= first as u64;
-            if c.frag_count > 1 {
+            if !self.send_piece(out, n) {
                 break; // the packet is full
             }
-            self.current = None;
-            self.stats.sent += 1;
         }
         self.stats.pieces += pieces as u64;
         pieces
+    }
+
+    /// Appends the next `n` bytes of the message being sent as its next piece. Returns
+    /// whether that was its last piece (else the packet is full: the next piece starts the
+    /// next packet).
+    fn send_piece(&mut self, out: &mut Vec<u8>, n: usize) -> bool {
+        let c = self.current.as_mut().expect("a message is being sent");
+        Piece {
+            msg: c.id.seq,
+            importance: c.id.importance,
+            msg_time_us: c.time_us,
+            total_len: c.data.len() as u64,
+            offset: c.offset as u64,
+            frag_index: c.frag_index,
+            frag_count: c.frag_count,
+            payload: &c.data[c.offset..c.offset + n],
+        }
+        .encode(out);
+        c.offset += n;
+        c.frag_index += 1;
+        self.bytes -= n as u64;
+        if c.frag_index < c.frag_count {
+            return false;
+        }
+        self.current = None;
+        self.stats.sent += 1;
+        true
     }
 }
 

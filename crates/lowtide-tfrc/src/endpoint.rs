@@ -243,9 +243,9 @@ impl Endpoint {
     pub fn config(&self) -> &TfrcConfig {
         &self.cfg
     }
-    /// The largest message that leaves in one data packet when it starts one. Small messages share packets: each packet
-    /// is filled up to the segment size with what is queued when it leaves
-    /// ([`SendBuffer::pack`]), so the mean packet size, and with it the rate in bytes the
+    /// The largest message that leaves in one data packet when it starts one. Small messages
+    /// share packets: each packet is filled up to the segment size with what is queued when
+    /// it leaves ([`SendBuffer::pack`]), so the mean packet size, and with it the rate in bytes the
     /// equation allows (`crate::sender`), stays near the segment size while the queue holds
     /// a packet's worth.
     pub fn single_packet_payload(&self) -> usize {

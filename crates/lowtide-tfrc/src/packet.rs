@@ -99,7 +99,16 @@ impl Piece<'_> {
 
     /// Appends the piece.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for v in [
+        for v in self.header_fields() {
+            varint::put(out, v);
+        }
+        varint::put(out, self.payload.len() as u64);
+        out.extend_from_slice(self.payload);
+    }
+
+    /// The fields before the length, in wire order ([`read_piece`] reads them).
+    fn header_fields(&self) -> [u64; 7] {
+        [
             self.msg,
             u64::from(self.importance),
             self.msg_time_us,
@@ -107,11 +116,7 @@ impl Piece<'_> {
             self.offset,
             self.frag_count,
             self.frag_index,
-            self.payload.len() as u64,
-        ] {
-            varint::put(out, v);
-        }
-        out.extend_from_slice(self.payload);
+        ]
     }
 }
 
@@ -125,18 +130,7 @@ pub fn encode_data(out: &mut Vec<u8>, h: &DataHeader, pieces: &[Piece<'_>]) {
 
 /// Bytes of a piece's fields before its length field.
 pub fn piece_header_len(p: &Piece<'_>) -> usize {
-    [
-        p.msg,
-        u64::from(p.importance),
-        p.msg_time_us,
-        p.total_len,
-        p.offset,
-        p.frag_count,
-        p.frag_index,
-    ]
-    .into_iter()
-    .map(varint::len)
-    .sum()
+    p.header_fields().into_iter().map(varint::len).sum()
 }
 
 /// The pieces of a data packet, checked by [`Packet::decode`]; iterate for them.
