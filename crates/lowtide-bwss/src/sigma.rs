@@ -113,6 +113,13 @@ pub struct FlowSample {
     pub guaranteed: f64,
 }
 
+impl FlowSample {
+    /// How far its measured rate is below its minimum, bit/s (no measurement: all of it).
+    fn shortfall(&self) -> f64 {
+        self.guaranteed - self.measured.unwrap_or(0.0)
+    }
+}
+
 /// Parameters of the rule.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SigmaParams {
@@ -362,16 +369,12 @@ impl SigmaRule {
         }
         // A flow short of its minimum: the lower-priority flows must give way, not take its
         // slack. σ falls below the aggregate by the shortfall, never below the minimums.
-        let shortfall: f64 = flows
-            .iter()
-            .filter(|f| short_of_min(f))
-            .map(|f| f.guaranteed - f.measured.unwrap_or(0.0))
-            .sum();
+        let short: Vec<&FlowSample> = flows.iter().filter(|f| short_of_min(f)).collect();
+        let shortfall: f64 = short.iter().map(|f| f.shortfall()).sum();
         let yielded_to = (sigma.min(aggregate) - shortfall).max(floor);
-        let shortest = flows.iter().filter(|f| short_of_min(f)).max_by(|a, b| {
-            let gap = |f: &FlowSample| f.guaranteed - f.measured.unwrap_or(0.0);
-            gap(a).total_cmp(&gap(b))
-        });
+        let shortest = short
+            .iter()
+            .max_by(|a, b| a.shortfall().total_cmp(&b.shortfall()));
         if let Some(f) = shortest {
             // Only when the others have something to give (else: the paper's rule below).
             if yielded_to < sigma - tolerance {
