@@ -49,14 +49,7 @@ impl VideoShare {
         runs: &[(&[AduRecord], Option<&ConferenceSent>)],
         w: Window,
     ) -> Vec<VideoShare> {
-        let arrived = |video: Option<u8>| -> f64 {
-            runs.iter()
-                .flat_map(|(r, _)| r.iter())
-                .filter(|a| video.is_none_or(|v| a.video == v))
-                .filter(|a| w.contains(a.capture_s) && a.latency_ms.is_some())
-                .map(|a| f64::from(a.bytes))
-                .sum()
-        };
+        let arrived = |video| arrived_bytes(runs.iter().flat_map(|(r, _)| r.iter()), video, w);
         let total = arrived(None);
         videos
             .iter()
@@ -74,6 +67,19 @@ impl VideoShare {
             })
             .collect()
     }
+}
+
+/// Bytes that arrived of the ADUs captured in `w`, of one video or (`None`) of every video.
+fn arrived_bytes<'a>(
+    adus: impl IntoIterator<Item = &'a AduRecord>,
+    video: Option<u8>,
+    w: Window,
+) -> f64 {
+    adus.into_iter()
+        .filter(|a| video.is_none_or(|v| a.video == v))
+        .filter(|a| w.contains(a.capture_s) && a.latency_ms.is_some())
+        .map(|a| f64::from(a.bytes))
+        .sum()
 }
 
 /// One second of a run: per video (stream order) its frame rate and byte share, `None` where
@@ -95,14 +101,9 @@ pub fn timeline(videos: &[Conference], adus: &[AduRecord], w: Window) -> Vec<Sec
         .map(|k| {
             let from_s = w.from_s + k as f64;
             let to_s = (from_s + 1.0).min(w.to_s);
+            let second = Window { from_s, to_s };
             let bytes: Vec<f64> = (0..videos.len())
-                .map(|v| {
-                    adus.iter()
-                        .filter(|a| usize::from(a.video) == v && a.latency_ms.is_some())
-                        .filter(|a| a.capture_s >= from_s && a.capture_s < to_s)
-                        .map(|a| f64::from(a.bytes))
-                        .sum()
-                })
+                .map(|v| arrived_bytes(adus, Some(v as u8), second))
                 .collect();
             let total: f64 = bytes.iter().sum();
             Second {

@@ -55,24 +55,17 @@ pub fn planned(
     threshold_ms: &[f64],
 ) -> Vec<Overrides> {
     let declared = scenario.sweep.clone().unwrap_or_default();
-    let pick = |cli: &[f64], own: &[f64]| {
-        if cli.is_empty() {
-            own.to_vec()
-        } else {
-            cli.to_vec()
-        }
-    };
-    let cc = if congestion.is_empty() {
-        declared.congestion.clone()
-    } else {
-        congestion.to_vec()
-    };
     combinations(
-        &cc,
-        &pick(queue_bdp, &declared.queue_bdp),
+        &or_declared(congestion, &declared.congestion),
+        &or_declared(queue_bdp, &declared.queue_bdp),
         window_frames,
-        &pick(threshold_ms, &declared.threshold_ms),
+        &or_declared(threshold_ms, &declared.threshold_ms),
     )
+}
+
+/// The command line's list, or the scenario's when the command line gives none.
+fn or_declared<T: Clone>(cli: &[T], declared: &[T]) -> Vec<T> {
+    if cli.is_empty() { declared } else { cli }.to_vec()
 }
 
 /// Every combination of `congestion` × `queue_bdp` × `threshold_ms` (an empty list keeps the

@@ -276,20 +276,33 @@ fn layers_panel(s: &RdcScenario, variant: &str, streams: &[(usize, &[LayerPoint]
             labels: vec![],
         };
     }
-    let mut first: BTreeMap<u32, (usize, &[LayerPoint])> = BTreeMap::new();
-    for &(i, points) in streams {
-        first
-            .entry(rtt_groups::group_of(s.min_rtt_ms(i)))
-            .or_insert((i, points));
-    }
+    let first: Vec<(u32, (usize, &[LayerPoint]))> = by_rtt_group(s, streams)
+        .into_iter()
+        .map(|(rtt, g)| (rtt, g[0]))
+        .collect();
     plot::Panel {
         title: format!("{variant}: one stream per RTT group"),
-        lines: first.values().map(|(_, p)| steps(p)).collect(),
+        lines: first.iter().map(|(_, (_, p))| steps(p)).collect(),
         labels: first
             .iter()
             .map(|(rtt, (i, _))| format!("{rtt} ms (stream {i})"))
             .collect(),
     }
+}
+
+/// `streams` (index, layer points) by RTT group, each group in stream order (never empty).
+fn by_rtt_group<'a>(
+    s: &RdcScenario,
+    streams: &[(usize, &'a [LayerPoint])],
+) -> BTreeMap<u32, Vec<(usize, &'a [LayerPoint])>> {
+    let mut groups: BTreeMap<u32, Vec<(usize, &[LayerPoint])>> = BTreeMap::new();
+    for &(i, points) in streams {
+        groups
+            .entry(rtt_groups::group_of(s.min_rtt_ms(i)))
+            .or_default()
+            .push((i, points));
+    }
+    groups
 }
 
 /// Each RTT group's mean layers over time.
@@ -298,18 +311,15 @@ fn rtt_groups_panel(
     variant: &str,
     streams: &[(usize, &[LayerPoint])],
 ) -> plot::Panel {
-    let mut groups: BTreeMap<u32, Vec<&[LayerPoint]>> = BTreeMap::new();
-    for &(i, points) in streams {
-        groups
-            .entry(rtt_groups::group_of(s.min_rtt_ms(i)))
-            .or_default()
-            .push(points);
-    }
+    let groups = by_rtt_group(s, streams);
     plot::Panel {
         title: format!("{variant}: mean layers per RTT group"),
         lines: groups
             .values()
-            .map(|g| rtt_groups::mean_over_time(g, GROUP_STEP_S, s.rdc.duration_s))
+            .map(|g| {
+                let points: Vec<&[LayerPoint]> = g.iter().map(|(_, p)| *p).collect();
+                rtt_groups::mean_over_time(&points, GROUP_STEP_S, s.rdc.duration_s)
+            })
             .collect(),
         labels: groups
             .iter()
