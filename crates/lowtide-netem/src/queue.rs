@@ -72,6 +72,7 @@ impl<P: Packet> LinkQueue<P> {
                 Some(written) => self.stats.stamped(written),
                 None => self.stats.stamp_skipped(),
             },
+            Verdict::Spare(reason) => self.stats.spared(reason),
             Verdict::Drop(reason) => {
                 self.stats.dropped(reason);
                 return false;
@@ -141,6 +142,7 @@ impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
         let arrival = Arrival {
             bytes: size,
             ecn_capable: ecn::is_ecn_capable(packet.as_slice()),
+            tcp: ecn::tcp_flow(packet.as_slice()),
         };
         let verdict = self
             .aqm
@@ -268,5 +270,33 @@ mod tests {
         let r = stats.report();
         assert_eq!(r.marks.get("red_early"), Some(&1));
         assert_eq!(r.drops.get("red_early"), Some(&1));
+    }
+
+    struct AlwaysSpare;
+    impl Aqm for AlwaysSpare {
+        fn on_arrival(&mut self, _: QueueState, _: Arrival, _: Instant) -> Verdict {
+            Verdict::Spare(Reason::RdcEcnFlow)
+        }
+        fn name(&self) -> &'static str {
+            "always_spare"
+        }
+    }
+
+    #[test]
+    fn spared_packets_are_queued_unchanged_and_counted() {
+        let stats = Arc::new(LinkStats::new(Instant::now()));
+        let mut q = LinkQueue::new(
+            LinkQueueLimits {
+                packets: Some(10),
+                bytes: None,
+            },
+            Box::new(AlwaysSpare),
+            stats.clone(),
+        );
+        q.enqueue(frame(false));
+        assert_eq!(q.dequeue().unwrap().as_slice(), frame(false).as_slice());
+        let r = stats.report();
+        assert_eq!(r.spares.get("rdc_ecn_flow"), Some(&1));
+        assert_eq!(r.total_drops() + r.total_marks(), 0);
     }
 }
