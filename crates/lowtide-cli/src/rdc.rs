@@ -65,10 +65,6 @@ struct AgentArgs {
     /// 1-bit: the most one increase adds to the delay, ms (default: the paper's doubling).
     #[arg(long)]
     max_increase_ms: Option<f64>,
-    /// Share of two held ACKs' arrival gap kept between their releases (0 to 1; 0: the
-    /// paper's, a fall of the delay may release held ACKs together).
-    #[arg(long, default_value_t = 0.0)]
-    release_spacing: f64,
     /// RTT assumed for flows without timestamps whose handshake was not seen, ms.
     #[arg(long, default_value_t = 100.0)]
     default_rtt_ms: f64,
@@ -137,7 +133,6 @@ fn agent(a: AgentArgs) -> anyhow::Result<i32> {
                 .map(|v| ms(v, "max-increase-ms"))
                 .transpose()?,
             default_rtt: ms(a.default_rtt_ms, "default-rtt-ms")?,
-            release_spacing: a.release_spacing,
             max_held: a.max_held,
             ..AgentConfig::default()
         },

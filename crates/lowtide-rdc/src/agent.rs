@@ -21,19 +21,13 @@
 //! - SYN, RST, SACK-carrying ACKs and duplicate ACKs pass at once; whatever the flow has held
 //!   is released first, in order, so the sender never sees ACKs out of order.
 //! - Everything else that acknowledges (pure ACKs, FINs, data the receiver sends back) waits
-//!   until `max(now + D, release time of the flow's previous held packet + s · the time since
-//!   that packet arrived)`: one FIFO per flow. `s` is `release_spacing` (0 by default).
+//!   until `max(now + D, release time of the flow's previous held packet)`: one FIFO per flow.
 //! - Fail open: when `max_held` packets are held, the packet passes at once (counted), and
 //!   packets of flows the table has no room for pass untouched.
 //!
-//! Where we differ from the paper:
-//! - Exact RDC applies to an ACK the delay of the latest data packet received before it (an
-//!   ACK covers several packets when the kernel delays ACKs); a data packet without a
-//!   notification leaves the flow's delay as it was.
-//! - Optionally (`release_spacing` > 0) a fall of D does not release the ACKs held before it
-//!   in one burst: each held ACK leaves at least `s` times its arrival gap after the previous
-//!   one, so D's fall takes effect at `1 - s` seconds per second. The paper releases each ACK
-//!   at its own arrival plus D.
+//! Where we differ from the paper: exact RDC applies to an ACK the delay of the latest data
+//! packet received before it (an ACK covers several packets when the kernel delays ACKs); a
+//! data packet without a notification leaves the flow's delay as it was.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -331,7 +325,7 @@ impl<H> Agent<H> {
         handle: H,
     ) {
         self.counters.outgoing += 1;
-        let (max_held, spacing) = (self.cfg.max_held, self.cfg.release_spacing);
+        let max_held = self.cfg.max_held;
         let (flows, due, mut exit) = self.split();
         let seg = match parsed {
             Ok(s) => s,
@@ -367,9 +361,7 @@ impl<H> Agent<H> {
             }
             return exit.pass(Some(flow), handle, reason);
         }
-        let after_previous = flow.held.back().map_or(now, |h| {
-            h.release_at + now.saturating_duration_since(h.since).mul_f64(spacing)
-        });
+        let after_previous = flow.held.back().map_or(now, |h| h.release_at);
         let release_at = (now + flow.delay).max(after_previous);
         if flow.held.is_empty() {
             due.push(Reverse((release_at, key)));
@@ -688,49 +680,6 @@ mod tests {
             (c.delays_read, c.delays_clamped, c.delays_invalid),
             (2, 1, 1)
         );
-    }
-
-    /// Exact RDC: ACKs 1 ms apart held by 50 ms, then the delay falls to 10 ms; the release
-    /// times of the next ACKs, ms after the first ACK.
-    fn releases_after_a_fall(release_spacing: f64) -> Vec<u64> {
-        let mut a: Agent<u32> = Agent::new(AgentConfig {
-            release_spacing,
-            ..AgentConfig::exact()
-        })
-        .unwrap();
-        let t = Instant::now();
-        let stamped = |seq: u32, delay: Duration| {
-            let mut p = data(seq, false);
-            wire::stamp_delay(&mut p, delay).unwrap();
-            p
-        };
-        for i in 0..20u32 {
-            let d = if i < 10 { 50 * MS } else { 10 * MS };
-            a.handle_incoming(t + MS * i, &stamped(1 + 1000 * i, d));
-            out(&mut a, t + MS * i, &Spec::ack(1001 + 1000 * i).build(), i);
-        }
-        let mut at = vec![];
-        for step in 0..100u32 {
-            a.handle_timeout(t + MS * step);
-            at.extend(released(&mut a).iter().map(|_| u64::from(step)));
-        }
-        at
-    }
-
-    #[test]
-    fn release_spacing_keeps_a_fall_of_the_delay_from_releasing_a_burst() {
-        // The paper's rule: the ten ACKs held at 10 ms leave with the last one held at 50 ms.
-        let paper = releases_after_a_fall(0.0);
-        assert_eq!(paper.len(), 20);
-        assert_eq!(paper[9..].iter().filter(|&&ms| ms == 59).count(), 11);
-        // Spacing 1: each leaves 1 ms after the previous, as they arrived.
-        let kept = releases_after_a_fall(1.0);
-        assert_eq!(kept, (50..70).collect::<Vec<u64>>());
-        // Spacing 0.5: 0.5 ms apart (59.5, 60, 60.5, ... seen at 1 ms steps): the delay falls
-        // by half a ms per ms.
-        let half = releases_after_a_fall(0.5);
-        assert_eq!(&half[..10], &(50..60).collect::<Vec<u64>>()[..]);
-        assert_eq!(&half[10..], &[60, 60, 61, 61, 62, 62, 63, 63, 64, 64]);
     }
 
     #[test]

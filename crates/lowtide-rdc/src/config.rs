@@ -38,11 +38,6 @@ pub struct AgentConfig {
     /// 1-bit: the most one increase may add to the delay; `None` (the default) is the
     /// paper's doubling (`crate::one_bit`: why a step may be wanted on Linux).
     pub max_increase: Option<Duration>,
-    /// The share of two held ACKs' arrival gap kept between their releases: 0 (the default,
-    /// the paper's) lets a fall of the delay release the ACKs held before it together; 1 keeps
-    /// the gaps they arrived with, so the flow's delay falls only across a pause of its ACKs.
-    /// In between, a flow's delay falls by at most `1 - release_spacing` seconds per second.
-    pub release_spacing: f64,
     /// 1-bit: a delay decreased below this becomes zero, so the next increase starts again
     /// from one RTT (Eq. (3) alone only approaches zero).
     pub zero_below: Duration,
@@ -66,7 +61,6 @@ impl Default for AgentConfig {
             decrease_below: 0.1,
             max_delay: Duration::from_secs(4),
             max_increase: None,
-            release_spacing: 0.0,
             zero_below: Duration::from_millis(1),
             default_rtt: Duration::from_millis(100),
             rtt_window: Duration::from_secs(10),
@@ -144,12 +138,6 @@ impl AgentConfig {
                 format!("1 ms up to max_delay ({})", ms(max)),
             )?;
         }
-        check(
-            (0.0..=1.0).contains(&self.release_spacing),
-            "release_spacing",
-            self.release_spacing,
-            "a share from 0 to 1",
-        )?;
         check(
             self.zero_below < max,
             "zero_below",

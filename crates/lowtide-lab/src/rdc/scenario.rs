@@ -202,10 +202,6 @@ pub struct RdcVariant {
     /// doubling; `lowtide_rdc::AgentConfig::max_increase`).
     #[serde(default)]
     pub agent_max_increase_ms: Option<f64>,
-    /// The agent's `release_spacing` (0 to 1; default 0, the paper's:
-    /// `lowtide_rdc::AgentConfig::release_spacing`).
-    #[serde(default)]
-    pub agent_release_spacing: Option<f64>,
     /// What the paper reports for this variant (shown beside ours).
     #[serde(default)]
     pub paper: String,
@@ -464,14 +460,6 @@ impl RdcScenario {
                     format!("variant[{i}].agent_max_increase_ms"),
                     step,
                     "1 to 4000 ms, with an agent",
-                )?;
-            }
-            if let Some(share) = v.agent_release_spacing {
-                check(
-                    v.agent.is_some() && (0.0..=1.0).contains(&share),
-                    format!("variant[{i}].agent_release_spacing"),
-                    share,
-                    "0 to 1, with an agent",
                 )?;
             }
             if let Some(flows) = &v.agent_flows {

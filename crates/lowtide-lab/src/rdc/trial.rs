@@ -84,7 +84,6 @@ pub fn run_variant(
                 max_increase: v
                     .agent_max_increase_ms
                     .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
-                release_spacing: v.agent_release_spacing.unwrap_or(0.0),
                 ..lowtide_rdc::AgentConfig::default()
             };
             Some(Agents::start(&net, &agent, &ports)?)
