@@ -203,14 +203,21 @@ mod tests {
         packets: Option<usize>,
         bytes: Option<usize>,
     ) -> (LinkQueue<StdPacket>, Arc<LinkStats>) {
-        let stats = Arc::new(LinkStats::new(Instant::now()));
-        let q = LinkQueue::new(
-            LinkQueueLimits { packets, bytes },
-            Box::new(DropTail),
-            stats.clone(),
-        );
-        (q, stats)
+        queue_with(Box::new(DropTail), LinkQueueLimits { packets, bytes })
     }
+
+    fn queue_with(
+        aqm: Box<dyn Aqm>,
+        limits: LinkQueueLimits,
+    ) -> (LinkQueue<StdPacket>, Arc<LinkStats>) {
+        let stats = Arc::new(LinkStats::new(Instant::now()));
+        (LinkQueue::new(limits, aqm, stats.clone()), stats)
+    }
+
+    const TEN_PACKETS: LinkQueueLimits = LinkQueueLimits {
+        packets: Some(10),
+        bytes: None,
+    };
 
     #[test]
     fn drop_tail_drops_only_at_the_packet_limit() {
@@ -253,15 +260,7 @@ mod tests {
 
     #[test]
     fn marks_set_ce_on_the_wire_and_are_counted() {
-        let stats = Arc::new(LinkStats::new(Instant::now()));
-        let mut q = LinkQueue::new(
-            LinkQueueLimits {
-                packets: Some(10),
-                bytes: None,
-            },
-            Box::new(AlwaysMark),
-            stats.clone(),
-        );
+        let (mut q, stats) = queue_with(Box::new(AlwaysMark), TEN_PACKETS);
         q.enqueue(frame(true));
         q.enqueue(frame(false));
         let out = q.dequeue().unwrap();
@@ -284,15 +283,7 @@ mod tests {
 
     #[test]
     fn spared_packets_are_queued_unchanged_and_counted() {
-        let stats = Arc::new(LinkStats::new(Instant::now()));
-        let mut q = LinkQueue::new(
-            LinkQueueLimits {
-                packets: Some(10),
-                bytes: None,
-            },
-            Box::new(AlwaysSpare),
-            stats.clone(),
-        );
+        let (mut q, stats) = queue_with(Box::new(AlwaysSpare), TEN_PACKETS);
         q.enqueue(frame(false));
         assert_eq!(q.dequeue().unwrap().as_slice(), frame(false).as_slice());
         let r = stats.report();

@@ -517,44 +517,45 @@ mod tests {
     #[test]
     fn spare_ecn_flows_passes_only_the_non_ect_packets_of_ecn_connections() {
         let t = Instant::now();
-        let q = QueueState::of_packets(0);
         let mut c = saturated(NotEct::SpareEcnFlows, t);
-        // An ECN-setup SYN passes; a SYN without ECN is dropped.
-        assert_eq!(
-            c.on_arrival(q, segment(false, 1, true), t),
-            Verdict::Spare(Reason::RdcEcnSetup)
-        );
-        assert_eq!(
-            c.on_arrival(q, segment(false, 2, false), t),
-            Verdict::Drop(Reason::RdcExcess)
-        );
-        // Flow 1 sends ECT data (marked); its retransmission without ECT is spared.
-        assert_eq!(
-            c.on_arrival(q, segment(true, 1, false), t),
-            Verdict::Mark(Reason::RdcExcess)
-        );
-        assert_eq!(
-            c.on_arrival(q, segment(false, 1, false), t),
-            Verdict::Spare(Reason::RdcEcnFlow)
-        );
-        // Flow 2 never sent ECT: still dropped, so a flow without ECN gets the signal; and
-        // the other direction of flow 1 is a flow of its own.
-        assert_eq!(
-            c.on_arrival(q, segment(false, 2, false), t),
-            Verdict::Drop(Reason::RdcExcess)
-        );
         let mut reverse = segment(false, 1, false);
         let key = &mut reverse.tcp.as_mut().unwrap().key;
         std::mem::swap(&mut key.src, &mut key.dst);
-        assert_eq!(
-            c.on_arrival(q, reverse, t),
-            Verdict::Drop(Reason::RdcExcess)
-        );
-        // Not TCP: nothing to know it by, dropped.
-        assert_eq!(
-            c.on_arrival(q, Arrival::mtu(false), t),
-            Verdict::Drop(Reason::RdcExcess)
-        );
+        let drop = Verdict::Drop(Reason::RdcExcess);
+        // In order: each packet, what the cell does with it, why.
+        let steps = [
+            (
+                segment(false, 1, true),
+                Verdict::Spare(Reason::RdcEcnSetup),
+                "ECN-setup SYN",
+            ),
+            (segment(false, 2, false), drop, "a SYN without ECN"),
+            (
+                segment(true, 1, false),
+                Verdict::Mark(Reason::RdcExcess),
+                "flow 1's ECT data",
+            ),
+            (
+                segment(false, 1, false),
+                Verdict::Spare(Reason::RdcEcnFlow),
+                "its retransmission",
+            ),
+            (
+                segment(false, 2, false),
+                drop,
+                "flow 2 never sent ECT: it gets the signal",
+            ),
+            (
+                reverse,
+                drop,
+                "the other direction of flow 1 is a flow of its own",
+            ),
+            (Arrival::mtu(false), drop, "not TCP: nothing to know it by"),
+        ];
+        for (packet, want, what) in steps {
+            let got = c.on_arrival(QueueState::of_packets(0), packet, t);
+            assert_eq!(got, want, "{what}");
+        }
     }
 
     #[test]
