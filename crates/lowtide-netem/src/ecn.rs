@@ -1,11 +1,14 @@
-//! The IPv4 header fields the AQMs change, in the Ethernet frames the emulator moves (the
-//! IPv4 header starts at byte 14): the ECN field (CE marks) and exact RDC's delay
-//! notification. The field encodings and the checksum are [`lowtide_rdc::wire`]'s, shared
-//! with the RDC receiver agent.
+//! The IPv4 header fields the AQMs read and change, in the Ethernet frames the emulator moves
+//! (the IPv4 header starts at byte 14): the ECN field (CE marks), exact RDC's delay
+//! notification, and a TCP segment's ports and SYN/ECE flags. The field encodings and the
+//! checksum are [`lowtide_rdc::wire`]'s, shared with the RDC receiver agent.
 
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use lowtide_rdc::wire;
+
+use crate::aqm::{FlowKey, TcpFlow};
 
 const ETH_HEADER: usize = 14;
 const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
@@ -32,6 +35,31 @@ pub fn set_ce(frame: &mut [u8]) -> bool {
         return false;
     }
     ipv4_mut(frame).is_some_and(|ip| wire::set_ecn(ip, wire::CE).is_ok())
+}
+
+/// The TCP connection of an IPv4 packet (None for other packets, non-first fragments and
+/// headers too short to hold ports and flags).
+pub fn tcp_flow(frame: &[u8]) -> Option<TcpFlow> {
+    const TCP: u8 = 6;
+    const SYN: u8 = 0x02;
+    const ECE: u8 = 0x40;
+    let ip = ipv4(frame)?;
+    let ihl = usize::from(ip.first()? & 0x0f) * 4;
+    let fragment_offset = u16::from_be_bytes([*ip.get(6)?, *ip.get(7)?]) & 0x1fff;
+    if ihl < 20 || *ip.get(9)? != TCP || fragment_offset != 0 {
+        return None;
+    }
+    let tcp = ip.get(ihl..ihl + 14)?;
+    let addr = |at: usize| Ipv4Addr::new(ip[at], ip[at + 1], ip[at + 2], ip[at + 3]);
+    let port = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
+    let flags = tcp[13];
+    Some(TcpFlow {
+        key: FlowKey {
+            src: SocketAddrV4::new(addr(12), port(0)),
+            dst: SocketAddrV4::new(addr(16), port(2)),
+        },
+        ecn_setup: flags & SYN != 0 && flags & ECE != 0,
+    })
 }
 
 /// Exact RDC: writes `max(D_in, delay)` into the packet; returns the delay written, or None
@@ -95,9 +123,32 @@ mod tests {
         assert_eq!(stamp_rdc_delay(&mut arp, Duration::ZERO), None);
     }
 
+    #[test]
+    fn tcp_flow_reads_ports_and_the_ecn_setup_flags() {
+        let mut f = frame(0);
+        f[34..38].copy_from_slice(&[0x9c, 0x40, 0x13, 0x88]); // 40000 -> 5000
+        f[47] = 0x02 | 0x40 | 0x80; // SYN, ECE, CWR: an ECN-setup SYN
+        let flow = tcp_flow(&f).unwrap();
+        assert_eq!(flow.key.src, "10.1.1.1:40000".parse().unwrap());
+        assert_eq!(flow.key.dst, "10.2.1.1:5000".parse().unwrap());
+        assert!(flow.ecn_setup);
+        f[47] = 0x02; // a SYN without ECN
+        assert!(!tcp_flow(&f).unwrap().ecn_setup);
+        f[47] = 0x10 | 0x40; // ECE on an ACK: an echo, not a setup
+        assert!(!tcp_flow(&f).unwrap().ecn_setup);
+        let mut udp = frame(0);
+        udp[23] = 17;
+        assert_eq!(tcp_flow(&udp), None);
+        let mut fragment = frame(0);
+        fragment[21] = 1; // offset 8 bytes: no TCP header here
+        assert_eq!(tcp_flow(&fragment), None);
+        assert_eq!(tcp_flow(&f[..40]), None, "too short for the flags");
+    }
+
     proptest! {
         #[test]
         fn arbitrary_frames_never_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = tcp_flow(&bytes);
             let capable = is_ecn_capable(&bytes);
             let changed = set_ce(&mut bytes);
             prop_assert_eq!(capable, changed);

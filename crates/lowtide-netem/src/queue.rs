@@ -72,6 +72,7 @@ impl<P: Packet> LinkQueue<P> {
                 Some(written) => self.stats.stamped(written),
                 None => self.stats.stamp_skipped(),
             },
+            Verdict::Spare(reason) => self.stats.spared(reason),
             Verdict::Drop(reason) => {
                 self.stats.dropped(reason);
                 return false;
@@ -141,6 +142,7 @@ impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
         let arrival = Arrival {
             bytes: size,
             ecn_capable: ecn::is_ecn_capable(packet.as_slice()),
+            tcp: ecn::tcp_flow(packet.as_slice()),
         };
         let verdict = self
             .aqm
@@ -201,14 +203,21 @@ mod tests {
         packets: Option<usize>,
         bytes: Option<usize>,
     ) -> (LinkQueue<StdPacket>, Arc<LinkStats>) {
-        let stats = Arc::new(LinkStats::new(Instant::now()));
-        let q = LinkQueue::new(
-            LinkQueueLimits { packets, bytes },
-            Box::new(DropTail),
-            stats.clone(),
-        );
-        (q, stats)
+        queue_with(Box::new(DropTail), LinkQueueLimits { packets, bytes })
     }
+
+    fn queue_with(
+        aqm: Box<dyn Aqm>,
+        limits: LinkQueueLimits,
+    ) -> (LinkQueue<StdPacket>, Arc<LinkStats>) {
+        let stats = Arc::new(LinkStats::new(Instant::now()));
+        (LinkQueue::new(limits, aqm, stats.clone()), stats)
+    }
+
+    const TEN_PACKETS: LinkQueueLimits = LinkQueueLimits {
+        packets: Some(10),
+        bytes: None,
+    };
 
     #[test]
     fn drop_tail_drops_only_at_the_packet_limit() {
@@ -251,15 +260,7 @@ mod tests {
 
     #[test]
     fn marks_set_ce_on_the_wire_and_are_counted() {
-        let stats = Arc::new(LinkStats::new(Instant::now()));
-        let mut q = LinkQueue::new(
-            LinkQueueLimits {
-                packets: Some(10),
-                bytes: None,
-            },
-            Box::new(AlwaysMark),
-            stats.clone(),
-        );
+        let (mut q, stats) = queue_with(Box::new(AlwaysMark), TEN_PACKETS);
         q.enqueue(frame(true));
         q.enqueue(frame(false));
         let out = q.dequeue().unwrap();
@@ -268,5 +269,25 @@ mod tests {
         let r = stats.report();
         assert_eq!(r.marks.get("red_early"), Some(&1));
         assert_eq!(r.drops.get("red_early"), Some(&1));
+    }
+
+    struct AlwaysSpare;
+    impl Aqm for AlwaysSpare {
+        fn on_arrival(&mut self, _: QueueState, _: Arrival, _: Instant) -> Verdict {
+            Verdict::Spare(Reason::RdcEcnFlow)
+        }
+        fn name(&self) -> &'static str {
+            "always_spare"
+        }
+    }
+
+    #[test]
+    fn spared_packets_are_queued_unchanged_and_counted() {
+        let (mut q, stats) = queue_with(Box::new(AlwaysSpare), TEN_PACKETS);
+        q.enqueue(frame(false));
+        assert_eq!(q.dequeue().unwrap().as_slice(), frame(false).as_slice());
+        let r = stats.report();
+        assert_eq!(r.spares.get("rdc_ecn_flow"), Some(&1));
+        assert_eq!(r.total_drops() + r.total_marks(), 0);
     }
 }

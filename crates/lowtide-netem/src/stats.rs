@@ -1,4 +1,4 @@
-//! Per-link measurements: packets and bytes in and out, drops and marks by reason, queue
+//! Per-link measurements: packets and bytes in and out, drops, marks and spares by reason, queue
 //! occupancy and sojourn time as a time series, and the emulator's lateness against its own
 //! schedule. Written by the emulator's cells, read by reports at any time.
 
@@ -36,6 +36,7 @@ pub struct LinkStats {
     max_frame: AtomicU64,
     drops: [AtomicU64; Reason::ALL.len()],
     marks: [AtomicU64; Reason::ALL.len()],
+    spares: [AtomicU64; Reason::ALL.len()],
     queue: Mutex<Vec<QueueSample>>,
     lateness_us: Mutex<Vec<u32>>,
     /// Exact RDC: the delays written into packets, and packets that could not carry one.
@@ -55,6 +56,7 @@ impl LinkStats {
             max_frame: AtomicU64::new(0),
             drops: Default::default(),
             marks: Default::default(),
+            spares: Default::default(),
             queue: Mutex::new(Vec::new()),
             lateness_us: Mutex::new(Vec::new()),
             stamps_us: Mutex::new(Vec::new()),
@@ -75,6 +77,11 @@ impl LinkStats {
 
     pub fn marked(&self, reason: Reason) {
         self.marks[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    /// The law passed a packet it would have dropped (it could not be marked).
+    pub fn spared(&self, reason: Reason) {
+        self.spares[reason.index()].fetch_add(1, Relaxed);
     }
 
     pub fn dequeued(&self, now: Instant, packets: usize, bytes: usize, sojourn: Duration) {
@@ -127,7 +134,7 @@ impl LinkStats {
         ] {
             c.store(0, Relaxed);
         }
-        for c in self.drops.iter().chain(self.marks.iter()) {
+        for c in self.drops.iter().chain(&self.marks).chain(&self.spares) {
             c.store(0, Relaxed);
         }
         if let Ok(mut q) = self.queue.lock() {
@@ -164,6 +171,7 @@ impl LinkStats {
             largest_frame_bytes: self.max_frame.load(Relaxed),
             drops: by_reason(&self.drops),
             marks: by_reason(&self.marks),
+            spares: by_reason(&self.spares),
             max_queue_packets: samples.iter().map(|s| s.packets).max().unwrap_or(0),
             sojourn_ms: Percentiles::of_micros(&mut sojourn),
             lateness_ms: Percentiles::of_micros(&mut lateness),
@@ -195,6 +203,8 @@ pub struct LinkReport {
     pub largest_frame_bytes: u64,
     pub drops: BTreeMap<&'static str, u64>,
     pub marks: BTreeMap<&'static str, u64>,
+    /// Packets the law passed where it would have dropped them (1-bit RDC's `not_ect`).
+    pub spares: BTreeMap<&'static str, u64>,
     pub max_queue_packets: u32,
     pub sojourn_ms: Percentiles,
     /// How late packets left the link against the emulator's own schedule.

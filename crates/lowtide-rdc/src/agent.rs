@@ -41,6 +41,9 @@ use crate::segment::{self, ParseError, Segment};
 use crate::status::{AgentStatus, Counters, DriverCounters, FlowStatus, PassCounts, PassReason};
 use crate::wire;
 
+/// A held packet released more than this after its time is counted late.
+const LATE_RELEASE: Duration = Duration::from_millis(1);
+
 /// Idle flows are looked for at most this often.
 const EXPIRY_SCAN: Duration = Duration::from_secs(1);
 
@@ -152,6 +155,13 @@ impl<H> Exit<'_, H> {
         if on_time {
             self.counters.released_on_time += 1;
             flow.stats.released_on_time += 1;
+            let late = now.saturating_duration_since(held.release_at);
+            if late > LATE_RELEASE {
+                self.counters.released_late += 1;
+            }
+            let late_us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+            let max = &mut self.counters.max_release_lateness_us;
+            *max = (*max).max(late_us);
         } else {
             self.counters.flushed += 1;
             flow.stats.flushed += 1;
@@ -670,6 +680,29 @@ mod tests {
             (c.delays_read, c.delays_clamped, c.delays_invalid),
             (2, 1, 1)
         );
+    }
+
+    #[test]
+    fn a_release_after_its_time_is_counted_late() {
+        let mut a: Agent<u32> = Agent::new(AgentConfig::exact()).unwrap();
+        let t = Instant::now();
+        for seq in [1, 1001, 2001] {
+            let mut p = data(seq, false);
+            wire::stamp_delay(&mut p, 10 * MS).unwrap();
+            a.handle_incoming(t, &p);
+        }
+        out(&mut a, t, &Spec::ack(1001).build(), 1);
+        out(&mut a, t + MS / 2, &Spec::ack(2001).build(), 2);
+        a.handle_timeout(t + 11 * MS); // 1 ms and 0.5 ms after their times
+        assert_eq!(released(&mut a), vec![1, 2]);
+        let c = a.counters();
+        assert_eq!((c.released_on_time, c.released_late), (2, 0));
+        assert_eq!(c.max_release_lateness_us, 1000);
+        out(&mut a, t + 11 * MS, &Spec::ack(3001).build(), 3);
+        a.handle_timeout(t + 25 * MS);
+        assert_eq!(released(&mut a), vec![3]);
+        let c = a.counters();
+        assert_eq!((c.released_late, c.max_release_lateness_us), (1, 4000));
     }
 
     #[test]

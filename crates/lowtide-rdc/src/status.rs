@@ -93,6 +93,10 @@ pub struct Counters {
     pub delays_invalid: u64,
     pub held: u64,
     pub released_on_time: u64,
+    /// Held packets released more than 1 ms after their release time (the agent woke late),
+    /// and the latest such release, µs after its time.
+    pub released_late: u64,
+    pub max_release_lateness_us: u64,
     /// Held packets released early, in order, ahead of one that had to pass at once.
     pub flushed: u64,
     pub passed: PassCounts,

@@ -54,10 +54,12 @@ pub struct VariantSummary {
     pub timeouts: Measured,
     pub retransmitted_segments: Measured,
     pub srtt_p50_ms: Measured,
-    /// Bottleneck drops over arrivals in the window, and drops and marks by reason.
+    /// Bottleneck drops over arrivals in the window, and drops, marks and spares (packets
+    /// the law passed where it would have dropped them) by reason.
     pub loss_rate: Measured,
     pub drops: BTreeMap<String, u64>,
     pub marks: BTreeMap<String, u64>,
+    pub spares: BTreeMap<String, u64>,
     /// Forward queue after each dequeue in the window, packets.
     pub queue_packets: QueuePackets,
     /// Delivered IP bytes over the nominal rate, in the window.
@@ -223,7 +225,10 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         .forward
         .as_ref()
         .and_then(|f| (f.lateness_ms.count > 0).then_some(f.lateness_ms));
-    let (loss, utilization, drops, marks, delay) = match &t.forward {
+    let by_reason = |counts: &BTreeMap<&'static str, u64>| -> BTreeMap<String, u64> {
+        counts.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    };
+    let (loss, utilization, drops, marks, spares, delay) = match &t.forward {
         Some(f) => {
             let arrived = f.arrived_packets as usize;
             let util = f.delivered_bytes as f64 * 8.0 / (rate_bps * t.measured_s);
@@ -233,14 +238,16 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
                     arrived,
                 ),
                 Measured::new(Some(util), f.delivered_packets as usize),
-                f.drops.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-                f.marks.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                by_reason(&f.drops),
+                by_reason(&f.marks),
+                by_reason(&f.spares),
                 (f.rdc_delay_ms.count > 0).then_some(f.rdc_delay_ms),
             )
         }
         None => (
             Measured::new(None, 0),
             Measured::new(None, 0),
+            BTreeMap::new(),
             BTreeMap::new(),
             BTreeMap::new(),
             None,
@@ -261,6 +268,7 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         loss_rate: loss,
         drops,
         marks,
+        spares,
         queue_packets,
         utilization,
         goodput_mbps: goodput,

@@ -16,11 +16,12 @@ mod drd;
 pub mod rdc;
 mod red;
 
+use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 pub use codel::Codel;
 pub use drd::Drd;
-pub use rdc::Rdc;
+pub use rdc::{NotEct, Rdc};
 pub use red::Red;
 
 /// What the queue holds when a decision is made.
@@ -48,6 +49,23 @@ pub struct Arrival {
     pub bytes: usize,
     /// ECT(0), ECT(1) or CE.
     pub ecn_capable: bool,
+    /// The TCP connection it belongs to; None for anything but TCP over IPv4.
+    pub tcp: Option<TcpFlow>,
+}
+
+/// What a law may know of a TCP segment: the direction of its connection, and whether it
+/// asks for or agrees to ECN (RFC 3168 §6.1.1: a SYN or SYN-ACK with ECE set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpFlow {
+    pub key: FlowKey,
+    pub ecn_setup: bool,
+}
+
+/// Source and destination address and port of a TCP segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub src: SocketAddrV4,
+    pub dst: SocketAddrV4,
 }
 
 #[cfg(test)]
@@ -57,6 +75,7 @@ impl Arrival {
         Arrival {
             bytes: crate::config::MTU,
             ecn_capable,
+            tcp: None,
         }
     }
 }
@@ -69,9 +88,11 @@ pub enum Verdict {
     Drop(Reason),
     /// Pass, writing this delay into the packet (exact RDC, [`rdc`]).
     Stamp(Duration),
+    /// Pass a packet the law would have dropped (it cannot be marked), counted by why.
+    Spare(Reason),
 }
 
-/// Why a packet was dropped or marked; reports count every drop and mark by one of these.
+/// Why a packet was dropped, marked or spared; reports count each by one of these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Reason {
     /// The queue limit (packets or bytes) was reached: the only drop of a drop-tail queue.
@@ -95,10 +116,17 @@ pub enum Reason {
     RdcBucketFull,
     /// 1-bit RDC's mark (or drop, for a packet that is not ECN-capable).
     RdcExcess,
+    /// 1-bit RDC spared a packet that is not ECN-capable (`not_ect = "pass"`).
+    RdcNotEct,
+    /// 1-bit RDC spared a packet that is not ECN-capable of a flow that sent ECN-capable
+    /// ones (a retransmission or control segment of an ECN connection).
+    RdcEcnFlow,
+    /// 1-bit RDC spared an ECN-setup SYN or SYN-ACK (never ECN-capable, RFC 3168 §6.1.1).
+    RdcEcnSetup,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 13] = [
         Reason::QueueFull,
         Reason::RedEarly,
         Reason::RedForced,
@@ -109,6 +137,9 @@ impl Reason {
         Reason::InterfaceBusy,
         Reason::RdcBucketFull,
         Reason::RdcExcess,
+        Reason::RdcNotEct,
+        Reason::RdcEcnFlow,
+        Reason::RdcEcnSetup,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -123,6 +154,9 @@ impl Reason {
             Reason::InterfaceBusy => "interface_busy",
             Reason::RdcBucketFull => "rdc_bucket_full",
             Reason::RdcExcess => "rdc_excess",
+            Reason::RdcNotEct => "rdc_not_ect",
+            Reason::RdcEcnFlow => "rdc_ecn_flow",
+            Reason::RdcEcnSetup => "rdc_ecn_setup",
         }
     }
 

@@ -26,23 +26,33 @@
 //! - The bucket drains at ρ times the configured rate; on a link that replays a capacity
 //!   trace that is the trace's mean rate.
 //! - In 1-bit mode a packet that is not ECN-capable is dropped with the marking probability
-//!   (as RED does); the paper only considers ECN-capable flows. Exact mode never marks.
-//!   Linux sends retransmissions and pure ACKs of an ECN flow without ECT (RFC 3168 §6.1.5),
-//!   and the probability stays near 1 while the bucket is far above the FIFO, so this drops
-//!   retransmissions again and again; `drop_not_ect = false` passes them instead (the
-//!   paper's ns-2 flows mark every packet).
+//!   (as RED does; `not_ect = "drop"`, the default); the paper only considers ECN-capable
+//!   flows, and its ns-2 flows send every packet ECN-capable. Exact mode never marks. Linux
+//!   sends retransmissions, pure ACKs and SYNs of an ECN connection without ECT (RFC 3168
+//!   §6.1.1 and §6.1.5), and the probability stays near 1 while the bucket is far above the
+//!   FIFO, so "drop" drops retransmissions again and again (the timeouts of docs/rdc.md).
+//!   `not_ect = "spare_ecn_flows"` passes a non-ECT packet that belongs to an ECN connection
+//!   (an ECN-setup SYN or SYN-ACK, or a segment of a flow the cell has seen send ECT
+//!   packets): that connection is signalled by the marks on its ECT packets. Packets of
+//!   flows that never sent ECT are still dropped, so a flow without ECN still gets the
+//!   signal. `not_ect = "pass"` passes every non-ECT packet. Spared packets are counted by
+//!   why (`rdc_ecn_setup`, `rdc_ecn_flow`, `rdc_not_ect`).
+//! - The flows seen sending ECT are remembered by address and port, at most
+//!   [`MAX_ECN_FLOWS`]; when the table is full it is emptied (bounded memory; a live flow is
+//!   learned again from its next ECT packet).
 //! - Exact mode writes only into atomic IPv4 datagrams, in 100 µs units up to 6.5535 s
 //!   (packets that cannot carry a delay are counted as `rdc_unstamped`).
 //! - An excess below zero (the FIFO above the bucket, possible only when the link is faster
 //!   than its nominal rate) counts as zero.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{mark_or_drop, Aqm, Arrival, QueueState, Reason, Verdict};
+use super::{mark_or_drop, Aqm, Arrival, FlowKey, QueueState, Reason, Verdict};
 use crate::config::MTU;
 use crate::error::ConfigError;
 
@@ -56,6 +66,25 @@ pub enum RdcMode {
     #[default]
     OneBit,
 }
+
+/// 1-bit RDC with `ecn`: what becomes of a packet that is not ECN-capable where an
+/// ECN-capable one would be marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NotEct {
+    /// Dropped (as RED does).
+    #[default]
+    Drop,
+    /// Passed if it belongs to an ECN connection (an ECN-setup SYN or SYN-ACK, or a flow
+    /// seen sending ECT packets), else dropped.
+    SpareEcnFlows,
+    /// Always passed.
+    Pass,
+}
+
+/// At most this many flows are remembered as ECN-capable (`NotEct::SpareEcnFlows`): 12 bytes
+/// each, under 1 MB with the hash table's slack.
+pub const MAX_ECN_FLOWS: usize = 32_768;
 
 /// `aqm = { kind = "rdc", mode = "one_bit", rho = 0.9, size_tb = 6400, thresh_tb = 500 }`.
 /// Defaults are the paper's (Section 3); `packet_bytes` is the unit of `size_tb` and
@@ -80,10 +109,10 @@ pub struct RdcConfig {
     /// 1-bit: mark ECN-capable packets (else drop them).
     #[serde(default = "yes")]
     pub ecn: bool,
-    /// 1-bit with `ecn`: drop a packet that is not ECN-capable with the marking probability
-    /// (`false`: pass it; retransmissions of ECN flows are not ECN-capable).
-    #[serde(default = "yes")]
-    pub drop_not_ect: bool,
+    /// 1-bit with `ecn`: a packet that is not ECN-capable where an ECN-capable one would be
+    /// marked ("drop", "spare_ecn_flows", "pass").
+    #[serde(default)]
+    pub not_ect: NotEct,
 }
 
 fn rho() -> f64 {
@@ -111,7 +140,7 @@ impl Default for RdcConfig {
             thresh_tb: thresh_tb(),
             packet_bytes: packet_bytes(),
             ecn: true,
-            drop_not_ect: true,
+            not_ect: NotEct::Drop,
         }
     }
 }
@@ -160,7 +189,9 @@ impl RdcConfig {
 pub struct Rdc {
     mode: RdcMode,
     ecn: bool,
-    drop_not_ect: bool,
+    not_ect: NotEct,
+    /// Flows seen sending ECT packets (`NotEct::SpareEcnFlows` only).
+    ecn_flows: HashSet<FlowKey>,
     /// Link rate, bytes per second.
     rate: f64,
     /// Bucket drain rate, bytes per second.
@@ -181,7 +212,8 @@ impl Rdc {
         Rdc {
             mode: cfg.mode,
             ecn: cfg.ecn,
-            drop_not_ect: cfg.drop_not_ect,
+            not_ect: cfg.not_ect,
+            ecn_flows: HashSet::new(),
             rate,
             drain: cfg.rho * rate,
             size: cfg.size_tb * unit,
@@ -220,6 +252,35 @@ impl Rdc {
     pub fn level_bytes(&self) -> f64 {
         self.level
     }
+
+    /// Remembers the flow of an ECN-capable TCP packet (`NotEct::SpareEcnFlows`).
+    fn learn_ecn_flow(&mut self, packet: Arrival) {
+        let Some(tcp) = packet.tcp else { return };
+        if self.not_ect != NotEct::SpareEcnFlows || !packet.ecn_capable {
+            return;
+        }
+        if self.ecn_flows.len() >= MAX_ECN_FLOWS && !self.ecn_flows.contains(&tcp.key) {
+            self.ecn_flows.clear();
+        }
+        self.ecn_flows.insert(tcp.key);
+    }
+
+    /// 1-bit: the verdict for a packet the marking law picked.
+    fn mark_drop_or_spare(&self, packet: Arrival) -> Verdict {
+        if !self.ecn || packet.ecn_capable {
+            return mark_or_drop(self.ecn, packet.ecn_capable, Reason::RdcExcess);
+        }
+        match (self.not_ect, packet.tcp) {
+            (NotEct::Pass, _) => Verdict::Spare(Reason::RdcNotEct),
+            (NotEct::SpareEcnFlows, Some(tcp)) if tcp.ecn_setup => {
+                Verdict::Spare(Reason::RdcEcnSetup)
+            }
+            (NotEct::SpareEcnFlows, Some(tcp)) if self.ecn_flows.contains(&tcp.key) => {
+                Verdict::Spare(Reason::RdcEcnFlow)
+            }
+            _ => Verdict::Drop(Reason::RdcExcess),
+        }
+    }
 }
 
 impl Aqm for Rdc {
@@ -231,10 +292,10 @@ impl Aqm for Rdc {
         let verdict = match self.mode {
             RdcMode::Exact => Verdict::Stamp(self.local_delay(queue)),
             RdcMode::OneBit => {
+                self.learn_ecn_flow(packet);
                 let p = self.mark_probability(queue);
-                let spared = self.ecn && !packet.ecn_capable && !self.drop_not_ect;
-                if p > 0.0 && self.rng.gen::<f64>() < p && !spared {
-                    mark_or_drop(self.ecn, packet.ecn_capable, Reason::RdcExcess)
+                if p > 0.0 && self.rng.gen::<f64>() < p {
+                    self.mark_drop_or_spare(packet)
                 } else {
                     Verdict::Pass
                 }
@@ -252,6 +313,8 @@ impl Aqm for Rdc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aqm::TcpFlow;
+    use std::net::SocketAddrV4;
 
     /// 10 Mbit/s: a 1500-byte packet every 1.2 ms.
     const RATE: f64 = 10e6;
@@ -375,17 +438,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn one_bit_drops_what_cannot_be_marked() {
-        let t = Instant::now();
-        let mut c = cell(RdcMode::OneBit);
-        feed(&mut c, t, 200, Duration::ZERO, 0);
-        let v = c.on_arrival(QueueState::of_packets(0), Arrival::mtu(false), t);
-        assert_eq!(v, Verdict::Drop(Reason::RdcExcess));
-        // With drop_not_ect = false it passes, while ECN-capable packets are still marked.
+    /// A 1-bit cell with `not_ect`, its bucket filled far above `thresh_tb` (every packet is
+    /// picked by the marking law).
+    fn saturated(not_ect: NotEct, t: Instant) -> Rdc {
         let mut c = Rdc::new(
             &RdcConfig {
-                drop_not_ect: false,
+                not_ect,
                 thresh_tb: 100.0,
                 size_tb: 1000.0,
                 ..RdcConfig::default()
@@ -394,10 +452,132 @@ mod tests {
             1,
         );
         feed(&mut c, t, 200, Duration::ZERO, 0);
-        let v = c.on_arrival(QueueState::of_packets(0), Arrival::mtu(false), t);
-        assert_eq!(v, Verdict::Pass);
-        let v = c.on_arrival(QueueState::of_packets(0), Arrival::mtu(true), t);
-        assert_eq!(v, Verdict::Mark(Reason::RdcExcess));
+        c
+    }
+
+    /// An MTU-sized TCP segment from port `from` to 10.2.1.1:5000.
+    fn segment(ecn_capable: bool, from: u16, ecn_setup: bool) -> Arrival {
+        Arrival {
+            tcp: Some(TcpFlow {
+                key: FlowKey {
+                    src: SocketAddrV4::new([10, 1, 1, 1].into(), from),
+                    dst: SocketAddrV4::new([10, 2, 1, 1].into(), 5000),
+                },
+                ecn_setup,
+            }),
+            ..Arrival::mtu(ecn_capable)
+        }
+    }
+
+    #[test]
+    fn one_bit_drops_what_cannot_be_marked() {
+        let t = Instant::now();
+        let q = QueueState::of_packets(0);
+        let mut c = saturated(NotEct::Drop, t);
+        assert_eq!(
+            c.on_arrival(q, segment(true, 1, false), t),
+            Verdict::Mark(Reason::RdcExcess)
+        );
+        for not_ect in [segment(false, 1, false), segment(false, 2, true)] {
+            assert_eq!(
+                c.on_arrival(q, not_ect, t),
+                Verdict::Drop(Reason::RdcExcess)
+            );
+        }
+        // "pass": every non-ECT packet is spared, while ECN-capable ones are still marked.
+        let mut c = saturated(NotEct::Pass, t);
+        for not_ect in [Arrival::mtu(false), segment(false, 2, false)] {
+            assert_eq!(
+                c.on_arrival(q, not_ect, t),
+                Verdict::Spare(Reason::RdcNotEct)
+            );
+        }
+        assert_eq!(
+            c.on_arrival(q, Arrival::mtu(true), t),
+            Verdict::Mark(Reason::RdcExcess)
+        );
+        // Without ECN in the cell nothing is spared: every picked packet is dropped.
+        let mut c = Rdc::new(
+            &RdcConfig {
+                ecn: false,
+                not_ect: NotEct::Pass,
+                thresh_tb: 100.0,
+                ..RdcConfig::default()
+            },
+            RATE,
+            1,
+        );
+        feed(&mut c, t, 200, Duration::ZERO, 0);
+        assert_eq!(
+            c.on_arrival(q, segment(false, 1, false), t),
+            Verdict::Drop(Reason::RdcExcess)
+        );
+    }
+
+    #[test]
+    fn spare_ecn_flows_passes_only_the_non_ect_packets_of_ecn_connections() {
+        let t = Instant::now();
+        let mut c = saturated(NotEct::SpareEcnFlows, t);
+        let mut reverse = segment(false, 1, false);
+        let key = &mut reverse.tcp.as_mut().unwrap().key;
+        std::mem::swap(&mut key.src, &mut key.dst);
+        let drop = Verdict::Drop(Reason::RdcExcess);
+        // In order: each packet, what the cell does with it, why.
+        let steps = [
+            (
+                segment(false, 1, true),
+                Verdict::Spare(Reason::RdcEcnSetup),
+                "ECN-setup SYN",
+            ),
+            (segment(false, 2, false), drop, "a SYN without ECN"),
+            (
+                segment(true, 1, false),
+                Verdict::Mark(Reason::RdcExcess),
+                "flow 1's ECT data",
+            ),
+            (
+                segment(false, 1, false),
+                Verdict::Spare(Reason::RdcEcnFlow),
+                "its retransmission",
+            ),
+            (
+                segment(false, 2, false),
+                drop,
+                "flow 2 never sent ECT: it gets the signal",
+            ),
+            (
+                reverse,
+                drop,
+                "the other direction of flow 1 is a flow of its own",
+            ),
+            (Arrival::mtu(false), drop, "not TCP: nothing to know it by"),
+        ];
+        for (packet, want, what) in steps {
+            let got = c.on_arrival(QueueState::of_packets(0), packet, t);
+            assert_eq!(got, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_ecn_flow_table_is_bounded() {
+        let mut c = saturated(NotEct::SpareEcnFlows, Instant::now());
+        for i in 0..MAX_ECN_FLOWS as u32 + 10 {
+            let mut a = segment(true, 1, false);
+            a.tcp.as_mut().unwrap().key.src = SocketAddrV4::new(i.into(), 1);
+            c.learn_ecn_flow(a);
+            assert!(c.ecn_flows.len() <= MAX_ECN_FLOWS);
+        }
+        // Emptied once, when it was full, then the last 10 flows learned again.
+        assert_eq!(c.ecn_flows.len(), 10);
+    }
+
+    #[test]
+    fn not_ect_is_read_from_the_scenario_file() {
+        let cfg: RdcConfig = toml::from_str(r#"not_ect = "spare_ecn_flows""#).unwrap();
+        assert_eq!(cfg.not_ect, NotEct::SpareEcnFlows);
+        assert_eq!(RdcConfig::default().not_ect, NotEct::Drop);
+        let e = toml::from_str::<RdcConfig>(r#"not_ect = "sometimes""#).unwrap_err();
+        assert!(e.to_string().contains("spare_ecn_flows"), "{e}");
     }
 
     #[test]
