@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::conference::{self, Conference, Viewer, ADUS_PER_FRAME};
 use crate::playout::Playout;
 use crate::pps::{Ledger, PpsSender};
+use crate::supersede::Supersede;
 use crate::video::Video;
 use crate::wire::{MediaHeader, DATA_HEADER};
 
@@ -189,10 +190,13 @@ pub async fn receive_video(
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConferenceSent {
     pub frames: u32,
-    /// ADUs handed to lowtide, written whole to the kernel, and cancelled at their deadline.
+    /// ADUs handed to lowtide, written whole to the kernel, and cancelled: expired at their
+    /// deadline (`cancelled`) or superseded by a newer frame ([`crate::supersede`]).
     pub sent: [u64; ADUS_PER_FRAME as usize],
     pub written: [u64; ADUS_PER_FRAME as usize],
     pub cancelled: [u64; ADUS_PER_FRAME as usize],
+    #[serde(default)]
+    pub superseded: [u64; ADUS_PER_FRAME as usize],
     pub bytes_written: u64,
 }
 
@@ -206,6 +210,7 @@ impl ConferenceSent {
                 t.sent[l] += v.sent[l];
                 t.written[l] += v.written[l];
                 t.cancelled[l] += v.cancelled[l];
+                t.superseded[l] += v.superseded[l];
             }
             t.bytes_written += v.bytes_written;
         }
@@ -219,6 +224,8 @@ impl ConferenceSent {
 /// deadline capture + threshold and a quality-fairness cost of 1 (so under
 /// `Fairness::Quality` the channel shares ADUs, not bytes, among the videos; under resource
 /// fairness the cost is ignored). The media header's window carries the video's index.
+/// A video with [`Conference::drop_superseded`] cancels its superseded ADUs as soon as the
+/// write that supersedes them is reported ([`crate::supersede`]).
 /// Returns each video's counts once the last frame's deadline has passed, or at `until` if
 /// that comes first (no frame is captured after it); the caller flushes or closes.
 pub async fn send_conference(
@@ -248,7 +255,13 @@ pub async fn send_conference(
         };
         videos.len()
     ];
-    let mut pending: HashMap<MessageId, Pending> = HashMap::new();
+    let mut queued = Queued {
+        adus: HashMap::new(),
+        rules: videos
+            .iter()
+            .map(|c| c.drop_superseded.then(Supersede::default))
+            .collect(),
+    };
     let at = |s: f64| start + Duration::from_secs_f64(s);
     let mut last = start;
     for frame in 0..frames {
@@ -257,7 +270,7 @@ pub async fn send_conference(
             if capture > until {
                 continue;
             }
-            conference_events(ch, &mut out, &mut pending, capture).await;
+            conference_events(ch, &mut out, &mut queued, capture).await;
             for layer in 0..ADUS_PER_FRAME {
                 let data = MediaHeader::data_message(video as u32, frame, layer, conf.adu_bytes());
                 let msg = Message::new(data)
@@ -265,20 +278,24 @@ pub async fn send_conference(
                     .deadline(capture + conf.threshold)
                     .cost(1.0);
                 let id = ch.send(stream, msg)?;
-                pending.insert(
+                queued.adus.insert(
                     id,
                     Pending {
                         video,
-                        layer: usize::from(layer),
+                        frame,
+                        layer,
                         bytes: conf.adu_bytes() as u64,
                     },
                 );
+                if let Some(rule) = &mut queued.rules[video] {
+                    rule.queued(frame, layer, id);
+                }
                 out[video].sent[usize::from(layer)] += 1;
             }
             last = last.max(capture + conf.threshold);
         }
     }
-    conference_events(ch, &mut out, &mut pending, last.min(until)).await;
+    conference_events(ch, &mut out, &mut queued, last.min(until)).await;
     Ok(out)
 }
 
@@ -288,25 +305,48 @@ pub const MAX_VIDEOS: usize = 16;
 /// An ADU whose fate the sender waits for.
 struct Pending {
     video: usize,
-    layer: usize,
+    frame: u32,
+    layer: u8,
     bytes: u64,
 }
 
-/// Applies the channel's events to the conference's counts until `until`.
+/// The conference's ADUs in lowtide's queue, and per video the superseding rule (`None`: the
+/// video keeps its ADUs until their deadline).
+struct Queued {
+    adus: HashMap<MessageId, Pending>,
+    rules: Vec<Option<Supersede<MessageId>>>,
+}
+
+/// Applies the channel's events to the conference's counts until `until`; cancels what a
+/// written ADU supersedes.
 async fn conference_events(
     ch: &Channel,
     out: &mut [ConferenceSent],
-    pending: &mut HashMap<MessageId, Pending>,
+    queued: &mut Queued,
     until: Instant,
 ) {
     message_fates(ch, tokio::time::Instant::from_std(until), |id, written| {
-        if let Some(p) = pending.remove(&id) {
-            let out = &mut out[p.video];
-            if written {
-                out.written[p.layer] += 1;
-                out.bytes_written += p.bytes;
-            } else {
-                out.cancelled[p.layer] += 1;
+        let Some(p) = queued.adus.remove(&id) else {
+            return;
+        };
+        let rule = &mut queued.rules[p.video];
+        let out = &mut out[p.video];
+        let layer = usize::from(p.layer);
+        if !written {
+            out.cancelled[layer] += 1;
+            if let Some(rule) = rule {
+                rule.gone(p.frame, p.layer);
+            }
+            return;
+        }
+        out.written[layer] += 1;
+        out.bytes_written += p.bytes;
+        let Some(rule) = rule else { return };
+        for (_, old_layer, old) in rule.written(p.frame, p.layer) {
+            // `false`: written or expired meanwhile; its own event still counts it.
+            if ch.cancel(old) {
+                queued.adus.remove(&old);
+                out.superseded[usize::from(old_layer)] += 1;
             }
         }
     })
