@@ -201,7 +201,7 @@ mod tests {
                 assert_eq!(s.gone(f, l), Some((f, l)));
             }
         }
-        assert!(s.is_empty() && s.len() == 0);
+        assert!(s.is_empty());
         assert_eq!(s.gone(9, 0), None);
         // A layer outside the frame is neither kept nor a panic.
         s.queued(0, ADUS_PER_FRAME, (0, ADUS_PER_FRAME));
