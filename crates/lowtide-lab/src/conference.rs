@@ -173,10 +173,12 @@ pub struct ConferenceSummary {
     /// ADUs captured in the window, and those of them that arrived.
     pub adus: usize,
     pub adus_arrived: usize,
-    /// The sender's counts over the whole run: ADUs handed to lowtide, and cancelled at
-    /// their deadline.
+    /// The sender's counts over the whole run: ADUs handed to lowtide, cancelled at their
+    /// deadline, and cancelled as superseded by a newer frame.
     pub adus_sent: u64,
     pub adus_cancelled: u64,
+    #[serde(default)]
+    pub adus_superseded: u64,
 }
 
 impl ConferenceSummary {
@@ -216,12 +218,14 @@ impl ConferenceSummary {
             }
         }
         let sender = runs.iter().filter_map(|(_, s)| *s);
-        let (adus_sent, adus_cancelled) = sender.fold((0, 0), |(s, c), x| {
-            (
-                s + x.sent.iter().sum::<u64>(),
-                c + x.cancelled.iter().sum::<u64>(),
-            )
-        });
+        let (adus_sent, adus_cancelled, adus_superseded) =
+            sender.fold((0, 0, 0), |(s, c, o), x| {
+                (
+                    s + x.sent.iter().sum::<u64>(),
+                    c + x.cancelled.iter().sum::<u64>(),
+                    o + x.superseded.iter().sum::<u64>(),
+                )
+            });
         Self {
             threshold_ms: videos
                 .first()
@@ -253,6 +257,7 @@ impl ConferenceSummary {
             adus_arrived: arrived,
             adus_sent,
             adus_cancelled,
+            adus_superseded,
         }
     }
 }
@@ -275,8 +280,16 @@ pub struct ConferenceApp {
     /// How long an ADU may take from capture before the sender cancels it (Fig. 5's x axis).
     #[serde(default = "two_hundred")]
     pub threshold_ms: f64,
+    /// Cancel an unsent ADU once a newer frame's ADU of the same or higher importance is
+    /// written (`lowtide_media::supersede`); `false`: ADUs wait until the threshold, as the
+    /// paper's application.
+    #[serde(default = "yes")]
+    pub drop_superseded: bool,
 }
 
+fn yes() -> bool {
+    true
+}
 fn four_mbps() -> f64 {
     4.0
 }
@@ -291,6 +304,7 @@ impl Default for ConferenceApp {
             videos_mbps: vec![],
             fairness: Fairness::default(),
             threshold_ms: two_hundred(),
+            drop_superseded: yes(),
         }
     }
 }
@@ -315,6 +329,7 @@ impl ConferenceApp {
             rate_bps: rate_mbps * 1e6,
             fps: crate::video::FPS,
             threshold: Duration::from_secs_f64(self.threshold_ms.max(0.0) / 1e3),
+            drop_superseded: self.drop_superseded,
         }
     }
 }

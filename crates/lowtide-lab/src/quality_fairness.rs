@@ -246,6 +246,7 @@ pub fn section(
                 rate_bps: x.rate_bps,
                 fps: crate::video::FPS,
                 threshold: std::time::Duration::from_secs_f64(c.threshold_ms / 1e3),
+                drop_superseded: true,
             })
             .collect();
         let first = records
@@ -296,6 +297,7 @@ mod tests {
             rate_bps: mbps * 1e6,
             fps: 30.0,
             threshold: Duration::from_millis(200),
+            drop_superseded: true,
         }
     }
 

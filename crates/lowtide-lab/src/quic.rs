@@ -6,7 +6,8 @@
 //! - one unidirectional stream per message, so a lost packet delays only its own message;
 //! - the stream's priority is the message's importance (`SendStream::set_priority`);
 //! - a conference ADU not written by its deadline is reset (`SendStream::reset`): QUIC's
-//!   counterpart of lowtide's cancellation;
+//!   counterpart of lowtide's cancellation; one superseded by a newer frame
+//!   (`lowtide_media::supersede`) is dropped before it enters quinn, as lowtide cancels it;
 //! - the connection's send window is clamped (`send_window_bytes`), so quinn cannot buffer
 //!   seconds of data the way an unlimited TCP send buffer does: writes wait instead;
 //! - the congestion controller is named per variant (`cubic`, `newreno`, `bbr`).
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use lowtide_media::conference::{importance, Conference, Viewer, ADUS_PER_FRAME};
 use lowtide_media::session::ConferenceSent;
+use lowtide_media::supersede::Supersede;
 use lowtide_media::wire::MediaHeader;
 use lowtide_traffic::Stop;
 use quinn::{Endpoint, VarInt};
@@ -351,6 +353,8 @@ pub fn send_conference(
             ..ConferenceSent::default()
         };
         let mut queue = std::collections::BinaryHeap::new();
+        // Only the rule's frames per layer are used: the queue here is the heap.
+        let mut rule = conf.drop_superseded.then(Supersede::<()>::default);
         let mut next = 0u32;
         let capture = |f: u32| start + Duration::from_secs_f64(conf.capture_s(f));
         let produce = async {
@@ -378,6 +382,16 @@ pub fn send_conference(
                 let written = Instant::now() < deadline
                     && write_adu(&conn, frame, layer, conf.adu_bytes(), deadline.min(end)).await;
                 count(&mut sent, layer, written, conf.adu_bytes());
+                if let Some(rule) = rule.as_mut().filter(|_| written) {
+                    rule.written(frame, layer);
+                    queue.retain(|&(_, std::cmp::Reverse(f), l)| {
+                        let old = rule.is_superseded(f, l);
+                        if old {
+                            sent.superseded[usize::from(l)] += 1;
+                        }
+                        !old
+                    });
+                }
             }
         };
         tokio::select! {

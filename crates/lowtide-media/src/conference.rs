@@ -8,6 +8,9 @@
 //!   base ADU outranks every enhancement ADU ([`importance`]);
 //! - each ADU expires at the sender after the *latency threshold*: it carries the deadline
 //!   capture + threshold, and lowtide cancels it unless it is completely written by then;
+//! - with [`Conference::drop_superseded`] (our addition, [`crate::supersede`]) the sender also
+//!   cancels an unsent ADU once a newer frame's ADU of the same or higher importance is
+//!   written;
 //! - the receiver measures temporal quality: a frame is shown when its base ADU arrives
 //!   within the threshold of its capture, with the enhancement layers whose whole prefix
 //!   arrived by then; the frame rate is shown frames per second ([`Viewer`]).
@@ -41,6 +44,9 @@ pub struct Conference {
     pub fps: f64,
     /// How long an ADU may take from capture before it expires at the sender.
     pub threshold: Duration,
+    /// Cancel an unsent ADU once a newer frame's ADU of the same or higher importance is
+    /// written ([`crate::supersede`]); `false`: the threshold alone, as the paper.
+    pub drop_superseded: bool,
 }
 
 impl Conference {
@@ -50,6 +56,7 @@ impl Conference {
             rate_bps: 4e6,
             fps: 30.0,
             threshold,
+            drop_superseded: true,
         }
     }
 
@@ -227,6 +234,7 @@ mod tests {
             rate_bps: 10e3,
             fps: 120.0,
             threshold: Duration::from_millis(100),
+            drop_superseded: true,
         };
         assert!(c.check().unwrap_err().contains("header"), "{:?}", c.check());
         assert!(conf(0)

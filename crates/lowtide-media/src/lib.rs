@@ -12,6 +12,8 @@
 //! - [`conference`]: Paceline's videoconferencing application (Erbad and Krasic): frames of
 //!   eight ADUs with importance by layer, expiring at the sender after a latency threshold;
 //!   the receiver measures frames shown per second;
+//! - [`supersede`]: which queued conference ADUs a newer frame has made useless (the window of
+//!   frames advancing per layer, as in priority-progress streaming);
 //! - [`session`]: the two ends over a lowtide channel (the transport's events keep the
 //!   sender's ledger; no sockets of its own);
 //! - [`server`]: the receiving server of `lowtide recv`, which survives bad peers;
@@ -27,5 +29,6 @@ pub mod pps;
 pub mod rdc_video;
 pub mod server;
 pub mod session;
+pub mod supersede;
 pub mod video;
 pub mod wire;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::conference::{self, Conference, Viewer, ADUS_PER_FRAME};
 use crate::playout::Playout;
 use crate::pps::{Ledger, PpsSender};
+use crate::supersede::Supersede;
 use crate::video::Video;
 use crate::wire::{MediaHeader, DATA_HEADER};
 
@@ -189,10 +190,13 @@ pub async fn receive_video(
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConferenceSent {
     pub frames: u32,
-    /// ADUs handed to lowtide, written whole to the kernel, and cancelled at their deadline.
+    /// ADUs handed to lowtide, written whole to the kernel, and cancelled: expired at their
+    /// deadline (`cancelled`) or superseded by a newer frame ([`crate::supersede`]).
     pub sent: [u64; ADUS_PER_FRAME as usize],
     pub written: [u64; ADUS_PER_FRAME as usize],
     pub cancelled: [u64; ADUS_PER_FRAME as usize],
+    #[serde(default)]
+    pub superseded: [u64; ADUS_PER_FRAME as usize],
     pub bytes_written: u64,
 }
 
@@ -206,6 +210,7 @@ impl ConferenceSent {
                 t.sent[l] += v.sent[l];
                 t.written[l] += v.written[l];
                 t.cancelled[l] += v.cancelled[l];
+                t.superseded[l] += v.superseded[l];
             }
             t.bytes_written += v.bytes_written;
         }
@@ -219,6 +224,8 @@ impl ConferenceSent {
 /// deadline capture + threshold and a quality-fairness cost of 1 (so under
 /// `Fairness::Quality` the channel shares ADUs, not bytes, among the videos; under resource
 /// fairness the cost is ignored). The media header's window carries the video's index.
+/// A video with [`Conference::drop_superseded`] cancels its superseded ADUs as soon as the
+/// write that supersedes them is reported ([`crate::supersede`]).
 /// Returns each video's counts once the last frame's deadline has passed, or at `until` if
 /// that comes first (no frame is captured after it); the caller flushes or closes.
 pub async fn send_conference(
@@ -248,7 +255,7 @@ pub async fn send_conference(
         };
         videos.len()
     ];
-    let mut pending: HashMap<MessageId, Pending> = HashMap::new();
+    let mut queued = Queued::new(videos);
     let at = |s: f64| start + Duration::from_secs_f64(s);
     let mut last = start;
     for frame in 0..frames {
@@ -257,7 +264,7 @@ pub async fn send_conference(
             if capture > until {
                 continue;
             }
-            conference_events(ch, &mut out, &mut pending, capture).await;
+            conference_events(ch, &mut out, &mut queued, capture).await;
             for layer in 0..ADUS_PER_FRAME {
                 let data = MediaHeader::data_message(video as u32, frame, layer, conf.adu_bytes());
                 let msg = Message::new(data)
@@ -265,11 +272,12 @@ pub async fn send_conference(
                     .deadline(capture + conf.threshold)
                     .cost(1.0);
                 let id = ch.send(stream, msg)?;
-                pending.insert(
+                queued.queue(
                     id,
                     Pending {
                         video,
-                        layer: usize::from(layer),
+                        frame,
+                        layer,
                         bytes: conf.adu_bytes() as u64,
                     },
                 );
@@ -278,7 +286,7 @@ pub async fn send_conference(
             last = last.max(capture + conf.threshold);
         }
     }
-    conference_events(ch, &mut out, &mut pending, last.min(until)).await;
+    conference_events(ch, &mut out, &mut queued, last.min(until)).await;
     Ok(out)
 }
 
@@ -288,27 +296,83 @@ pub const MAX_VIDEOS: usize = 16;
 /// An ADU whose fate the sender waits for.
 struct Pending {
     video: usize,
-    layer: usize,
+    frame: u32,
+    layer: u8,
     bytes: u64,
 }
 
-/// Applies the channel's events to the conference's counts until `until`.
+/// The conference's ADUs in lowtide's queue, and per video the superseding rule (`None`: the
+/// video keeps its ADUs until their deadline). `K` is lowtide's `MessageId` (another key in
+/// tests).
+struct Queued<K> {
+    adus: HashMap<K, Pending>,
+    rules: Vec<Option<Supersede<K>>>,
+}
+
+impl<K: Copy + Eq + std::hash::Hash> Queued<K> {
+    fn new(videos: &[Conference]) -> Self {
+        Self {
+            adus: HashMap::new(),
+            rules: videos
+                .iter()
+                .map(|c| c.drop_superseded.then(Supersede::default))
+                .collect(),
+        }
+    }
+
+    /// ADU `id` was handed to lowtide.
+    fn queue(&mut self, id: K, p: Pending) {
+        if let Some(rule) = &mut self.rules[p.video] {
+            rule.queued(p.frame, p.layer, id);
+        }
+        self.adus.insert(id, p);
+    }
+
+    /// ADU `id` was written whole (`written`) or expired. A written one supersedes older
+    /// ADUs: `cancel` withdraws each from lowtide (`false`: written or expired meanwhile, and
+    /// its own event counts it).
+    fn fate(
+        &mut self,
+        out: &mut [ConferenceSent],
+        id: K,
+        written: bool,
+        mut cancel: impl FnMut(K) -> bool,
+    ) {
+        let Some(p) = self.adus.remove(&id) else {
+            return;
+        };
+        let rule = &mut self.rules[p.video];
+        let out = &mut out[p.video];
+        let layer = usize::from(p.layer);
+        if !written {
+            out.cancelled[layer] += 1;
+            if let Some(rule) = rule {
+                rule.gone(p.frame, p.layer);
+            }
+            return;
+        }
+        out.written[layer] += 1;
+        out.bytes_written += p.bytes;
+        let Some(rule) = rule else { return };
+        for (_, old_layer, old) in rule.written(p.frame, p.layer) {
+            if cancel(old) {
+                self.adus.remove(&old);
+                out.superseded[usize::from(old_layer)] += 1;
+            }
+        }
+    }
+}
+
+/// Applies the channel's events to the conference's counts until `until`; cancels what a
+/// written ADU supersedes.
 async fn conference_events(
     ch: &Channel,
     out: &mut [ConferenceSent],
-    pending: &mut HashMap<MessageId, Pending>,
+    queued: &mut Queued<MessageId>,
     until: Instant,
 ) {
     message_fates(ch, tokio::time::Instant::from_std(until), |id, written| {
-        if let Some(p) = pending.remove(&id) {
-            let out = &mut out[p.video];
-            if written {
-                out.written[p.layer] += 1;
-                out.bytes_written += p.bytes;
-            } else {
-                out.cancelled[p.layer] += 1;
-            }
-        }
+        queued.fate(out, id, written, |old| ch.cancel(old))
     })
     .await
 }
@@ -359,4 +423,71 @@ pub async fn receive_conference(
         }
     }
     viewers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two videos, one dropping superseded ADUs and one not; two frames of each queued.
+    fn two_frames() -> (Queued<Id>, Vec<ConferenceSent>) {
+        let keep = Conference {
+            drop_superseded: false,
+            ..Conference::paceline(Duration::from_secs(1))
+        };
+        let mut q = Queued::new(&[Conference::paceline(Duration::from_secs(1)), keep]);
+        for video in 0..2 {
+            for frame in 0..2 {
+                for layer in 0..ADUS_PER_FRAME {
+                    q.queue(
+                        id(video, frame, layer),
+                        Pending {
+                            video,
+                            frame,
+                            layer,
+                            bytes: 100,
+                        },
+                    );
+                }
+            }
+        }
+        (q, vec![ConferenceSent::default(); 2])
+    }
+
+    /// (video, frame, layer) stands for lowtide's message id.
+    type Id = (usize, u32, u8);
+
+    fn id(video: usize, frame: u32, layer: u8) -> Id {
+        (video, frame, layer)
+    }
+
+    #[test]
+    fn a_written_base_cancels_the_older_frames_enhancements_and_counts_them_apart() {
+        let (mut q, mut out) = two_frames();
+        let mut cancelled = vec![];
+        for video in 0..2 {
+            // Frame 0's base and layer 1, then frame 1's base; frame 0's layer 2 was written
+            // meanwhile (lowtide refuses to cancel it), layer 3 expired.
+            for (frame, layer) in [(0, 0), (0, 1), (1, 0)] {
+                q.fate(&mut out, id(video, frame, layer), true, |old| {
+                    cancelled.push(old);
+                    old != id(video, 0, 2)
+                });
+            }
+            q.fate(&mut out, id(video, 0, 2), true, |_| unreachable!());
+            q.fate(&mut out, id(video, 0, 3), false, |_| unreachable!());
+        }
+        let expected: Vec<_> = (2..8).map(|l| id(0, 0, l)).collect();
+        assert_eq!(cancelled, expected, "video 1 keeps its ADUs");
+        assert_eq!(out[0].written, [2, 1, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(out[0].superseded, [0, 0, 0, 1, 1, 1, 1, 1]);
+        assert_eq!(out[0].cancelled, [0; 8], "layer 3 was superseded before");
+        assert_eq!(out[0].bytes_written, 400);
+        assert_eq!(out[1].superseded, [0; 8]);
+        assert_eq!(out[1].cancelled, [0, 0, 0, 1, 0, 0, 0, 0]);
+        // Frame 1's seven enhancements of video 0 and frame 0's four and frame 1's seven of
+        // video 1 wait; nothing is remembered twice.
+        assert_eq!(q.adus.len(), 7 + 4 + 7);
+        assert_eq!(q.rules[0].as_ref().map(Supersede::len), Some(7));
+    }
 }

@@ -140,7 +140,12 @@ fn a_conference_stream_shows_every_frame_on_an_idle_path() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let conf = Conference::paceline(Duration::from_millis(500));
+        // Every ADU is to be written: none may be superseded when a stalled task writes two
+        // frames at once.
+        let conf = Conference {
+            drop_superseded: false,
+            ..Conference::paceline(Duration::from_millis(500))
+        };
         let videos = [
             conf,
             Conference {

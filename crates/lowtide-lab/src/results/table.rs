@@ -78,21 +78,22 @@ pub fn text_table(s: &LabSummary) -> String {
         .iter()
         .filter_map(|v| Some((v, v.conference.as_ref()?)))
     {
-        let bucket = |i: u8| {
-            c.latency_by_importance_ms
-                .get(&i.to_string())
-                .map_or(NO_DATA.to_string(), |l| {
-                    format!("p50 {} / p99.9 {} ms", l.show("p50", 0), l.show("p999", 0))
-                })
-        };
+        // Every importance bucket with data, most important first (7 = base layer).
+        let buckets: Vec<String> = c
+            .latency_by_importance_ms
+            .iter()
+            .rev()
+            .map(|(i, l)| format!("{i}: {}/{}", l.show("p50", 0), l.show("p999", 0)))
+            .collect();
         out.push_str(&format!(
-            "conference {}: threshold {:.0} ms, {} frames/s, layers per shown frame {}; base ADUs {}, top enhancement {}\n",
+            "conference {}: threshold {:.0} ms, {} frames/s, layers per shown frame {}; by importance p50/p99.9 ms {}; ADUs cancelled {} at their deadline, {} as superseded\n",
             v.name,
             c.threshold_ms,
             c.fps.map_or(NO_DATA.into(), |f| format!("{:.1}", f.mean)),
             c.mean_layers.map_or(NO_DATA.into(), |l| format!("{l:.2}")),
-            bucket(7),
-            bucket(0),
+            if buckets.is_empty() { NO_DATA.to_string() } else { buckets.join(", ") },
+            c.adus_cancelled,
+            c.adus_superseded,
         ));
     }
     let videos: Vec<(&VariantSummary, &VideoSummary)> = s

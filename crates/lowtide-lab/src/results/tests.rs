@@ -464,6 +464,7 @@ fn files_round_trip_every_record() {
             sent: [1; 8],
             written: [1, 1, 1, 1, 1, 1, 1, 0],
             cancelled: [0, 0, 0, 0, 0, 0, 0, 1],
+            superseded: [0; 8],
             bytes_written: 14_000,
         },
     )];
