@@ -63,7 +63,7 @@ fn a_pass_limited_by_the_controller_still_fills_its_allowance() {
     assert_eq!(c.stats().chunks_sent - before, 1);
     let staged = c.staged_len();
     assert!(
-        staged >= 1448 && staged < 64 << 10,
+        (1448..64 << 10).contains(&staged),
         "{staged}: the message is cut to fit"
     );
     assert!(staged <= d.limit, "{d:?}");
