@@ -1434,11 +1434,12 @@ impl Connection {
         }
     }
 
-    /// Stages frames up to the controller's `allowance` and the pass's `room`. The scheduler works in quanta of `chunk_len(mss)`
-    /// (the fairness step between streams), but consecutive quanta of one message that the
-    /// scheduler would pick anyway go out as one frame, up to `max_chunk_len`: the byte order
-    /// on the wire is the same as with one frame per quantum (a message that arrives later can
-    /// only preempt at the next staging pass either way), with one header instead of many.
+    /// Stages frames up to the controller's `allowance` and the pass's `room`. The scheduler
+    /// works in quanta of `chunk_len(mss)` (the fairness step between streams), but consecutive
+    /// quanta of one message that the scheduler would pick anyway go out as one frame, up to
+    /// `max_chunk_len`: the byte order on the wire is the same as with one frame per quantum (a
+    /// message that arrives later can only preempt at the next staging pass either way), with
+    /// one header instead of many.
     ///
     /// A frame is cut to fill the `allowance` exactly. `room` (the batch and the kernel's
     /// free space) only bounds how much one pass stages, so a pass that already staged a frame
