@@ -72,6 +72,9 @@ pub struct Config {
     pub pack_every_bytes: u64,
     /// ... or this long (µs) after unacknowledged bytes arrived.
     pub pack_interval_us: u64,
+    /// Least time (µs) between two P-ACKs sent because of `pack_every_bytes`: a bulk receiver
+    /// would otherwise send one per read, and each wakes the sender (0: no limit).
+    pub pack_min_gap_us: u64,
     /// Report `Written` events per message (a sender of millions of small messages a second
     /// that does not need them saves the work).
     pub written_events: bool,
@@ -99,6 +102,7 @@ impl Default for Config {
             fairness: Fairness::Resource,
             pack_every_bytes: 16 << 10,
             pack_interval_us: 1000,
+            pack_min_gap_us: 500,
             written_events: true,
             ack_events: true,
             controller: ControllerConfig::default(),
@@ -219,6 +223,13 @@ impl Config {
             1,
             10_000_000,
             "1..=10000000",
+        )?;
+        check_range(
+            "pack_min_gap_us",
+            self.pack_min_gap_us,
+            0,
+            self.pack_interval_us,
+            "0..=pack_interval_us",
         )?;
         if let Some(f) = &self.failover {
             f.validate()?;

@@ -46,6 +46,7 @@ use lowtide_proto::{
 use crate::config::ChannelConfig;
 use crate::error::Error;
 use crate::failover::{self, Acceptor, ClientPaths, PathEvent, Paths, ServerPaths};
+use crate::read_buf;
 use crate::sys;
 use crate::tls::{self, TlsSession};
 
@@ -1763,7 +1764,7 @@ impl Driver {
             } else {
                 drop(g);
                 let want = budget.min(self.read_chunk);
-                self.rbuf.reserve(self.read_chunk);
+                read_buf::prepare(&mut self.rbuf, self.read_chunk);
                 let res = read_now(&mut self.stream, &mut (&mut self.rbuf).limit(want));
                 let Some(n) = read_result(res, &mut self.read_eof)? else {
                     return Ok(None);

@@ -46,6 +46,7 @@ mod config;
 mod error;
 mod failover;
 mod handles;
+mod read_buf;
 pub mod sys;
 mod tls;
 

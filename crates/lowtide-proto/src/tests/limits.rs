@@ -20,7 +20,7 @@ pub(super) fn hello() -> Vec<u8> {
     v
 }
 
-fn first(stream: u64, seq: u64, total: u64, payload: &[u8]) -> Vec<u8> {
+pub(super) fn first(stream: u64, seq: u64, total: u64, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::new();
     Frame::Data(DataFrame {
         stream,

@@ -1,5 +1,6 @@
 //! Protocol tests in simulated time ([`crate::sim::Pair`]).
 
+mod bulk_path;
 mod dbat;
 mod failover;
 mod limits;
