@@ -95,8 +95,17 @@ pub const JUDGED_SEGMENTS: f64 = 10.0;
 /// per window below it: reads count in whole segments, so one segment either way is
 /// rounding, and a video served at 517.5 kbit/s for a 520 minimum is not short.
 pub const MIN_TOLERANCE_SEGMENTS: f64 = 2.0;
+/// The onset of congestion is judged over the window divided by this (1 s in the lab): a
+/// minimum lost shows there undiluted by the seconds before, still over 20 segments of a
+/// 520 kbit/s flow.
+pub const RECENT_DIV: u32 = 4;
 /// The full-size segment the reads count in, bytes.
 const SEGMENT: f64 = 1448.0;
+
+/// A rate of one full-size segment per `span`, bit/s.
+fn segment_rate(span: Duration) -> f64 {
+    SEGMENT * 8.0 / span.as_secs_f64()
+}
 
 /// One flow as the rule sees it at a tick.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -106,6 +115,9 @@ pub struct FlowSample {
     pub target: f64,
     /// Its measured rate over the last window, bit/s; `None` while younger than a window.
     pub measured: Option<f64>,
+    /// Its rate over the last window / [`RECENT_DIV`], bit/s (`None` as `measured`): what
+    /// it gets now, for a minimum lost at the onset of congestion.
+    pub recent: Option<f64>,
     /// Bytes/s it delivered in its partial first window (counts in the aggregate).
     pub partial: f64,
     /// The part of its target that is its minimum rate, given before any weighted share
@@ -134,6 +146,7 @@ pub struct SigmaParams {
 
 /// Transitions of the rule, counted by reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SigmaCounters {
     pub flow_congested: u64,
     pub flow_recovered: u64,
@@ -149,6 +162,9 @@ pub struct SigmaCounters {
     pub yield_held: u64,
     /// A yield did not raise the short flow's rate: undone, the flow wants less.
     pub yield_undone: u64,
+    /// A flow short of its minimum over the recent window made σ yield (or yield further)
+    /// without waiting for the whole window: the onset of congestion.
+    pub onset_yield: u64,
 }
 
 /// A probe waiting for its verdict.
@@ -170,6 +186,11 @@ struct Yield {
     before: f64,
     /// The short flow's measured rate when it began (or at the last verdict).
     rate: f64,
+    /// Its recent rate ([`FlowSample::recent`]) at the last step of σ.
+    recent: f64,
+    /// It was at its minimum over the recent window at some tick since the last step: it
+    /// can have it (losses, not an application that wants less).
+    reached: bool,
 }
 
 /// The state of the σ rule. Call [`on_tick`](Self::on_tick) once per control interval with
@@ -274,6 +295,15 @@ impl SigmaRule {
             }
             return;
         };
+        if let Some(y) = self.yielded.as_mut() {
+            let tolerance = MIN_TOLERANCE_SEGMENTS * segment_rate(self.params.window / RECENT_DIV);
+            y.reached |= flows
+                .iter()
+                .any(|f| f.id == y.flow && f.recent.is_some_and(|r| r >= f.guaranteed - tolerance));
+        }
+        if self.onset_yield(now, flows, sigma) {
+            return;
+        }
         if self
             .changed_at
             .is_some_and(|t| now.duration_since(t) < self.params.window)
@@ -325,7 +355,12 @@ impl SigmaRule {
                 let before = p.rates.get(&f.id).copied().unwrap_or(0.0);
                 judged(f) && f.measured.is_some_and(|m| m < kept * before)
             });
-            let carried = aggregate >= p.aggregate + 0.5 * (sigma - p.before);
+            // Carried: judged only when a flow that takes the step is fast enough to judge
+            // (the downloads starved at the minimums' floor read a segment now and then).
+            let takers_judged = flows
+                .iter()
+                .any(|f| judged(f) && f.target > f.guaranteed + tolerance);
+            let carried = !takers_judged || aggregate >= p.aggregate + 0.5 * (sigma - p.before);
             if lost_min || hurt || !carried {
                 self.counters.probe_failed += 1;
                 // A minimum lost is the dearest failure: the next probe waits longest.
@@ -383,6 +418,8 @@ impl SigmaRule {
                     flow: f.id,
                     before: sigma,
                     rate: f.measured.unwrap_or(0.0),
+                    recent: f.recent.or(f.measured).unwrap_or(0.0),
+                    reached: false,
                 });
                 self.quiet_since = None;
                 self.set(now, yielded_to);
@@ -448,6 +485,80 @@ impl SigmaRule {
         }
     }
 
+    /// The onset of congestion: a flow that has had its minimum and lacks it over the
+    /// recent window (window / [`RECENT_DIV`]) makes σ yield at once, to what the flows get
+    /// now less the shortfall (never below the minimums), and again each recent window
+    /// while it stays short and its rate does not rise: the queue that took the minimum
+    /// must drain. The yield is judged as any other, a whole window after its last step.
+    /// True when σ changed.
+    fn onset_yield(&mut self, now: Instant, flows: &[FlowSample], sigma: f64) -> bool {
+        let recent = self.params.window / RECENT_DIV;
+        if self
+            .changed_at
+            .is_some_and(|t| now.duration_since(t) < recent)
+        {
+            return false; // the recent rates still hold the old targets
+        }
+        let per_window = segment_rate(recent);
+        let tolerance = MIN_TOLERANCE_SEGMENTS * per_window;
+        let short: Vec<(&FlowSample, f64)> = flows
+            .iter()
+            .filter(|f| {
+                f.guaranteed >= JUDGED_SEGMENTS * per_window
+                    && self.reached_min.contains(&f.id)
+                    && !self.wants_less.contains(&f.id)
+            })
+            .filter_map(|f| {
+                let r = f.recent?;
+                // A further step only while its rate does not rise (it may be recovering).
+                let rising = self.yielded.is_some_and(|y| r >= y.recent + tolerance);
+                (r < f.guaranteed - tolerance && !rising).then_some((f, f.guaranteed - r))
+            })
+            .collect();
+        let Some(&(shortest, _)) = short.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+            return false;
+        };
+        let floor: f64 = flows.iter().map(|f| f.guaranteed).sum();
+        let getting: f64 = flows
+            .iter()
+            .map(|f| f.recent.or(f.measured).unwrap_or(f.partial))
+            .sum();
+        // The others give way: to what the flows get now less the shortfall, which leaves
+        // the short flows room to catch up while the queue drains.
+        let shortfall: f64 = short.iter().map(|s| s.1).sum();
+        let to = (sigma.min(getting) - shortfall).max(floor);
+        if to >= sigma - tolerance {
+            return false; // the others have nothing left to give
+        }
+        self.counters.onset_yield += 1;
+        let mut before = sigma;
+        if let Some(p) = self.probe.take() {
+            // The probe under way is what took the minimum: failed, the next waits longest.
+            self.counters.probe_failed += 1;
+            self.backoff = MAX_PROBE_BACKOFF;
+            self.step_div = (self.step_div * 2).min(MAX_PROBE_BACKOFF);
+            before = p.before;
+        }
+        let recent_rate = shortest.recent.unwrap_or(0.0);
+        self.yielded = Some(match self.yielded {
+            Some(y) => Yield {
+                recent: recent_rate,
+                reached: false,
+                ..y
+            },
+            None => Yield {
+                flow: shortest.id,
+                before,
+                rate: shortest.measured.unwrap_or(0.0),
+                recent: recent_rate,
+                reached: false,
+            },
+        });
+        self.quiet_since = None;
+        self.set(now, to);
+        true
+    }
+
     /// The verdict on a yield a window after it (`f`: the flow it was for). True when it
     /// changed σ or waits another window: no other verdict this tick.
     fn judge_yield(
@@ -470,9 +581,16 @@ impl SigmaRule {
             self.quiet_since = None;
             return false;
         }
-        if m >= y.rate + tolerance {
-            // Rising (a window growing back after losses): give it another window.
-            self.yielded = Some(Yield { rate: m, ..y });
+        if m >= y.rate + tolerance || (y.reached && sigma <= floor + tolerance) {
+            // Rising (a window growing back after losses), or at the floor and at its
+            // minimum now and then (losses of its own, an oscillating window: it does not
+            // want less): give it another window.
+            self.yielded = Some(Yield {
+                rate: m,
+                recent: f.recent.unwrap_or(m),
+                reached: false,
+                ..y
+            });
             self.changed_at = Some(now);
             return true;
         }
@@ -480,7 +598,12 @@ impl SigmaRule {
             // Not rising yet: the first window still held the others' old targets, or the
             // yield was smaller than what the link lost.
             self.counters.min_short += 1;
-            self.yielded = Some(Yield { rate: m, ..y });
+            self.yielded = Some(Yield {
+                rate: m,
+                recent: f.recent.unwrap_or(m),
+                reached: false,
+                ..y
+            });
             self.set(now, (sigma.min(aggregate) - (f.guaranteed - m)).max(floor));
             return true;
         }
@@ -527,6 +650,7 @@ mod tests {
             id,
             target,
             measured: Some(measured),
+            recent: Some(measured),
             partial: 0.0,
             guaranteed: 0.0,
         }
@@ -833,7 +957,10 @@ mod tests {
         let mut r = SigmaRule::new(fig6_params());
         let with = fig6_lab_like(&mut r, t0, true);
         let c = r.counters();
-        assert!(c.min_short >= 1 && c.yield_held >= 1, "{c:?}");
+        assert!(
+            c.min_short + c.onset_yield >= 1 && c.yield_held >= 1,
+            "{c:?}"
+        );
         assert_eq!(c.yield_undone, 0, "{c:?}");
         assert!(with.iter().all(|&(_, s)| s >= 520e3), "{with:?}");
         // The lab's "at the minimum" (517.5 less a segment a second), tick by tick from
@@ -887,6 +1014,39 @@ mod tests {
             "{trace:?}"
         );
     }
+    #[test]
+    fn sigma_climbs_back_from_the_minimums_floor_when_the_others_are_too_slow_to_judge() {
+        // The link leaves only the video's minimum for 10 s: σ yields to the floor, the
+        // downloads starve. Then the link is free again, but the downloads' reads count in
+        // whole segments per window: a probe's few kbit/s cannot show as carried, and only
+        // harm may fail it.
+        let t0 = Instant::now();
+        let mut r = SigmaRule::new(fig6_params());
+        let whole = |bps: f64| (bps * 2.0 / 8.0 / SEGMENT).floor() * SEGMENT * 8.0 / 2.0;
+        let mut trace = vec![];
+        for ms in (0..80_000).step_by(200) {
+            let cap = if (10_000..20_000).contains(&ms) {
+                560e3
+            } else {
+                960e3
+            };
+            let s = r.sigma().unwrap();
+            let video_t = s.min(520e3);
+            let bulk_t = (s - video_t) / 2.0;
+            let bulk = whole(bulk_t.min(cap / 2.0));
+            let video = FlowSample {
+                guaranteed: video_t,
+                ..f(1, video_t, 517.5e3_f64.min(cap - 2.0 * bulk))
+            };
+            r.on_tick(at(t0, ms), &[video, f(2, bulk_t, bulk), f(3, bulk_t, bulk)]);
+            trace.push(r.sigma().unwrap());
+        }
+        assert!(trace[60..100].iter().any(|&s| s <= 560e3), "{trace:?}");
+        assert_eq!(r.counters().yield_undone, 0, "{:?}", r.counters());
+        let back = trace[100..].iter().position(|&s| s >= 900e3);
+        assert!(back.is_some_and(|k| k <= 250), "{:?}", &trace[100..]);
+    }
+
     #[test]
     fn a_flow_that_never_had_its_minimum_is_starting_not_short() {
         // A player's pre-roll or slow start: no yield until the flow has been at its minimum.
