@@ -99,6 +99,10 @@ pub const MIN_TOLERANCE_SEGMENTS: f64 = 2.0;
 /// minimum lost shows there undiluted by the seconds before, still over 20 segments of a
 /// 520 kbit/s flow.
 pub const RECENT_DIV: u32 = 4;
+/// While a flow has a minimum rate, σ stays this fraction below the access link: a link
+/// filled to the last bit by steered flows overflows its queue at any burst of arrivals
+/// above the reads, and the losses fall on the flow with the largest window, the minimum's.
+pub const MIN_MARGIN: f64 = 0.05;
 /// The full-size segment the reads count in, bytes.
 const SEGMENT: f64 = 1448.0;
 
@@ -223,6 +227,8 @@ pub struct SigmaRule {
     backoff: u32,
     step_div: u32,
     flows: Vec<u64>,
+    /// Some flow has a minimum rate: σ keeps [`MIN_MARGIN`] below the link.
+    minimums: bool,
     counters: SigmaCounters,
 }
 
@@ -243,6 +249,7 @@ impl SigmaRule {
             backoff: 1,
             step_div: 1,
             flows: vec![],
+            minimums: false,
             counters: SigmaCounters::default(),
         }
     }
@@ -286,6 +293,12 @@ impl SigmaRule {
                 // A probe cannot be judged over a different set of flows: undone.
                 Some(p) => self.set(now, p.before),
                 None => self.changed_at = Some(now),
+            }
+        }
+        self.minimums = flows.iter().any(|f| f.guaranteed > 0.0);
+        if let (Some(s), Some(ceiling)) = (self.sigma, self.ceiling()) {
+            if s > ceiling {
+                self.set(now, ceiling);
             }
         }
         let Some(sigma) = self.sigma else {
@@ -434,9 +447,8 @@ impl SigmaRule {
                     // What σ can really grow by: at the link it cannot, and recovery must
                     // not take back more than was handed on.
                     let room = self
-                        .params
-                        .link
-                        .map_or(f64::INFINITY, |l| (l - next).max(0.0));
+                        .ceiling()
+                        .map_or(f64::INFINITY, |c| (c - next).max(0.0));
                     let slack = ((1.0 - alpha) * f.target).min(room);
                     self.congested.insert(f.id, (f.target, slack));
                     next += slack;
@@ -464,7 +476,7 @@ impl SigmaRule {
         let since = *self.quiet_since.get_or_insert(now);
         let wait = self.params.probe_after.map(|a| a * self.backoff);
         let waited = wait.is_some_and(|w| held || now.duration_since(since) >= w);
-        let room = self.params.link.is_none_or(|link| sigma < link)
+        let room = self.ceiling().is_none_or(|c| sigma < c)
             && flows.iter().any(|f| !self.congested.contains_key(&f.id));
         if room && waited {
             self.counters.probes += 1;
@@ -618,13 +630,16 @@ impl SigmaRule {
         true
     }
 
+    /// The most σ may be: the link, less [`MIN_MARGIN`] while a flow has a minimum.
+    pub fn ceiling(&self) -> Option<f64> {
+        let margin = if self.minimums { MIN_MARGIN } else { 0.0 };
+        self.params.link.map(|l| l * (1.0 - margin))
+    }
+
     fn set(&mut self, now: Instant, sigma: f64) {
-        let capped = match self.params.link {
-            Some(link) => sigma.min(link),
-            None => sigma,
-        };
-        if self.params.link.is_some_and(|link| capped >= link) {
-            self.protecting = false; // back at the link: nothing left to protect from
+        let capped = self.ceiling().map_or(sigma, |c| sigma.min(c));
+        if self.ceiling().is_some_and(|c| capped >= c) {
+            self.protecting = false; // back at the ceiling: nothing left to protect from
         }
         self.sigma = Some(capped.max(0.0));
         self.changed_at = Some(now);
@@ -976,8 +991,11 @@ mod tests {
         // The downloads keep what the minimum leaves: σ ends the interference near 720.
         let late = with[200..250].iter().map(|&(_, s)| s).sum::<f64>() / 50.0;
         assert!((620e3..=760e3).contains(&late), "{late}");
-        // After it, the probes take σ back to the link within 20 s.
-        let back = with[250..].iter().position(|&(_, s)| s >= 955e3);
+        // After it, the probes take σ back to the ceiling (the link less the margin)
+        // within 20 s.
+        let back = with[250..]
+            .iter()
+            .position(|&(_, s)| s >= 0.95 * 960e3 - 1.0);
         assert!(back.is_some_and(|k| k <= 100), "{:?}", &with[250..]);
     }
 
@@ -1061,6 +1079,11 @@ mod tests {
             r.on_tick(at(t0, ms), &[video, f(2, 220e3, 220e3), f(3, 220e3, 220e3)]);
         }
         assert_eq!(r.counters().min_short, 0, "{:?}", r.counters());
-        assert_eq!(r.sigma(), Some(960e3));
+        assert_eq!(r.sigma(), r.ceiling());
+        assert_eq!(
+            r.ceiling(),
+            Some(0.95 * 960e3),
+            "the margin under a minimum"
+        );
     }
 }
