@@ -22,10 +22,12 @@
 //!   the top flow is application-limited (a video that sends no more than its rung). When
 //!   σ has settled, no flow has newly fallen below α·T for `probe_after` and some flow is
 //!   not in congestion of its own, σ grows by `probe_step` × the link's rate (× σ when the
-//!   link is unknown), never above the link. One window later the probe is judged: it
+//!   link is unknown), never above the ceiling. One window later the probe is judged: it
 //!   **failed** when a judged flow measures less than (1 − (1 − α)/2) of its rate before
 //!   the probe (a full link gives the extra out of the others' rates) or the aggregate did
-//!   not rise by half the step (the link did not carry it). A failed probe is undone (σ
+//!   not rise by half the step (the link did not carry it; judged only when a flow that
+//!   takes the step is fast enough to judge: the downloads starved at the minimums' floor
+//!   read a segment now and then, and σ never climbed back). A failed probe is undone (σ
 //!   back to its value before, not to the aggregate), the wait before the next doubles and
 //!   the next step halves (both up to [`MAX_PROBE_BACKOFF`]), so a full link is probed
 //!   ever more rarely and gently instead of oscillating. A held probe makes the next
@@ -53,8 +55,21 @@
 //!   (another window), not rising with room left (yield again by the shortfall) or at the
 //!   floor (*undone*: the flow wants less than its minimum, or an outside host's flow took
 //!   what the others gave; σ goes back and the paper's per-flow rule judges the flow until
-//!   it reaches its minimum again). A short flow is not taken for congestion of its own
-//!   while σ can still fall for it, so its slack is not handed on.
+//!   it reaches its minimum again; not while the flow has been at its minimum since the
+//!   last step: its losses, not an application that wants less). A short flow is not
+//!   taken for congestion of its own while σ can still fall for it, so its slack is not
+//!   handed on.
+//! - **The onset.** Judged over the whole window a minimum lost at the onset of congestion
+//!   shows diluted by the seconds before, and the yield's verdict waits a window: in the
+//!   lab σ was still 830-850 kbit/s when the queue overflowed. So a flow with a minimum is
+//!   also judged over the recent window (window / [`RECENT_DIV`]; [`FlowSample::recent`]):
+//!   short there, σ yields at once to what the flows get now less the shortfall, and again
+//!   each recent window while the flow stays short and its rate does not rise; the yield
+//!   is then judged as above, a window after its last step.
+//! - **A margin under the link while a minimum is in force** ([`MIN_MARGIN`],
+//!   [`SigmaRule::ceiling`]): σ at the link's full rate leaves no room for a burst of
+//!   arrivals above the reads, the drop-tail queue overflows and the losses fall on the
+//!   flow with the largest window, the one with the minimum.
 //! - **Protecting a minimum.** After a held yield σ sits below what the link has left;
 //!   until σ is back at the link, held probes grow to half of `probe_step` at most, a probe
 //!   that made a flow lose its minimum steps σ back as far below its start as it went
@@ -73,8 +88,9 @@
 //! - **Flows starting or stopping** clear the per-flow congestion marks, undo a probe
 //!   under way and restart settling (the paper resets "the BWSS state"); σ itself is kept,
 //!   because the aggregate right after a change measures the old set of flows.
-//! - σ never exceeds the access link's rate when it is configured, and starts there (the
-//!   paper starts from the first measured aggregate, which is what happens when it is not).
+//! - σ never exceeds the access link's rate when it is configured (less the margin while a
+//!   minimum is in force), and starts there (the paper starts from the first measured
+//!   aggregate, which is what happens when it is not).
 //!
 //! Every transition is counted by reason ([`SigmaCounters`]).
 
