@@ -111,7 +111,7 @@ pub const JUDGED_SEGMENTS: f64 = 10.0;
 /// per window below it: reads count in whole segments, so one segment either way is
 /// rounding, and a video served at 517.5 kbit/s for a 520 minimum is not short.
 pub const MIN_TOLERANCE_SEGMENTS: f64 = 2.0;
-/// The onset of congestion is judged over the window divided by this (1 s in the lab): a
+/// The onset of congestion is judged over the window divided by this (500 ms in the lab): a
 /// minimum lost shows there undiluted by the seconds before, still over 20 segments of a
 /// 520 kbit/s flow.
 pub const RECENT_DIV: u32 = 4;

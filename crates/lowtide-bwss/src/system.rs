@@ -240,29 +240,9 @@ mod tests {
     /// 100 s.
     #[test]
     fn fig6_in_simulated_time_keeps_the_video_at_its_minimum_and_the_link_full() {
-        let cfg = Config::from_toml(
-            r#"
-            [system]
-            link_kbps = 960
-            window_ms = 2000
-            probe_after_ms = 1000
-            probe_step = 0.1
-            [[rule]]
-            program = "video"
-            priority = 10
-            min_kbps = 520
-            weight = 0
-            "#,
-        )
-        .unwrap();
-        let mut b = Bwss::new(cfg);
+        let mut b = Bwss::new(fig6_rules());
         let t0 = Instant::now();
-        let flow = |p: &str, port| info(p, &format!("10.2.1.1:{port}"));
-        let ids = [
-            b.add_flow(t0, flow("video", 1)),
-            b.add_flow(t0, flow("curl", 2)),
-            b.add_flow(t0, flow("curl", 3)),
-        ];
+        let ids = fig6_flows(&mut b, t0);
         let app_limit = [517.5e3, f64::INFINITY, f64::INFINITY];
         let mut bytes = [0f64; 3];
         let mut rate = [0f64; 3];
@@ -332,12 +312,7 @@ mod tests {
     /// Returns the video's kbit/s per second and σ per tick.
     fn fig6_lab_onset(b: &mut Bwss) -> (Vec<f64>, Vec<f64>) {
         let t0 = Instant::now();
-        let flow = |p: &str, port| info(p, &format!("10.2.1.1:{port}"));
-        let ids = [
-            b.add_flow(t0, flow("video", 1)),
-            b.add_flow(t0, flow("curl", 2)),
-            b.add_flow(t0, flow("curl", 3)),
-        ];
+        let ids = fig6_flows(b, t0);
         let (mut bytes, mut video) = ([0f64; 3], 0f64);
         let step = 0.2;
         let (mut video_secs, mut sigma) = (vec![0.0; 100], vec![]);
@@ -366,6 +341,17 @@ mod tests {
         (video_secs, sigma)
     }
 
+    /// The video and the two downloads of Fig. 6.
+    fn fig6_flows(b: &mut Bwss, t0: Instant) -> [FlowId; 3] {
+        let flow = |p: &str, port| info(p, &format!("10.2.1.1:{port}"));
+        [
+            b.add_flow(t0, flow("video", 1)),
+            b.add_flow(t0, flow("curl", 2)),
+            b.add_flow(t0, flow("curl", 3)),
+        ]
+    }
+
+    /// The lab's rules (scenarios/bwss-fig6.toml).
     fn fig6_rules() -> Config {
         Config::from_toml(
             r#"
