@@ -46,6 +46,23 @@ impl Meter {
         (span > 0.0).then(|| (b1 - b0) as f64 * 8.0 / span)
     }
 
+    /// Bit/s over the most recent `span` (at most the window: the readings kept cover no
+    /// more), from the newest reading back to the last one at least `span` older; `None`
+    /// while the flow is younger than the window or no reading is that old.
+    pub fn recent_rate(&self, now: Instant, span: Duration) -> Option<f64> {
+        if now.duration_since(self.started) < self.window {
+            return None;
+        }
+        let &(t1, b1) = self.readings.back()?;
+        let &(t0, b0) = self
+            .readings
+            .iter()
+            .rev()
+            .find(|(t, _)| t1.duration_since(*t) >= span)?;
+        let dt = t1.duration_since(t0).as_secs_f64();
+        Some((b1 - b0) as f64 * 8.0 / dt)
+    }
+
     /// Bit/s since the flow started (for flows younger than a window).
     pub fn rate_since_start(&self, now: Instant) -> f64 {
         let span = now.duration_since(self.started).as_secs_f64();
@@ -84,6 +101,13 @@ mod tests {
         }
         assert!((m.rate(ms(2000)).unwrap() - 200e3).abs() < 1.0);
         assert!(m.readings.len() <= 12);
+        // The last 500 ms only: 200 kbit/s, also right after a change of rate.
+        assert!((m.recent_rate(ms(2000), Duration::from_millis(500)).unwrap() - 200e3).abs() < 1.0);
+        bytes += 12_500; // 1 Mbit/s for 100 ms
+        m.record(ms(2100), bytes);
+        let recent = m.recent_rate(ms(2100), Duration::from_millis(500)).unwrap();
+        assert!((recent - 360e3).abs() < 1.0, "{recent}");
+        assert!(m.recent_rate(ms(2100), Duration::from_secs(5)).is_none());
         m.record(ms(1500), 0);
         assert_eq!(m.total(), bytes);
     }

@@ -22,10 +22,12 @@
 //!   the top flow is application-limited (a video that sends no more than its rung). When
 //!   σ has settled, no flow has newly fallen below α·T for `probe_after` and some flow is
 //!   not in congestion of its own, σ grows by `probe_step` × the link's rate (× σ when the
-//!   link is unknown), never above the link. One window later the probe is judged: it
+//!   link is unknown), never above the ceiling. One window later the probe is judged: it
 //!   **failed** when a judged flow measures less than (1 − (1 − α)/2) of its rate before
 //!   the probe (a full link gives the extra out of the others' rates) or the aggregate did
-//!   not rise by half the step (the link did not carry it). A failed probe is undone (σ
+//!   not rise by half the step (the link did not carry it; judged only when a flow that
+//!   takes the step is fast enough to judge: the downloads starved at the minimums' floor
+//!   read a segment now and then, and σ never climbed back). A failed probe is undone (σ
 //!   back to its value before, not to the aggregate), the wait before the next doubles and
 //!   the next step halves (both up to [`MAX_PROBE_BACKOFF`]), so a full link is probed
 //!   ever more rarely and gently instead of oscillating. A held probe makes the next
@@ -53,8 +55,21 @@
 //!   (another window), not rising with room left (yield again by the shortfall) or at the
 //!   floor (*undone*: the flow wants less than its minimum, or an outside host's flow took
 //!   what the others gave; σ goes back and the paper's per-flow rule judges the flow until
-//!   it reaches its minimum again). A short flow is not taken for congestion of its own
-//!   while σ can still fall for it, so its slack is not handed on.
+//!   it reaches its minimum again; not while the flow has been at its minimum since the
+//!   last step: its losses, not an application that wants less). A short flow is not
+//!   taken for congestion of its own while σ can still fall for it, so its slack is not
+//!   handed on.
+//! - **The onset.** Judged over the whole window a minimum lost at the onset of congestion
+//!   shows diluted by the seconds before, and the yield's verdict waits a window: in the
+//!   lab σ was still 830-850 kbit/s when the queue overflowed. So a flow with a minimum is
+//!   also judged over the recent window (window / [`RECENT_DIV`]; [`FlowSample::recent`]):
+//!   short there, σ yields at once to what the flows get now less the shortfall, and again
+//!   each recent window while the flow stays short and its rate does not rise; the yield
+//!   is then judged as above, a window after its last step.
+//! - **A margin under the link while a minimum is in force** ([`MIN_MARGIN`],
+//!   [`SigmaRule::ceiling`]): σ at the link's full rate leaves no room for a burst of
+//!   arrivals above the reads, the drop-tail queue overflows and the losses fall on the
+//!   flow with the largest window, the one with the minimum.
 //! - **Protecting a minimum.** After a held yield σ sits below what the link has left;
 //!   until σ is back at the link, held probes grow to half of `probe_step` at most, a probe
 //!   that made a flow lose its minimum steps σ back as far below its start as it went
@@ -73,8 +88,9 @@
 //! - **Flows starting or stopping** clear the per-flow congestion marks, undo a probe
 //!   under way and restart settling (the paper resets "the BWSS state"); σ itself is kept,
 //!   because the aggregate right after a change measures the old set of flows.
-//! - σ never exceeds the access link's rate when it is configured, and starts there (the
-//!   paper starts from the first measured aggregate, which is what happens when it is not).
+//! - σ never exceeds the access link's rate when it is configured (less the margin while a
+//!   minimum is in force), and starts there (the paper starts from the first measured
+//!   aggregate, which is what happens when it is not).
 //!
 //! Every transition is counted by reason ([`SigmaCounters`]).
 
@@ -95,8 +111,21 @@ pub const JUDGED_SEGMENTS: f64 = 10.0;
 /// per window below it: reads count in whole segments, so one segment either way is
 /// rounding, and a video served at 517.5 kbit/s for a 520 minimum is not short.
 pub const MIN_TOLERANCE_SEGMENTS: f64 = 2.0;
+/// The onset of congestion is judged over the window divided by this (500 ms in the lab): a
+/// minimum lost shows there undiluted by the seconds before, still over 20 segments of a
+/// 520 kbit/s flow.
+pub const RECENT_DIV: u32 = 4;
+/// While a flow has a minimum rate, σ stays this fraction below the access link: a link
+/// filled to the last bit by steered flows overflows its queue at any burst of arrivals
+/// above the reads, and the losses fall on the flow with the largest window, the minimum's.
+pub const MIN_MARGIN: f64 = 0.05;
 /// The full-size segment the reads count in, bytes.
 const SEGMENT: f64 = 1448.0;
+
+/// A rate of one full-size segment per `span`, bit/s.
+fn segment_rate(span: Duration) -> f64 {
+    SEGMENT * 8.0 / span.as_secs_f64()
+}
 
 /// One flow as the rule sees it at a tick.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -106,6 +135,9 @@ pub struct FlowSample {
     pub target: f64,
     /// Its measured rate over the last window, bit/s; `None` while younger than a window.
     pub measured: Option<f64>,
+    /// Its rate over the last window / [`RECENT_DIV`], bit/s (`None` as `measured`): what
+    /// it gets now, for a minimum lost at the onset of congestion.
+    pub recent: Option<f64>,
     /// Bytes/s it delivered in its partial first window (counts in the aggregate).
     pub partial: f64,
     /// The part of its target that is its minimum rate, given before any weighted share
@@ -134,6 +166,7 @@ pub struct SigmaParams {
 
 /// Transitions of the rule, counted by reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SigmaCounters {
     pub flow_congested: u64,
     pub flow_recovered: u64,
@@ -149,6 +182,9 @@ pub struct SigmaCounters {
     pub yield_held: u64,
     /// A yield did not raise the short flow's rate: undone, the flow wants less.
     pub yield_undone: u64,
+    /// A flow short of its minimum over the recent window made σ yield (or yield further)
+    /// without waiting for the whole window: the onset of congestion.
+    pub onset_yield: u64,
 }
 
 /// A probe waiting for its verdict.
@@ -170,6 +206,11 @@ struct Yield {
     before: f64,
     /// The short flow's measured rate when it began (or at the last verdict).
     rate: f64,
+    /// Its recent rate ([`FlowSample::recent`]) at the last step of σ.
+    recent: f64,
+    /// It was at its minimum over the recent window at some tick since the last step: it
+    /// can have it (losses, not an application that wants less).
+    reached: bool,
 }
 
 /// The state of the σ rule. Call [`on_tick`](Self::on_tick) once per control interval with
@@ -202,6 +243,8 @@ pub struct SigmaRule {
     backoff: u32,
     step_div: u32,
     flows: Vec<u64>,
+    /// Some flow has a minimum rate: σ keeps [`MIN_MARGIN`] below the link.
+    minimums: bool,
     counters: SigmaCounters,
 }
 
@@ -222,6 +265,7 @@ impl SigmaRule {
             backoff: 1,
             step_div: 1,
             flows: vec![],
+            minimums: false,
             counters: SigmaCounters::default(),
         }
     }
@@ -267,6 +311,12 @@ impl SigmaRule {
                 None => self.changed_at = Some(now),
             }
         }
+        self.minimums = flows.iter().any(|f| f.guaranteed > 0.0);
+        if let (Some(s), Some(ceiling)) = (self.sigma, self.ceiling()) {
+            if s > ceiling {
+                self.set(now, ceiling);
+            }
+        }
         let Some(sigma) = self.sigma else {
             // The first full measurement of a flow is the start of the system.
             if flows.iter().any(|f| f.measured.is_some()) && aggregate > 0.0 {
@@ -274,6 +324,15 @@ impl SigmaRule {
             }
             return;
         };
+        if let Some(y) = self.yielded.as_mut() {
+            let tolerance = MIN_TOLERANCE_SEGMENTS * segment_rate(self.params.window / RECENT_DIV);
+            y.reached |= flows
+                .iter()
+                .any(|f| f.id == y.flow && f.recent.is_some_and(|r| r >= f.guaranteed - tolerance));
+        }
+        if self.onset_yield(now, flows, sigma) {
+            return;
+        }
         if self
             .changed_at
             .is_some_and(|t| now.duration_since(t) < self.params.window)
@@ -325,7 +384,12 @@ impl SigmaRule {
                 let before = p.rates.get(&f.id).copied().unwrap_or(0.0);
                 judged(f) && f.measured.is_some_and(|m| m < kept * before)
             });
-            let carried = aggregate >= p.aggregate + 0.5 * (sigma - p.before);
+            // Carried: judged only when a flow that takes the step is fast enough to judge
+            // (the downloads starved at the minimums' floor read a segment now and then).
+            let takers_judged = flows
+                .iter()
+                .any(|f| judged(f) && f.target > f.guaranteed + tolerance);
+            let carried = !takers_judged || aggregate >= p.aggregate + 0.5 * (sigma - p.before);
             if lost_min || hurt || !carried {
                 self.counters.probe_failed += 1;
                 // A minimum lost is the dearest failure: the next probe waits longest.
@@ -383,6 +447,8 @@ impl SigmaRule {
                     flow: f.id,
                     before: sigma,
                     rate: f.measured.unwrap_or(0.0),
+                    recent: f.recent.or(f.measured).unwrap_or(0.0),
+                    reached: false,
                 });
                 self.quiet_since = None;
                 self.set(now, yielded_to);
@@ -397,9 +463,8 @@ impl SigmaRule {
                     // What σ can really grow by: at the link it cannot, and recovery must
                     // not take back more than was handed on.
                     let room = self
-                        .params
-                        .link
-                        .map_or(f64::INFINITY, |l| (l - next).max(0.0));
+                        .ceiling()
+                        .map_or(f64::INFINITY, |c| (c - next).max(0.0));
                     let slack = ((1.0 - alpha) * f.target).min(room);
                     self.congested.insert(f.id, (f.target, slack));
                     next += slack;
@@ -427,7 +492,7 @@ impl SigmaRule {
         let since = *self.quiet_since.get_or_insert(now);
         let wait = self.params.probe_after.map(|a| a * self.backoff);
         let waited = wait.is_some_and(|w| held || now.duration_since(since) >= w);
-        let room = self.params.link.is_none_or(|link| sigma < link)
+        let room = self.ceiling().is_none_or(|c| sigma < c)
             && flows.iter().any(|f| !self.congested.contains_key(&f.id));
         if room && waited {
             self.counters.probes += 1;
@@ -446,6 +511,80 @@ impl SigmaRule {
             let step = self.params.probe_step / self.step_div as f64;
             self.set(now, sigma + step * base);
         }
+    }
+
+    /// The onset of congestion: a flow that has had its minimum and lacks it over the
+    /// recent window (window / [`RECENT_DIV`]) makes σ yield at once, to what the flows get
+    /// now less the shortfall (never below the minimums), and again each recent window
+    /// while it stays short and its rate does not rise: the queue that took the minimum
+    /// must drain. The yield is judged as any other, a whole window after its last step.
+    /// True when σ changed.
+    fn onset_yield(&mut self, now: Instant, flows: &[FlowSample], sigma: f64) -> bool {
+        let recent = self.params.window / RECENT_DIV;
+        if self
+            .changed_at
+            .is_some_and(|t| now.duration_since(t) < recent)
+        {
+            return false; // the recent rates still hold the old targets
+        }
+        let per_window = segment_rate(recent);
+        let tolerance = MIN_TOLERANCE_SEGMENTS * per_window;
+        let short: Vec<(&FlowSample, f64)> = flows
+            .iter()
+            .filter(|f| {
+                f.guaranteed >= JUDGED_SEGMENTS * per_window
+                    && self.reached_min.contains(&f.id)
+                    && !self.wants_less.contains(&f.id)
+            })
+            .filter_map(|f| {
+                let r = f.recent?;
+                // A further step only while its rate does not rise (it may be recovering).
+                let rising = self.yielded.is_some_and(|y| r >= y.recent + tolerance);
+                (r < f.guaranteed - tolerance && !rising).then_some((f, f.guaranteed - r))
+            })
+            .collect();
+        let Some(&(shortest, _)) = short.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+            return false;
+        };
+        let floor: f64 = flows.iter().map(|f| f.guaranteed).sum();
+        let getting: f64 = flows
+            .iter()
+            .map(|f| f.recent.or(f.measured).unwrap_or(f.partial))
+            .sum();
+        // The others give way: to what the flows get now less the shortfall, which leaves
+        // the short flows room to catch up while the queue drains.
+        let shortfall: f64 = short.iter().map(|s| s.1).sum();
+        let to = (sigma.min(getting) - shortfall).max(floor);
+        if to >= sigma - tolerance {
+            return false; // the others have nothing left to give
+        }
+        self.counters.onset_yield += 1;
+        let mut before = sigma;
+        if let Some(p) = self.probe.take() {
+            // The probe under way is what took the minimum: failed, the next waits longest.
+            self.counters.probe_failed += 1;
+            self.backoff = MAX_PROBE_BACKOFF;
+            self.step_div = (self.step_div * 2).min(MAX_PROBE_BACKOFF);
+            before = p.before;
+        }
+        let recent_rate = shortest.recent.unwrap_or(0.0);
+        self.yielded = Some(match self.yielded {
+            Some(y) => Yield {
+                recent: recent_rate,
+                reached: false,
+                ..y
+            },
+            None => Yield {
+                flow: shortest.id,
+                before,
+                rate: shortest.measured.unwrap_or(0.0),
+                recent: recent_rate,
+                reached: false,
+            },
+        });
+        self.quiet_since = None;
+        self.set(now, to);
+        true
     }
 
     /// The verdict on a yield a window after it (`f`: the flow it was for). True when it
@@ -470,9 +609,16 @@ impl SigmaRule {
             self.quiet_since = None;
             return false;
         }
-        if m >= y.rate + tolerance {
-            // Rising (a window growing back after losses): give it another window.
-            self.yielded = Some(Yield { rate: m, ..y });
+        if m >= y.rate + tolerance || (y.reached && sigma <= floor + tolerance) {
+            // Rising (a window growing back after losses), or at the floor and at its
+            // minimum now and then (losses of its own, an oscillating window: it does not
+            // want less): give it another window.
+            self.yielded = Some(Yield {
+                rate: m,
+                recent: f.recent.unwrap_or(m),
+                reached: false,
+                ..y
+            });
             self.changed_at = Some(now);
             return true;
         }
@@ -480,7 +626,12 @@ impl SigmaRule {
             // Not rising yet: the first window still held the others' old targets, or the
             // yield was smaller than what the link lost.
             self.counters.min_short += 1;
-            self.yielded = Some(Yield { rate: m, ..y });
+            self.yielded = Some(Yield {
+                rate: m,
+                recent: f.recent.unwrap_or(m),
+                reached: false,
+                ..y
+            });
             self.set(now, (sigma.min(aggregate) - (f.guaranteed - m)).max(floor));
             return true;
         }
@@ -495,13 +646,16 @@ impl SigmaRule {
         true
     }
 
+    /// The most σ may be: the link, less [`MIN_MARGIN`] while a flow has a minimum.
+    pub fn ceiling(&self) -> Option<f64> {
+        let margin = if self.minimums { MIN_MARGIN } else { 0.0 };
+        self.params.link.map(|l| l * (1.0 - margin))
+    }
+
     fn set(&mut self, now: Instant, sigma: f64) {
-        let capped = match self.params.link {
-            Some(link) => sigma.min(link),
-            None => sigma,
-        };
-        if self.params.link.is_some_and(|link| capped >= link) {
-            self.protecting = false; // back at the link: nothing left to protect from
+        let capped = self.ceiling().map_or(sigma, |c| sigma.min(c));
+        if self.ceiling().is_some_and(|c| capped >= c) {
+            self.protecting = false; // back at the ceiling: nothing left to protect from
         }
         self.sigma = Some(capped.max(0.0));
         self.changed_at = Some(now);
@@ -527,6 +681,7 @@ mod tests {
             id,
             target,
             measured: Some(measured),
+            recent: Some(measured),
             partial: 0.0,
             guaranteed: 0.0,
         }
@@ -833,7 +988,10 @@ mod tests {
         let mut r = SigmaRule::new(fig6_params());
         let with = fig6_lab_like(&mut r, t0, true);
         let c = r.counters();
-        assert!(c.min_short >= 1 && c.yield_held >= 1, "{c:?}");
+        assert!(
+            c.min_short + c.onset_yield >= 1 && c.yield_held >= 1,
+            "{c:?}"
+        );
         assert_eq!(c.yield_undone, 0, "{c:?}");
         assert!(with.iter().all(|&(_, s)| s >= 520e3), "{with:?}");
         // The lab's "at the minimum" (517.5 less a segment a second), tick by tick from
@@ -849,8 +1007,11 @@ mod tests {
         // The downloads keep what the minimum leaves: σ ends the interference near 720.
         let late = with[200..250].iter().map(|&(_, s)| s).sum::<f64>() / 50.0;
         assert!((620e3..=760e3).contains(&late), "{late}");
-        // After it, the probes take σ back to the link within 20 s.
-        let back = with[250..].iter().position(|&(_, s)| s >= 955e3);
+        // After it, the probes take σ back to the ceiling (the link less the margin)
+        // within 20 s.
+        let back = with[250..]
+            .iter()
+            .position(|&(_, s)| s >= 0.95 * 960e3 - 1.0);
         assert!(back.is_some_and(|k| k <= 100), "{:?}", &with[250..]);
     }
 
@@ -888,6 +1049,39 @@ mod tests {
         );
     }
     #[test]
+    fn sigma_climbs_back_from_the_minimums_floor_when_the_others_are_too_slow_to_judge() {
+        // The link leaves only the video's minimum for 10 s: σ yields to the floor, the
+        // downloads starve. Then the link is free again, but the downloads' reads count in
+        // whole segments per window: a probe's few kbit/s cannot show as carried, and only
+        // harm may fail it.
+        let t0 = Instant::now();
+        let mut r = SigmaRule::new(fig6_params());
+        let whole = |bps: f64| (bps * 2.0 / 8.0 / SEGMENT).floor() * SEGMENT * 8.0 / 2.0;
+        let mut trace = vec![];
+        for ms in (0..80_000).step_by(200) {
+            let cap = if (10_000..20_000).contains(&ms) {
+                560e3
+            } else {
+                960e3
+            };
+            let s = r.sigma().unwrap();
+            let video_t = s.min(520e3);
+            let bulk_t = (s - video_t) / 2.0;
+            let bulk = whole(bulk_t.min(cap / 2.0));
+            let video = FlowSample {
+                guaranteed: video_t,
+                ..f(1, video_t, 517.5e3_f64.min(cap - 2.0 * bulk))
+            };
+            r.on_tick(at(t0, ms), &[video, f(2, bulk_t, bulk), f(3, bulk_t, bulk)]);
+            trace.push(r.sigma().unwrap());
+        }
+        assert!(trace[60..100].iter().any(|&s| s <= 560e3), "{trace:?}");
+        assert_eq!(r.counters().yield_undone, 0, "{:?}", r.counters());
+        let back = trace[100..].iter().position(|&s| s >= 900e3);
+        assert!(back.is_some_and(|k| k <= 250), "{:?}", &trace[100..]);
+    }
+
+    #[test]
     fn a_flow_that_never_had_its_minimum_is_starting_not_short() {
         // A player's pre-roll or slow start: no yield until the flow has been at its minimum.
         let t0 = Instant::now();
@@ -901,6 +1095,11 @@ mod tests {
             r.on_tick(at(t0, ms), &[video, f(2, 220e3, 220e3), f(3, 220e3, 220e3)]);
         }
         assert_eq!(r.counters().min_short, 0, "{:?}", r.counters());
-        assert_eq!(r.sigma(), Some(960e3));
+        assert_eq!(r.sigma(), r.ceiling());
+        assert_eq!(
+            r.ceiling(),
+            Some(0.95 * 960e3),
+            "the margin under a minimum"
+        );
     }
 }

