@@ -365,7 +365,8 @@ fn two_curls_get_minimum_by_priority_then_weights() {
     let video = HttpServer::start(&[("v", 20_000_000)]);
     let bulk = HttpServer::start(&[("b", 20_000_000)]);
     // 16 Mbit/s: the "video" port has priority and 10 Mbit/s, weight 0; the bulk flow the rest
-    // of σ, which keeps 5% under the link while a minimum is in force (15.2 Mbit/s).
+    // of σ, which keeps 5% under the link while a minimum is in force (15.2 Mbit/s) and may
+    // have yielded below that at the start (the onset rule) when the video was short.
     let d = TestDaemon::start(&format!(
         "[system]\nlink_kbps = 16000\nprobe_after_ms = 0\n[[rule]]\nname = \"video\"\nremote_port = {}\npriority = 10\nmin_kbps = 10000\nweight = 0\n",
         video.port
@@ -378,13 +379,23 @@ fn two_curls_get_minimum_by_priority_then_weights() {
     assert_eq!(s.flows.len(), 2, "{s:?}");
     let flow = |rule: Option<&str>| s.flows.iter().find(|f| f.rule.as_deref() == rule).unwrap();
     let (v, f) = (flow(Some("video")), flow(None));
-    assert_eq!(
-        (v.target_kbps, f.target_kbps),
-        (Some(10000.0), Some(5200.0))
+    let sigma = s.sigma_kbps.expect("σ after 1.8 s");
+    assert!(
+        (13_600.0..=15_200.0).contains(&sigma),
+        "σ {sigma:.0} kbit/s"
+    );
+    assert_eq!(v.target_kbps, Some(10000.0), "{s:?}");
+    let rest = f.target_kbps.expect("bulk target");
+    assert!(
+        (rest - (sigma - 10000.0)).abs() < 1.0,
+        "bulk target {rest} of σ {sigma}"
     );
     let (vm, fm) = (v.measured_kbps.unwrap(), f.measured_kbps.unwrap());
     assert!(within(vm, 10000.0, 0.2), "video measured {vm:.0} kbit/s");
-    assert!(within(fm, 5200.0, 0.25), "bulk measured {fm:.0} kbit/s");
+    assert!(
+        within(fm, rest, 0.25),
+        "bulk measured {fm:.0} kbit/s for {rest:.0}"
+    );
 }
 
 #[test]
