@@ -264,12 +264,10 @@ fn run_rdc(args: &RunArgs, text: &str, folder: &std::path::Path) -> anyhow::Resu
     let summary = summary?;
     print!("{}", rdc::text_table(&summary));
     println!(
-        "run folder: {} ({}, {})",
+        "run folder: {} (open {}; {})",
         out_dir.display(),
-        rdc::SUMMARY,
-        std::path::Path::new(rdc::PLOT)
-            .with_extension("png")
-            .display()
+        rdc::REPORT,
+        rdc::SUMMARY
     );
     let goals_met = summary.goals.iter().all(|g| g.met);
     Ok(if !summary.errors.is_empty() {

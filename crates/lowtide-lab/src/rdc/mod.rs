@@ -17,7 +17,7 @@
 //! - [`rtt_groups`]: streams of different round trips (Fig. 9/10): layers per RTT group and
 //!   the disparity between groups;
 //! - [`summary`]: `summary.json` and the printed table; [`plot`]: Fig. 3, and for video
-//!   Fig. 6/8 (layers) and Fig. 7 (queue).
+//!   Fig. 6/8 (layers) and Fig. 7 (queue); [`report`]: `report.html`.
 //!
 //! Where we differ from the paper: real Linux TCP (the scenario's congestion control) in
 //! namespaces, not ns-2; packets per bin are counted at the sender (`tcpi_data_segs_out`,
@@ -29,6 +29,7 @@ pub mod agents;
 pub mod flows;
 pub mod measure;
 pub mod plot;
+pub mod report;
 pub mod rtt_groups;
 pub mod scenario;
 pub mod summary;
@@ -52,6 +53,7 @@ pub struct RdcOptions {
 }
 
 pub const SUMMARY: &str = "summary.json";
+pub const REPORT: &str = "report.html";
 pub const FLOWS_CSV: &str = "flows.csv";
 pub const PLOT: &str = "packets-per-bin.svg";
 pub const LAYERS_CSV: &str = "layers.csv";
@@ -65,7 +67,7 @@ const STREAMS_DRAWN: usize = 10;
 
 /// Runs every variant, one trial each, and writes the run folder: `summary.json`,
 /// `flows.csv` (packets sent and bytes received per flow per bin), `scenario-as-run.toml`,
-/// and the Fig. 3 plot (SVG and PNG). A variant whose network fails is an error in the
+/// the Fig. 3 plot (SVG and PNG), the video figures, and `report.html`. A variant whose network fails is an error in the
 /// summary; the others still run.
 pub fn run(
     s: &RdcScenario,
@@ -195,7 +197,8 @@ fn write_folder(
     if s.rdc.video.is_some() {
         write_video_figures(dir, s, trials)?;
     }
-    Ok(())
+    let page = report::html(summary, &|svg| dir.join(svg).exists());
+    std::fs::write(dir.join(REPORT), page).map_err(io(REPORT))
 }
 
 /// Video runs: `layers.csv` (every stream's layer count at its start and after each change),
