@@ -65,6 +65,11 @@ impl LinkStats {
         }
     }
 
+    /// The origin of [`QueueSample::t_us`]: when the network started.
+    pub fn started(&self) -> Instant {
+        self.start
+    }
+
     pub fn arrived(&self, bytes: usize) {
         self.arrived_packets.fetch_add(1, Relaxed);
         self.arrived_bytes.fetch_add(bytes as u64, Relaxed);

@@ -24,6 +24,7 @@ pub struct TrialRecord {
     pub receivers: Vec<Option<ReceiverRecord>>,
     /// The forward bottleneck from `measure_from_s` to the end.
     pub forward: Option<LinkReport>,
+    /// The forward queue after each dequeue, `t_us` counted from the flows' origin (`t0`).
     pub queue: Vec<QueueSample>,
     /// Seconds the forward link was measured for.
     pub measured_s: f64,
@@ -152,7 +153,21 @@ pub fn run_variant(
         ));
     }
     let forward = net.forward().report();
-    let queue = net.forward().queue_samples();
+    // The emulator counts from the network's start, the flows from `t0` (after the agents
+    // started): one origin for every figure, or the queue plot runs seconds ahead of the
+    // layers and packets it explains (100 streams take several seconds to set up).
+    let origin_us = t0
+        .saturating_duration_since(net.forward().started())
+        .as_micros() as u64;
+    let queue = net
+        .forward()
+        .queue_samples()
+        .into_iter()
+        .map(|q| QueueSample {
+            t_us: q.t_us.saturating_sub(origin_us),
+            ..q
+        })
+        .collect();
     let measured_s = r.duration_s - r.measure_from_s;
     let mut errors = vec![];
     let senders: Vec<Option<SenderRecord>> = senders
