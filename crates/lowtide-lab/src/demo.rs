@@ -3,9 +3,9 @@
 //! same latency stream through plain TCP and through lowtide's MinBuf(1,3) at once, side by
 //! side, so both see the very same queue; a UDP probe measures the network floor.
 //!
-//! It echoes Goel, Krasic, Walpole 2008, Fig. 3 (`shared/papers/000_…`, Section 4): about 30%
-//! of TCP's packets over 160 ms, under 2% with MIN_BUF(1,3), at 95% of TCP's throughput; their
-//! set-up was heavier (30 Mbit/s, 100 ms RTT, 15 elephants and 80 mice).
+//! It echoes Goel, Krasic and Walpole, "Low-Latency Adaptive Streaming over TCP" (2008), Fig. 3
+//! (Section 4): about 30% of TCP's packets over 160 ms, under 2% with MIN_BUF(1,3), at 95% of TCP's
+//! throughput; their set-up was heavier (30 Mbit/s, 100 ms RTT, 15 elephants and 80 mice).
 
 use std::path::PathBuf;
 

@@ -13,9 +13,10 @@
 //!    [`handle_timeout`](Connection::handle_timeout) (expiries, delayed P-ACKs).
 //! 5. Drain [`poll_event`](Connection::poll_event) and [`poll_message`](Connection::poll_message).
 //!
-//! Sources: Paceline (`/work/shared/papers/002_87fc88a8f1af51dc.txt`, "Data Service Model" to
-//! "Latency Controller") for streams, messages, chunking, cancellation and P-ACKs. Modelled on
-//! quinn-proto's `Connection` (`handle_*` inputs, `poll_*` outputs, `now` passed in).
+//! Sources: Paceline (Erbad and Krasic, "Sender-side Buffers and the Case for Multimedia
+//! Adaptation", "Data Service Model" to "Latency Controller") for streams, messages, chunking,
+//! cancellation and P-ACKs. Modelled on quinn-proto's `Connection` (`handle_*` inputs, `poll_*`
+//! outputs, `now` passed in).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};

@@ -15,9 +15,10 @@
 //! Layers, bottom up:
 //! - [`wire`]: handshake and frame codec (varints; `docs/wire.md`);
 //! - `stream`, [`scheduler`]: per-stream priority queues and weighted fair queuing with Fair
-//!   Start and Use It Or Lose It (Paceline, `/work/shared/papers/002_87fc88a8f1af51dc.txt`);
-//! - [`controller`]: latency controllers (Unlimited, NotsentLowat, MinBuf of Goel et al.,
-//!   `/work/shared/papers/000_b6e6729ee79515f7.txt`, PaceA);
+//!   Start and Use It Or Lose It (Paceline: Erbad and Krasic, "Sender-side Buffers and
+//!   the Case for Multimedia Adaptation");
+//! - [`controller`]: latency controllers (Unlimited, NotsentLowat, MinBuf of Goel, Krasic and
+//!   Walpole, "Low-Latency Adaptive Streaming over TCP", PaceA);
 //! - `reassembly`: chunks back into messages, bounded memory;
 //! - [`Connection`]: the state machine tying them together;
 //! - [`failover`]: Paceline's connection manager (stall detection, resend, exactly-once

@@ -1,8 +1,9 @@
 //! Receive-side reassembly: chunks back into messages, delivered complete in arrival order.
 //!
-//! Source: Paceline, `/work/shared/papers/002_87fc88a8f1af51dc.txt`, "Framing and
-//! Fragmentation" (receiver-side reassembly) and "Data Service Model" (messages may be skipped:
-//! cancelled sequence numbers are reported, so the receiver sees gaps explicitly).
+//! Source: Paceline (Erbad and Krasic, "Sender-side Buffers and the Case for Multimedia
+//! Adaptation"), "Framing and Fragmentation" (receiver-side reassembly) and "Data Service Model"
+//! (messages may be skipped: cancelled sequence numbers are reported, so the receiver sees gaps
+//! explicitly).
 //!
 //! Memory: partial messages are bounded by the channel budget minus room for one frame (so a
 //! peer cannot wedge the channel with partial messages: it gets

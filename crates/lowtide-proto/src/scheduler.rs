@@ -1,10 +1,10 @@
 //! The stream scheduler: weighted fair queuing on virtual time.
 //!
-//! Source: Paceline, `/work/shared/papers/002_87fc88a8f1af51dc.txt`, "Stream Fairness". Each
-//! stream has a cumulative virtual time; the active stream (one with data queued) with the
-//! smallest virtual time sends the next chunk, and its virtual time grows by the chunk's bytes
-//! (resource fairness) or by its share of the message's cost (quality fairness), divided by the
-//! stream's weight. Two rules set virtual time:
+//! Source: Paceline (Erbad and Krasic, "Sender-side Buffers and the Case for Multimedia
+//! Adaptation"), "Stream Fairness". Each stream has a cumulative virtual time; the active stream
+//! (one with data queued) with the smallest virtual time sends the next chunk, and its virtual time
+//! grows by the chunk's bytes (resource fairness) or by its share of the message's cost (quality
+//! fairness), divided by the stream's weight. Two rules set virtual time:
 //! - **Fair Start**: a new stream starts at the minimum virtual time of the active streams, or,
 //!   if none is active, at the maximum of the idle ones (zero if it is the only stream);
 //! - **Use It Or Lose It**: a stream that becomes active again starts at

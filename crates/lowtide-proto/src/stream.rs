@@ -1,9 +1,9 @@
 //! Per-stream send queues: messages ordered by importance, then position (sequence number).
 //!
-//! Source: Paceline, `/work/shared/papers/002_87fc88a8f1af51dc.txt`, "Framing and
-//! Fragmentation": message queues are priority queues, so chunks of a newly arrived important
-//! message preempt older, less important ones; a partly sent message simply waits at its place
-//! while a more important one goes first (the receiver reassembles both).
+//! Source: Paceline (Erbad and Krasic, "Sender-side Buffers and the Case for Multimedia
+//! Adaptation"), "Framing and Fragmentation": message queues are priority queues, so chunks of a
+//! newly arrived important message preempt older, less important ones; a partly sent message simply
+//! waits at its place while a more important one goes first (the receiver reassembles both).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};

@@ -1,5 +1,5 @@
 //! DRD, derivative random drop, the AQM of nistnet that Goel, Krasic and Walpole used for
-//! their ECN experiment (`shared/papers/000_b6e6729ee79515f7.txt`, Section 4.1, Fig. 5):
+//! their ECN experiment ("Low-Latency Adaptive Streaming over TCP", Section 4.1, Fig. 5):
 //! "DRD marks 10-percent packets with the ECN bit when the queue length exceeds drdmin,
 //! progressively increasing the percentage until packets are dropped when the queue length
 //! exceeds drdcongest. Unlike RED, DRD does not average queue lengths." The paper sets

@@ -1,9 +1,9 @@
 //! MIN_BUF(a, b): keep the kernel's send queue at `a·cwnd + min(b, cwnd)` segments, plus the
 //! SACK correction. Paceline calls this kernel-assisted controller PaceK.
 //!
-//! Source: Goel et al., `/work/shared/papers/000_b6e6729ee79515f7.txt`, Section 5 (the A·CWND + B
-//! trade-off, why B = 3 covers ACK arrival, delayed ACKs and cwnd increase), Section 6 (the
-//! in-kernel limit `A·CWND + MIN(B, CWND)` segments), Section 6.1 (SACK correction: add
+//! Source: Goel, Krasic and Walpole, "Low-Latency Adaptive Streaming over TCP", Section 5 (the
+//! A·CWND + B trade-off, why B = 3 covers ACK arrival, delayed ACKs and cwnd increase), Section 6
+//! (the in-kernel limit `A·CWND + MIN(B, CWND)` segments), Section 6.1 (SACK correction: add
 //! `sacked_out` so the limit covers the `cwnd + sacked_out` window) and Section 6.2 (the
 //! application-level variant, whose problem is polling).
 //!

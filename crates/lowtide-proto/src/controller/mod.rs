@@ -1,11 +1,11 @@
 //! Latency controllers: how many bytes may enter the kernel now?
 //!
-//! Paceline (`/work/shared/papers/002_87fc88a8f1af51dc.txt`, "Latency Controller: How Many
-//! Chunks to Send?") keeps the kernel's send buffer filled to about `cwnd + 3·MSS` so that the
-//! sender's data waits in lowtide's priority queues, where it can still be reordered, cancelled
-//! or expired, instead of in the kernel's FIFO. Each controller here is a pure function of a
-//! [`TcpState`] snapshot, the application's own progress ([`AppProgress`]) and `now`; none makes a
-//! system call, so every control law is unit-tested.
+//! Paceline (Erbad and Krasic, "Sender-side Buffers and the Case for Multimedia Adaptation",
+//! "Latency Controller: How Many Chunks to Send?") keeps the kernel's send buffer filled to about
+//! `cwnd + 3·MSS` so that the sender's data waits in lowtide's priority queues, where it can still
+//! be reordered, cancelled or expired, instead of in the kernel's FIFO. Each controller here is a
+//! pure function of a [`TcpState`] snapshot, the application's own progress ([`AppProgress`]) and
+//! `now`; none makes a system call, so every control law is unit-tested.
 //!
 //! | controller | law | wake-up when blocked |
 //! | --- | --- | --- |

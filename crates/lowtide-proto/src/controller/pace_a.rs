@@ -1,6 +1,7 @@
-//! PaceA: Paceline's purely user-level controller (`/work/shared/papers/002_87fc88a8f1af51dc.txt`,
-//! "Latency Controller"): no kernel information; estimate `cwnd' = latency × bandwidth` from
-//! application-level acknowledgements (P-ACKs) and keep `cwnd' + b·MSS` bytes unacknowledged.
+//! PaceA: Paceline's purely user-level controller (Erbad and Krasic, "Sender-side Buffers and the
+//! Case for Multimedia Adaptation", "Latency Controller"): no kernel information; estimate `cwnd' =
+//! latency × bandwidth` from application-level acknowledgements (P-ACKs) and keep `cwnd' + b·MSS`
+//! bytes unacknowledged.
 //!
 //! The paper defers PaceA's details to another publication, so the estimators are ours:
 //! - bandwidth: bytes acknowledged between two P-ACKs at least one latency estimate (and
