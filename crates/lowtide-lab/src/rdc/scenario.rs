@@ -202,6 +202,10 @@ pub struct RdcVariant {
     /// doubling; `lowtide_rdc::AgentConfig::max_increase`).
     #[serde(default)]
     pub agent_max_increase_ms: Option<f64>,
+    /// The agents' threads at real-time priority (default; `lowtide_rdc::DriverConfig::
+    /// realtime`); `false` runs them as ordinary threads, the baseline of that change.
+    #[serde(default = "yes")]
+    pub agent_realtime: bool,
     /// What the paper reports for this variant (shown beside ours).
     #[serde(default)]
     pub paper: String,

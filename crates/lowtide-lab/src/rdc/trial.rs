@@ -86,7 +86,7 @@ pub fn run_variant(
                     .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
                 ..lowtide_rdc::AgentConfig::default()
             };
-            Some(Agents::start(&net, &agent, &ports)?)
+            Some(Agents::start(&net, &agent, v.agent_realtime, &ports)?)
         }
         None => None,
     };
