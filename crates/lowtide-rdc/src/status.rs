@@ -183,3 +183,20 @@ impl DriverCounters {
         self.max_wake_lateness_us = self.max_wake_lateness_us.max(us);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn only_wake_ups_past_their_deadline_count_and_late_means_over_1_ms() {
+        let mut d = DriverCounters::default();
+        d.on_wake(Duration::ZERO, false);
+        d.on_wake(Duration::from_micros(900), true);
+        assert_eq!((d.woke_late, d.max_wake_lateness_us), (0, 900));
+        d.on_wake(Duration::from_micros(2500), true);
+        d.on_wake(Duration::from_micros(1200), true);
+        assert_eq!((d.woke_late, d.max_wake_lateness_us), (2, 2500));
+    }
+}
