@@ -1,10 +1,11 @@
 //! How the agent's thread is scheduled. A held ACK must leave at its time: on a loaded host
 //! an ordinary (SCHED_OTHER) thread waits behind the TCP threads and the emulator for a few
 //! ms now and then, and every ACK due in that stall leaves in one bunch, which a
-//! window-limited sender answers with a burst of data (docs/rdc.md, "Exact RDC's queue
-//! p99"). SCHED_FIFO lets the agent preempt ordinary threads when its timer fires; it sleeps
-//! between packets, and the kernel's real-time throttling keeps 5% of each second for
-//! everyone else.
+//! window-limited sender answers with a burst of data. SCHED_FIFO lets the agent preempt
+//! ordinary threads when its timer fires; it sleeps between packets, and the kernel's
+//! real-time throttling keeps 5% of each second for everyone else. Measured (docs/rdc.md,
+//! "Where the late releases come from"): under CPU load 0.05% of held ACKs late against
+//! 1.6% for an ordinary thread in the same run; stalls of the whole machine remain.
 
 use serde::Serialize;
 
