@@ -83,6 +83,10 @@ struct AgentArgs {
     /// Status every this many ms.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
+    /// Run as an ordinary thread, not SCHED_FIFO (held ACKs may then leave late on a loaded
+    /// host).
+    #[arg(long)]
+    no_realtime: bool,
     /// Status as JSON lines (one AgentStatus per interval, then the final one).
     #[arg(long)]
     json: bool,
@@ -143,6 +147,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<i32> {
         },
         iptables: a.iptables.clone(),
         status_interval: Duration::from_millis(a.interval_ms.max(10)),
+        realtime: !a.no_realtime,
         ..DriverConfig::default()
     };
     let stopper = Stopper::new()?;

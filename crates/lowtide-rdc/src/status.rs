@@ -7,6 +7,7 @@ use std::net::SocketAddrV4;
 use serde::Serialize;
 
 use crate::config::Mode;
+use crate::driver::sched::Scheduling;
 use crate::rtt::RttSource;
 
 /// Why an outgoing packet was not held.
@@ -160,4 +161,42 @@ pub struct DriverCounters {
     /// Verdicts the kernel refused (the packet is then dropped by the kernel).
     pub verdict_errors: u64,
     pub packets_per_batch_max: u64,
+    /// How the agent's thread ran (real-time priority or not).
+    pub scheduling: Scheduling,
+    /// Wake-ups that came more than 1 ms after the deadline the thread slept for (timer,
+    /// scheduling), and the latest, µs: the part of a late release that is the thread's
+    /// (`counters.released_late` is the whole).
+    pub woke_late: u64,
+    pub max_wake_lateness_us: u64,
+}
+
+impl DriverCounters {
+    /// Counts a wake-up `late` after its deadline (`due`: the deadline had passed).
+    pub fn on_wake(&mut self, late: std::time::Duration, due: bool) {
+        if !due {
+            return;
+        }
+        if late > std::time::Duration::from_millis(1) {
+            self.woke_late += 1;
+        }
+        let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        self.max_wake_lateness_us = self.max_wake_lateness_us.max(us);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn only_wake_ups_past_their_deadline_count_and_late_means_over_1_ms() {
+        let mut d = DriverCounters::default();
+        d.on_wake(Duration::ZERO, false);
+        d.on_wake(Duration::from_micros(900), true);
+        assert_eq!((d.woke_late, d.max_wake_lateness_us), (0, 900));
+        d.on_wake(Duration::from_micros(2500), true);
+        d.on_wake(Duration::from_micros(1200), true);
+        assert_eq!((d.woke_late, d.max_wake_lateness_us), (2, 2500));
+    }
 }

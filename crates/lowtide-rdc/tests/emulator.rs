@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use lowtide_netem::config::{AqmConfig, QueueLimit, RdcConfig, RdcMode, TopologyConfig};
 use lowtide_netem::{Dumbbell, Host, LinkReport, RunOptions};
+use lowtide_rdc::driver::sched::Scheduling;
 use lowtide_rdc::iptables::{self, Selection};
 use lowtide_rdc::{AgentConfig, AgentError, AgentHandle, AgentStatus, DriverConfig};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -307,6 +308,8 @@ fn exact_rdc_holds_acks_by_the_stamped_delay_and_keeps_the_fifo_short() {
         a.counters
     );
     assert_eq!(o.forward.rdc_unstamped, 0);
+    // Root may raise the agent's thread to SCHED_FIFO, so held ACKs leave at their time.
+    assert_eq!(a.driver.scheduling, Scheduling::Realtime);
     assert!(
         o.forward.rdc_delay_ms.p50 > 10.0,
         "{:?}",

@@ -30,11 +30,12 @@ pub struct Agents {
 }
 
 impl Agents {
-    /// Starts an agent with `agent`'s settings in every receiver host `r` with ports in
-    /// `ports[r]`, for those ports.
+    /// Starts an agent with `agent`'s settings (its thread real-time if `realtime`) in every
+    /// receiver host `r` with ports in `ports[r]`, for those ports.
     pub fn start(
         net: &Dumbbell,
         agent: &AgentConfig,
+        realtime: bool,
         ports: &[Vec<u16>],
     ) -> Result<Self, LabError> {
         let mut agents = Agents { running: vec![] };
@@ -45,6 +46,7 @@ impl Agents {
                     ports: ports.clone(),
                     loopback: false,
                 },
+                realtime,
                 ..DriverConfig::default()
             };
             let handle = net

@@ -202,6 +202,14 @@ pub struct RdcVariant {
     /// doubling; `lowtide_rdc::AgentConfig::max_increase`).
     #[serde(default)]
     pub agent_max_increase_ms: Option<f64>,
+    /// The agents' threads at real-time priority (default; `lowtide_rdc::DriverConfig::
+    /// realtime`); `false` runs them as ordinary threads, the baseline of that change.
+    #[serde(default = "yes")]
+    pub agent_realtime: bool,
+    /// The receivers acknowledge every segment (a `quickack` route), as the paper's ns-2
+    /// sink does; default: Linux's delayed ACKs (one ACK per two segments).
+    #[serde(default)]
+    pub receiver_quickack: bool,
     /// What the paper reports for this variant (shown beside ours).
     #[serde(default)]
     pub paper: String,

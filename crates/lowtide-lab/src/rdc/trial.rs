@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lowtide_netem::stats::QueueSample;
-use lowtide_netem::{Dumbbell, LinkReport, RunOptions};
+use lowtide_netem::{Dumbbell, Host, LinkReport, RunOptions};
 
 use super::agents::{AgentReport, Agents};
 use super::flows::{self, FlowPlan, ReceiverRecord, SenderRecord};
@@ -72,6 +72,11 @@ pub fn run_variant(
             h.sysctl("net.ipv4.tcp_ecn_fallback", "0")?;
         }
     }
+    if v.receiver_quickack {
+        for r in 0..s.topology.receivers {
+            ack_every_segment(net.receiver(r))?;
+        }
+    }
     // Declared after `net`: dropped (stopped, chains removed) before the namespaces go.
     let agents = match v.agent {
         Some(mode) => {
@@ -87,7 +92,7 @@ pub fn run_variant(
                     .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
                 ..lowtide_rdc::AgentConfig::default()
             };
-            Some(Agents::start(&net, &agent, &ports)?)
+            Some(Agents::start(&net, &agent, v.agent_realtime, &ports)?)
         }
         None => None,
     };
@@ -223,4 +228,34 @@ fn join<T>(
             None
         }
     }
+}
+
+/// Makes `host` acknowledge every segment, as the paper's ns-2 sink does: Linux delays ACKs
+/// (one per two full segments) unless a route says `quickack` (ip-route(8)), so each of the
+/// host's routes is changed to carry it.
+fn ack_every_segment(host: &Host) -> Result<(), LabError> {
+    let what = || format!("turning on quickack in host {}", host.name());
+    let out = host
+        .command("ip")
+        .args(["-4", "route", "show"])
+        .output()
+        .map_err(|e| LabError::io(what(), e))?;
+    let routes = String::from_utf8_lossy(&out.stdout);
+    for route in routes.lines().filter(|l| !l.trim().is_empty()) {
+        let out = host
+            .command("ip")
+            .args(["route", "change"])
+            .args(route.split_whitespace())
+            .args(["quickack", "1"])
+            .output()
+            .map_err(|e| LabError::io(what(), e))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(LabError::io(
+                what(),
+                format!("route `{route}`: {}", err.trim()),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -8,7 +8,9 @@
 //!   the message and gives the verdict when the packet may leave. A held message pins only its
 //!   small receive buffer.
 //!
-//! One thread waits in `ppoll` on both sockets, a stop eventfd and the agent's next deadline.
+//! One thread waits in `ppoll` on both sockets, a stop eventfd and the agent's next deadline;
+//! it runs at real-time priority when allowed ([`sched`]) and, woken, releases what is due
+//! before it reads new packets, so a batch of reads never delays a held ACK.
 //! Fail open everywhere: the queues are set to accept packets when they are full
 //! (`NFQA_CFG_F_FAIL_OPEN`), the rules carry `--queue-bypass` (no agent bound: packets pass),
 //! the core passes packets at once when `max_held` are held, and on stop every held packet is
@@ -16,6 +18,7 @@
 //! them (the kernel's verdict on flush), so the driver never does.
 
 mod netlink;
+pub mod sched;
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -52,6 +55,9 @@ pub struct DriverConfig {
     pub iptables: Option<String>,
     /// How often the published status is refreshed.
     pub status_interval: Duration,
+    /// Run the agent's thread at SCHED_FIFO when permitted ([`sched::apply`]); the outcome
+    /// is `driver.scheduling` in the status.
+    pub realtime: bool,
 }
 
 impl Default for DriverConfig {
@@ -63,6 +69,7 @@ impl Default for DriverConfig {
             kernel_queue_len: 8192,
             iptables: None,
             status_interval: Duration::from_millis(500),
+            realtime: true,
         }
     }
 }
@@ -260,8 +267,11 @@ pub fn run(
     let mut inq = bind(cfg.queue, u16::MAX, cfg.kernel_queue_len)?;
     let mut outq = bind(out_num, OUT_COPY, cfg.kernel_queue_len)?;
     let rules = Rules::install(&tool, cfg.queue, &cfg.selection)?;
+    let mut counts = DriverCounters {
+        scheduling: sched::apply(cfg.realtime),
+        ..DriverCounters::default()
+    };
     ready();
-    let mut counts = DriverCounters::default();
     let mut next_status = Instant::now();
     let result = loop {
         let now = Instant::now();
@@ -283,6 +293,11 @@ pub fn run(
         if stopping {
             break Ok(());
         }
+        // Due packets first: the reads below may take a while in a burst.
+        let woke = Instant::now();
+        counts.on_wake(woke.saturating_duration_since(deadline), woke >= deadline);
+        agent.handle_timeout(woke);
+        release(&mut agent, &mut outq, &mut counts);
         let drained = drain(&mut inq, &mut counts, |mut msg| {
             let rewrite = agent.handle_incoming(Instant::now(), msg.get_payload());
             if !rewrite.is_empty() {
