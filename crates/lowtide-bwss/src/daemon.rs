@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::{Config, FlowInfo};
-use crate::shm::{Region, SLOTS};
+use crate::shm::{monotonic_ns, Region, SLOTS};
 use crate::system::{Bwss, FlowId};
 use crate::unix;
 use crate::wire::{Reply, Request, MAX_LINE};
@@ -239,9 +239,13 @@ fn tick(shared: &Shared, now: Instant) {
         if let Some(slot) = shared.region.slot(e.slot) {
             let bytes = slot.bytes_read.load(Ordering::Relaxed);
             st.bwss.record_bytes(now, e.id, bytes);
+            let at_ns = slot.arrived_at_ns.load(Ordering::Acquire);
             let arrived = slot.bytes_arrived.load(Ordering::Relaxed);
-            if arrived > 0 {
-                st.bwss.record_arrivals(now, e.id, arrived);
+            if arrived > 0 && at_ns > 0 {
+                // Recorded when the reader took it, not now: a rare reader's count is old.
+                let age = Duration::from_nanos(monotonic_ns().saturating_sub(at_ns));
+                let at = now.checked_sub(age).unwrap_or(now);
+                st.bwss.record_arrivals(at, e.id, arrived);
             }
         }
     }
@@ -363,6 +367,7 @@ fn handle(shared: &Shared, conn: u64, program: &mut String, req: Request) -> Rep
                 s.rate.store(0, Ordering::Relaxed);
                 s.bytes_read.store(0, Ordering::Relaxed);
                 s.bytes_arrived.store(0, Ordering::Relaxed);
+                s.arrived_at_ns.store(0, Ordering::Relaxed);
                 s.inode.store(inode, Ordering::Release);
             }
             st.flows.insert(

@@ -85,8 +85,14 @@ impl Pacer {
             return;
         };
         // Several processes may read one socket (after `fork`): the counter only grows.
-        slot.bytes_arrived
-            .fetch_max(rcv.bytes_received, Ordering::Relaxed);
+        if slot
+            .bytes_arrived
+            .fetch_max(rcv.bytes_received, Ordering::Relaxed)
+            <= rcv.bytes_received
+        {
+            slot.arrived_at_ns
+                .store(crate::shm::monotonic_ns(), Ordering::Release);
+        }
         match self.bucket.as_ref().filter(|_| !self.unclamped) {
             Some(b) => {
                 // Without an RTT estimate yet, assume 100 ms (a generous window).

@@ -38,6 +38,9 @@ pub struct Slot {
     /// Bytes that have arrived so far, read or not (`tcpi_bytes_received`; the reader
     /// publishes it every [`crate::fcs::CLAMP_EVERY_MS`] while it reads); 0: not known yet.
     pub bytes_arrived: AtomicU64,
+    /// When `bytes_arrived` was taken ([`monotonic_ns`]): a reader that reads rarely (a
+    /// starved download) publishes rarely, and the count is as old as this.
+    pub arrived_at_ns: AtomicU64,
     /// 1: no window clamp (a flow held at its minimum rate, [`crate::Budget::clamp`]).
     pub unclamped: AtomicU64,
 }
