@@ -68,9 +68,9 @@ impl Pacer {
         })
     }
 
-    /// Every [`CLAMP_EVERY_MS`]: publishes the bytes that have arrived (the daemon judges
-    /// flows by them: a slow reader is not a starved flow, and a download reading its
-    /// budget out of a backlog is not carried by the link) and applies the window clamp:
+    /// Every [`CLAMP_EVERY_MS`]: publishes the bytes that have arrived and when (the σ
+    /// rule judges flows without a minimum by them: a download reading its budget out of a
+    /// backlog is not carried by the link) and applies the window clamp:
     /// two round trips of the target while steered; unclamped again once the flow is not,
     /// or its budget asks for no clamp.
     pub fn maintain(&mut self, fd: RawFd, slot: &Slot, now: Instant) {
