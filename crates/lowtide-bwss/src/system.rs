@@ -185,12 +185,13 @@ impl Bwss {
             .iter()
             .map(|(&id, f)| {
                 let target = f.fcs.target().unwrap_or(0.0);
-                // A flow with a minimum is judged by what its application gets (the
-                // minimum is promised to it; an unsteered video's reads are smooth, its
-                // arrivals burst with loss recovery: 407-637 kbit/s a second in the lab
-                // around a 520 read rate, and the onset yield fired on them). The others
-                // by what the link delivered when known: their reads lag it by the backlog.
-                let by_arrivals = f.class.min_kbps == 0.0;
+                // With `judge_arrivals`, a flow without a minimum is judged by what the
+                // link delivered when known (its reads lag it by the backlog); a flow with
+                // a minimum always by what its application gets (the minimum is promised
+                // to it; an unclamped video's reads are smooth, its arrivals burst with
+                // loss recovery: 407-637 kbit/s a second in the lab around a 520 read
+                // rate, and the onset yield fired on them).
+                let by_arrivals = self.config.system.judge_arrivals && f.class.min_kbps == 0.0;
                 let m = f
                     .arrivals
                     .as_ref()
@@ -293,9 +294,9 @@ mod tests {
         /// The lab's onset in `bwss-bytes`' runs: the video keeps its rate and the
         /// losses fall on the downloads, which go on reading their budgets out of the
         /// [`BACKLOG`] waiting in their receive buffers until it is gone (while it is not
-        /// full their windows let twice their budget arrive). The daemon hears the
-        /// arrivals only when `arrivals` is set.
-        DownloadsLose { arrivals: bool },
+        /// full their windows let twice their budget arrive). The daemon hears their
+        /// arrivals too.
+        DownloadsLose,
     }
 
     /// What waits unread in a steered download's receive buffer, bytes (about 5 s of a
@@ -352,7 +353,7 @@ mod tests {
                     rate = [video.min(cap - 2.0 * bulk), bulk, bulk];
                     arrive = rate;
                 }
-                Link::DownloadsLose { .. } => {
+                Link::DownloadsLose => {
                     rate[0] = video.min(cap);
                     arrive[0] = rate[0];
                     for i in 1..3 {
@@ -368,7 +369,7 @@ mod tests {
                 read[i] += rate[i] * step / 8.0;
                 arrived[i] += arrive[i] * step / 8.0;
                 b.record_bytes(now, ids[i], read[i] as u64);
-                if link == (Link::DownloadsLose { arrivals: true }) {
+                if link == Link::DownloadsLose {
                     b.record_arrivals(now, ids[i], arrived[i] as u64);
                 }
             }
@@ -447,10 +448,11 @@ mod tests {
     /// falls to it about a window after the onset.
     #[test]
     fn judged_by_arrivals_sigma_follows_the_link_at_the_onset_not_the_backlog() {
-        let onset = |arrivals| {
-            let mut b = Bwss::new(fig6_rules());
-            let link = Link::DownloadsLose { arrivals };
-            let run = fig6_run(&mut b, 60, interfered(30.0..60.0), link);
+        let onset = |judge_arrivals| {
+            let mut rules = fig6_rules();
+            rules.system.judge_arrivals = judge_arrivals;
+            let mut b = Bwss::new(rules);
+            let run = fig6_run(&mut b, 60, interfered(30.0..60.0), Link::DownloadsLose);
             // The first tick (200 ms) after the onset at which σ ≤ the 720 kbit/s left
             // (within rounding).
             let under = run.sigma[150..].iter().position(|&s| s <= 721.0);
