@@ -291,8 +291,8 @@ mod tests {
         /// arrivals at what they read, so they lose nothing to the drop-tail queue; the
         /// video gets what the link leaves. Arrivals are reads.
         VideoLoses,
-        /// The lab's onset in `bwss-bytes`' runs: the video keeps its rate and the
-        /// losses fall on the downloads, which go on reading their budgets out of the
+        /// The lab's onset in main's run `main-1` (docs/bwss.md): the video keeps its
+        /// rate and the losses fall on the downloads, which go on reading their budgets out of the
         /// [`BACKLOG`] waiting in their receive buffers until it is gone (while it is not
         /// full their windows let twice their budget arrive). The daemon hears their
         /// arrivals too.
