@@ -296,7 +296,7 @@ pub fn allowance(fd: RawFd, flow: &Flow, now: Instant) -> Option<Allowance> {
             p.resize(i + 1, Pacer::default());
         }
         let a = p[i].allowance(flow.slot, now);
-        p[i].maintain_clamp(fd, now);
+        p[i].maintain(fd, flow.slot, now);
         a
     })
 }

@@ -7,6 +7,7 @@
 //! window_ms = 1000       # rates are measured over this window
 //! link_kbps = 960        # the access link, if known (sigma starts there, never exceeds it)
 //! observe = false        # true: measure and log, steer nothing
+//! judge_arrivals = true  # judge flows without a minimum by bytes arrived (false: read)
 //!
 //! [default]              # flows no rule matches
 //! priority = 0
@@ -93,6 +94,10 @@ pub struct SystemConfig {
     pub link_kbps: f64,
     /// Measure and log every flow, steer none (a baseline with the same measurement).
     pub observe: bool,
+    /// The sigma rule judges flows without a minimum by the bytes that arrived
+    /// (`tcpi_bytes_received`) when the reader reports them; false: by the bytes read, as
+    /// before (docs/bwss.md, "Judged by arrivals").
+    pub judge_arrivals: bool,
 }
 
 impl Default for SystemConfig {
@@ -105,6 +110,7 @@ impl Default for SystemConfig {
             probe_step: 0.05,
             link_kbps: 0.0,
             observe: false,
+            judge_arrivals: true,
         }
     }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::{Config, FlowInfo};
-use crate::shm::{Region, SLOTS};
+use crate::shm::{monotonic_ns, Region, SLOTS};
 use crate::system::{Bwss, FlowId};
 use crate::unix;
 use crate::wire::{Reply, Request, MAX_LINE};
@@ -239,6 +239,14 @@ fn tick(shared: &Shared, now: Instant) {
         if let Some(slot) = shared.region.slot(e.slot) {
             let bytes = slot.bytes_read.load(Ordering::Relaxed);
             st.bwss.record_bytes(now, e.id, bytes);
+            let at_ns = slot.arrived_at_ns.load(Ordering::Acquire);
+            let arrived = slot.bytes_arrived.load(Ordering::Relaxed);
+            if arrived > 0 && at_ns > 0 {
+                // Recorded when the reader took it, not now: a rare reader's count is old.
+                let age = Duration::from_nanos(monotonic_ns().saturating_sub(at_ns));
+                let at = now.checked_sub(age).unwrap_or(now);
+                st.bwss.record_arrivals(at, e.id, arrived);
+            }
         }
     }
     st.bwss.on_tick(now);
@@ -358,6 +366,8 @@ fn handle(shared: &Shared, conn: u64, program: &mut String, req: Request) -> Rep
             if let Some(s) = shared.region.slot(slot) {
                 s.rate.store(0, Ordering::Relaxed);
                 s.bytes_read.store(0, Ordering::Relaxed);
+                s.bytes_arrived.store(0, Ordering::Relaxed);
+                s.arrived_at_ns.store(0, Ordering::Relaxed);
                 s.inode.store(inode, Ordering::Release);
             }
             st.flows.insert(
@@ -410,6 +420,9 @@ struct RateLine<'a> {
     rule: Option<&'a str>,
     /// Bytes delivered to the application in this second, as kbit/s.
     kbps: f64,
+    /// Bytes that arrived in this second (`tcpi_bytes_received`), as kbit/s; `None` until
+    /// the reader has reported them for a whole second.
+    arrived_kbps: Option<f64>,
     target_kbps: Option<f64>,
     sigma_kbps: Option<f64>,
 }
@@ -420,7 +433,8 @@ struct RateLog {
     /// daemon's clock, so lines do not drift by a tick each second).
     last: Option<Instant>,
     due: Option<Instant>,
-    bytes: HashMap<FlowId, u64>,
+    /// Per flow: bytes read and bytes arrived at the last line.
+    bytes: HashMap<FlowId, (u64, Option<u64>)>,
 }
 
 impl RateLog {
@@ -456,8 +470,9 @@ impl RateLog {
         let status = bwss.status(now);
         let mut seen = HashMap::new();
         for f in &status.flows {
-            let before = self.bytes.get(&f.id).copied().unwrap_or(0);
-            seen.insert(f.id, f.bytes);
+            let (before, arrived_before) = self.bytes.get(&f.id).copied().unwrap_or((0, None));
+            seen.insert(f.id, (f.bytes, f.bytes_arrived));
+            let kbps = |now: u64, before: u64| now.saturating_sub(before) as f64 * 8.0 / dt / 1e3;
             let line = RateLine {
                 t: now.duration_since(start).as_secs_f64(),
                 flow: f.id,
@@ -465,7 +480,8 @@ impl RateLog {
                 local: &f.local,
                 remote: &f.remote,
                 rule: f.rule.as_deref(),
-                kbps: f.bytes.saturating_sub(before) as f64 * 8.0 / dt / 1e3,
+                kbps: kbps(f.bytes, before),
+                arrived_kbps: f.bytes_arrived.zip(arrived_before).map(|(a, b)| kbps(a, b)),
                 target_kbps: f.target_kbps,
                 sigma_kbps: status.sigma_kbps,
             };

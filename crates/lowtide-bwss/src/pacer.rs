@@ -31,12 +31,14 @@ impl Allowance {
     }
 }
 
-/// One flow's read pacing, and its window clamp.
+/// One flow's read pacing, its window clamp, and its count of bytes arrived.
 #[derive(Debug, Clone, Default)]
 pub struct Pacer {
     bucket: Option<TokenBucket>,
-    /// When the clamp was last applied, and whether one is in force.
-    clamped_at: Option<Instant>,
+    /// When the clamp and the arrivals were last kept up ([`Pacer::maintain`]).
+    maintained_at: Option<Instant>,
+    /// A clamp is in force.
+    clamped: bool,
     /// The budget asks for no clamp ([`crate::Budget::clamp`]).
     unclamped: bool,
 }
@@ -66,28 +68,43 @@ impl Pacer {
         })
     }
 
-    /// Applies the window clamp when due (every [`CLAMP_EVERY_MS`]): two round trips of the
-    /// target while steered; unclamped again once the flow is not, or its budget asks for
-    /// no clamp.
-    pub fn maintain_clamp(&mut self, fd: RawFd, now: Instant) {
-        let clamped = self.bucket.as_ref().filter(|_| !self.unclamped);
-        match (clamped, self.clamped_at) {
-            (Some(b), at)
-                if at
-                    .is_none_or(|t| now.duration_since(t).as_millis() as u64 >= CLAMP_EVERY_MS) =>
-            {
+    /// Every [`CLAMP_EVERY_MS`]: publishes the bytes that have arrived and when (the σ
+    /// rule judges flows without a minimum by them: a download reading its budget out of a
+    /// backlog is not carried by the link) and applies the window clamp:
+    /// two round trips of the target while steered; unclamped again once the flow is not,
+    /// or its budget asks for no clamp.
+    pub fn maintain(&mut self, fd: RawFd, slot: &Slot, now: Instant) {
+        if self
+            .maintained_at
+            .is_some_and(|t| now.duration_since(t) < Duration::from_millis(CLAMP_EVERY_MS))
+        {
+            return;
+        }
+        self.maintained_at = Some(now);
+        let Some(rcv) = tcp::rcv_state(fd) else {
+            return;
+        };
+        // Several processes may read one socket (after `fork`): the counter only grows.
+        if slot
+            .bytes_arrived
+            .fetch_max(rcv.bytes_received, Ordering::Relaxed)
+            <= rcv.bytes_received
+        {
+            slot.arrived_at_ns
+                .store(crate::shm::monotonic_ns(), Ordering::Release);
+        }
+        match self.bucket.as_ref().filter(|_| !self.unclamped) {
+            Some(b) => {
                 // Without an RTT estimate yet, assume 100 ms (a generous window).
-                if let Some((rtt, mss)) = tcp::rcv_path(fd) {
-                    let rtt = rtt.unwrap_or(Duration::from_millis(100));
-                    tcp::set_window_clamp(fd, window_clamp(b.rate, rtt, mss));
-                }
-                self.clamped_at = Some(now);
+                let rtt = rcv.rtt.unwrap_or(Duration::from_millis(100));
+                tcp::set_window_clamp(fd, window_clamp(b.rate, rtt, rcv.mss));
+                self.clamped = true;
             }
-            (None, Some(_)) => {
+            None if self.clamped => {
                 tcp::set_window_clamp(fd, NO_CLAMP);
-                self.clamped_at = None;
+                self.clamped = false;
             }
-            _ => {}
+            None => {}
         }
     }
 

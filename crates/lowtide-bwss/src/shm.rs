@@ -9,8 +9,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// "LTBWSS01".
-pub const MAGIC: u64 = 0x4c54_4257_5353_3032;
+/// "LTBWSS03" (the slot gained `bytes_arrived`).
+pub const MAGIC: u64 = 0x4c54_4257_5353_3033;
 /// Flows one daemon steers at once.
 pub const SLOTS: usize = 4096;
 /// A heartbeat older than this means the daemon is gone.
@@ -35,6 +35,12 @@ pub struct Slot {
     pub depth: AtomicU64,
     /// Bytes delivered to the application so far (the reader adds).
     pub bytes_read: AtomicU64,
+    /// Bytes that have arrived so far, read or not (`tcpi_bytes_received`; the reader
+    /// publishes it every [`crate::fcs::CLAMP_EVERY_MS`] while it reads); 0: not known yet.
+    pub bytes_arrived: AtomicU64,
+    /// When `bytes_arrived` was taken ([`monotonic_ns`]): a reader that reads rarely (a
+    /// starved download) publishes rarely, and the count is as old as this.
+    pub arrived_at_ns: AtomicU64,
     /// 1: no window clamp (a flow held at its minimum rate, [`crate::Budget::clamp`]).
     pub unclamped: AtomicU64,
 }

@@ -88,6 +88,16 @@
 //! - **Flows starting or stopping** clear the per-flow congestion marks, undo a probe
 //!   under way and restart settling (the paper resets "the BWSS state"); σ itself is kept,
 //!   because the aggregate right after a change measures the old set of flows.
+//! - **Flows without a minimum are judged by what arrived, not what was read** (when
+//!   the reader reports `tcpi_bytes_received`; [`FlowSample::measured`]). The paper's FCS
+//!   measures the flow's throughput at the receiver; ours paces reads, and a steered
+//!   download reads its budget out of the backlog waiting in its receive buffer for
+//!   seconds after the link stopped carrying it (the lab: σ at 912 kbit/s for 6 s after
+//!   the interferer took 240 of the 960), so link congestion, a probe's carriage and the
+//!   aggregate σ falls to are judged on its arrivals. A flow with a minimum is judged by
+//!   its reads: the minimum is promised to its application, and an unclamped video's
+//!   arrivals burst with loss recovery (judged by them, the onset yield fired on the
+//!   bursts and held σ at the minimums' floor in the lab).
 //! - σ never exceeds the access link's rate when it is configured (less the margin while a
 //!   minimum is in force), and starts there (the paper starts from the first measured
 //!   aggregate, which is what happens when it is not).
@@ -133,7 +143,9 @@ pub struct FlowSample {
     pub id: u64,
     /// The target it was given, bit/s.
     pub target: f64,
-    /// Its measured rate over the last window, bit/s; `None` while younger than a window.
+    /// Its measured rate over the last window, bit/s: for a flow without a minimum what
+    /// arrived (`tcpi_bytes_received`) when the reader reports it, else what was read;
+    /// `None` while younger than a window.
     pub measured: Option<f64>,
     /// Its rate over the last window / [`RECENT_DIV`], bit/s (`None` as `measured`): what
     /// it gets now, for a minimum lost at the onset of congestion.

@@ -127,7 +127,7 @@ impl SteeredFlow {
         let slot = self.live_slot()?;
         let mut pacer = self.pacer();
         let a = pacer.allowance(slot, now);
-        pacer.maintain_clamp(self.fd, now);
+        pacer.maintain(self.fd, slot, now);
         a
     }
 

@@ -4,7 +4,8 @@
 //! order, at every control interval:
 //!
 //! 1. [`Bwss::add_flow`] / [`Bwss::remove_flow`] as flows come and go;
-//! 2. [`Bwss::record_bytes`] with each flow's cumulative byte counter;
+//! 2. [`Bwss::record_bytes`] with each flow's cumulative count of bytes read, and
+//!    [`Bwss::record_arrivals`] with its count of bytes arrived when the reader reports it;
 //! 3. [`Bwss::on_tick`]: σ rule, allocation, FCS;
 //! 4. [`Bwss::budget`] per flow, applied to its reader; [`Bwss::status`] for display.
 
@@ -27,7 +28,12 @@ struct Flow {
     info: FlowInfo,
     class: Class,
     rule: Option<String>,
+    /// Bytes read by the application: what the FCS paces.
     meter: Meter,
+    /// Bytes arrived (`tcpi_bytes_received`), `None` until the reader reports them: what
+    /// the σ rule judges a flow without a minimum by, since its reads lag the link by
+    /// whatever waits in its receive buffer.
+    arrivals: Option<Meter>,
     fcs: Fcs,
 }
 
@@ -58,7 +64,15 @@ pub struct FlowStatus {
     /// kbit/s over the last window; `None` while the flow is younger than a window.
     pub measured_kbps: Option<f64>,
     pub congested: bool,
+    /// Bytes read by the application.
     pub bytes: u64,
+    /// kbit/s arrived over the last window (`tcpi_bytes_received`); `None` while unknown or
+    /// the flow is younger than a window.
+    #[serde(default)]
+    pub arrived_kbps: Option<f64>,
+    /// Bytes arrived; `None` until the reader reports them.
+    #[serde(default)]
+    pub bytes_arrived: Option<u64>,
 }
 
 /// Everything the daemon shows.
@@ -114,6 +128,7 @@ impl Bwss {
                 class,
                 rule,
                 meter: Meter::new(now, window),
+                arrivals: None,
                 fcs: Fcs::new(),
             },
         );
@@ -148,6 +163,19 @@ impl Bwss {
         }
     }
 
+    /// A reading of the flow's cumulative count of bytes arrived (`tcpi_bytes_received`),
+    /// taken at `at`: from the first, the σ rule judges a flow without a minimum rate by
+    /// its arrivals instead of its reads.
+    pub fn record_arrivals(&mut self, at: Instant, id: FlowId, bytes: u64) {
+        let window = Duration::from_millis(self.config.system.window_ms);
+        if let Some(f) = self.flows.get_mut(&id) {
+            // Counted from the first reading: what arrived before registration is not in
+            // this flow's rate.
+            let m = f.arrivals.get_or_insert_with(|| Meter::new(at, window));
+            m.record(at, bytes);
+        }
+    }
+
     /// Runs the σ rule, the allocation and every FCS.
     pub fn on_tick(&mut self, now: Instant) {
         self.last_tick = Some(now);
@@ -157,11 +185,23 @@ impl Bwss {
             .iter()
             .map(|(&id, f)| {
                 let target = f.fcs.target().unwrap_or(0.0);
+                // With `judge_arrivals`, a flow without a minimum is judged by what the
+                // link delivered when known (its reads lag it by the backlog); a flow with
+                // a minimum always by what its application gets (the minimum is promised
+                // to it; an unclamped video's reads are smooth, its arrivals burst with
+                // loss recovery: 407-637 kbit/s a second in the lab around a 520 read
+                // rate, and the onset yield fired on them).
+                let by_arrivals = self.config.system.judge_arrivals && f.class.min_kbps == 0.0;
+                let m = f
+                    .arrivals
+                    .as_ref()
+                    .filter(|_| by_arrivals)
+                    .unwrap_or(&f.meter);
                 FlowSample {
                     id,
                     target,
-                    measured: f.meter.rate(now),
-                    recent: f.meter.recent_rate(now, recent),
+                    measured: m.rate(now),
+                    recent: m.recent_rate(now, recent),
                     partial: f.meter.rate_since_start(now),
                     // The allocation gives minimums first: this much of the target is one.
                     guaranteed: target.min(f.class.min_kbps * 1e3),
@@ -218,6 +258,12 @@ impl Bwss {
                 measured_kbps: f.meter.rate(now).map(|r| r / 1e3),
                 congested: self.sigma.is_congested(id),
                 bytes: f.meter.total(),
+                arrived_kbps: f
+                    .arrivals
+                    .as_ref()
+                    .and_then(|m| m.rate(now))
+                    .map(|r| r / 1e3),
+                bytes_arrived: f.arrivals.as_ref().map(Meter::total),
             })
             .collect();
         Status {
@@ -233,112 +279,201 @@ impl Bwss {
 mod tests {
     use super::*;
 
-    /// The paper's Fig. 6 set-up in simulated time with the lab's rules: a video that never
-    /// sends more than 517.5 kbit/s (its 450 kbit/s rung at 1.15 x) and two bulk flows
-    /// share a 960 kbit/s link in proportion to what each may read; a flow's rate at most
-    /// doubles per 200 ms (TCP cannot jump); the interferer takes 240 kbit/s from 60 to
-    /// 100 s.
+    /// How the simulated access link of Fig. 6 serves the video (never more than
+    /// 517.5 kbit/s, its 450 kbit/s rung at 1.15 x; its rate at most doubles per 200 ms:
+    /// TCP cannot jump) and the two downloads.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Link {
+        /// In proportion to what each flow may read (the downloads' rates also at most
+        /// double per 200 ms); arrivals are reads.
+        Proportional,
+        /// The lab's onset in the `bwss-min` runs: the downloads' windows keep their
+        /// arrivals at what they read, so they lose nothing to the drop-tail queue; the
+        /// video gets what the link leaves. Arrivals are reads.
+        VideoLoses,
+        /// The lab's onset in main's run `main-1` (docs/bwss.md): the video keeps its
+        /// rate and the losses fall on the downloads, which go on reading their budgets out of the
+        /// [`BACKLOG`] waiting in their receive buffers until it is gone (while it is not
+        /// full their windows let twice their budget arrive). The daemon hears their
+        /// arrivals too.
+        DownloadsLose,
+    }
+
+    /// What waits unread in a steered download's receive buffer, bytes (about 5 s of a
+    /// 100 kbit/s shortfall: the lab's reads hid the onset for 6 s).
+    const BACKLOG: f64 = 64e3;
+
+    /// One simulated run.
+    struct Trace {
+        /// The video's kbit/s per second.
+        video: Vec<f64>,
+        /// σ in kbit/s per 200 ms tick.
+        sigma: Vec<f64>,
+        /// What the link carried over what it offered, from 10 s.
+        utilization: f64,
+    }
+
+    /// The paper's Fig. 6 set-up in simulated time with the lab's rules for `secs`
+    /// seconds, the link's capacity in bit/s at each second given by `capacity`.
+    fn fig6_run(b: &mut Bwss, secs: usize, capacity: impl Fn(f64) -> f64, link: Link) -> Trace {
+        let t0 = Instant::now();
+        let ids = fig6_flows(b, t0);
+        let step = 0.2;
+        let (mut read, mut arrived) = ([0f64; 3], [0f64; 3]);
+        let mut rate = [0f64; 3];
+        let mut backlog = [0.0, BACKLOG, BACKLOG];
+        let (mut carried, mut offered) = (0.0, 0.0);
+        let mut trace = Trace {
+            video: vec![0.0; secs],
+            sigma: vec![],
+            utilization: 0.0,
+        };
+        for k in 0..(secs as f64 / step) as u64 {
+            let t = k as f64 * step;
+            let now = t0 + Duration::from_secs_f64(t);
+            let cap = capacity(t);
+            let allowed = |i: usize| b.budget(ids[i]).map_or(cap, |x| x.rate * 8.0);
+            let video = allowed(0).min(517.5e3).min(2.0 * rate[0] + 20e3);
+            // Bit/s read and arrived per flow.
+            let mut arrive = [0f64; 3];
+            match link {
+                Link::Proportional => {
+                    rate[0] = video;
+                    for (i, r) in rate.iter_mut().enumerate().skip(1) {
+                        *r = allowed(i).min(2.0 * *r + 20e3);
+                    }
+                    let total: f64 = rate.iter().sum();
+                    if total > cap {
+                        rate.iter_mut().for_each(|r| *r *= cap / total);
+                    }
+                    arrive = rate;
+                }
+                Link::VideoLoses => {
+                    let bulk = allowed(1).min(cap / 2.0);
+                    rate = [video.min(cap - 2.0 * bulk), bulk, bulk];
+                    arrive = rate;
+                }
+                Link::DownloadsLose => {
+                    rate[0] = video.min(cap);
+                    arrive[0] = rate[0];
+                    for i in 1..3 {
+                        let window = if backlog[i] >= BACKLOG { 1.0 } else { 2.0 };
+                        arrive[i] = ((cap - rate[0]) / 2.0).min(window * allowed(i));
+                        rate[i] = allowed(i).min(backlog[i] * 8.0 / step + arrive[i]);
+                        backlog[i] =
+                            (backlog[i] + (arrive[i] - rate[i]) * step / 8.0).clamp(0.0, BACKLOG);
+                    }
+                }
+            }
+            for i in 0..3 {
+                read[i] += rate[i] * step / 8.0;
+                arrived[i] += arrive[i] * step / 8.0;
+                b.record_bytes(now, ids[i], read[i] as u64);
+                if link == Link::DownloadsLose {
+                    b.record_arrivals(now, ids[i], arrived[i] as u64);
+                }
+            }
+            b.on_tick(now);
+            trace.video[t as usize] += rate[0] * step / 1e3;
+            if t >= 10.0 {
+                carried += arrive.iter().sum::<f64>().min(cap);
+                offered += cap;
+            }
+            trace.sigma.push(b.status(now).sigma_kbps.unwrap());
+        }
+        trace.utilization = carried / offered;
+        trace
+    }
+
+    /// 960 kbit/s, and 720 while the interferer takes 240 in `during`.
+    fn interfered(during: std::ops::Range<f64>) -> impl Fn(f64) -> f64 {
+        move |t| if during.contains(&t) { 720e3 } else { 960e3 }
+    }
+
+    /// The lab's "at the minimum": 517.5 kbit/s less one segment a second.
+    const AT_MIN_KBPS: f64 = 505.9;
+
+    fn seconds_at_min(video: &[f64]) -> usize {
+        video.iter().filter(|&&r| r >= AT_MIN_KBPS).count()
+    }
+
+    /// The interferer takes 240 kbit/s from 60 to 100 s.
     #[test]
     fn fig6_in_simulated_time_keeps_the_video_at_its_minimum_and_the_link_full() {
         let mut b = Bwss::new(fig6_rules());
-        let t0 = Instant::now();
-        let ids = fig6_flows(&mut b, t0);
-        let app_limit = [517.5e3, f64::INFINITY, f64::INFINITY];
-        let mut bytes = [0f64; 3];
-        let mut rate = [0f64; 3];
-        let step = 0.2;
-        let (mut video_secs, mut carried, mut offered) = (vec![0.0; 150], 0.0, 0.0);
-        let mut sigma = vec![];
-        for k in 0..(150.0 / step) as u64 {
-            let t = k as f64 * step;
-            let now = t0 + Duration::from_secs_f64(t);
-            let capacity = if (60.0..100.0).contains(&t) {
-                720e3
-            } else {
-                960e3
-            };
-            for i in 0..3 {
-                let allowed = b.budget(ids[i]).map_or(capacity, |x| x.rate * 8.0);
-                rate[i] = allowed.min(app_limit[i]).min(2.0 * rate[i] + 20e3);
-            }
-            let total: f64 = rate.iter().sum();
-            if total > capacity {
-                rate.iter_mut().for_each(|r| *r *= capacity / total);
-            }
-            for i in 0..3 {
-                bytes[i] += rate[i] * step / 8.0;
-                b.record_bytes(now, ids[i], bytes[i] as u64);
-            }
-            b.on_tick(now);
-            video_secs[t as usize] += rate[0] * step;
-            if t >= 10.0 {
-                carried += rate.iter().sum::<f64>().min(capacity);
-                offered += capacity;
-            }
-            sigma.push(b.status(now).sigma_kbps.unwrap());
-        }
-        // The lab's "at the minimum": 517.5 less one segment a second. The onset (until a
-        // 2 s window shows the shortfall and the yield has taken effect) and two failed
-        // probes into the full link cost seconds: 33 of 40 here (in this model a link over
-        // σ scales every flow alike; `sigma.rs` tests the lab's case, where the video alone
-        // loses).
-        let at_min = video_secs[60..100]
-            .iter()
-            .filter(|&&r| r >= 505.9e3)
-            .count();
-        assert!(at_min >= 32, "{at_min} of 40 s: {:?}", &video_secs[55..105]);
-        let mean = video_secs[10..150].iter().sum::<f64>() / 140.0;
-        assert!(mean >= 500e3, "{mean}");
-        assert!(
-            carried / offered >= 0.9,
-            "utilization {}",
-            carried / offered
-        );
+        let run = fig6_run(&mut b, 150, interfered(60.0..100.0), Link::Proportional);
+        // The onset (until a 2 s window shows the shortfall and the yield has taken
+        // effect) and two failed probes into the full link cost seconds: 33 of 40 here (in
+        // this model a link over σ scales every flow alike; the onset tests below have the
+        // lab's cases, where one side alone loses).
+        let at_min = seconds_at_min(&run.video[60..100]);
+        assert!(at_min >= 32, "{at_min} of 40 s: {:?}", &run.video[55..105]);
+        let mean = run.video[10..150].iter().sum::<f64>() / 140.0;
+        assert!(mean >= 500.0, "{mean}");
+        assert!(run.utilization >= 0.9, "utilization {}", run.utilization);
         // After the interference sigma climbs back to the link (less the margin kept under
         // a minimum) within 25 s (22 s today: the last probe of the interference failed,
         // and the next waits the longest backoff).
-        let back = sigma[500..].iter().position(|&s| s >= 0.95 * 960.0 - 0.001);
+        let back = run.sigma[500..]
+            .iter()
+            .position(|&s| s >= 0.95 * 960.0 - 0.001);
         assert!(
-            back.is_some_and(|k| k as f64 * step <= 25.0),
+            back.is_some_and(|k| k as f64 * 0.2 <= 25.0),
             "{:?}",
-            &sigma[490..]
+            &run.sigma[490..]
         );
     }
 
-    /// The lab's onset (`docs/bwss.md`): the downloads read their budgets out of the
-    /// backlog in their receive buffers and their windows keep their arrivals at what they
-    /// read, so they lose nothing to the drop-tail queue; the video (never more than
-    /// 517.5 kbit/s, its rate at most doubling per 200 ms) gets what the link has left.
-    /// Returns the video's kbit/s per second and σ per tick.
-    fn fig6_lab_onset(b: &mut Bwss) -> (Vec<f64>, Vec<f64>) {
-        let t0 = Instant::now();
-        let ids = fig6_flows(b, t0);
-        let (mut bytes, mut video) = ([0f64; 3], 0f64);
-        let step = 0.2;
-        let (mut video_secs, mut sigma) = (vec![0.0; 100], vec![]);
-        for k in 0..(100.0 / step) as u64 {
-            let t = k as f64 * step;
-            let now = t0 + Duration::from_secs_f64(t);
-            let capacity = if (30.0..70.0).contains(&t) {
-                720e3
-            } else {
-                960e3
-            };
-            let allowed = |i: usize| b.budget(ids[i]).map_or(capacity, |x| x.rate * 8.0);
-            let bulk = allowed(1).min(capacity / 2.0);
-            video = allowed(0)
-                .min(517.5e3)
-                .min(2.0 * video + 20e3)
-                .min(capacity - 2.0 * bulk);
-            for (i, r) in [video, bulk, bulk].into_iter().enumerate() {
-                bytes[i] += r * step / 8.0;
-                b.record_bytes(now, ids[i], bytes[i] as u64);
-            }
-            b.on_tick(now);
-            video_secs[t as usize] += video * step / 1e3;
-            sigma.push(b.status(now).sigma_kbps.unwrap());
-        }
-        (video_secs, sigma)
+    #[test]
+    fn the_video_keeps_its_minimum_through_the_onset_when_only_it_loses() {
+        let mut b = Bwss::new(fig6_rules());
+        let run = fig6_run(&mut b, 100, interfered(30.0..70.0), Link::VideoLoses);
+        let (video, sigma) = (&run.video, &run.sigma);
+        // The onset yield: σ under what the link has left within 2 s of the onset (ticks
+        // 150-160), and the video short in one second of it at most (without it, judged
+        // over the whole window: 907 for 3 s, then 532, and three seconds short).
+        assert!(sigma[160] <= 720.0, "{:?}", &sigma[145..175]);
+        let onset_short = video[30..35].iter().filter(|&&r| r < AT_MIN_KBPS).count();
+        assert!(onset_short <= 1, "{:?}", &video[28..40]);
+        assert!(b.status(Instant::now()).counters.onset_yield >= 1);
+        // Later, probes into the full link cost about two seconds each in this model
+        // (the lab's video kept its minimum through them): 33 of 40 today.
+        let at_min = seconds_at_min(&video[30..70]);
+        assert!(at_min >= 31, "{at_min} of 40 s: {:?}", &video[25..75]);
+    }
+
+    /// Judged by their reads, downloads that lose at the onset look carried for as long as
+    /// their receive buffers' backlog lasts, and σ stays above what the link has left (the
+    /// lab: σ 912 for 6 s after the onset, `docs/bwss.md`); judged by their arrivals, σ
+    /// falls to it about a window after the onset.
+    #[test]
+    fn judged_by_arrivals_sigma_follows_the_link_at_the_onset_not_the_backlog() {
+        let onset = |judge_arrivals| {
+            let mut rules = fig6_rules();
+            rules.system.judge_arrivals = judge_arrivals;
+            let mut b = Bwss::new(rules);
+            let run = fig6_run(&mut b, 60, interfered(30.0..60.0), Link::DownloadsLose);
+            // The first tick (200 ms) after the onset at which σ ≤ the 720 kbit/s left
+            // (within rounding).
+            let under = run.sigma[150..].iter().position(|&s| s <= 721.0);
+            (under.map(|k| k as f64 * 0.2), run)
+        };
+        let (by_arrivals, run) = onset(true);
+        assert!(
+            by_arrivals.is_some_and(|s| s <= 3.0), // 2.4 s today
+            "{by_arrivals:?}: {:?}",
+            &run.sigma[145..180]
+        );
+        // It stays there: no probe the link cannot carry is kept.
+        let over = run.sigma[175..].iter().filter(|&&s| s > 760.0).count();
+        assert!(over <= 10, "{over} ticks over 760: {:?}", &run.sigma[170..]);
+        assert_eq!(seconds_at_min(&run.video[30..60]), 30);
+        let (by_reads, run) = onset(false);
+        assert!(
+            by_reads.is_none_or(|s| s >= 5.0), // 7.8 s today
+            "{by_reads:?}: {:?}",
+            &run.sigma[145..180]
+        );
     }
 
     /// The video and the two downloads of Fig. 6.
@@ -368,23 +503,6 @@ mod tests {
             "#,
         )
         .unwrap()
-    }
-
-    #[test]
-    fn the_video_keeps_its_minimum_through_the_onset_when_only_it_loses() {
-        let mut b = Bwss::new(fig6_rules());
-        let (video, sigma) = fig6_lab_onset(&mut b);
-        // The onset yield: σ under what the link has left within 2 s of the onset (ticks
-        // 150-160), and the video short in one second of it at most (without it, judged
-        // over the whole window: 907 for 3 s, then 532, and three seconds short).
-        assert!(sigma[160] <= 720.0, "{:?}", &sigma[145..175]);
-        let onset_short = video[30..35].iter().filter(|&&r| r < 505.9).count();
-        assert!(onset_short <= 1, "{:?}", &video[28..40]);
-        assert!(b.status(Instant::now()).counters.onset_yield >= 1);
-        // Later, probes into the full link cost about two seconds each in this model
-        // (the lab's video kept its minimum through them): 33 of 40 today.
-        let at_min = video[30..70].iter().filter(|&&r| r >= 505.9).count();
-        assert!(at_min >= 31, "{at_min} of 40 s: {:?}", &video[25..75]);
     }
 
     #[test]

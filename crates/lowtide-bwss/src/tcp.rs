@@ -111,12 +111,25 @@ pub fn tcp_info(fd: RawFd) -> Option<libc::tcp_info> {
     (r == 0).then_some(i)
 }
 
-/// The receiver's view of the path: its round-trip estimate (`tcpi_rcv_rtt`, `None` before
-/// it has one) and the larger of the segment sizes it receives and advertises.
-pub fn rcv_path(fd: RawFd) -> Option<(Option<std::time::Duration>, u32)> {
+/// The receiver's view of a connection, from one `TCP_INFO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcvState {
+    /// Its round-trip estimate (`tcpi_rcv_rtt`, `None` before it has one).
+    pub rtt: Option<std::time::Duration>,
+    /// The larger of the segment sizes it receives and advertises.
+    pub mss: u32,
+    /// Bytes that have arrived, in order, whether read or not (`tcpi_bytes_received`).
+    pub bytes_received: u64,
+}
+
+/// The receiver's view of the connection on `fd`.
+pub fn rcv_state(fd: RawFd) -> Option<RcvState> {
     let i = tcp_info(fd)?;
-    let rtt = (i.tcpi_rcv_rtt > 0).then(|| std::time::Duration::from_micros(i.tcpi_rcv_rtt.into()));
-    Some((rtt, i.tcpi_rcv_mss.max(i.tcpi_advmss)))
+    Some(RcvState {
+        rtt: (i.tcpi_rcv_rtt > 0).then(|| std::time::Duration::from_micros(i.tcpi_rcv_rtt.into())),
+        mss: i.tcpi_rcv_mss.max(i.tcpi_advmss),
+        bytes_received: i.tcpi_bytes_received,
+    })
 }
 
 /// Sets `TCP_WINDOW_CLAMP` (errors ignored: a socket that refuses is left as it is).

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lowtide_bwss::client::Client;
 use lowtide_bwss::daemon::{Daemon, DaemonOptions, RunningDaemon};
 use lowtide_bwss::{Config, Steering};
 
@@ -69,7 +70,18 @@ fn a_paced_reader_reads_at_its_target() {
     while start.elapsed() < Duration::from_millis(1500) {
         bytes += r.read(&mut buf).unwrap();
     }
+    // The reader publishes the bytes that arrived (what the σ rule judges) every 100 ms:
+    // at least what it had read by then (16 Mbit/s x 100 ms = 200 KB of 3 MB).
+    let status = Client::connect(d.socket()).unwrap().status().unwrap();
     stop.store(true, Ordering::Relaxed);
+    let f = &status.flows[0];
+    let arrived = f.bytes_arrived.expect("arrivals reported");
+    assert!(
+        arrived as f64 >= 0.8 * f.bytes as f64,
+        "{arrived} arrived, {} read",
+        f.bytes
+    );
+    assert!(f.arrived_kbps.is_some(), "{f:?}");
     let rate = bytes as f64 * 8.0 / start.elapsed().as_secs_f64();
     assert!(within(rate, 16e6, 0.2), "{:.2} Mbit/s", rate / 1e6);
 }
