@@ -102,6 +102,19 @@ impl Default for DbatConfig {
 }
 
 impl DbatConfig {
+    /// The rate the transport's slow start begins at, bytes per second: the initial window
+    /// per RTT. Slow start doubles it once per RTT (Section 4 of the paper).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::DbatConfig;
+    /// use std::time::Duration;
+    /// let tcp = DbatConfig::default(); // 10 segments
+    /// assert_eq!(tcp.ramp_start_rate(1448, Duration::from_millis(800)), 18_100.0);
+    /// ```
+    pub fn ramp_start_rate(&self, mss: u32, rtt: Duration) -> f64 {
+        f64::from(self.initial_window) * f64::from(mss) / rtt.as_secs_f64().max(1e-6)
+    }
+
     /// Checks every field; errors name the field, the value and the allowed range.
     ///
     /// ```
@@ -488,9 +501,7 @@ impl Dbat {
     /// # Ok::<(), lowtide_proto::ConfigError>(())
     /// ```
     pub fn slow_start_time(&self, mss: u32, rtt: Duration) -> Duration {
-        let start_rate =
-            f64::from(self.cfg.initial_window) * f64::from(mss) / rtt.as_secs_f64().max(1e-6);
-        let ratio = self.rate as f64 / start_rate;
+        let ratio = self.rate as f64 / self.cfg.ramp_start_rate(mss, rtt);
         let rtts = if ratio <= 1.0 {
             0.0
         } else {
