@@ -28,7 +28,7 @@
 //!   two RTTs, whichever is first. The
 //!   average then restarts from an empty queue: slow start's backlog is not congestion, so a
 //!   backlog that drains within about `smoothing_rtts` RTTs does not signal and one that
-//!   persists does. Except when slow start ends (by loss or time) with the transport's rate
+//!   persists does. Except when the transport's own exit (a loss) ends it with the rate
 //!   still below the stream's and more than the threshold queued: that backlog cannot drain
 //!   at this bit rate, so the onset comes at once, with the queue as the average. (TFRC ramps up more slowly than TCP: one packet per second until its first
 //!   feedback, then at most twice the receive rate, which lags an RTT.)
@@ -415,18 +415,21 @@ impl Dbat {
     /// ```
     pub fn transport_left_slow_start(&mut self, now: Instant) {
         if matches!(self.phase, Phase::SlowStart(_)) {
-            self.end_slow_start(now);
+            self.end_slow_start(now, true);
         }
     }
 
-    fn end_slow_start(&mut self, now: Instant) {
+    /// Leaves slow start; `by_loss`: the transport left its own slow start (a loss), so its
+    /// rate will not grow further.
+    fn end_slow_start(&mut self, now: Instant, by_loss: bool) {
         self.phase = Phase::Steady;
         let (queue, srtt, rate, mss) = self.last_sample;
         let threshold = self.threshold(srtt, rate, mss);
-        if rate < self.rate && queue > threshold {
-            // Slow start ended (a loss, or its time ran out) below the stream's rate with more
-            // than the threshold queued: at this rate the backlog only grows, so the
-            // application hears it now, not after the average has climbed again.
+        if by_loss && rate < self.rate && queue > threshold {
+            // A loss ended slow start below the stream's rate with more than the threshold
+            // queued: at this rate the backlog only grows, so the application hears it now,
+            // not after the average has climbed again. (DBAT's own time limit is no such
+            // evidence: the transport may still be ramping.)
             self.avg = Some((queue as f64, now));
             self.signal(true, queue as f64, threshold, rate);
         } else {
@@ -663,7 +666,7 @@ impl Dbat {
                     .map_or(self.rate, |bw| bw.min(self.rate));
                 let caught_up = rate_estimate >= target && queue <= threshold;
                 if (elapsed >= rtt && caught_up) || elapsed >= limit {
-                    self.end_slow_start(now);
+                    self.end_slow_start(now, false);
                 }
             }
             Phase::Steady => {
@@ -1026,8 +1029,8 @@ mod tests {
         assert_eq!(c.poll_signal(), None);
     }
 
-    /// Leaving slow start having caught up, or behind with less than the threshold queued, is
-    /// no onset.
+    /// Leaving slow start having caught up, behind with less than the threshold queued, or by
+    /// DBAT's time limit, is no onset.
     #[test]
     fn leaving_slow_start_without_a_standing_backlog_is_no_onset() {
         let t0 = Instant::now();
@@ -1041,6 +1044,14 @@ mod tests {
             assert_eq!(d.poll_signal(), None, "{queue} B at {rate} B/s");
             assert_eq!(d.queue_average(), Some(0));
         }
+        // DBAT's own time limit (1 doubling + 2 RTTs = 1.2 s) while far behind: the transport
+        // may still be ramping, so no onset either
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.on_probe(probe(400, 62_500));
+        d.on_queue(t0, 30_000, rtt, 5_000, 1000);
+        d.on_queue(t0 + Duration::from_millis(1300), 30_000, rtt, 5_000, 1000);
+        assert!(!d.in_slow_start());
+        assert_eq!(d.poll_signal(), None);
     }
 
     #[test]
