@@ -421,6 +421,7 @@ impl Endpoint {
                         second_len as u32,
                         Duration::from_micros(1),
                     );
+                    self.rc.on_handshake_rtt(result.rtt);
                     if let Some(d) = self.buffer.dbat_mut() {
                         d.on_probe(result);
                     }

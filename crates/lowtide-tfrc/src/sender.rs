@@ -21,6 +21,11 @@
 //!   a packet waited for the rate at some point since the previous feedback.
 //! - Between slow-start doublings (less than an RTT since the last) a lower receive limit
 //!   applies at once, down to the initial rate; the RFC changes `X` only once per RTT.
+//! - An RTT measured before the first report (the session's packet-pair probe,
+//!   [`RateControl::on_handshake_rtt`]) sets `R` and `X = W_init/R` at once, as a DCCP
+//!   handshake's RTT does for CCID 3 (RFC 4342 §5; Linux's `ccid3_hc_tx_send_packet`), instead
+//!   of one packet per second until the first report (§4.2 speaks of a sender "when it does
+//!   not yet have a round-trip sample"). The first report's sample replaces it.
 //! - The optional oscillation damping (§4.5) is not implemented.
 //! - `s` in the equation is the average size of the data packets sent (§4.1: when the size
 //!   varies with the data, the sender estimates it as an average over recent loss intervals,
@@ -206,6 +211,16 @@ impl RateControl {
         self.last_sent_us = Some(ts_us);
     }
 
+    /// An RTT measured before any report (the packet-pair probe): `R` = `rtt` and
+    /// `X = W_init/R` if that is higher. Ignored once a report has arrived, or when zero.
+    pub fn on_handshake_rtt(&mut self, rtt: Duration) {
+        if self.got_feedback || rtt.is_zero() {
+            return;
+        }
+        self.r = Some(rtt);
+        self.x = self.x.max(self.w_init() / rtt.as_secs_f64());
+    }
+
     /// A feedback packet arrived at `now` (`now_us` on our wire clock).
     pub fn on_feedback(
         &mut self,
@@ -229,7 +244,8 @@ impl RateControl {
         }
         // 1-2: RTT sample and filter
         let sample = Duration::from_micros((elapsed_us - fb.delay_us).max(1));
-        let r = match self.r {
+        // (the first report's sample replaces a handshake's RTT)
+        let r = match self.r.filter(|_| self.got_feedback) {
             None => sample,
             Some(r) => r.mul_f64(RTT_FILTER_Q) + sample.mul_f64(1.0 - RTT_FILTER_Q),
         };
@@ -385,6 +401,27 @@ mod tests {
         rc.on_feedback(t, 300_000, &fb(200_000, 30_000, 0.0, 0))
             .unwrap();
         assert!(rc.rate() <= 80_000.0 + 1e-6);
+    }
+
+    /// The probe's 900 ms RTT: `X = W_init/R` = 4380/0.9 B/s before any report, not one
+    /// packet per second; the first report's sample (800 ms) replaces it, not filtered with it.
+    #[test]
+    fn a_handshake_rtt_starts_at_w_init_over_r() {
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(1200, t0);
+        rc.on_handshake_rtt(Duration::ZERO);
+        assert_eq!((rc.rate(), rc.rtt()), (1200.0, None));
+        rc.on_handshake_rtt(Duration::from_millis(900));
+        assert!((rc.rate() - 4380.0 / 0.9).abs() < 1e-6, "{}", rc.rate());
+        assert_eq!(rc.rtt(), Some(Duration::from_millis(900)));
+        rc.on_sent(t0, 1200, 0);
+        let t = t0 + Duration::from_millis(800);
+        rc.on_feedback(t, 800_000, &fb(0, 4800, 0.0, 0)).unwrap();
+        assert_eq!(rc.rtt(), Some(Duration::from_millis(800)));
+        // a later handshake RTT changes nothing
+        let x = rc.rate();
+        rc.on_handshake_rtt(Duration::from_millis(50));
+        assert_eq!((rc.rate(), rc.rtt()), (x, Some(Duration::from_millis(800))));
     }
 
     #[test]
