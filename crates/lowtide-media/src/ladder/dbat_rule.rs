@@ -379,8 +379,7 @@ mod tests {
     fn the_first_rung_is_one_slow_start_reaches_within_an_rtt() {
         let t0 = Instant::now();
         let first = |ramp_start_bps| {
-            let mut rule =
-                DbatRule::new(hasan_ladder(), 0, DbatRuleConfig::default(), t0).unwrap();
+            let mut rule = DbatRule::new(hasan_ladder(), 0, DbatRuleConfig::default(), t0).unwrap();
             rule.on_signal(
                 t0,
                 &ServerSignal::Probed {
@@ -417,7 +416,10 @@ mod tests {
         }
         .check()
         .unwrap_err();
-        assert_eq!(e.to_string(), "dbat_rule.startup_rtts = 17: allowed is 0 to 16");
+        assert_eq!(
+            e.to_string(),
+            "dbat_rule.startup_rtts = 17: allowed is 0 to 16"
+        );
     }
 
     #[test]
