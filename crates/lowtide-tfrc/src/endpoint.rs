@@ -42,6 +42,10 @@ pub struct TfrcConfig {
     pub max_reassembly_bytes: u64,
     /// Send a packet-pair probe before the first data packet.
     pub probe_at_start: bool,
+    /// TFRC-SP (Floyd, Kohler, RFC 4828) instead of standard TFRC: the equation gives a
+    /// small-packet flow a TCP flow's bytes, not its packets (`crate::small_packets`). Both
+    /// ends must agree: the receiver applies the variant's loss-interval rules.
+    pub small_packets: bool,
 }
 
 impl Default for TfrcConfig {
@@ -52,6 +56,7 @@ impl Default for TfrcConfig {
             max_message_size: 16 << 20,
             max_reassembly_bytes: 64 << 20,
             probe_at_start: false,
+            small_packets: false,
         }
     }
 }
@@ -208,9 +213,9 @@ impl Endpoint {
     pub fn new(cfg: TfrcConfig, now: Instant) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(Self {
-            rc: RateControl::new(cfg.segment_size, now),
+            rc: RateControl::new(cfg.segment_size, now).with_small_packets(cfg.small_packets),
             buffer: SendBuffer::new(cfg.buffer)?,
-            receiver: Receiver::new(cfg.segment_size),
+            receiver: Receiver::new(cfg.segment_size, cfg.small_packets),
             reasm: Reassembly::new(cfg.max_reassembly_bytes),
             probing: Probing {
                 to_send: if cfg.probe_at_start { 2 } else { 0 },
