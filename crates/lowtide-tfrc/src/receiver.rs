@@ -20,9 +20,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{equation, small_packets};
 use crate::loss::{Arrival, LossHistory, SeqJump};
 use crate::packet::{DataHeader, Feedback};
+use crate::{equation, small_packets};
 
 /// RTT assumed before a data packet carries the sender's estimate.
 const DEFAULT_RTT: Duration = Duration::from_millis(100);

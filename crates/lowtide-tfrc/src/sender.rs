@@ -513,7 +513,11 @@ mod tests {
         assert_eq!(rc.rtt(), Some(Duration::from_millis(900)));
         // bc -l: s=1460, R=0.9, p=0.01, times 400/440 (see small_packets.rs)
         let want = 16_566.167_895_956_542;
-        assert!((rc.equation_rate() - want).abs() < 1e-6, "{}", rc.equation_rate());
+        assert!(
+            (rc.equation_rate() - want).abs() < 1e-6,
+            "{}",
+            rc.equation_rate()
+        );
         assert!((rc.rate() - want).abs() < 1e-6);
         let standard = equation::throughput(400.0, Duration::from_millis(900), 0.01);
         assert!((rc.rate() / standard - 1460.0 / 440.0).abs() < 1e-9);

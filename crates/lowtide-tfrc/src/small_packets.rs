@@ -122,11 +122,20 @@ mod tests {
     fn short_intervals_count_every_lost_packet_and_young_open_intervals_do_not_count() {
         let rtt = Duration::from_millis(100);
         // 60 packets in 150 ms (< 2 RTT), the event lost 3: 20
-        assert_eq!(interval_length(60, 3, Duration::from_millis(150), rtt), 20.0);
+        assert_eq!(
+            interval_length(60, 3, Duration::from_millis(150), rtt),
+            20.0
+        );
         // exact quotient
-        assert_eq!(interval_length(50, 4, Duration::from_millis(199), rtt), 12.5);
+        assert_eq!(
+            interval_length(50, 4, Duration::from_millis(199), rtt),
+            12.5
+        );
         // two RTTs or longer, or one loss: the packets
-        assert_eq!(interval_length(60, 3, Duration::from_millis(200), rtt), 60.0);
+        assert_eq!(
+            interval_length(60, 3, Duration::from_millis(200), rtt),
+            60.0
+        );
         assert_eq!(interval_length(60, 1, Duration::from_millis(50), rtt), 60.0);
         assert!(!open_counts(Duration::from_millis(199), rtt));
         assert!(open_counts(Duration::from_millis(200), rtt));
