@@ -25,7 +25,7 @@ use crate::buffer::{
 use crate::loss::SeqJump;
 use crate::packet::{self, DecodeError, Packet, MAX_DATA_HEADER};
 use crate::reassembly::{Reassembly, ReassemblyStats, Received};
-use crate::receiver::Receiver;
+use crate::receiver::{FirstLossSeed, Receiver};
 use crate::sender::{FeedbackError, RateControl};
 
 /// A session's configuration, typed and checked ([`TfrcConfig::validate`]).
@@ -46,6 +46,9 @@ pub struct TfrcConfig {
     /// small-packet flow a TCP flow's bytes, not its packets (`crate::small_packets`). Both
     /// ends must agree: the receiver applies the variant's loss-interval rules.
     pub small_packets: bool,
+    /// The rate the first loss interval is seeded for: half the receive rate (the default)
+    /// or the receive rate, as RFC 5348 §6.3.1 says (`crate::receiver`). A receiver's choice.
+    pub first_loss_seed: FirstLossSeed,
 }
 
 impl Default for TfrcConfig {
@@ -57,6 +60,7 @@ impl Default for TfrcConfig {
             max_reassembly_bytes: 64 << 20,
             probe_at_start: false,
             small_packets: false,
+            first_loss_seed: FirstLossSeed::default(),
         }
     }
 }
@@ -215,7 +219,7 @@ impl Endpoint {
         Ok(Self {
             rc: RateControl::new(cfg.segment_size, now).with_small_packets(cfg.small_packets),
             buffer: SendBuffer::new(cfg.buffer)?,
-            receiver: Receiver::new(cfg.segment_size, cfg.small_packets),
+            receiver: Receiver::new(cfg.segment_size, cfg.small_packets, cfg.first_loss_seed),
             reasm: Reassembly::new(cfg.max_reassembly_bytes),
             probing: Probing {
                 to_send: if cfg.probe_at_start { 2 } else { 0 },

@@ -31,3 +31,4 @@ pub mod small_packets;
 pub use buffer::{BufferConfig, DropReason, Message, MessageId, SendError};
 pub use endpoint::{Endpoint, Event, Stats, TfrcConfig, TfrcError};
 pub use reassembly::Received;
+pub use receiver::FirstLossSeed;
