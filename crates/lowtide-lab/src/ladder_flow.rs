@@ -14,9 +14,13 @@
 //! (`set_stream_rate`, DBAT's slow-start allowance).
 //!
 //! Where we differ:
-//! - the session (and its packet-pair probe) starts at `application.ladder.start_s`, on the
-//!   lowest rung until the probe answers; over lowtide a probe without an estimate (both
-//!   packets read at once) is repeated up to `PROBE_RETRIES` times (the policy sees each);
+//! - the session (and its packet-pair probe) starts at `application.ladder.start_s`; the
+//!   first frame waits for the probe's answer (as the paper's server probes, then picks the
+//!   rung, then streams), for at most `PROBE_WAIT`, on the lowest rung if none came; over
+//!   lowtide a probe without an estimate (both packets read at once) is repeated up to
+//!   `PROBE_RETRIES` times (the policy sees each);
+//! - with DBAT, the probe's signal carries slow start's first rate (DBAT's initial window per
+//!   probed RTT) for the DBAT rule's first rung;
 //! - the client's reports travel in one UDP datagram each to the server's host (not in the
 //!   media connection), so the report path is the same for TCP and TFRC; a report lost or
 //!   malformed is counted, never guessed;
@@ -25,6 +29,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use lowtide::proto::controller::{DbatConfig, ProbeResult};
 use lowtide::{Channel, ChannelConfig, StreamConfig};
 use lowtide_media::ladder::dbat_rule::{DbatRule, DbatRuleConfig};
 use lowtide_media::ladder::playout_buffer::{PlayState, PlayoutBuffer};
@@ -200,6 +205,10 @@ pub struct LadderSeen {
 /// A probe without an estimate (both packets in one read) is repeated this often over lowtide.
 const PROBE_RETRIES: u64 = 3;
 
+/// The server makes no frame before the probe answers, for at most this long after the
+/// session starts.
+const PROBE_WAIT: Duration = Duration::from_secs(3);
+
 /// Port of the server's report socket on its host: this plus the variant's index.
 const REPORT_PORT: u16 = 6200;
 
@@ -294,7 +303,11 @@ fn decode_report(b: &[u8]) -> Option<ClientReport> {
 
 /// The server's side of the media connection.
 enum ServerLink {
-    Lowtide { ch: Channel, stream: u64 },
+    Lowtide {
+        ch: Channel,
+        stream: u64,
+        dbat: Option<DbatConfig>,
+    },
     Tfrc(Session),
 }
 
@@ -302,7 +315,7 @@ impl ServerLink {
     /// Hands a frame over now, or says it could not take it (dropped at the server).
     async fn offer(&self, data: Vec<u8>) -> Result<bool, LabError> {
         match self {
-            ServerLink::Lowtide { ch, stream } => {
+            ServerLink::Lowtide { ch, stream, .. } => {
                 match tokio::time::timeout(Duration::ZERO, ch.writable()).await {
                     Err(_) => Ok(false),
                     Ok(r) => {
@@ -336,20 +349,41 @@ impl ServerLink {
         }
     }
 
+    /// DBAT's configuration and the transport's segment size, bytes: slow start's initial
+    /// window. `None` without DBAT.
+    fn dbat_ramp(&self) -> Option<(DbatConfig, u32)> {
+        match self {
+            ServerLink::Lowtide { ch, dbat, .. } => {
+                dbat.map(|d| (d, ch.last_tcp_state().mss_or_default()))
+            }
+            ServerLink::Tfrc(s) => s.with_endpoint(|e| match e.config().buffer {
+                lowtide_tfrc::BufferConfig::Dbat(d) => Some((d, e.config().segment_size)),
+                lowtide_tfrc::BufferConfig::Fixed { .. } => None,
+            }),
+        }
+    }
+
     /// The transport's signals since the last call, for the policy.
     fn signals(&self, counts: &mut SignalCounts) -> Vec<ServerSignal> {
         let mut out = vec![];
-        let mut probed = |bw: Option<u64>, out: &mut Vec<ServerSignal>| {
-            let bps = bw.map(|b| b.saturating_mul(8));
+        let ramp = self.dbat_ramp();
+        let mut probed = |p: &ProbeResult, out: &mut Vec<ServerSignal>| {
+            let bps = p.bandwidth.map(|b| b.saturating_mul(8));
             counts.probes_answered += 1;
             counts.probe_bps = bps;
-            out.push(ServerSignal::Probed { bandwidth_bps: bps });
+            let ramp_start_bps = ramp
+                .filter(|_| !p.rtt.is_zero())
+                .map(|(d, mss)| (d.ramp_start_rate(mss, p.rtt) * 8.0) as u64);
+            out.push(ServerSignal::Probed {
+                bandwidth_bps: bps,
+                ramp_start_bps,
+            });
         };
         match self {
             ServerLink::Lowtide { ch, .. } => {
                 for e in ch.drain_events() {
                     match e {
-                        lowtide::Event::Probed(p) => probed(p.bandwidth, &mut out),
+                        lowtide::Event::Probed(p) => probed(&p, &mut out),
                         lowtide::Event::Congestion {
                             onset,
                             rate_estimate,
@@ -362,7 +396,7 @@ impl ServerLink {
             ServerLink::Tfrc(s) => {
                 for e in s.drain_events() {
                     match e {
-                        lowtide_tfrc::Event::Probed(p) => probed(p.bandwidth, &mut out),
+                        lowtide_tfrc::Event::Probed(p) => probed(&p, &mut out),
                         lowtide_tfrc::Event::Congestion(c) => {
                             out.push(ServerSignal::congestion(c.onset, c.rate_estimate))
                         }
@@ -419,12 +453,16 @@ pub fn serve(
             LadderTransport::Lowtide(cfg) => {
                 let mut cfg = cfg.clone();
                 cfg.transport.probe_at_start = true;
+                let dbat = match cfg.transport.controller {
+                    lowtide::ControllerConfig::Dbat(d) => Some(d),
+                    _ => None,
+                };
                 let ch = stream::connect(dst, *cfg).await?;
                 let stream = ch
                     .open_stream(StreamConfig::default())
                     .map_err(stream::transport("opening a stream"))?;
                 let sampler = stream::Sampler::start(&ch, start);
-                (ServerLink::Lowtide { ch, stream }, Some(sampler))
+                (ServerLink::Lowtide { ch, stream, dbat }, Some(sampler))
             }
             LadderTransport::Tfrc(cfg) => {
                 (ServerLink::Tfrc(tfrc_flow::connect(dst, *cfg).await?), None)
@@ -450,6 +488,7 @@ pub fn serve(
         };
         let frame = Duration::from_millis(app.frame_ms);
         let mut next = Instant::now();
+        let mut probed = false;
         let mut rate = ladder.rate_bps(policy.rung());
         link.set_stream_rate(rate);
         let mut buf = [0u8; 256];
@@ -476,18 +515,25 @@ pub fn serve(
                 _ = stopped(&stop) => break,
             }
             let sigs = link.signals(&mut out.signals);
-            let no_estimate = sigs.iter().any(|s| {
-                matches!(
-                    s,
-                    ServerSignal::Probed {
-                        bandwidth_bps: None
+            for s in &sigs {
+                if let ServerSignal::Probed { bandwidth_bps, .. } = s {
+                    let retry = bandwidth_bps.is_none()
+                        && out.signals.probe_retries < PROBE_RETRIES
+                        && link.request_probe();
+                    if retry {
+                        out.signals.probe_retries += 1;
+                    } else {
+                        probed = true;
                     }
-                )
-            });
-            if no_estimate && out.signals.probe_retries < PROBE_RETRIES && link.request_probe() {
-                out.signals.probe_retries += 1;
+                }
             }
             apply(&mut *policy, &sigs, start, &mut out);
+            // The paper's server probes, picks the rung, then streams: no frame before the
+            // probe has answered (or given up), for at most PROBE_WAIT.
+            if !probed && Instant::now() < session_start + PROBE_WAIT {
+                next = Instant::now() + frame;
+                continue;
+            }
             let r = ladder.rate_bps(policy.rung());
             if r != rate {
                 rate = r;

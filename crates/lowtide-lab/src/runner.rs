@@ -331,11 +331,14 @@ pub fn summary_inputs(
             },
             congestion: match &v.quic {
                 Some(q) => q.congestion.clone(),
-                None if v.tfrc.is_some() => "TFRC (RFC 5348)".into(),
-                None => v
-                    .congestion
-                    .clone()
-                    .unwrap_or_else(|| s.topology.hosts.congestion.clone()),
+                None => match &v.tfrc {
+                    Some(t) if t.small_packets => "TFRC-SP (RFC 4828)".into(),
+                    Some(_) => "TFRC (RFC 5348)".into(),
+                    None => v
+                        .congestion
+                        .clone()
+                        .unwrap_or_else(|| s.topology.hosts.congestion.clone()),
+                },
             },
             ecn: s.ecn_of(v),
             paper: v.paper.clone(),

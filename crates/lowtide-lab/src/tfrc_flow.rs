@@ -128,16 +128,19 @@ pub fn receive_stream(
     })
 }
 
-/// `TFRC, fixed buffer 64 KB` / `TFRC, DBAT buffer (320 kbit/s)`: the variant in the tables.
+/// `TFRC, fixed buffer 64 KB` / `TFRC-SP, DBAT buffer (320 kbit/s)`: the variant in the tables.
 pub fn describe(cfg: Option<&TfrcConfig>) -> String {
-    match cfg.map(|c| c.buffer) {
-        Some(lowtide_tfrc::BufferConfig::Fixed { bytes }) => {
-            format!("TFRC, fixed buffer {} KB", bytes / 1024)
+    let Some(cfg) = cfg else {
+        return "lowtide over TCP".into();
+    };
+    let tfrc = if cfg.small_packets { "TFRC-SP" } else { "TFRC" };
+    match cfg.buffer {
+        lowtide_tfrc::BufferConfig::Fixed { bytes } => {
+            format!("{tfrc}, fixed buffer {} KB", bytes / 1024)
         }
-        Some(lowtide_tfrc::BufferConfig::Dbat(d)) => {
-            format!("TFRC, DBAT buffer ({} kbit/s)", d.bit_rate_kbps)
+        lowtide_tfrc::BufferConfig::Dbat(d) => {
+            format!("{tfrc}, DBAT buffer ({} kbit/s)", d.bit_rate_kbps)
         }
-        None => "lowtide over TCP".into(),
     }
 }
 

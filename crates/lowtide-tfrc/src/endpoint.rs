@@ -25,7 +25,7 @@ use crate::buffer::{
 use crate::loss::SeqJump;
 use crate::packet::{self, DecodeError, Packet, MAX_DATA_HEADER};
 use crate::reassembly::{Reassembly, ReassemblyStats, Received};
-use crate::receiver::Receiver;
+use crate::receiver::{FirstLossSeed, Receiver};
 use crate::sender::{FeedbackError, RateControl};
 
 /// A session's configuration, typed and checked ([`TfrcConfig::validate`]).
@@ -42,6 +42,13 @@ pub struct TfrcConfig {
     pub max_reassembly_bytes: u64,
     /// Send a packet-pair probe before the first data packet.
     pub probe_at_start: bool,
+    /// TFRC-SP (Floyd, Kohler, RFC 4828) instead of standard TFRC: the equation gives a
+    /// small-packet flow a TCP flow's bytes, not its packets (`crate::small_packets`). Both
+    /// ends must agree: the receiver applies the variant's loss-interval rules.
+    pub small_packets: bool,
+    /// The rate the first loss interval is seeded for: half the receive rate (the default)
+    /// or the receive rate, as RFC 5348 §6.3.1 says (`crate::receiver`). A receiver's choice.
+    pub first_loss_seed: FirstLossSeed,
 }
 
 impl Default for TfrcConfig {
@@ -52,6 +59,8 @@ impl Default for TfrcConfig {
             max_message_size: 16 << 20,
             max_reassembly_bytes: 64 << 20,
             probe_at_start: false,
+            small_packets: false,
+            first_loss_seed: FirstLossSeed::default(),
         }
     }
 }
@@ -208,9 +217,9 @@ impl Endpoint {
     pub fn new(cfg: TfrcConfig, now: Instant) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(Self {
-            rc: RateControl::new(cfg.segment_size, now),
+            rc: RateControl::new(cfg.segment_size, now).with_small_packets(cfg.small_packets),
             buffer: SendBuffer::new(cfg.buffer)?,
-            receiver: Receiver::new(cfg.segment_size),
+            receiver: Receiver::new(cfg.segment_size, cfg.small_packets, cfg.first_loss_seed),
             reasm: Reassembly::new(cfg.max_reassembly_bytes),
             probing: Probing {
                 to_send: if cfg.probe_at_start { 2 } else { 0 },
@@ -421,6 +430,7 @@ impl Endpoint {
                         second_len as u32,
                         Duration::from_micros(1),
                     );
+                    self.rc.on_handshake_rtt(result.rtt);
                     if let Some(d) = self.buffer.dbat_mut() {
                         d.on_probe(result);
                     }

@@ -11,8 +11,9 @@
 //!
 //! Sans IO: [`Endpoint`] takes `now` in every call; [`driver`] runs it on a tokio UDP socket.
 //! Modules, one rule each: [`equation`] (§3.1), [`loss`] (§5), [`sender`] (§4), [`receiver`]
-//! (§6), [`packet`] (the datagrams), [`buffer`] (send buffer and message model),
-//! [`reassembly`], [`endpoint`] (the session end), [`sim`] (a simulated bottleneck for tests).
+//! (§6), [`small_packets`] (RFC 4828's TFRC-SP, an option), [`packet`] (the datagrams),
+//! [`buffer`] (send buffer and message model), [`reassembly`], [`endpoint`] (the session
+//! end), [`sim`] (a simulated bottleneck for tests).
 //! Design and measurements: `docs/tfrc.md`.
 
 pub mod buffer;
@@ -25,7 +26,9 @@ pub mod reassembly;
 pub mod receiver;
 pub mod sender;
 pub mod sim;
+pub mod small_packets;
 
 pub use buffer::{BufferConfig, DropReason, Message, MessageId, SendError};
 pub use endpoint::{Endpoint, Event, Stats, TfrcConfig, TfrcError};
 pub use reassembly::Received;
+pub use receiver::FirstLossSeed;

@@ -18,9 +18,14 @@
 //! - A sequence number more than [`MAX_SEQ_JUMP`] beyond the highest seen is refused (the
 //!   caller reports an error and drops the packet): a garbage or hostile packet must not make
 //!   us classify billions of "lost" packets.
+//! - With [`LossHistory::small_packets`], RFC 4828's rules for short intervals and a young
+//!   open interval apply ([`crate::small_packets`]); each loss event keeps its lost packets
+//!   and each closed interval its duration for them.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
+
+use crate::small_packets;
 
 /// Packets with higher sequence numbers that make a missing packet lost (RFC 5348 §5.1).
 pub const NDUPACK: usize = 3;
@@ -51,6 +56,27 @@ pub struct Arrival {
     pub new_event: bool,
 }
 
+/// A closed loss interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Interval {
+    /// Packets from the start of its loss event to the start of the next.
+    packets: u64,
+    /// Packets lost in the loss event that starts it.
+    lost: u64,
+    /// From the start of its loss event to the next; `None` for the synthetic first one.
+    duration: Option<Duration>,
+}
+
+/// The most recent loss event.
+#[derive(Debug, Clone, Copy)]
+struct LossEvent {
+    /// Its first lost sequence number and that packet's (interpolated) arrival time.
+    start: u64,
+    at: Instant,
+    /// Packets lost in it so far.
+    lost: u64,
+}
+
 /// The loss history of one receiver.
 #[derive(Debug, Clone, Default)]
 pub struct LossHistory {
@@ -59,10 +85,12 @@ pub struct LossHistory {
     /// Lowest sequence number not yet classified as received or lost.
     next: u64,
     highest: Option<u64>,
-    /// Start of the most recent loss event: first lost sequence number and its time.
-    event: Option<(u64, Instant)>,
+    /// The most recent loss event.
+    event: Option<LossEvent>,
     /// Closed intervals, most recent first (`I_1 … I_8`).
-    intervals: VecDeque<u64>,
+    intervals: VecDeque<Interval>,
+    /// RFC 4828's rules (TFRC-SP).
+    small_packets: bool,
     /// Loss events seen.
     pub loss_events: u64,
     /// Packets declared lost.
@@ -73,6 +101,14 @@ impl LossHistory {
     /// An empty history.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty history with TFRC-SP's interval rules (RFC 4828 §3).
+    pub fn small_packets() -> Self {
+        Self {
+            small_packets: true,
+            ..Self::default()
+        }
     }
 
     /// Highest sequence number received.
@@ -124,23 +160,31 @@ impl LossHistory {
             self.lost_packets += 1;
             out.lost.push(s);
             let t = self.interpolate(s);
-            let starts_event = match self.event {
-                None => {
-                    let seed = first_interval.take().map_or(1, |f| f()).max(1);
-                    self.intervals.push_front(seed);
-                    true
-                }
-                Some((start, t0)) if t > t0 + rtt => {
-                    self.intervals.push_front(s - start);
-                    true
-                }
-                Some(_) => false,
+            let closed = match self.event {
+                None => Some(Interval {
+                    packets: first_interval.take().map_or(1, |f| f()).max(1),
+                    lost: 1,
+                    duration: None,
+                }),
+                Some(e) if t > e.at + rtt => Some(Interval {
+                    packets: s - e.start,
+                    lost: e.lost,
+                    duration: Some(t.saturating_duration_since(e.at)),
+                }),
+                Some(_) => None,
             };
-            if starts_event {
+            if let Some(closed) = closed {
+                self.intervals.push_front(closed);
                 self.intervals.truncate(N_INTERVALS);
-                self.event = Some((s, t));
+                self.event = Some(LossEvent {
+                    start: s,
+                    at: t,
+                    lost: 1,
+                });
                 self.loss_events += 1;
                 out.new_event = true;
+            } else if let Some(e) = &mut self.event {
+                e.lost += 1;
             }
         }
         // keep only the newest classified arrival below `next`, for interpolation
@@ -170,48 +214,67 @@ impl LossHistory {
 
     /// The open interval `I_0`: packets since the start of the most recent loss event.
     pub fn open_interval(&self) -> Option<u64> {
-        let (start, _) = self.event?;
+        let start = self.event?.start;
         Some(self.highest.unwrap_or(start) + 1 - start)
     }
 
-    /// The closed intervals, most recent first.
+    /// The closed intervals in packets, most recent first.
     pub fn intervals(&self) -> impl Iterator<Item = u64> + '_ {
-        self.intervals.iter().copied()
+        self.intervals.iter().map(|i| i.packets)
     }
 
-    /// The loss event rate `p` (0 before the first loss event).
-    pub fn loss_event_rate(&self) -> f64 {
-        match self.open_interval() {
-            None => 0.0,
-            Some(open) => 1.0 / mean_interval(open, self.intervals.iter().copied()),
+    /// Packets lost in the most recent loss event.
+    pub fn lost_in_last_event(&self) -> Option<u64> {
+        self.event.map(|e| e.lost)
+    }
+
+    /// The loss event rate `p` at `now` with the sender's RTT `rtt` (0 before the first loss
+    /// event). `now` and `rtt` matter only with TFRC-SP's rules.
+    pub fn loss_event_rate(&self, now: Instant, rtt: Duration) -> f64 {
+        let (Some(open), Some(event)) = (self.open_interval(), self.event) else {
+            return 0.0;
+        };
+        if !self.small_packets {
+            return 1.0 / mean_interval(open, self.intervals());
         }
+        let closed = self.intervals.iter().map(|i| match i.duration {
+            Some(d) => small_packets::interval_length(i.packets, i.lost, d, rtt),
+            None => i.packets as f64,
+        });
+        let since = now.saturating_duration_since(event.at);
+        let open = small_packets::open_counts(since, rtt).then_some(open as f64);
+        1.0 / weighted_mean(open, closed)
     }
 }
 
 /// `I_mean` of RFC 5348 §5.4 from the open interval `I_0` and the closed ones `I_1 … I_k`,
 /// most recent first (at most 8 are used).
 pub fn mean_interval(open: u64, closed: impl IntoIterator<Item = u64>) -> f64 {
-    let closed: Vec<f64> = closed
-        .into_iter()
-        .take(N_INTERVALS)
-        .map(|i| i as f64)
-        .collect();
+    weighted_mean(Some(open as f64), closed.into_iter().map(|i| i as f64))
+}
+
+/// §5.4's average: `max(I_tot0, I_tot1) / W_tot`, or `I_tot1 / W_tot` when the open interval
+/// does not count (`None`, TFRC-SP's young `I_0`); at least one packet, so `p ≤ 1`.
+fn weighted_mean(open: Option<f64>, closed: impl IntoIterator<Item = f64>) -> f64 {
+    let closed: Vec<f64> = closed.into_iter().take(N_INTERVALS).collect();
     let k = closed.len();
     if k == 0 {
-        return open.max(1) as f64;
+        return open.unwrap_or(1.0).max(1.0);
     }
-    let all: Vec<f64> = std::iter::once(open as f64)
-        .chain(closed.iter().copied())
-        .collect();
-    let (mut i_tot0, mut i_tot1, mut w_tot) = (0.0, 0.0, 0.0);
-    for i in 0..k {
-        i_tot0 += all[i] * WEIGHTS[i];
-        w_tot += WEIGHTS[i];
+    let (mut i_tot0, mut i_tot1, mut w_tot) = (open.map_or(0.0, |o| o * WEIGHTS[0]), 0.0, 0.0);
+    for (i, w) in WEIGHTS.iter().enumerate().take(k) {
+        i_tot1 += closed[i] * w;
+        w_tot += w;
+        if i + 1 < k {
+            i_tot0 += closed[i] * WEIGHTS[i + 1];
+        }
     }
-    for i in 1..=k {
-        i_tot1 += all[i] * WEIGHTS[i - 1];
-    }
-    i_tot0.max(i_tot1) / w_tot
+    let i_tot = if open.is_some() {
+        i_tot0.max(i_tot1)
+    } else {
+        i_tot1
+    };
+    (i_tot / w_tot).max(1.0)
 }
 
 #[cfg(test)]
@@ -258,7 +321,8 @@ mod tests {
         assert!(a[0].new_event);
         assert_eq!(h.loss_events, 1);
         // first interval seeded (1000), I_0 = 6 + 1 − 3 = 4: p = 1/1000
-        assert!((h.loss_event_rate() - 0.001).abs() < 1e-12);
+        let rtt = Duration::from_millis(100);
+        assert!((h.loss_event_rate(t0, rtt) - 0.001).abs() < 1e-12);
         // a reordered packet, not lost: 8 after 9 with only one later packet
         let a = feed(&mut h, &[7, 9, 8], t0, Duration::from_millis(10));
         assert!(a.iter().all(|a| a.lost.is_empty()));
@@ -278,6 +342,44 @@ mod tests {
         assert_eq!(h.loss_events, 2);
         assert_eq!(h.intervals().collect::<Vec<_>>(), vec![80, 1000]);
         assert_eq!(h.open_interval(), Some(100));
+    }
+
+    /// RFC 4828 §3 on the same arrivals: an interval shorter than two RTTs counts every
+    /// packet lost in the event that starts it, and a young open interval does not count.
+    #[test]
+    fn small_packet_rules_count_lost_packets_in_short_intervals() {
+        let t0 = Instant::now();
+        let step = Duration::from_millis(10);
+        let rtt = Duration::from_millis(100);
+        // lose 20, 22, 24 (one event at 200 ms, 3 lost), 35 (350 ms: a new event, so the
+        // first closed interval is 15 packets in 150 ms), 100 (1 s; 65 packets in 650 ms)
+        let lost = [20, 22, 24, 35, 100];
+        let seqs: Vec<u64> = (0..200).filter(|s| !lost.contains(s)).collect();
+        let (mut std, mut sp) = (LossHistory::new(), LossHistory::small_packets());
+        feed(&mut std, &seqs, t0, step);
+        feed(&mut sp, &seqs, t0, step);
+        assert_eq!(sp.intervals().collect::<Vec<_>>(), vec![65, 15, 1000]);
+        assert_eq!(sp.lost_in_last_event(), Some(1));
+        let now = t0 + step * 199;
+        // RFC 5348: I_tot1 = 65 + 15 + 1000 over W_tot = 3 (I_0 = 100 lowers it)
+        assert!((std.loss_event_rate(now, rtt) - 3.0 / 1080.0).abs() < 1e-12);
+        // TFRC-SP: the 15-packet interval lasted 150 ms < 2 RTT and began with 3 losses: 5
+        assert!((sp.loss_event_rate(now, rtt) - 3.0 / 1070.0).abs() < 1e-12);
+
+        // one loss at 20 after a 10-packet seed; I_0 = 180 raises the mean once it counts
+        let mut sp = LossHistory::small_packets();
+        for s in (0..200).filter(|&s| s != 20) {
+            sp.on_packet(s, t0 + step * s as u32, rtt, || 10).unwrap();
+        }
+        let now = t0 + step * 199;
+        assert!((sp.loss_event_rate(now, rtt) - 1.0 / 180.0).abs() < 1e-12);
+        // with a 1 s RTT the event (1.8 s ago) is younger than 2 RTT: I_0 does not count
+        let long = Duration::from_secs(1);
+        assert!((sp.loss_event_rate(now, long) - 1.0 / 10.0).abs() < 1e-12);
+        assert!(
+            (weighted_mean(None, [100.0; 8]) - 100.0).abs() < 1e-12
+                && (weighted_mean(Some(500.0), [100.0; 8]) - 1000.0 / 6.0).abs() < 1e-12
+        );
     }
 
     #[test]

@@ -21,6 +21,11 @@
 //!   a packet waited for the rate at some point since the previous feedback.
 //! - Between slow-start doublings (less than an RTT since the last) a lower receive limit
 //!   applies at once, down to the initial rate; the RFC changes `X` only once per RTT.
+//! - An RTT measured before the first report (the session's packet-pair probe,
+//!   [`RateControl::on_handshake_rtt`]) sets `R` and `X = W_init/R` at once, as a DCCP
+//!   handshake's RTT does for CCID 3 (RFC 4342 §5; Linux's `ccid3_hc_tx_send_packet`), instead
+//!   of one packet per second until the first report (§4.2 speaks of a sender "when it does
+//!   not yet have a round-trip sample"). The first report's sample replaces it.
 //! - The optional oscillation damping (§4.5) is not implemented.
 //! - `s` in the equation is the average size of the data packets sent (§4.1: when the size
 //!   varies with the data, the sender estimates it as an average over recent loss intervals,
@@ -32,11 +37,13 @@
 //!   `s/t_mbi` and the RTO's `2s/X` keep the configured segment size.
 //! - `X` is never above what the equation allows for the reported `p` and never above
 //!   `recv_limit`; property tests check this for arbitrary feedback sequences.
+//! - With [`RateControl::with_small_packets`] the equation is TFRC-SP's (RFC 4828: `s` = 1460
+//!   and the header penalty, [`crate::small_packets`]) and packets leave at least 10 ms apart.
 
 use std::time::{Duration, Instant};
 
-use crate::equation;
 use crate::packet::Feedback;
+use crate::{equation, small_packets};
 
 /// `t_mbi`: the longest interval between packets, 64 s (RFC 5348 §4.3).
 pub const T_MBI: Duration = Duration::from_secs(64);
@@ -98,6 +105,8 @@ pub struct RateControl {
     /// `len / X` later, with `X` as it is then (a rate change applies at once).
     last_slot: Option<(Instant, usize)>,
     last_sent_us: Option<u64>,
+    /// TFRC-SP (RFC 4828).
+    small_packets: bool,
 }
 
 impl RateControl {
@@ -122,7 +131,14 @@ impl RateControl {
             idle_since_timer: true,
             last_slot: None,
             last_sent_us: None,
+            small_packets: false,
         }
+    }
+
+    /// With TFRC-SP's equation and minimum interval (RFC 4828 §3) when `on`.
+    pub fn with_small_packets(mut self, on: bool) -> Self {
+        self.small_packets = on;
+        self
     }
 
     /// The allowed rate `X`, bytes per second.
@@ -177,8 +193,17 @@ impl RateControl {
 
     /// When the next packet is due by the schedule (`t_ipi = s/X` after the last one's slot).
     fn due(&self) -> Option<Instant> {
-        self.last_slot
-            .map(|(t, len)| t + Duration::from_secs_f64(len.max(1) as f64 / self.x))
+        self.last_slot.map(|(t, len)| t + self.interval(len))
+    }
+
+    /// `t_ipi` after a packet of `len` bytes (TFRC-SP: at least 10 ms).
+    fn interval(&self, len: usize) -> Duration {
+        let ipi = Duration::from_secs_f64(len.max(1) as f64 / self.x);
+        if self.small_packets {
+            ipi.max(small_packets::MIN_INTERVAL)
+        } else {
+            ipi
+        }
     }
 
     /// Data is waiting and may not leave before [`next_send_time`](Self::next_send_time): the
@@ -191,7 +216,7 @@ impl RateControl {
 
     /// A data packet of `len` bytes with timestamp `ts_us` left at `now`.
     pub fn on_sent(&mut self, now: Instant, len: usize, ts_us: u64) {
-        let ipi = Duration::from_secs_f64(len.max(1) as f64 / self.x);
+        let ipi = self.interval(len);
         // A packet sent a little late keeps the schedule (timer granularity must not lower the
         // rate); after an idle period the schedule restarts from now (no credit).
         let slot = match self.due() {
@@ -204,6 +229,16 @@ impl RateControl {
         self.mean_size += SIZE_WEIGHT * (size - self.mean_size);
         self.idle_since_timer = false;
         self.last_sent_us = Some(ts_us);
+    }
+
+    /// An RTT measured before any report (the packet-pair probe): `R` = `rtt` and
+    /// `X = W_init/R` if that is higher. Ignored once a report has arrived, or when zero.
+    pub fn on_handshake_rtt(&mut self, rtt: Duration) {
+        if self.got_feedback || rtt.is_zero() {
+            return;
+        }
+        self.r = Some(rtt);
+        self.x = self.x.max(self.w_init() / rtt.as_secs_f64());
     }
 
     /// A feedback packet arrived at `now` (`now_us` on our wire clock).
@@ -229,7 +264,8 @@ impl RateControl {
         }
         // 1-2: RTT sample and filter
         let sample = Duration::from_micros((elapsed_us - fb.delay_us).max(1));
-        let r = match self.r {
+        // (the first report's sample replaces a handshake's RTT)
+        let r = match self.r.filter(|_| self.got_feedback) {
             None => sample,
             Some(r) => r.mul_f64(RTT_FILTER_Q) + sample.mul_f64(1.0 - RTT_FILTER_Q),
         };
@@ -286,7 +322,11 @@ impl RateControl {
     fn update_rate(&mut self, now: Instant, r: Duration) {
         let initial_rate = self.w_init() / r.as_secs_f64();
         if self.p > 0.0 {
-            self.x_bps = equation::throughput(self.mean_size, r, self.p);
+            self.x_bps = if self.small_packets {
+                small_packets::allowed_rate(self.mean_size, r, self.p)
+            } else {
+                equation::throughput(self.mean_size, r, self.p)
+            };
             self.x = self.x_bps.min(self.recv_limit).max(self.min_rate());
         } else {
             self.x_bps = f64::INFINITY;
@@ -387,6 +427,27 @@ mod tests {
         assert!(rc.rate() <= 80_000.0 + 1e-6);
     }
 
+    /// The probe's 900 ms RTT: `X = W_init/R` = 4380/0.9 B/s before any report, not one
+    /// packet per second; the first report's sample (800 ms) replaces it, not filtered with it.
+    #[test]
+    fn a_handshake_rtt_starts_at_w_init_over_r() {
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(1200, t0);
+        rc.on_handshake_rtt(Duration::ZERO);
+        assert_eq!((rc.rate(), rc.rtt()), (1200.0, None));
+        rc.on_handshake_rtt(Duration::from_millis(900));
+        assert!((rc.rate() - 4380.0 / 0.9).abs() < 1e-6, "{}", rc.rate());
+        assert_eq!(rc.rtt(), Some(Duration::from_millis(900)));
+        rc.on_sent(t0, 1200, 0);
+        let t = t0 + Duration::from_millis(800);
+        rc.on_feedback(t, 800_000, &fb(0, 4800, 0.0, 0)).unwrap();
+        assert_eq!(rc.rtt(), Some(Duration::from_millis(800)));
+        // a later handshake RTT changes nothing
+        let x = rc.rate();
+        rc.on_handshake_rtt(Duration::from_millis(50));
+        assert_eq!((rc.rate(), rc.rtt()), (x, Some(Duration::from_millis(800))));
+    }
+
     #[test]
     fn with_loss_the_rate_follows_the_equation() {
         let t0 = Instant::now();
@@ -430,6 +491,46 @@ mod tests {
             "{} vs {with_segment}",
             rc.rate()
         );
+    }
+
+    /// TFRC-SP (RFC 4828 §3) for a flow of 400-byte packets: the equation with `s` = 1460
+    /// times `400 / 440`, about 3.3 times the standard equation's bytes per second at the same
+    /// `p` and `R`; packets at least 10 ms apart however high `X` is.
+    #[test]
+    fn small_packets_get_the_nominal_segments_rate_less_the_header_penalty() {
+        let t0 = Instant::now();
+        let mut rc = RateControl::new(1200, t0).with_small_packets(true);
+        let mut t = t0;
+        for _ in 0..2000 {
+            rc.on_sent(t, 400, t.duration_since(t0).as_micros() as u64);
+            t += Duration::from_millis(10);
+        }
+        assert!((rc.mean_packet_size() - 400.0).abs() < 1e-6);
+        rc.note_waiting(t);
+        let now_us = t.duration_since(t0).as_micros() as u64;
+        rc.on_feedback(t, now_us, &fb(now_us - 900_000, 10_000_000, 0.01, 1))
+            .unwrap();
+        assert_eq!(rc.rtt(), Some(Duration::from_millis(900)));
+        // bc -l: s=1460, R=0.9, p=0.01, times 400/440 (see small_packets.rs)
+        let want = 16_566.167_895_956_542;
+        assert!(
+            (rc.equation_rate() - want).abs() < 1e-6,
+            "{}",
+            rc.equation_rate()
+        );
+        assert!((rc.rate() - want).abs() < 1e-6);
+        let standard = equation::throughput(400.0, Duration::from_millis(900), 0.01);
+        assert!((rc.rate() / standard - 1460.0 / 440.0).abs() < 1e-9);
+        // 100 packets a second at most: X allows a 100-byte packet every 6 ms
+        let mut rc = RateControl::new(1200, t0).with_small_packets(true);
+        rc.on_handshake_rtt(Duration::from_millis(100));
+        assert!(100.0 / rc.rate() < 0.01);
+        rc.on_sent(t0, 100, 1);
+        assert_eq!(rc.next_send_time(t0), t0 + Duration::from_millis(10));
+        let mut standard = RateControl::new(1200, t0);
+        standard.on_handshake_rtt(Duration::from_millis(100));
+        standard.on_sent(t0, 100, 1);
+        assert!(standard.next_send_time(t0) < t0 + Duration::from_millis(10));
     }
 
     #[test]
@@ -535,11 +636,12 @@ mod tests {
         /// floor `s/t_mbi`); refused reports change nothing.
         #[test]
         fn the_rate_never_exceeds_what_the_equation_allows(
-            ops in proptest::collection::vec(op(), 1..200)
+            ops in proptest::collection::vec(op(), 1..200),
+            small in proptest::bool::ANY,
         ) {
             let s = 1200u32;
             let t0 = Instant::now();
-            let mut rc = RateControl::new(s, t0);
+            let mut rc = RateControl::new(s, t0).with_small_packets(small);
             let mut now_us = 0u64;
             let at = |us: u64| t0 + Duration::from_micros(us);
             for op in ops {
@@ -585,7 +687,14 @@ mod tests {
                     let p = rc.loss_event_rate();
                     let slack = 1.0 + 1e-9;
                     if p > 0.0 {
-                        let allowed = equation::throughput(f64::from(s), r, p).max(floor);
+                        // TFRC-SP: s = 1460 and a header penalty at most s/(s + 40)
+                        let allowed = if small {
+                            let s = f64::from(s);
+                            equation::throughput(1460.0, r, p) * s / (s + 40.0)
+                        } else {
+                            equation::throughput(f64::from(s), r, p)
+                        }
+                        .max(floor);
                         proptest::prop_assert!(x <= allowed * slack, "X {x} > equation {allowed} (p {p}, R {r:?})");
                     }
                     let initial = rc.w_init() / r.as_secs_f64();

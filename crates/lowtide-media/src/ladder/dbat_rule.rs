@@ -6,6 +6,9 @@
 //! dynamics" (one switch over TCP in their run).
 //!
 //! The rule here:
+//! - the first rung: the highest at most the probed bandwidth that the transport's slow start
+//!   reaches within `startup_rtts` RTTs, doubling once per RTT from its initial window per
+//!   probed RTT (DBAT's own slow-start plan, Section 4); without that rate, the probe alone;
 //! - congestion onset: down to the highest rung that fits `down_fit` × the transport's
 //!   achieved rate (the signal's rate estimate), at least one rung; that rate is also a
 //!   ceiling for up-switches until a fresher capacity estimate arrives (over TCP none does:
@@ -18,7 +21,14 @@
 //!   `max_up_after`), a probe that held resets it. Up-switches are checked when a client
 //!   report or a capacity estimate arrives.
 //!
-//! Where we differ: the paper gives no rule for going up, so the capacity gate, the waits and
+//! Where we differ: the paper starts on the highest rung the probe allows and lets the send
+//! buffer hold what slow start cannot carry yet. Every frame made before the transport
+//! reaches the rung waits behind that backlog, and beside a bulk flow slow start may never
+//! reach it: on the paper's path (a 0.9 s RTT with the bulk flow's queue full) TFRC starts at
+//! 39 kbit/s, its share is 50-100 kbit/s, and 320 kbit/s for the five seconds until its first
+//! loss queued 7 s of frames. A rung slow start reaches within one RTT keeps the start-up
+//! backlog to about one RTT of the stream; the rung climbs later when the capacity allows.
+//! The paper gives no rule for going up, so the capacity gate, the waits and
 //! the backoff are our choices (config fields). Nor does it say which rung to go down to: a
 //! rung equal to the achieved rate would never drain the backlog that made the signal (its
 //! frames wait in the send buffer for as long as it lasts), so the rung must leave
@@ -50,6 +60,8 @@ pub struct DbatRuleConfig {
     /// On an onset, the new rung fits this fraction of the achieved rate (the rest drains the
     /// send queue).
     pub down_fit: f64,
+    /// The first rung is one the transport's slow start reaches within this many RTTs.
+    pub startup_rtts: u32,
 }
 
 impl Default for DbatRuleConfig {
@@ -59,6 +71,7 @@ impl Default for DbatRuleConfig {
             max_up_after_ms: 160_000,
             up_headroom: 1.1,
             down_fit: 0.75,
+            startup_rtts: 1,
         }
     }
 }
@@ -83,6 +96,13 @@ impl DbatRuleConfig {
                 field: "dbat_rule.down_fit",
                 value: self.down_fit.to_string(),
                 allowed: "0.1 to 1.0".into(),
+            });
+        }
+        if self.startup_rtts > 16 {
+            return Err(ServerPolicyError::Field {
+                field: "dbat_rule.startup_rtts",
+                value: self.startup_rtts.to_string(),
+                allowed: "0 to 16".into(),
             });
         }
         Ok(())
@@ -171,11 +191,20 @@ impl ServerPolicy for DbatRule {
             return None;
         }
         match *signal {
-            ServerSignal::Probed { bandwidth_bps } => {
+            ServerSignal::Probed {
+                bandwidth_bps,
+                ramp_start_bps,
+            } => {
                 if bandwidth_bps.is_some() {
                     self.capacity_bps = bandwidth_bps;
                 }
-                let to = rung_for_probe(&self.s.ladder, bandwidth_bps, self.s.rung);
+                let reach = ramp_start_bps
+                    .map(|r| (r as f64 * 2f64.powi(self.cfg.startup_rtts as i32)) as u64);
+                let bound = match (bandwidth_bps, reach) {
+                    (Some(bw), Some(reach)) => Some(bw.min(reach)),
+                    (bw, _) => bw,
+                };
+                let to = rung_for_probe(&self.s.ladder, bound, self.s.rung);
                 self.s.up.restart_quiet(now);
                 self.s.switch(now, to, ServerSwitchReason::Probe)
             }
@@ -285,6 +314,7 @@ mod tests {
             t0,
             &ServerSignal::Probed {
                 bandwidth_bps: Some(500_000),
+                ramp_start_bps: None,
             },
         );
         assert_eq!(rule.rung(), 3);
@@ -318,6 +348,7 @@ mod tests {
             t0,
             &ServerSignal::Probed {
                 bandwidth_bps: Some(500_000),
+                ramp_start_bps: None,
             },
         );
         run(&mut rule, t0, 1..120, paper_share_long, false);
@@ -337,6 +368,58 @@ mod tests {
 
     fn paper_share_long(_: u64) -> u64 {
         250_000
+    }
+
+    /// The paper's path: a 488 kbit/s packet pair with a 0.9 s RTT. TFRC's slow start begins
+    /// at 4380 B per RTT (39 kbit/s) and reaches 78 kbit/s in one RTT: the lowest rung (no rung
+    /// fits), where a 100 kbit/s share (TFRC's `X`) never lets it up to 120 (that needs 132).
+    /// Linux TCP's ten 1448-byte
+    /// segments per RTT (129 kbit/s) reach 257 kbit/s: 240, not the probe's 320.
+    #[test]
+    fn the_first_rung_is_one_slow_start_reaches_within_an_rtt() {
+        let t0 = Instant::now();
+        let first = |ramp_start_bps| {
+            let mut rule = DbatRule::new(hasan_ladder(), 0, DbatRuleConfig::default(), t0).unwrap();
+            rule.on_signal(
+                t0,
+                &ServerSignal::Probed {
+                    bandwidth_bps: Some(488_000),
+                    ramp_start_bps,
+                },
+            );
+            rule
+        };
+        assert_eq!(first(Some(38_933)).rung(), 0);
+        assert_eq!(first(Some(128_711)).rung(), 2);
+        assert_eq!(first(None).rung(), 3);
+        let mut rule = first(Some(38_933));
+        run(&mut rule, t0, 1..90, |_| 100_000, true);
+        assert_eq!(rule.log().switch_counts(), (0, 0));
+        assert!(rule.counters().up_refused_capacity > 0);
+        // two RTTs: 156 kbit/s, 120
+        let cfg = DbatRuleConfig {
+            startup_rtts: 2,
+            ..Default::default()
+        };
+        let mut rule = DbatRule::new(hasan_ladder(), 0, cfg, t0).unwrap();
+        rule.on_signal(
+            t0,
+            &ServerSignal::Probed {
+                bandwidth_bps: Some(488_000),
+                ramp_start_bps: Some(38_933),
+            },
+        );
+        assert_eq!(rule.rung(), 1);
+        let e = DbatRuleConfig {
+            startup_rtts: 17,
+            ..Default::default()
+        }
+        .check()
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "dbat_rule.startup_rtts = 17: allowed is 0 to 16"
+        );
     }
 
     #[test]
@@ -360,7 +443,8 @@ mod tests {
             rule.on_signal(
                 t0 + Duration::from_secs(10),
                 &ServerSignal::Probed {
-                    bandwidth_bps: None
+                    bandwidth_bps: None,
+                    ramp_start_bps: Some(100_000),
                 }
             ),
             None

@@ -121,7 +121,7 @@ impl ServerPolicy for ReportRule {
             return None;
         }
         let r = match *signal {
-            ServerSignal::Probed { bandwidth_bps } => {
+            ServerSignal::Probed { bandwidth_bps, .. } => {
                 let to = rung_for_probe(&self.s.ladder, bandwidth_bps, self.s.rung);
                 self.s.up.restart_quiet(now);
                 return self.s.switch(now, to, ServerSwitchReason::Probe);
@@ -204,6 +204,7 @@ mod tests {
             t0,
             &ServerSignal::Probed {
                 bandwidth_bps: Some(500_000),
+                ramp_start_bps: None,
             },
         );
         assert_eq!(

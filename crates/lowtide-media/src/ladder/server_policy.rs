@@ -59,6 +59,10 @@ pub enum ServerSignal {
     Probed {
         /// Bottleneck estimate, bit/s.
         bandwidth_bps: Option<u64>,
+        /// The rate the transport's slow start begins at (its initial window per probed
+        /// RTT), bit/s; `None` when unknown. [`super::dbat_rule`] starts on a rung slow start
+        /// reaches soon.
+        ramp_start_bps: Option<u64>,
     },
     /// A client report.
     Report(ClientReport),

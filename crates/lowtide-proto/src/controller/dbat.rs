@@ -28,7 +28,9 @@
 //!   two RTTs, whichever is first. The
 //!   average then restarts from an empty queue: slow start's backlog is not congestion, so a
 //!   backlog that drains within about `smoothing_rtts` RTTs does not signal and one that
-//!   persists does. (TFRC ramps up more slowly than TCP: one packet per second until its first
+//!   persists does. Except when the transport's own exit (a loss) ends it with the rate
+//!   still below the stream's and more than the threshold queued: that backlog cannot drain
+//!   at this bit rate, so the onset comes at once, with the queue as the average. (TFRC ramps up more slowly than TCP: one packet per second until its first
 //!   feedback, then at most twice the receive rate, which lags an RTT.)
 //! - The average is weighted by time, not per packet: `avg += (1 − e^(−Δt/τ))·(q − avg)` with
 //!   `τ = smoothing_rtts × RTT`, so irregular sampling (one sample per write opportunity) does
@@ -102,6 +104,19 @@ impl Default for DbatConfig {
 }
 
 impl DbatConfig {
+    /// The rate the transport's slow start begins at, bytes per second: the initial window
+    /// per RTT. Slow start doubles it once per RTT (Section 4 of the paper).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::DbatConfig;
+    /// use std::time::Duration;
+    /// let tcp = DbatConfig::default(); // 10 segments
+    /// assert_eq!(tcp.ramp_start_rate(1448, Duration::from_millis(800)), 18_100.0);
+    /// ```
+    pub fn ramp_start_rate(&self, mss: u32, rtt: Duration) -> f64 {
+        f64::from(self.initial_window) * f64::from(mss) / rtt.as_secs_f64().max(1e-6)
+    }
+
     /// Checks every field; errors name the field, the value and the allowed range.
     ///
     /// ```
@@ -286,6 +301,8 @@ pub struct Dbat {
     pub signals_dropped: u64,
     /// The last threshold computed, bytes.
     last_threshold: u64,
+    /// The last sample: queue, RTT, rate estimate, MSS (for the end of slow start).
+    last_sample: (u64, Option<Duration>, u64, u32),
 }
 
 impl Dbat {
@@ -311,6 +328,7 @@ impl Dbat {
             signals: VecDeque::new(),
             signals_dropped: 0,
             last_threshold: 0,
+            last_sample: (0, None, 0, 0),
         })
     }
 
@@ -397,14 +415,44 @@ impl Dbat {
     /// ```
     pub fn transport_left_slow_start(&mut self, now: Instant) {
         if matches!(self.phase, Phase::SlowStart(_)) {
-            self.end_slow_start(now);
+            self.end_slow_start(now, true);
         }
     }
 
-    fn end_slow_start(&mut self, now: Instant) {
+    /// Leaves slow start; `by_loss`: the transport left its own slow start (a loss), so its
+    /// rate will not grow further.
+    fn end_slow_start(&mut self, now: Instant, by_loss: bool) {
         self.phase = Phase::Steady;
-        // Slow start's backlog is not congestion: restart the average from empty.
-        self.avg = Some((0.0, now));
+        let (queue, srtt, rate, mss) = self.last_sample;
+        let threshold = self.threshold(srtt, rate, mss);
+        if by_loss && rate < self.rate && queue > threshold {
+            // A loss ended slow start below the stream's rate with more than the threshold
+            // queued: at this rate the backlog only grows, so the application hears it now,
+            // not after the average has climbed again. (DBAT's own time limit is no such
+            // evidence: the transport may still be ramping.)
+            self.avg = Some((queue as f64, now));
+            self.signal(true, queue as f64, threshold, rate);
+        } else {
+            // Slow start's backlog is not congestion: restart the average from empty.
+            self.avg = Some((0.0, now));
+        }
+    }
+
+    fn signal(&mut self, onset: bool, avg: f64, threshold: u64, rate_estimate: u64) {
+        self.congested = onset;
+        if onset {
+            self.onset_queue = avg;
+        }
+        if self.signals.len() == MAX_SIGNALS {
+            self.signals.pop_front();
+            self.signals_dropped += 1;
+        }
+        self.signals.push_back(CongestionSignal {
+            onset,
+            queue: avg as u64,
+            threshold,
+            rate_estimate,
+        });
     }
 
     /// Whether the slow-start phase is over.
@@ -488,9 +536,7 @@ impl Dbat {
     /// # Ok::<(), lowtide_proto::ConfigError>(())
     /// ```
     pub fn slow_start_time(&self, mss: u32, rtt: Duration) -> Duration {
-        let start_rate =
-            f64::from(self.cfg.initial_window) * f64::from(mss) / rtt.as_secs_f64().max(1e-6);
-        let ratio = self.rate as f64 / start_rate;
+        let ratio = self.rate as f64 / self.cfg.ramp_start_rate(mss, rtt);
         let rtts = if ratio <= 1.0 {
             0.0
         } else {
@@ -598,6 +644,7 @@ impl Dbat {
         let rtt = self.rtt(srtt);
         let threshold = self.threshold(srtt, rate_estimate, mss);
         self.last_threshold = threshold;
+        self.last_sample = (queue, srtt, rate_estimate, mss);
         let avg = match self.avg {
             None => queue as f64,
             Some((a, at)) => {
@@ -619,7 +666,7 @@ impl Dbat {
                     .map_or(self.rate, |bw| bw.min(self.rate));
                 let caught_up = rate_estimate >= target && queue <= threshold;
                 if (elapsed >= rtt && caught_up) || elapsed >= limit {
-                    self.end_slow_start(now);
+                    self.end_slow_start(now, false);
                 }
             }
             Phase::Steady => {
@@ -627,20 +674,7 @@ impl Dbat {
                 let worse = self.congested && avg >= self.onset_queue * ESCALATION;
                 let clear = self.congested && avg < threshold as f64 * self.cfg.clear_fraction;
                 if onset || worse || clear {
-                    self.congested = !clear;
-                    if self.congested {
-                        self.onset_queue = avg;
-                    }
-                    if self.signals.len() == MAX_SIGNALS {
-                        self.signals.pop_front();
-                        self.signals_dropped += 1;
-                    }
-                    self.signals.push_back(CongestionSignal {
-                        onset: self.congested,
-                        queue: avg as u64,
-                        threshold,
-                        rate_estimate,
-                    });
+                    self.signal(!clear, avg, threshold, rate_estimate);
                 }
             }
         }
@@ -988,6 +1022,36 @@ mod tests {
         tcp.ssthresh = 3; // a loss
         c.decide(&tcp, &queued, t0 + Duration::from_millis(600));
         assert!(!c.dbat().in_slow_start());
+        // at 5 kB/s, far below the stream's 40 kB/s, with 30 kB queued (threshold: twice the
+        // achieved rate × 400 ms = 4 kB): the onset at once, not after the average climbs
+        let s = c.poll_signal().expect("an onset as slow start ends");
+        assert_eq!((s.onset, s.queue, s.threshold), (true, 30_000, 4_000));
+        assert_eq!(c.poll_signal(), None);
+    }
+
+    /// Leaving slow start having caught up, behind with less than the threshold queued, or by
+    /// DBAT's time limit, is no onset.
+    #[test]
+    fn leaving_slow_start_without_a_standing_backlog_is_no_onset() {
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(400));
+        for (queue, rate) in [(30_000, 40_000), (3_000, 5_000)] {
+            let mut d = Dbat::new(DbatConfig::default()).unwrap();
+            d.on_probe(probe(400, 62_500));
+            d.on_queue(t0, queue, rtt, rate, 1000);
+            d.transport_left_slow_start(t0 + Duration::from_millis(100));
+            assert!(!d.in_slow_start());
+            assert_eq!(d.poll_signal(), None, "{queue} B at {rate} B/s");
+            assert_eq!(d.queue_average(), Some(0));
+        }
+        // DBAT's own time limit (1 doubling + 2 RTTs = 1.2 s) while far behind: the transport
+        // may still be ramping, so no onset either
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.on_probe(probe(400, 62_500));
+        d.on_queue(t0, 30_000, rtt, 5_000, 1000);
+        d.on_queue(t0 + Duration::from_millis(1300), 30_000, rtt, 5_000, 1000);
+        assert!(!d.in_slow_start());
+        assert_eq!(d.poll_signal(), None);
     }
 
     #[test]
