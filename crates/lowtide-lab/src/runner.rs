@@ -985,6 +985,7 @@ fn start_trial(
         };
         cfg.transport.controller = v.controller;
         cfg.transport.failover = v.failover;
+        cfg.transport.importance_reserve = v.importance_reserve;
         cfg.sndbuf = v.sndbuf;
         if s.application_of(v) == ApplicationKind::Conference {
             cfg.transport.fairness = s.application.conference.fairness;

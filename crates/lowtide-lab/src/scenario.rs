@@ -368,6 +368,10 @@ pub struct Variant {
     /// `failover = { backups = 1, floor_ms = 200 }`; both ends of the variant's channel use it.
     #[serde(default)]
     pub failover: Option<lowtide::proto::FailoverConfig>,
+    /// Segments of the controller's kernel-queue limit kept for important messages, e.g.
+    /// `importance_reserve = { segments = 2, min_importance = 7 }` (`lowtide_proto::reserve`).
+    #[serde(default)]
+    pub importance_reserve: Option<lowtide::proto::reserve::ImportanceReserve>,
     /// Run the application over TFRC (`lowtide-tfrc`, RFC 5348) instead of lowtide over TCP
     /// (`crate::tfrc_flow`; latency stream and bit-rate ladder); `controller`, `congestion` and
     /// `sndbuf` then do not apply.
@@ -995,6 +999,18 @@ impl Scenario {
                 }
                 f.validate()
                     .map_err(|e| invalid(field("failover"), format!("{f:?}"), e.to_string()))?;
+            }
+            if let Some(r) = &v.importance_reserve {
+                if v.quic.is_some() || v.tfrc.is_some() {
+                    return Err(invalid(
+                        field("importance_reserve"),
+                        "with quic or tfrc",
+                        "an importance reserve on lowtide's TCP variants only",
+                    ));
+                }
+                r.validate(&v.controller).map_err(|e| {
+                    invalid(field("importance_reserve"), format!("{r:?}"), e.to_string())
+                })?;
             }
             if let Some(t) = &v.tfrc {
                 t.validate()
