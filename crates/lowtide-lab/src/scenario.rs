@@ -1370,6 +1370,32 @@ controller = { min_buf = { a = 1, b = 3 } }
     }
 
     #[test]
+    fn importance_reserve_variants_are_checked() {
+        let r = |extra: &str| format!("{GOOD}[[variant]]\nname = \"R\"\n{extra}\n");
+        let mb = "controller = { min_buf = { a = 1, b = 3 } }";
+        let ok = Scenario::from_toml(&r(&format!(
+            "{mb}\nimportance_reserve = {{ segments = 5, min_importance = 7 }}"
+        )))
+        .unwrap();
+        let got = ok.scenario.variants[2].importance_reserve.unwrap();
+        assert_eq!((got.segments, got.min_importance), (5, 7));
+        let e = err(&r(&format!(
+            "{mb}\nimportance_reserve = {{ segments = 0, min_importance = 7 }}"
+        )));
+        assert!(
+            e.starts_with("variant[2].importance_reserve") && e.contains("1..=16"),
+            "{e}"
+        );
+        // Plain TCP has no kernel-queue limit to keep a reserve in.
+        let e = err(&r("importance_reserve = { segments = 2, min_importance = 7 }"));
+        assert!(e.contains("a limit-based controller"), "{e}");
+        let e = err(&r(
+            "quic = {}\nimportance_reserve = { segments = 2, min_importance = 7 }",
+        ));
+        assert!(e.contains("lowtide's TCP variants only"), "{e}");
+    }
+
+    #[test]
     fn several_conference_videos_are_checked_when_parsed() {
         let conf = GOOD.replace(
             "name = \"MinBuf(1,3)\"",

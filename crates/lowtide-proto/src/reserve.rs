@@ -1,19 +1,26 @@
 //! Importance reserve: the last segments of the kernel-queue limit are kept for important data.
 //!
 //! Rule. A limit-based latency controller (MIN_BUF(a, b), DBAT) lets the kernel hold `limit`
-//! bytes: about a congestion window in flight plus `b` segments not yet sent. Goel et al.,
-//! "Supporting Low-Latency TCP-Based Media Streams" (section 5), give those `b` segments the
+//! bytes: about a congestion window in flight plus `b` segments not yet sent. Goel, Krasic and
+//! Walpole, "Low-Latency Adaptive Streaming over TCP" (section 5), give those `b` segments the
 //! job of keeping the window full between the application's writes. Whatever sits unsent in the
-//! kernel cannot be reordered, so a message of the highest importance that arrives while they
-//! are full of less important bytes leaves only after them: at the conference's share of a
-//! congested link (Erbad and Krasic, "Sender-side Buffers and the Case for Multimedia
-//! Adaptation", Fig. 6) three segments are about 20 ms, and the base layer's median was 33 ms
+//! kernel cannot be reordered, and while the window is full a new segment leaves only when an
+//! ACK frees room. So a message of the highest importance that arrives behind less important
+//! unsent bytes waits for them, and then for ACKs for its own segments: on Fig. 6's path
+//! (Erbad and Krasic, "Sender-side Buffers and the Case for Multimedia Adaptation") one
+//! segment of the conference leaves about every 8 ms, and the base layer's median was 33 ms
 //! above the network floor. With the reserve, data below `min_importance` may fill the kernel
-//! only up to `limit − segments·mss`; data at or above it may use the whole limit. An
-//! important message then finds at most `b − segments` unsent segments ahead of it, and the
-//! remaining `b − segments` segments still cover the gaps between writes.
+//! only up to `limit − segments·mss`; data at or above it may use the whole limit.
 //!
-//! Paceline orders the data it has not written by importance; this extends that order into
+//! - `segments < b` (MIN_BUF): an important message finds at most `b − segments` unsent
+//!   segments ahead of it; the less important data keeps the window full as before.
+//! - `segments > b`: the less important data stays `segments − b` segments below cwnd, so an
+//!   important message of up to that size finds room in the window itself and waits for no
+//!   ACK. The price is that much of the window for the less important data, and its writer
+//!   wakes by timer (a quarter RTT, at most 10 ms, as MIN_BUF when only in-flight bytes block
+//!   it), since no kernel event says "an ACK freed room".
+//!
+//! Paceline orders the data it has not written by importance; this carries that order into
 //! the part of the kernel's queue a latency controller keeps for itself.
 //!
 //! Where we differ:
@@ -21,10 +28,9 @@
 //!   larger than the reserve takes the rest of the limit like any other.
 //! - Within one staging pass the scheduler's order stands: when the next message it picks is
 //!   below `min_importance` and the reserve holds it back, the pass ends, even if another
-//!   stream holds an important message (the next pass after the kernel drains takes it).
-//! - With MIN_BUF, `segments` must be below `b`: at least one segment stays for the less
-//!   important data, so the kernel's `TCP_NOTSENT_LOWAT` can still wake the writer (with no
-//!   unsent bytes allowed, only a timer could).
+//!   stream holds an important message (the next pass takes it).
+//! - Cubic grows cwnd only while the window is full at times; with `segments > b` it is full
+//!   only while important data uses the reserve (every frame's base layer in the conference).
 //!
 //! ```
 //! use lowtide_proto::reserve::ImportanceReserve;
