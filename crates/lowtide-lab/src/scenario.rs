@@ -1387,7 +1387,9 @@ controller = { min_buf = { a = 1, b = 3 } }
             "{e}"
         );
         // Plain TCP has no kernel-queue limit to keep a reserve in.
-        let e = err(&r("importance_reserve = { segments = 2, min_importance = 7 }"));
+        let e = err(&r(
+            "importance_reserve = { segments = 2, min_importance = 7 }",
+        ));
         assert!(e.contains("a limit-based controller"), "{e}");
         let e = err(&r(
             "quic = {}\nimportance_reserve = { segments = 2, min_importance = 7 }",
