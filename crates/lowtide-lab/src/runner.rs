@@ -629,6 +629,8 @@ impl Sinks {
 }
 
 /// The threads of one measured variant.
+// One value per variant and trial: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Measured {
     Stream {
         tx: Task<stream::StreamSent>,
@@ -988,6 +990,7 @@ fn start_trial(
         };
         cfg.transport.controller = v.controller;
         cfg.transport.failover = v.failover;
+        cfg.transport.importance_reserve = v.importance_reserve;
         cfg.sndbuf = v.sndbuf;
         if s.application_of(v) == ApplicationKind::Conference {
             cfg.transport.fairness = s.application.conference.fairness;

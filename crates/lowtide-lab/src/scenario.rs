@@ -368,6 +368,10 @@ pub struct Variant {
     /// `failover = { backups = 1, floor_ms = 200 }`; both ends of the variant's channel use it.
     #[serde(default)]
     pub failover: Option<lowtide::proto::FailoverConfig>,
+    /// Segments of the controller's kernel-queue limit kept for important messages, e.g.
+    /// `importance_reserve = { segments = 2, min_importance = 7 }` (`lowtide_proto::reserve`).
+    #[serde(default)]
+    pub importance_reserve: Option<lowtide::proto::reserve::ImportanceReserve>,
     /// Run the application over TFRC (`lowtide-tfrc`, RFC 5348) instead of lowtide over TCP
     /// (`crate::tfrc_flow`; latency stream and bit-rate ladder); `controller`, `congestion` and
     /// `sndbuf` then do not apply.
@@ -996,6 +1000,18 @@ impl Scenario {
                 f.validate()
                     .map_err(|e| invalid(field("failover"), format!("{f:?}"), e.to_string()))?;
             }
+            if let Some(r) = &v.importance_reserve {
+                if v.quic.is_some() || v.tfrc.is_some() {
+                    return Err(invalid(
+                        field("importance_reserve"),
+                        "with quic or tfrc",
+                        "an importance reserve on lowtide's TCP variants only",
+                    ));
+                }
+                r.validate(&v.controller).map_err(|e| {
+                    invalid(field("importance_reserve"), format!("{r:?}"), e.to_string())
+                })?;
+            }
             if let Some(t) = &v.tfrc {
                 t.validate()
                     .map_err(|e| invalid(field("tfrc"), "", e.to_string()))?;
@@ -1351,6 +1367,34 @@ controller = { min_buf = { a = 1, b = 3 } }
         let e = err(&fo("failover = {}\nquic = {}"));
         assert!(e.contains("failover on lowtide's TCP variants only"), "{e}");
         assert!(Scenario::from_toml(&fo("failover = { bogus = 1 }")).is_err());
+    }
+
+    #[test]
+    fn importance_reserve_variants_are_checked() {
+        let r = |extra: &str| format!("{GOOD}[[variant]]\nname = \"R\"\n{extra}\n");
+        let mb = "controller = { min_buf = { a = 1, b = 3 } }";
+        let ok = Scenario::from_toml(&r(&format!(
+            "{mb}\nimportance_reserve = {{ segments = 5, min_importance = 7 }}"
+        )))
+        .unwrap();
+        let got = ok.scenario.variants[2].importance_reserve.unwrap();
+        assert_eq!((got.segments, got.min_importance), (5, 7));
+        let e = err(&r(&format!(
+            "{mb}\nimportance_reserve = {{ segments = 0, min_importance = 7 }}"
+        )));
+        assert!(
+            e.starts_with("variant[2].importance_reserve") && e.contains("1..=16"),
+            "{e}"
+        );
+        // Plain TCP has no kernel-queue limit to keep a reserve in.
+        let e = err(&r(
+            "importance_reserve = { segments = 2, min_importance = 7 }",
+        ));
+        assert!(e.contains("a limit-based controller"), "{e}");
+        let e = err(&r(
+            "quic = {}\nimportance_reserve = { segments = 2, min_importance = 7 }",
+        ));
+        assert!(e.contains("lowtide's TCP variants only"), "{e}");
     }
 
     #[test]

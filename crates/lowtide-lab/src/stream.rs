@@ -138,6 +138,12 @@ pub struct SendCost {
     pub failovers: u64,
     #[serde(default)]
     pub false_failovers: u64,
+    /// Importance-reserve variants: staging passes in which the reserve held less important
+    /// data back, and bytes of important data staged into it (`lowtide_proto::reserve`).
+    #[serde(default)]
+    pub reserve_held: u64,
+    #[serde(default)]
+    pub reserve_bytes_used: u64,
 }
 
 /// User and system CPU time of the calling thread, seconds (`/proc/thread-self/stat`, in
@@ -245,6 +251,8 @@ impl CostMeter {
             controller_blocked: stats.controller_blocked,
             failovers: stats.failovers,
             false_failovers: stats.false_failovers,
+            reserve_held: stats.reserve_held,
+            reserve_bytes_used: stats.reserve_bytes_used,
         }
     }
 }

@@ -87,6 +87,9 @@ pub struct Config {
     pub probe_at_start: bool,
     /// Failover to backup connections (Paceline's connection manager; `None`: off).
     pub failover: Option<crate::failover::FailoverConfig>,
+    /// Segments of the controller's kernel-queue limit kept for important messages
+    /// (`crate::reserve`; `None`: every message may use the whole limit).
+    pub importance_reserve: Option<crate::reserve::ImportanceReserve>,
 }
 
 impl Default for Config {
@@ -108,6 +111,7 @@ impl Default for Config {
             controller: ControllerConfig::default(),
             probe_at_start: false,
             failover: None,
+            importance_reserve: None,
         }
     }
 }
@@ -233,6 +237,9 @@ impl Config {
         )?;
         if let Some(f) = &self.failover {
             f.validate()?;
+        }
+        if let Some(r) = &self.importance_reserve {
+            r.validate(&self.controller)?;
         }
         self.controller.validate()
     }

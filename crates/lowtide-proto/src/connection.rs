@@ -385,6 +385,12 @@ pub struct Stats {
     pub duplicates_dropped: u64,
     /// Received copies dropped without comparison (first copy's hash forgotten, or cancelled).
     pub duplicates_unverified: u64,
+    /// Staging passes that ended because the next message was below the importance reserve's
+    /// `min_importance` and only the reserve was left (`crate::reserve`).
+    pub reserve_held: u64,
+    /// Bytes of important messages staged into the reserve (beyond what less important data
+    /// may fill).
+    pub reserve_bytes_used: u64,
 }
 
 /// A controller decision with the state it was taken on, for plots.
@@ -1348,7 +1354,7 @@ impl Connection {
             staged: self.staged_len,
             queued: self.queued_bytes,
         };
-        let d = self.controller.decide(tcp, &app, now);
+        let mut d = self.controller.decide(tcp, &app, now);
         while let Some(sig) = self.controller.poll_signal() {
             self.events.push_back(Event::Congestion {
                 onset: sig.onset,
@@ -1386,7 +1392,19 @@ impl Connection {
                     .max_batch
                     .saturating_sub(self.staged_len)
                     .min(kernel);
-                self.stage_data(d.allowance, room, mss);
+                let reserve = self.config.importance_reserve;
+                let held = self.stage_data(d.allowance, room, mss);
+                if let (true, Some(r)) = (held, reserve) {
+                    // What applies now is the limit without the reserve: block (and wake)
+                    // for the less important data waiting, not for the reserve's free room.
+                    let app = AppProgress {
+                        staged: self.staged_len,
+                        queued: self.queued_bytes,
+                        ..app
+                    };
+                    let low = d.limit.saturating_sub(r.bytes(mss));
+                    d = crate::controller::decide_for_limit(low, tcp, &app, now);
+                }
             }
         }
         self.seal_small();
@@ -1447,7 +1465,13 @@ impl Connection {
     /// ends before the next one that does not fit instead of cutting it: a message cut into
     /// two frames costs the receiver a copy, and with 64 KB messages in 256 KB batches every
     /// fourth message was cut.
-    fn stage_data(&mut self, allowance: u64, room: u64, mss: u32) {
+    ///
+    /// With an importance reserve, a message below its `min_importance` may use the budget
+    /// only beyond the reserve's bytes; returns whether the reserve held one back.
+    fn stage_data(&mut self, allowance: u64, room: u64, mss: u32) -> bool {
+        let reserve = self.config.importance_reserve;
+        let reserve_bytes = reserve.map_or(0, |r| r.bytes(mss));
+        let mut held = false;
         let mut budget = allowance.min(room);
         let mut room_left = room;
         if budget > 0 && self.sched.pick().is_some() {
@@ -1485,16 +1509,26 @@ impl Connection {
                 usize::MAX
             };
             let want = remaining.min(fair).min(max_frame);
+            let important = reserve.is_none_or(|r| r.covers(importance));
+            // The part of the budget this message may use: all of it, or what lies beyond
+            // the reserve.
+            let usable = if important {
+                budget
+            } else {
+                budget.saturating_sub(reserve_bytes)
+            };
             let hdr = Frame::data_header_len(sid, seq, first, p.sent as u64, want as u64) as u64;
-            let len = if hdr + want as u64 <= budget {
+            let len = if hdr + want as u64 <= usable {
                 want
             } else if room_left < room && hdr + want as u64 > room_left {
                 // only the pass's room is short: the frame goes whole in the next pass
                 break;
-            } else if budget > hdr && (budget - hdr) as usize >= want.min(64) {
+            } else if usable > hdr && (usable - hdr) as usize >= want.min(64) {
                 // Fill the budget exactly, but do not cut a message into slivers.
-                (budget - hdr) as usize
+                (usable - hdr) as usize
             } else {
+                // Held back by the reserve if the whole budget would have taken a frame.
+                held = !important && budget > hdr && (budget - hdr) as usize >= want.min(64);
                 break;
             };
             let hdr = Frame::data_header_len(sid, seq, first, p.sent as u64, len as u64) as u64;
@@ -1520,6 +1554,10 @@ impl Connection {
                 self.staged.push_back(payload);
             }
             let frame_len = hdr + len as u64;
+            if reserve.is_some() && important {
+                self.stats.reserve_bytes_used +=
+                    frame_len.saturating_sub(budget.saturating_sub(reserve_bytes));
+            }
             self.staged_len += frame_len;
             budget -= frame_len;
             room_left -= frame_len;
@@ -1566,6 +1604,10 @@ impl Connection {
                 }
             }
         }
+        if held {
+            self.stats.reserve_held += 1;
+        }
+        held
     }
 
     /// The staged bytes, in order, for one `writev`.

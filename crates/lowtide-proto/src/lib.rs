@@ -51,6 +51,7 @@ pub mod controller;
 mod error;
 pub mod failover;
 mod reassembly;
+pub mod reserve;
 pub mod scheduler;
 pub mod sim;
 mod stream;

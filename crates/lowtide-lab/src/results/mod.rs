@@ -302,6 +302,12 @@ pub struct SenderCost {
     pub failovers: f64,
     #[serde(default)]
     pub false_failovers: f64,
+    /// Importance-reserve variants: staging passes the reserve held back, and bytes of
+    /// important data staged into it, per run (`lowtide_proto::reserve`).
+    #[serde(default)]
+    pub reserve_held: f64,
+    #[serde(default)]
+    pub reserve_bytes_used: f64,
 }
 
 impl SenderCost {
@@ -329,6 +335,8 @@ impl SenderCost {
             wakeups_per_message: per(Some(wakeups)),
             failovers: avg(|c| c.failovers as f64),
             false_failovers: avg(|c| c.false_failovers as f64),
+            reserve_held: avg(|c| c.reserve_held as f64),
+            reserve_bytes_used: avg(|c| c.reserve_bytes_used as f64),
         })
     }
 }

@@ -93,7 +93,7 @@ impl LatencyController for MinBuf {
 
 /// The decision for a kernel-queue `limit` in bytes: the allowance in whole segments, and how
 /// to be woken when blocked. Shared with DBAT, which keeps the kernel queue at its own limit.
-pub(super) fn decide_for_limit(
+pub(crate) fn decide_for_limit(
     limit: u64,
     tcp: &TcpState,
     app: &AppProgress,

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use dbat::{CongestionSignal, Dbat, DbatConfig, DbatController, ProbeResult};
+pub(crate) use min_buf::decide_for_limit;
 pub use min_buf::MinBuf;
 pub use notsent_lowat::NotsentLowatController;
 pub use pace_a::{PAckSample, PaceA};

@@ -5,6 +5,7 @@ mod dbat;
 mod failover;
 mod limits;
 mod props;
+mod reserve;
 mod service;
 mod structured;
 mod transmit_work;
