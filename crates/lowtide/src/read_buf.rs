@@ -32,14 +32,39 @@ pub(crate) fn prepare(buf: &mut BytesMut, len: usize) {
     if buf.capacity() >= len {
         return;
     }
+    retire(std::mem::replace(buf, take(len)));
+}
+
+/// Makes room for `room` more bytes after the incomplete frame `buf` holds (its head, kept
+/// for the next read to complete in place): where the allocation has no such room left, the
+/// head moves to the front of a buffer of at least `len` bytes (the one copy this path makes).
+pub(crate) fn make_room(buf: &mut BytesMut, room: usize, len: usize) {
+    if buf.is_empty() {
+        return prepare(buf, len);
+    }
+    if buf.capacity() - buf.len() >= room {
+        return;
+    }
+    let mut moved = take(len.max(buf.len() + room));
+    moved.extend_from_slice(buf);
+    buf.clear();
+    retire(std::mem::replace(buf, moved));
+}
+
+/// A buffer of at least `len` bytes: a pooled one that no message holds any more, or a new one.
+fn take(len: usize) -> BytesMut {
     let reused = RETIRED.with(|p| {
         let mut p = p.borrow_mut();
         // `try_reclaim` succeeds only when no message holds a slice of the buffer any more
         let i = p.iter_mut().position(|b| b.try_reclaim(len))?;
         Some(p.swap_remove(i))
     });
-    // an exhausted buffer still owns its whole allocation (its view is just empty)
-    let old = std::mem::replace(buf, reused.unwrap_or_else(|| BytesMut::with_capacity(len)));
+    reused.unwrap_or_else(|| BytesMut::with_capacity(len))
+}
+
+/// An exhausted buffer (it still owns its whole allocation, its view is just empty) joins the
+/// pool, the oldest leaving a full one.
+fn retire(old: BytesMut) {
     RETIRED.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() == POOL {
