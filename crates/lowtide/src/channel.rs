@@ -1789,12 +1789,19 @@ impl Driver {
             let (buf, need) = g.conn.take_read_buf();
             (buf, need, slack)
         };
-        // the frame's rest, or (header incomplete) room for any frame
-        let need_room = need.unwrap_or(if buf.is_empty() { 0 } else { slack });
+        // The frame's rest; with its header incomplete (a few bytes, or the handshake), room
+        // for a full read after it.
+        let need = need.filter(|&k| k > 0);
+        let need_room = match need {
+            Some(k) => k,
+            None if buf.is_empty() => 0,
+            None => self.read_chunk + slack,
+        };
         read_buf::make_room(&mut buf, need_room, self.read_chunk + slack);
         let room = buf.capacity() - buf.len();
         let fill = room.saturating_sub(slack).min(self.read_chunk);
         let want = budget.min(fill.max(need.unwrap_or(0)));
+        debug_assert!(want > 0, "room {room}, slack {slack}, need {need:?}");
         // (a read of 0 bytes would look like the end of the stream)
         let res = match want {
             0 => Err(io::ErrorKind::WouldBlock.into()),

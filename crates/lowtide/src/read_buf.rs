@@ -104,4 +104,25 @@ mod tests {
         prepare(&mut buf, 500);
         assert_eq!(buf.as_ptr() as usize, p);
     }
+
+    #[test]
+    fn an_incomplete_frame_stays_in_place_while_it_fits_and_moves_once_otherwise() {
+        let mut buf = BytesMut::new();
+        make_room(&mut buf, 0, 1000);
+        assert!(buf.capacity() >= 1000);
+        buf.extend_from_slice(&[1u8; 900]);
+        let read = buf.split_to(800).freeze();
+        let (p, head) = (buf.as_ptr() as usize, buf.to_vec());
+        make_room(&mut buf, 50, 1000);
+        assert_eq!(
+            buf.as_ptr() as usize,
+            p,
+            "room left: the head stays where it is"
+        );
+        make_room(&mut buf, 500, 1000);
+        assert_ne!(buf.as_ptr() as usize, p, "no room: the head moves");
+        assert_eq!(&buf[..], &head[..]);
+        assert!(buf.capacity() - buf.len() >= 500);
+        drop(read);
+    }
 }
