@@ -33,8 +33,8 @@ use crate::reassembly::{PeerCancelled, Reassembly, Received};
 use crate::scheduler::Scheduler;
 use crate::stream::{Pending, SendStream};
 use crate::wire::{
-    CancelReason, DataFrame, FirstChunk, Frame, FrameType, Hello, HelloOption, MAX_HEADER_LEN,
-    VERSION,
+    CancelReason, DataFrame, FirstChunk, Frame, FrameType, Hello, HelloOption, MAX_CLOSE_REASON,
+    MAX_HEADER_LEN, MAX_PROBE_PAD, VERSION,
 };
 
 /// Which end of the TCP connection we are; decides stream-id parity.
@@ -467,10 +467,6 @@ const MAX_UNACKED_TRACKED: usize = 1 << 20;
 /// Payloads at most this long are copied into the staging buffer; longer ones are staged by
 /// reference (a separate `writev` segment).
 const COPY_THRESHOLD: usize = 2048;
-
-/// An incomplete frame missing at least this many bytes is completed by a read of its own
-/// ([`Connection::pending_frame`]).
-pub const DIRECT_READ_MIN: usize = 4096;
 
 /// Packet-pair probing state (`docs/dbat.md`): at most one probe of ours in flight and one of
 /// the peer's being timed, so a peer cannot grow it.
@@ -1899,11 +1895,12 @@ impl Connection {
         self.handle_input(now, &data, Some(&data), data.len())
     }
 
-    /// The buffer of an incomplete large frame, and how many bytes complete it, when that is
-    /// worth a read of its own (at least [`DIRECT_READ_MIN`] bytes). The driver reads at most
-    /// that many bytes into the buffer's spare capacity (already reserved) and then calls
-    /// [`handle_pending_read`](Self::handle_pending_read): the rest of the frame lands where
-    /// it is parsed, and its message is delivered without a copy.
+    /// Lends the read buffer for the driver's next read: the incomplete frame an earlier read
+    /// left (at its front, counted as held), and how many bytes complete that frame (`None`
+    /// when there is none or its header is still incomplete). The driver appends what it reads
+    /// (making room first if it must: only then is the frame's head copied) and hands the
+    /// buffer back with [`handle_read_buf`](Self::handle_read_buf), also when it read nothing.
+    /// The frame is completed where it is, so a message arriving in it is never copied.
     ///
     /// ```
     /// # use lowtide_proto::{Config, Connection, ControllerConfig, Message, Side, StreamConfig, TcpState};
@@ -1915,52 +1912,111 @@ impl Connection {
     /// client.send(now, s, Message::new(vec![1u8; 60_000]))?;
     /// # client.poll_transmit(now, &TcpState::default());
     /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
-    /// server.handle_bytes(now, &wire[..2000])?; // the frame's start
-    /// assert!(server.pending_frame().is_some()); // more than DIRECT_READ_MIN bytes missing
-    /// server.handle_bytes(now, &wire[2000..wire.len() - 10])?;
-    /// assert!(server.pending_frame().is_none()); // 10 bytes: not worth a read of its own
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn pending_frame(&mut self) -> Option<(&mut BytesMut, usize)> {
-        if self.error.is_some() || !self.peer_hello || self.inbuf.is_empty() {
-            return None;
-        }
-        let want = Frame::frame_len(&self.inbuf, self.config.max_chunk_len).ok()??;
-        let need = want.checked_sub(self.inbuf.len())?;
-        if need < DIRECT_READ_MIN {
-            return None;
-        }
-        self.inbuf.reserve(need);
-        Some((&mut self.inbuf, need))
-    }
-
-    /// The driver read `n` bytes into the buffer [`pending_frame`](Self::pending_frame) gave.
-    ///
-    /// ```
-    /// # use lowtide_proto::{Config, Connection, ControllerConfig, Message, Side, StreamConfig, TcpState};
-    /// # let now = std::time::Instant::now();
-    /// # let cfg = Config { controller: ControllerConfig::Unlimited, ..Config::default() };
-    /// # let mut client = Connection::new(cfg, Side::Client, now)?;
-    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
-    /// # let s = client.open_stream(StreamConfig::default())?;
-    /// client.send(now, s, Message::new(vec![1u8; 60_000]))?;
-    /// # client.poll_transmit(now, &TcpState::default());
-    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
-    /// server.handle_bytes(now, &wire[..2000])?;
-    /// let mut at = 2000;
-    /// while let Some((buf, need)) = server.pending_frame() {
-    ///     // The driver's read(2) into the reserved space, here a copy of the rest.
-    ///     let n = need.min(wire.len() - at);
+    /// let mut at = 0;
+    /// for read in [2000, 30_000, 100_000] {
+    ///     let (mut buf, _need) = server.take_read_buf();
+    ///     // The driver's read(2) appends to the buffer; here a copy of the wire.
+    ///     let n = read.min(wire.len() - at);
     ///     buf.extend_from_slice(&wire[at..at + n]);
     ///     at += n;
-    ///     server.handle_pending_read(now, n)?;
+    ///     server.handle_read_buf(now, buf, n)?;
     /// }
-    /// server.handle_bytes(now, &wire[at..])?;
+    /// let (buf, need) = server.take_read_buf();
+    /// assert_eq!((buf.len(), need), (0, None)); // nothing left incomplete
+    /// server.handle_read_buf(now, buf, 0)?;
     /// assert_eq!(server.poll_message().map(|m| m.data.len()), Some(60_000));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn handle_pending_read(&mut self, now: Instant, n: usize) -> Result<(), ProtocolError> {
-        self.handle_input(now, &[], None, n)
+    pub fn take_read_buf(&mut self) -> (BytesMut, Option<usize>) {
+        let buf = std::mem::take(&mut self.inbuf);
+        let need = if self.peer_hello && self.error.is_none() {
+            Frame::frame_len(&buf, self.config.max_chunk_len)
+                .ok()
+                .flatten()
+                .map(|total| total.saturating_sub(buf.len()))
+        } else {
+            None
+        };
+        (buf, need)
+    }
+
+    /// The longest frame the peer may send us (a data frame of `max_chunk_len`, a probe or a
+    /// close frame, with the longest header): room that lets any frame starting in a read be
+    /// completed in place.
+    pub fn max_frame_len(&self) -> usize {
+        let payload = self
+            .config
+            .max_chunk_len
+            .max(MAX_PROBE_PAD)
+            .max(MAX_CLOSE_REASON as u64);
+        usize::try_from(payload)
+            .unwrap_or(usize::MAX)
+            .saturating_add(MAX_HEADER_LEN)
+    }
+
+    /// Takes back the buffer [`take_read_buf`](Self::take_read_buf) lent, with `n` bytes the
+    /// driver read appended. The incomplete frame at its front, once complete, is parsed on
+    /// its own (its message is a slice of it, however large the read); the whole frames after
+    /// it are split off and parsed in place (whole messages of at least a quarter of them are
+    /// slices, as with [`handle_read`](Self::handle_read)); an incomplete frame at the end
+    /// stays in the buffer for the next read.
+    pub fn handle_read_buf(
+        &mut self,
+        now: Instant,
+        mut buf: BytesMut,
+        n: usize,
+    ) -> Result<(), ProtocolError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        if n == 0 {
+            self.inbuf = buf;
+            return Ok(());
+        }
+        let res = self.parse_in_place(now, &mut buf, n);
+        self.inbuf = buf;
+        self.after_input(now, res, n)
+    }
+
+    /// [`handle_read_buf`](Self::handle_read_buf)'s parsing: `buf` ends with `fresh` bytes just
+    /// read; what it held before is the head of one incomplete frame (or of the handshake).
+    fn parse_in_place(
+        &mut self,
+        now: Instant,
+        buf: &mut BytesMut,
+        fresh: usize,
+    ) -> Result<(), ProtocolError> {
+        let max = self.config.max_chunk_len;
+        if !self.peer_hello {
+            let used = self.parse(now, buf, 0, None)?;
+            buf.advance(used);
+            return Ok(());
+        }
+        if buf.len() > fresh {
+            match Frame::frame_len(buf, max)? {
+                Some(total) if total <= buf.len() => {
+                    let frame = buf.split_to(total).freeze();
+                    let res = self.parse(now, &frame, buf.len() as u64, Some(&frame));
+                    self.reasm.end_read(frame.len() as u64);
+                    res?;
+                }
+                _ => return Ok(()),
+            }
+        }
+        let mut whole = 0;
+        while let Some(len) = Frame::frame_len(&buf[whole..], max)? {
+            if whole + len > buf.len() {
+                break;
+            }
+            whole += len;
+        }
+        if whole > 0 {
+            let data = buf.split_to(whole).freeze();
+            let res = self.parse(now, &data, buf.len() as u64, Some(&data));
+            self.reasm.end_read(data.len() as u64);
+            res?;
+        }
+        Ok(())
     }
 
     fn handle_input(
@@ -1977,6 +2033,16 @@ impl Connection {
         let res = self.feed(now, &mut buf, data, read);
         self.reasm.end_read(data.len() as u64);
         self.inbuf = buf;
+        self.after_input(now, res, n_read)
+    }
+
+    /// After a read was parsed: count it for P-ACKs, or close the channel on a protocol error.
+    fn after_input(
+        &mut self,
+        now: Instant,
+        res: Result<(), ProtocolError>,
+        n_read: usize,
+    ) -> Result<(), ProtocolError> {
         match res {
             Ok(_) => {
                 // P-ACKs count bytes read, not frames parsed, so their granularity does not
@@ -2057,8 +2123,8 @@ impl Connection {
         }
         let used = self.parse(now, data, 0, read)?;
         let tail = &data[used..];
-        // Room for the whole frame at once, so completing it (by `pending_frame`'s direct
-        // read or the next read) does not copy its head a second time on regrowth. The
+        // Room for the whole frame at once, so completing it by the next read does not copy
+        // its head a second time on regrowth. The
         // length is bounded by `max_chunk_len`; the budget leaves room for one frame.
         if let Ok(Some(frame)) = Frame::frame_len(tail, self.config.max_chunk_len) {
             pending.reserve(frame);

@@ -60,7 +60,6 @@ pub mod wire;
 pub use config::{Config, ConfigError, Fairness, StreamConfig};
 pub use connection::{
     Connection, DecisionRecord, Event, Message, MessageId, MessageTimes, Side, Stats, TransmitWork,
-    DIRECT_READ_MIN,
 };
 pub use controller::{AppProgress, ControllerConfig, Decision, LatencyController, TcpState, Wake};
 pub use error::{ProtocolError, SendError, StreamError};

@@ -12,8 +12,9 @@
 //! the socket (back-pressure through TCP flow control rather than an error).
 //!
 //! Zero copy: a message that arrives whole in one frame of a read the driver hands over as
-//! [`Bytes`] ([`Connection::handle_read`](crate::Connection::handle_read)) is delivered as a
-//! slice of that read, without a copy, if it is at least a quarter of the read (so a message
+//! [`Bytes`] ([`Connection::handle_read_buf`](crate::Connection::handle_read_buf), with TLS
+//! [`Connection::handle_read`](crate::Connection::handle_read)) is delivered as a slice of
+//! that read, without a copy, if it is at least a quarter of the read (so a message
 //! the application keeps pins at most four times its size). The read's other bytes (headers,
 //! copied messages) stay allocated while such a slice lives; that overhead is charged to the
 //! read's last zero-copy message, so the budget stays exact until the application takes it.

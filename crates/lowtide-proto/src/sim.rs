@@ -379,8 +379,11 @@ impl Pair {
         let data = input.take_arrived(now);
         if !data.is_empty() {
             progress = true;
-            // Errors are recorded in the connection (`error()`) and as a Closed event.
-            let _ = ep.conn.handle_bytes(now, &data);
+            // As the driver reads: appended to the incomplete frame in the read buffer. Errors
+            // are recorded in the connection (`error()`) and as a Closed event.
+            let (mut buf, _) = ep.conn.take_read_buf();
+            buf.extend_from_slice(&data);
+            let _ = ep.conn.handle_read_buf(now, buf, data.len());
         }
         if ep.conn.poll_timeout().is_some_and(|t| t <= now) {
             ep.conn.handle_timeout(now);

@@ -544,7 +544,7 @@ impl Channel {
         let driver = Driver {
             shared: shared.clone(),
             stream,
-            rbuf: BytesMut::with_capacity(cfg.read_chunk),
+            rbuf: BytesMut::new(),
             read_chunk: cfg.read_chunk,
             read_eof: false,
             paths,
@@ -1574,8 +1574,7 @@ impl Channel {
 struct Driver {
     shared: Arc<Shared>,
     stream: TcpStream,
-    /// Reads land here and are handed to the core as `Bytes`: whole messages become slices
-    /// of the read (no copy); the allocation is reused once no message holds a slice of it.
+    /// With TLS, ciphertext reads land here (plain reads go into the core's read buffer).
     rbuf: BytesMut,
     read_chunk: usize,
     read_eof: bool,
@@ -1583,6 +1582,13 @@ struct Driver {
     paths: Option<Paths>,
     /// The TLS record layer, if the channel is encrypted.
     tls: Option<TlsSession>,
+}
+
+/// One read: how much was asked for, how much came, what the core made of it.
+struct Read {
+    want: usize,
+    n: usize,
+    handled: Result<(), ProtocolError>,
 }
 
 /// What the write phase found.
@@ -1727,9 +1733,9 @@ impl Driver {
     }
 
     /// Reads what the protocol's budget and the gate allow, at most 16 times; `Some(t)`: the
-    /// gate is closed until `t` (do not wait for readability, wake then). A large frame that an
-    /// earlier read left incomplete is completed by a read straight into the core's frame buffer
-    /// ([`Connection::pending_frame`]); other reads go to `rbuf` and are handed over as `Bytes`.
+    /// gate is closed until `t` (do not wait for readability, wake then). Reads go into the
+    /// core's read buffer ([`Self::read_in_place`]); with TLS into `rbuf`, decrypted and handed
+    /// over as `Bytes`.
     fn read_phase(&mut self) -> Result<Option<Instant>, Error> {
         for _ in 0..16 {
             if self.read_eof {
@@ -1749,32 +1755,12 @@ impl Driver {
                 }
                 budget = budget.min(allowed);
             }
-            let mut g = self.shared.lock();
-            // (With TLS every read goes through the record layer.)
-            let direct = self.tls.is_none().then(|| g.conn.pending_frame()).flatten();
-            let direct = direct.map(|(buf, need)| {
-                let want = need.min(budget);
-                (want, read_now(&mut self.stream, &mut buf.limit(want)))
-            });
-            let (want, n, handled) = if let Some((want, res)) = direct {
-                let Some(n) = read_result(res, &mut self.read_eof)? else {
-                    return Ok(None);
-                };
-                (want, n, g.conn.handle_pending_read(Instant::now(), n))
-            } else {
-                drop(g);
-                let want = budget.min(self.read_chunk);
-                read_buf::prepare(&mut self.rbuf, self.read_chunk);
-                let res = read_now(&mut self.stream, &mut (&mut self.rbuf).limit(want));
-                let Some(n) = read_result(res, &mut self.read_eof)? else {
-                    return Ok(None);
-                };
-                let mut data = self.rbuf.split().freeze();
-                if let Some(t) = &mut self.tls {
-                    data = t.decrypt(&data)?;
-                }
-                let handled = self.shared.lock().conn.handle_read(Instant::now(), data);
-                (want, n, handled)
+            let read = match self.tls {
+                None => self.read_in_place(budget)?,
+                Some(_) => self.read_tls(budget)?,
+            };
+            let Some(Read { want, n, handled }) = read else {
+                return Ok(None);
             };
             if let (Some(gate), true) = (&gate, n > 0) {
                 gate.consumed(Instant::now(), n);
@@ -1789,6 +1775,74 @@ impl Driver {
             }
         }
         Ok(None)
+    }
+
+    /// One read into the core's read buffer ([`Connection::take_read_buf`]), appended to the
+    /// incomplete frame an earlier read left there, so that frame is completed in place. A
+    /// read leaves room for the longest frame after it (up to `read_chunk`), so the frame it
+    /// ends in is completed by the next read without moving; a read that cannot also fill
+    /// `read_chunk` completes just that frame. `None`: nothing to read.
+    fn read_in_place(&mut self, budget: usize) -> Result<Option<Read>, Error> {
+        let (mut buf, need, slack) = {
+            let mut g = self.shared.lock();
+            let slack = g.conn.max_frame_len().min(self.read_chunk);
+            let (buf, need) = g.conn.take_read_buf();
+            (buf, need, slack)
+        };
+        // The frame's rest; with its header incomplete (a few bytes, or the handshake), room
+        // for a full read after it.
+        let need = need.filter(|&k| k > 0);
+        let need_room = match need {
+            Some(k) => k,
+            None if buf.is_empty() => 0,
+            None => self.read_chunk + slack,
+        };
+        read_buf::make_room(&mut buf, need_room, self.read_chunk + slack);
+        let room = buf.capacity() - buf.len();
+        let fill = room.saturating_sub(slack).min(self.read_chunk);
+        let want = budget.min(fill.max(need.unwrap_or(0)));
+        debug_assert!(want > 0, "room {room}, slack {slack}, need {need:?}");
+        // (a read of 0 bytes would look like the end of the stream)
+        let res = match want {
+            0 => Err(io::ErrorKind::WouldBlock.into()),
+            _ => read_now(&mut self.stream, &mut (&mut buf).limit(want)),
+        };
+        let n = match read_result(res, &mut self.read_eof) {
+            Ok(Some(n)) => n,
+            other => {
+                // nothing read: the buffer goes back as it was
+                let _ = self
+                    .shared
+                    .lock()
+                    .conn
+                    .handle_read_buf(Instant::now(), buf, 0);
+                return other.map(|_| None);
+            }
+        };
+        let handled = self
+            .shared
+            .lock()
+            .conn
+            .handle_read_buf(Instant::now(), buf, n);
+        Ok(Some(Read { want, n, handled }))
+    }
+
+    /// One read of ciphertext into `rbuf`; the record layer returns plaintext in buffers of its
+    /// own, handed to the core as `Bytes`.
+    fn read_tls(&mut self, budget: usize) -> Result<Option<Read>, Error> {
+        let want = budget.min(self.read_chunk);
+        read_buf::prepare(&mut self.rbuf, self.read_chunk);
+        let res = read_now(&mut self.stream, &mut (&mut self.rbuf).limit(want));
+        let Some(n) = read_result(res, &mut self.read_eof)? else {
+            return Ok(None);
+        };
+        let data = self.rbuf.split().freeze();
+        let data = match &mut self.tls {
+            Some(t) => t.decrypt(&data)?,
+            None => data,
+        };
+        let handled = self.shared.lock().conn.handle_read(Instant::now(), data);
+        Ok(Some(Read { want, n, handled }))
     }
 
     fn write_phase(&mut self, fd: RawFd) -> Result<WriteOutcome, Error> {

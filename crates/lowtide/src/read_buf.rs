@@ -32,14 +32,39 @@ pub(crate) fn prepare(buf: &mut BytesMut, len: usize) {
     if buf.capacity() >= len {
         return;
     }
+    retire(std::mem::replace(buf, take(len)));
+}
+
+/// Makes room for `room` more bytes after the incomplete frame `buf` holds (its head, kept
+/// for the next read to complete in place): where the allocation has no such room left, the
+/// head moves to the front of a buffer of at least `len` bytes (the one copy this path makes).
+pub(crate) fn make_room(buf: &mut BytesMut, room: usize, len: usize) {
+    if buf.is_empty() {
+        return prepare(buf, len);
+    }
+    if buf.capacity() - buf.len() >= room {
+        return;
+    }
+    let mut moved = take(len.max(buf.len() + room));
+    moved.extend_from_slice(buf);
+    buf.clear();
+    retire(std::mem::replace(buf, moved));
+}
+
+/// A buffer of at least `len` bytes: a pooled one that no message holds any more, or a new one.
+fn take(len: usize) -> BytesMut {
     let reused = RETIRED.with(|p| {
         let mut p = p.borrow_mut();
         // `try_reclaim` succeeds only when no message holds a slice of the buffer any more
         let i = p.iter_mut().position(|b| b.try_reclaim(len))?;
         Some(p.swap_remove(i))
     });
-    // an exhausted buffer still owns its whole allocation (its view is just empty)
-    let old = std::mem::replace(buf, reused.unwrap_or_else(|| BytesMut::with_capacity(len)));
+    reused.unwrap_or_else(|| BytesMut::with_capacity(len))
+}
+
+/// An exhausted buffer (it still owns its whole allocation, its view is just empty) joins the
+/// pool, the oldest leaving a full one.
+fn retire(old: BytesMut) {
     RETIRED.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() == POOL {
@@ -78,5 +103,26 @@ mod tests {
         let p = buf.as_ptr() as usize;
         prepare(&mut buf, 500);
         assert_eq!(buf.as_ptr() as usize, p);
+    }
+
+    #[test]
+    fn an_incomplete_frame_stays_in_place_while_it_fits_and_moves_once_otherwise() {
+        let mut buf = BytesMut::new();
+        make_room(&mut buf, 0, 1000);
+        assert!(buf.capacity() >= 1000);
+        buf.extend_from_slice(&[1u8; 900]);
+        let read = buf.split_to(800).freeze();
+        let (p, head) = (buf.as_ptr() as usize, buf.to_vec());
+        make_room(&mut buf, 50, 1000);
+        assert_eq!(
+            buf.as_ptr() as usize,
+            p,
+            "room left: the head stays where it is"
+        );
+        make_room(&mut buf, 500, 1000);
+        assert_ne!(buf.as_ptr() as usize, p, "no room: the head moves");
+        assert_eq!(&buf[..], &head[..]);
+        assert!(buf.capacity() - buf.len() >= 500);
+        drop(read);
     }
 }

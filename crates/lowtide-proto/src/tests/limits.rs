@@ -269,21 +269,69 @@ fn a_large_frame_split_across_reads_is_completed_in_place_and_delivered_without_
     let (mut c, now) = server(Config::default());
     c.handle_bytes(now, &hello()).unwrap();
     let frame = first(0, 0, 50_000, &[3u8; 50_000]);
-    c.handle_read(now, bytes::Bytes::copy_from_slice(&frame[..1000]))
-        .unwrap();
-    assert_eq!(c.recv_memory(), 1000, "the incomplete frame is held");
-    let (buf, need) = c.pending_frame().expect("a large frame is pending");
-    assert_eq!(need, frame.len() - 1000);
-    assert!(buf.capacity() - buf.len() >= need, "room reserved");
+    let (mut buf, need) = c.take_read_buf();
+    assert_eq!((buf.len(), need), (0, None));
+    buf.reserve(frame.len());
     let ptr = buf.as_ptr() as usize;
+    buf.extend_from_slice(&frame[..1000]);
+    c.handle_read_buf(now, buf, 1000).unwrap();
+    assert_eq!(c.recv_memory(), 1000, "the incomplete frame is held");
+    let (mut buf, need) = c.take_read_buf();
+    assert_eq!(need, Some(frame.len() - 1000));
     buf.extend_from_slice(&frame[1000..]);
-    c.handle_pending_read(now, need).unwrap();
-    assert!(c.pending_frame().is_none());
+    c.handle_read_buf(now, buf, frame.len() - 1000).unwrap();
     let m = c.poll_message().unwrap();
     assert_eq!(m.data.len(), 50_000);
     assert!(
         (ptr..ptr + frame.len()).contains(&(m.data.as_ptr() as usize)),
-        "the message is a slice of the frame buffer"
+        "the message is a slice of the read buffer"
     );
     assert_eq!(c.recv_memory(), 0);
+}
+
+#[test]
+fn a_completed_frame_is_parsed_alone_so_a_large_read_after_it_stays_zero_copy() {
+    let (mut c, now) = server(Config::default());
+    c.handle_bytes(now, &hello()).unwrap();
+    let a = first(0, 0, 40_000, &[1u8; 40_000]);
+    let b = first(0, 1, 40_000, &[2u8; 40_000]);
+    let (mut buf, _) = c.take_read_buf();
+    buf.reserve(4 * a.len());
+    buf.extend_from_slice(&a[..30_000]);
+    c.handle_read_buf(now, buf, 30_000).unwrap();
+    // the next read brings the rest of `a` and all of `b`: together over four times `a`'s
+    // rest, but `a` is a frame of its own and `b` is more than a quarter of its part
+    let (mut buf, _) = c.take_read_buf();
+    let range = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.capacity();
+    buf.extend_from_slice(&a[30_000..]);
+    buf.extend_from_slice(&b);
+    c.handle_read_buf(now, buf, a.len() - 30_000 + b.len())
+        .unwrap();
+    for (fill, m) in [1u8, 2]
+        .into_iter()
+        .zip(std::iter::from_fn(|| c.poll_message()))
+    {
+        assert!(m.data.iter().all(|&x| x == fill));
+        assert!(range.contains(&(m.data.as_ptr() as usize)), "zero copy");
+    }
+    assert_eq!(c.recv_memory(), 0);
+}
+
+#[test]
+fn a_bad_frame_in_the_read_buffer_closes_with_a_precise_error() {
+    let cfg = Config {
+        max_chunk_len: 1024,
+        ..Config::default()
+    };
+    let (mut c, now) = server(cfg);
+    c.handle_bytes(now, &hello()).unwrap();
+    let frame = first(0, 0, 5000, &[3u8; 5000]);
+    let (mut buf, _) = c.take_read_buf();
+    buf.extend_from_slice(&frame[..100]);
+    let e = c.handle_read_buf(now, buf, 100).unwrap_err();
+    assert!(c.is_closed(), "{e}");
+    assert!(
+        c.take_read_buf().0.is_empty(),
+        "nothing held after the error"
+    );
 }
