@@ -262,6 +262,38 @@ pub struct ExperimentGoalResult {
     pub why: String,
 }
 
+/// The goals section of an experiment's `report.html`: one row per goal, "no data" where a
+/// metric has no samples.
+pub fn experiment_goals_html(goals: &[ExperimentGoalResult]) -> String {
+    let rows: Vec<Vec<String>> = goals
+        .iter()
+        .map(|g| {
+            vec![
+                g.variant.clone(),
+                g.metric.clone(),
+                format!(
+                    "{}{}",
+                    g.min.map_or(String::new(), |m| format!("≥ {m} ")),
+                    g.max.map_or(String::new(), |m| format!("≤ {m}"))
+                ),
+                g.measured.value.map_or_else(
+                    || crate::summary::NO_DATA.to_string(),
+                    |v| format!("{v:.3} ({} samples)", g.measured.samples),
+                ),
+                if g.met { "met" } else { "NOT met" }.into(),
+                g.why.clone(),
+            ]
+        })
+        .collect();
+    format!(
+        "<h2>Goals</h2>{}",
+        crate::report::html_table(
+            &["variant", "metric", "bound", "measured", "", "why"],
+            &rows
+        )
+    )
+}
+
 impl ExperimentGoalResult {
     /// `measured` against `min..=max`; no data is not met.
     pub fn judge(

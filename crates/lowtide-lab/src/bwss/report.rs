@@ -157,31 +157,7 @@ pub fn html(s: &BwssScenario, summary: &BwssSummary) -> String {
             &rows
         )
     ));
-    let goals: Vec<Vec<String>> = summary
-        .goals
-        .iter()
-        .map(|g| {
-            vec![
-                g.variant.clone(),
-                g.metric.clone(),
-                format!(
-                    "{}{}",
-                    g.min.map_or(String::new(), |m| format!("≥ {m} ")),
-                    g.max.map_or(String::new(), |m| format!("≤ {m}"))
-                ),
-                num(g.measured, 3),
-                if g.met { "met" } else { "NOT met" }.into(),
-                g.why.clone(),
-            ]
-        })
-        .collect();
-    sections.push(format!(
-        "<h2>Goals</h2>{}",
-        html_table(
-            &["variant", "metric", "bound", "measured", "", "why"],
-            &goals
-        )
-    ));
+    sections.push(crate::goals::experiment_goals_html(&summary.goals));
     for (i, v) in summary.variants.iter().enumerate() {
         sections.push(format!(
             "<h2>{}</h2>{}",

@@ -2,9 +2,8 @@
 //! settling and oscillation, Table 1 timeouts and loss, Fig. 7 queue, Fig. 6/8/10 layers), the
 //! goals, the agents' health, the plots and the provenance. Built from the summary alone.
 
-use super::summary::{RdcSummary, VariantSummary};
+use super::summary::{main_cells, show, RdcSummary, VariantSummary};
 use crate::report::{escape, figure, html_table, page};
-use crate::summary::Measured;
 
 /// The plots a run folder may hold, with what each shows; only those written are linked.
 pub const PLOTS: [(&str, &str); 4] = [
@@ -26,28 +25,11 @@ pub const PLOTS: [(&str, &str); 4] = [
     ),
 ];
 
-fn show(m: &Measured, f: impl Fn(f64) -> String) -> String {
-    m.value
-        .map_or_else(|| crate::summary::NO_DATA.to_string(), f)
-}
-
 fn main_row(v: &VariantSummary) -> Vec<String> {
-    let settling = match v.settled {
-        Some(false) => "not settled".to_string(),
-        _ => show(&v.settling_s, |x| format!("{x:.2}")),
-    };
-    vec![
-        v.name.clone(),
-        settling,
-        show(&v.oscillation_cv, |x| format!("{x:.3}")),
-        show(&v.timeouts, |x| format!("{x:.0}")),
-        show(&v.loss_rate, |x| format!("{:.3}%", x * 100.0)),
-        show(&v.queue_packets.p50, |x| format!("{x:.0}")),
-        show(&v.queue_packets.p99, |x| format!("{x:.0}")),
-        show(&v.utilization, |x| format!("{:.1}%", x * 100.0)),
-        show(&v.share_ratio, |x| format!("{x:.2}")),
-        v.paper.clone(),
-    ]
+    let mut row = vec![v.name.clone()];
+    row.extend(main_cells(v));
+    row.push(v.paper.clone());
+    row
 }
 
 fn counts(m: &std::collections::BTreeMap<String, u64>) -> String {
@@ -168,32 +150,8 @@ pub fn html(summary: &RdcSummary, written: &dyn Fn(&str) -> bool) -> String {
             )
         ));
     }
-    let goals: Vec<Vec<String>> = summary
-        .goals
-        .iter()
-        .map(|g| {
-            vec![
-                g.variant.clone(),
-                g.metric.clone(),
-                format!(
-                    "{}{}",
-                    g.min.map_or(String::new(), |m| format!("≥ {m} ")),
-                    g.max.map_or(String::new(), |m| format!("≤ {m}"))
-                ),
-                show(&g.measured, |x| format!("{x:.3}")),
-                if g.met { "met" } else { "NOT met" }.into(),
-                g.why.clone(),
-            ]
-        })
-        .collect();
-    if !goals.is_empty() {
-        sections.push(format!(
-            "<h2>Goals</h2>{}",
-            html_table(
-                &["variant", "metric", "bound", "measured", "", "why"],
-                &goals
-            )
-        ));
+    if !summary.goals.is_empty() {
+        sections.push(crate::goals::experiment_goals_html(&summary.goals));
     }
     let agents: Vec<Vec<String>> = summary
         .variants

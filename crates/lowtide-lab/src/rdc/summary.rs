@@ -345,9 +345,29 @@ fn ratio_of(x: f64, base: f64) -> f64 {
     }
 }
 
-fn show(m: &Measured, f: impl Fn(f64) -> String) -> String {
+/// A number, or "no data" when it has no samples.
+pub(super) fn show(m: &Measured, f: impl Fn(f64) -> String) -> String {
     m.value
         .map_or_else(|| crate::summary::NO_DATA.to_string(), f)
+}
+
+/// A variant's main numbers as the printed table and the report show them: settling time,
+/// oscillation, RTOs, loss, queue p50 and p99, utilization, share ratio.
+pub fn main_cells(v: &VariantSummary) -> [String; 8] {
+    let settling = match v.settled {
+        Some(false) => "not settled".to_string(),
+        _ => show(&v.settling_s, |x| format!("{x:.2}")),
+    };
+    [
+        settling,
+        show(&v.oscillation_cv, |x| format!("{x:.3}")),
+        show(&v.timeouts, |x| format!("{x:.0}")),
+        show(&v.loss_rate, |x| format!("{:.3}%", x * 100.0)),
+        show(&v.queue_packets.p50, |x| format!("{x:.0}")),
+        show(&v.queue_packets.p99, |x| format!("{x:.0}")),
+        show(&v.utilization, |x| format!("{:.1}%", x * 100.0)),
+        show(&v.share_ratio, |x| format!("{x:.2}")),
+    ]
 }
 
 /// The table `lowtide lab run` prints.
@@ -357,22 +377,10 @@ pub fn text_table(s: &RdcSummary) -> String {
         "variant", "settling s", "cv", "RTOs", "loss", "queue p50", "queue p99", "util", "share"
     );
     for v in &s.variants {
-        let settling = match v.settled {
-            Some(false) => "not settled".to_string(),
-            _ => show(&v.settling_s, |x| format!("{x:.2}")),
-        };
+        let c = main_cells(v);
         out += &format!(
             "{:<12} {:>12} {:>8} {:>8} {:>10} {:>9} {:>9} {:>7} {:>7}  {}\n",
-            v.name,
-            settling,
-            show(&v.oscillation_cv, |x| format!("{x:.3}")),
-            show(&v.timeouts, |x| format!("{x:.0}")),
-            show(&v.loss_rate, |x| format!("{:.3}%", x * 100.0)),
-            show(&v.queue_packets.p50, |x| format!("{x:.0}")),
-            show(&v.queue_packets.p99, |x| format!("{x:.0}")),
-            show(&v.utilization, |x| format!("{:.1}%", x * 100.0)),
-            show(&v.share_ratio, |x| format!("{x:.2}")),
-            v.paper
+            v.name, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], v.paper
         );
     }
     for v in &s.variants {
