@@ -8,6 +8,7 @@
 //! link_kbps = 960        # the access link, if known (sigma starts there, never exceeds it)
 //! observe = false        # true: measure and log, steer nothing
 //! judge_arrivals = true  # judge flows without a minimum by bytes arrived (false: read)
+//! keep_share = true      # no minimum in force: never take less than the TCP flows would
 //!
 //! [default]              # flows no rule matches
 //! priority = 0
@@ -98,6 +99,11 @@ pub struct SystemConfig {
     /// (`tcpi_bytes_received`) when the reader reports them; false: by the bytes read, as
     /// before (docs/bwss.md, "Judged by arrivals").
     pub judge_arrivals: bool,
+    /// While no minimum rate is in force, sigma never holds the host's flows below what
+    /// they obtain under competition (the aggregate, growing as TCP's additive increase)
+    /// and a minimum its flow does not take goes to the others; false: the paper's
+    /// reactive rule throughout (`sigma.rs`, "Keeping the host's share").
+    pub keep_share: bool,
 }
 
 impl Default for SystemConfig {
@@ -111,6 +117,7 @@ impl Default for SystemConfig {
             link_kbps: 0.0,
             observe: false,
             judge_arrivals: true,
+            keep_share: true,
         }
     }
 }

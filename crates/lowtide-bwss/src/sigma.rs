@@ -101,6 +101,24 @@
 //! - σ never exceeds the access link's rate when it is configured (less the margin while a
 //!   minimum is in force), and starts there (the paper starts from the first measured
 //!   aggregate, which is what happens when it is not).
+//! - **Keeping the host's share** ([`SigmaParams::keep_share`], on by default). The
+//!   paper assumes the access link is the receiver's own: σ reset to the aggregate on
+//!   link congestion and raised only as the aggregate rises is all the link can give. When
+//!   another host's TCP flow shares the bottleneck, every kbit/s σ holds the host's flows
+//!   below what they would take goes to that flow (the lab: it got 2.5 × its plain-TCP
+//!   rate, `docs/bwss.md`). So a host redistributes within its share but does not shrink
+//!   it: while no minimum is *in force* (a flow that has been at its minimum and has not
+//!   shown that it wants less), σ never sits below the measured aggregate and grows every
+//!   tick by one segment per flow per [`GROWTH_RTT`], each round trip (TCP's additive
+//!   increase), up to the ceiling; link congestion still sets σ to what the flows obtain
+//!   (the paper's reset, plus the room of the demand caps below), probes are not needed.
+//!   A flow with a minimum not in force that takes less than half of it (a video on a low
+//!   rung, or one losing to another host's flow) is capped at twice its rate, so the rest
+//!   of σ goes to the others, who go on competing for the host's share; such a flow is not
+//!   judged (it says nothing about the link). While a minimum *is* in force the rule above
+//!   (yields, cautious probes) keeps it: every kbit/s σ holds above what the link has
+//!   left is taken from the minimum, and an unresponsive interferer (the paper's UDP flow)
+//!   cannot be told from a responsive one by the receiver's rates alone.
 //!
 //! Every transition is counted by reason ([`SigmaCounters`]).
 
@@ -129,6 +147,11 @@ pub const RECENT_DIV: u32 = 4;
 /// filled to the last bit by steered flows overflows its queue at any burst of arrivals
 /// above the reads, and the losses fall on the flow with the largest window, the minimum's.
 pub const MIN_MARGIN: f64 = 0.05;
+/// The round trip of the host's TCP flows that [`SigmaParams::keep_share`] grows σ at: one
+/// segment per flow per round trip, each round trip (TCP's additive increase). The lab's
+/// round trip with its drop-tail queue half full (30 ms + 15 packets at 960 kbit/s, about
+/// 220 ms); where the real round trip is shorter, TCP grows faster than σ does.
+pub const GROWTH_RTT: Duration = Duration::from_millis(200);
 /// The full-size segment the reads count in, bytes.
 const SEGMENT: f64 = 1448.0;
 
@@ -155,6 +178,9 @@ pub struct FlowSample {
     /// The part of its target that is its minimum rate, given before any weighted share
     /// (strict priority), bit/s; 0 for a flow without a minimum.
     pub guaranteed: f64,
+    /// Its configured minimum rate, bit/s (0: none): what its demand cap is measured
+    /// against ([`SigmaRule::cap`]).
+    pub min: f64,
 }
 
 impl FlowSample {
@@ -174,6 +200,10 @@ pub struct SigmaParams {
     pub probe_step: f64,
     /// bit/s; `None`: unknown.
     pub link: Option<f64>,
+    /// While no minimum is in force, σ grows as TCP would and a minimum its flow does not
+    /// take goes to the others (module doc, "Keeping the host's share"); false: the
+    /// paper's rule (with the changes above) throughout.
+    pub keep_share: bool,
 }
 
 /// Transitions of the rule, counted by reason.
@@ -197,6 +227,9 @@ pub struct SigmaCounters {
     /// A flow short of its minimum over the recent window made σ yield (or yield further)
     /// without waiting for the whole window: the onset of congestion.
     pub onset_yield: u64,
+    /// A flow with a minimum not in force took less than half of it: capped at twice its
+    /// rate, the rest went to the others (counted when the cap begins).
+    pub demand_capped: u64,
 }
 
 /// A probe waiting for its verdict.
@@ -257,6 +290,10 @@ pub struct SigmaRule {
     flows: Vec<u64>,
     /// Some flow has a minimum rate: σ keeps [`MIN_MARGIN`] below the link.
     minimums: bool,
+    /// Flows with a minimum not in force that take less than half of it: their caps, bit/s
+    /// (recomputed every tick).
+    demand_caps: BTreeMap<u64, f64>,
+    last_tick: Option<Instant>,
     counters: SigmaCounters,
 }
 
@@ -278,6 +315,8 @@ impl SigmaRule {
             step_div: 1,
             flows: vec![],
             minimums: false,
+            demand_caps: BTreeMap::new(),
+            last_tick: None,
             counters: SigmaCounters::default(),
         }
     }
@@ -296,15 +335,73 @@ impl SigmaRule {
         self.congested.contains_key(&id)
     }
 
-    /// The most a flow in congestion of its own may be given: its target when the
-    /// congestion began (the slack it hands on must reach the others).
+    /// The most a flow may be given: in congestion of its own, its target when the
+    /// congestion began (the slack it hands on must reach the others); with a minimum not in
+    /// force that it takes less than half of, twice its rate (`keep_share`).
     pub fn cap(&self, id: u64) -> Option<f64> {
-        self.congested.get(&id).map(|c| c.0)
+        let own = self.congested.get(&id).map(|c| c.0);
+        let demand = self.demand_caps.get(&id).copied();
+        match (own, demand) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A flow whose minimum is in force: it has been at it and has not shown that it
+    /// wants less. Only such a minimum makes σ yield or the probes cautious.
+    fn in_force(&self, f: &FlowSample) -> bool {
+        f.guaranteed > 0.0 && self.reached_min.contains(&f.id) && !self.wants_less.contains(&f.id)
+    }
+
+    /// `keep_share`: a flow with a minimum not in force that takes less than half of it
+    /// (an application-limited video, or one that loses to another host's flows) is capped
+    /// at twice its rate, so the rest of σ goes to the others and they go on competing for
+    /// the host's share; the cap follows the flow up, doubling per recent window.
+    fn update_demand_caps(&mut self, flows: &[FlowSample]) {
+        let floor = JUDGED_SEGMENTS * segment_rate(self.params.window);
+        let caps: BTreeMap<u64, f64> = flows
+            .iter()
+            .filter(|f| f.min > 0.0 && !self.in_force(f))
+            .filter_map(|f| {
+                let m = f.measured?;
+                let cap = (2.0 * m.max(f.recent.unwrap_or(0.0))).max(floor);
+                (cap < f.min).then_some((f.id, cap))
+            })
+            .collect();
+        let new = caps.keys().filter(|id| !self.demand_caps.contains_key(id));
+        self.counters.demand_capped += new.count() as u64;
+        self.demand_caps = caps;
+    }
+
+    /// What the demand caps hold above what their flows take, bit/s: σ at the aggregate
+    /// plus this leaves the others what they obtain.
+    fn demand_room(&self, flows: &[FlowSample]) -> f64 {
+        flows
+            .iter()
+            .filter_map(|f| Some(self.demand_caps.get(&f.id)? - f.measured?))
+            .map(|r| r.max(0.0))
+            .sum()
+    }
+
+    /// `keep_share` while no minimum is in force: σ grows by one segment per flow per
+    /// [`GROWTH_RTT`] each round trip (TCP's additive increase), from at least the measured
+    /// aggregate, up to the ceiling. Not a change the rates must settle after: the flows
+    /// that can take it do, as TCP would.
+    fn grow(&mut self, dt: Duration, flows: &[FlowSample], aggregate: f64) {
+        let Some(sigma) = self.sigma else { return };
+        let rtt = GROWTH_RTT.as_secs_f64();
+        let step = flows.len() as f64 * segment_rate(GROWTH_RTT) * dt.as_secs_f64() / rtt;
+        let grown = sigma.max(aggregate + self.demand_room(flows)) + step;
+        self.sigma = Some(self.ceiling().map_or(grown, |c| grown.min(c)));
     }
 
     /// Applies the rule to one interval's measurements.
     pub fn on_tick(&mut self, now: Instant, flows: &[FlowSample]) {
         let aggregate: f64 = flows.iter().map(|f| f.measured.unwrap_or(f.partial)).sum();
+        let dt = self
+            .last_tick
+            .replace(now)
+            .map(|t| now.saturating_duration_since(t));
         let mut ids: Vec<u64> = flows.iter().map(|f| f.id).collect();
         ids.sort_unstable();
         if ids != self.flows {
@@ -336,6 +433,14 @@ impl SigmaRule {
             }
             return;
         };
+        let in_force = flows.iter().any(|f| self.in_force(f));
+        if self.params.keep_share {
+            self.update_demand_caps(flows);
+            if !in_force {
+                self.grow(dt.unwrap_or_default(), flows, aggregate);
+            }
+        }
+        let sigma = self.sigma.unwrap_or(sigma);
         if let Some(y) = self.yielded.as_mut() {
             let tolerance = MIN_TOLERANCE_SEGMENTS * segment_rate(self.params.window / RECENT_DIV);
             y.reached |= flows
@@ -353,14 +458,22 @@ impl SigmaRule {
         }
         let alpha = self.params.alpha;
         let min_judged = JUDGED_SEGMENTS * SEGMENT * 8.0 / self.params.window.as_secs_f64();
-        let judged = |f: &FlowSample| f.target >= min_judged && f.measured.is_some();
+        // A demand-capped flow takes less than it is given by choice or by loss: it tells
+        // nothing about the link, nor about its own congestion (its rest goes on already).
+        let capped = self.demand_caps.clone();
+        let judged = |f: &FlowSample| {
+            f.target >= min_judged && f.measured.is_some() && !capped.contains_key(&f.id)
+        };
         let below = |f: &FlowSample| judged(f) && f.measured.is_some_and(|m| m < alpha * f.target);
         let n_judged = flows.iter().filter(|f| judged(f)).count();
         let n_below = flows.iter().filter(|f| below(f)).count();
         let tolerance = MIN_TOLERANCE_SEGMENTS * SEGMENT * 8.0 / self.params.window.as_secs_f64();
         let at_min = |f: &FlowSample| f.measured.is_some_and(|m| m >= f.guaranteed - tolerance);
         // Flows back at their minimum may be judged by it again.
-        for f in flows.iter().filter(|f| f.guaranteed > 0.0 && at_min(f)) {
+        for f in flows
+            .iter()
+            .filter(|f| f.guaranteed > 0.0 && at_min(f) && !self.demand_caps.contains_key(&f.id))
+        {
             self.wants_less.remove(&f.id);
             self.reached_min.insert(f.id);
         }
@@ -440,7 +553,13 @@ impl SigmaRule {
             self.backoff = 1;
             self.step_div = AFTER_CONGESTION_STEP_DIV;
             self.quiet_since = None;
-            self.set(now, aggregate);
+            // Keeping the share: what the flows obtain, and the demand caps' room.
+            let room = if self.params.keep_share {
+                self.demand_room(flows)
+            } else {
+                0.0
+            };
+            self.set(now, aggregate + room);
             return;
         }
         // A flow short of its minimum: the lower-priority flows must give way, not take its
@@ -498,6 +617,9 @@ impl SigmaRule {
             self.quiet_since = None;
             self.set(now, next);
             return;
+        }
+        if self.params.keep_share && !in_force {
+            return; // σ grows as TCP's flows would: no probe needed
         }
         // Quiet and settled: probe upwards when it is time (at once after a held probe:
         // its window was quiet).
@@ -685,6 +807,7 @@ mod tests {
             probe_after: Some(Duration::from_secs(2)),
             probe_step: 0.05,
             link: None,
+            keep_share: false,
         }
     }
 
@@ -696,6 +819,7 @@ mod tests {
             recent: Some(measured),
             partial: 0.0,
             guaranteed: 0.0,
+            min: 0.0,
         }
     }
 
@@ -1091,6 +1215,55 @@ mod tests {
         assert_eq!(r.counters().yield_undone, 0, "{:?}", r.counters());
         let back = trace[100..].iter().position(|&s| s >= 900e3);
         assert!(back.is_some_and(|k| k <= 250), "{:?}", &trace[100..]);
+    }
+
+    #[test]
+    fn keeping_the_share_sigma_grows_as_tcp_and_an_unused_minimum_goes_to_the_others() {
+        // The video on its lowest rung (69 of its 520 kbit/s minimum, never had it) and two
+        // downloads that another host's flow holds at 200 kbit/s each.
+        let trace = |keep_share| {
+            let t0 = Instant::now();
+            let mut r = SigmaRule::new(SigmaParams {
+                keep_share,
+                ..fig6_params()
+            });
+            let mut trace = vec![];
+            for ms in (0..30_000).step_by(200) {
+                let s = r.sigma().unwrap();
+                let video_t = s.min(520e3).min(r.cap(1).unwrap_or(f64::MAX));
+                let bulk_t = (s - video_t) / 2.0;
+                let video = FlowSample {
+                    guaranteed: video_t.min(520e3),
+                    min: 520e3,
+                    ..f(1, video_t, 69e3)
+                };
+                let bulk = bulk_t.min(200e3);
+                r.on_tick(at(t0, ms), &[video, f(2, bulk_t, bulk), f(3, bulk_t, bulk)]);
+                trace.push((r.sigma().unwrap(), 69e3 + 2.0 * bulk, bulk_t));
+            }
+            (trace, r)
+        };
+        let (kept, r) = trace(true);
+        let c = r.counters();
+        assert_eq!(r.cap(1), Some(138e3), "twice what the video takes");
+        assert_eq!(c.demand_capped, 1, "{c:?}");
+        assert!(c.link_congested >= 5 && c.probes == 0, "{c:?}");
+        // Each reset goes to what the flows obtain (469) plus the video's cap's room (69),
+        // so the downloads' targets never fall under what they get; from there σ grows by
+        // one segment per flow per 200 ms round trip, each round trip (174 kbit/s a tick),
+        // back at the ceiling (912) within three ticks.
+        assert!(kept[10..].iter().all(|k| k.2 >= 200e3 - 1.0), "{kept:?}");
+        for (i, w) in kept.windows(2).enumerate().skip(10) {
+            assert!(w[1].0 >= w[0].1, "σ below the aggregate: {kept:?}");
+            let reset = (w[1].0 - 538e3).abs() < 1.0;
+            let grew = w[1].0 >= (w[0].0 + 173e3).min(912e3 - 1.0);
+            assert!(reset || grew, "tick {i}: {kept:?}");
+        }
+        // The paper's rule: σ reset to the aggregate, the video's minimum reserved, the
+        // downloads held under what they could take for most of the run.
+        let (paper, _) = trace(false);
+        let starved = paper[10..].iter().filter(|k| k.2 < 200e3).count();
+        assert!(starved * 2 >= paper[10..].len(), "{paper:?}");
     }
 
     #[test]

@@ -114,6 +114,7 @@ fn print_table(r: &BenchReport) {
         row(&what, "MB/s", &g.mb_s);
         row("  sender CPU", "s/GB", &g.sender_cpu_s_per_gb);
         row("  receiver CPU", "s/GB", &g.receiver_cpu_s_per_gb);
+        row("  receiver wake-ups", "per GB", &g.receiver_wakeups_per_gb);
     }
     if let Some(s) = &r.small_messages {
         let what = format!("{} B messages", p.config.small_message);

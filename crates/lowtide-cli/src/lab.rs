@@ -52,10 +52,31 @@ pub struct RunArgs {
     /// Exit 0 even when a goal of the scenario is not met (for exploring).
     #[arg(long)]
     no_fail_on_goals: bool,
-    /// Only these variants (rows), by name; a list ("DBAT TCP,DBAT TFRC"). Goals of the
+    /// Only these variants (rows), by name; a list ("DBAT TCP,DBAT TFRC"; a comma inside
+    /// parentheses belongs to the name: "MinBuf(1,3),MinBuf(1,3)+failover"). Goals of the
     /// others are left out too.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long)]
     variant: Vec<String>,
+}
+
+/// Splits a `--variant` list at the commas outside parentheses (variant names such as
+/// `MinBuf(1,3)` hold commas).
+fn split_names(list: &str) -> Vec<String> {
+    let (mut names, mut cur, mut depth) = (Vec::new(), String::new(), 0i32);
+    for c in list.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth <= 0 => {
+                names.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    names.push(cur);
+    names.into_iter().filter(|n| !n.is_empty()).collect()
 }
 
 /// The scenario text with only the `[[variant]]` tables named in `keep` and the goals that
@@ -115,7 +136,8 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
     let mut text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading scenario {}", args.file.display()))?;
     if !args.variant.is_empty() {
-        text = only_variants(&text, &args.variant)?;
+        let names: Vec<String> = args.variant.iter().flat_map(|v| split_names(v)).collect();
+        text = only_variants(&text, &names)?;
     }
     let folder = args.file.parent().unwrap_or(std::path::Path::new("."));
     if lowtide_lab::rdc::is_rdc_scenario(&text) {
@@ -399,7 +421,16 @@ fn exit_code(summaries: &[&results::LabSummary], fail_on_goals: bool) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::only_variants;
+    use super::{only_variants, split_names};
+
+    #[test]
+    fn variant_lists_split_outside_parentheses() {
+        assert_eq!(
+            split_names("MinBuf(1,3),MinBuf(1,3)+failover,DBAT TCP"),
+            ["MinBuf(1,3)", "MinBuf(1,3)+failover", "DBAT TCP"]
+        );
+        assert_eq!(split_names("A,,B"), ["A", "B"]);
+    }
 
     #[test]
     fn only_variants_keeps_the_named_rows_and_their_goals() {

@@ -77,6 +77,10 @@ struct AgentArgs {
     /// At most this many packets held at once; beyond, packets pass at once.
     #[arg(long, default_value_t = 4096)]
     max_held: usize,
+    /// Do not mark outgoing ACKs as the agent's echo (then an RDC router that delays flows
+    /// without an agent delays this host's flows too).
+    #[arg(long)]
+    no_echo: bool,
     /// iptables program (default: iptables, then iptables-legacy).
     #[arg(long)]
     iptables: Option<String>,
@@ -138,6 +142,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<i32> {
                 .transpose()?,
             default_rtt: ms(a.default_rtt_ms, "default-rtt-ms")?,
             max_held: a.max_held,
+            echo: !a.no_echo,
             ..AgentConfig::default()
         },
         queue: a.queue,

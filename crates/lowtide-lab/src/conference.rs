@@ -43,6 +43,14 @@ pub struct AduRecord {
     pub latency_ms: Option<f64>,
 }
 
+/// What the conference's receiver saw: one viewer per video, and the duplicate lane's
+/// receiving counters (zero without a lane).
+#[derive(Debug)]
+pub struct ConferenceSeen {
+    pub viewers: Vec<Viewer>,
+    pub lane: lowtide::proto::failover::duplicate::DuplicateStats,
+}
+
 /// What the conference's sender did.
 #[derive(Debug)]
 pub struct ConferenceRun {
@@ -93,16 +101,17 @@ pub fn receive(
     start: Instant,
     end: Instant,
     stop: Stop,
-) -> Result<Vec<Viewer>, LabError> {
+) -> Result<ConferenceSeen, LabError> {
     stream::runtime()?.block_on(async move {
         let listener = stream::listen(addr, cfg).await?;
         let (ch, first) = stream::accept_first(&listener, end, &stop).await?;
-        let viewer = tokio::select! {
+        let viewers = tokio::select! {
             v = receive_conference(&ch, Some(first), &videos, frames, start, end) => v,
             _ = stream::stopped(&stop) => return Err(LabError::Stopped),
         };
+        let lane = ch.stats().lane;
         ch.close(0, "measurement over").await;
-        Ok(viewer)
+        Ok(ConferenceSeen { viewers, lane })
     })
 }
 

@@ -170,6 +170,31 @@ pub struct LadderSent {
     pub switches: Vec<SwitchRecord>,
     pub signals: SignalCounts,
     pub tcp: TcpTimeline,
+    /// The transport at each client report.
+    pub transport: Vec<TransportSample>,
+}
+
+/// Transport samples kept per variant, at most (one per report: 90 in the paper's run).
+const MAX_TRANSPORT_SAMPLES: usize = 100_000;
+
+/// The transport when a client report arrived: what the server's rule could see. Rates in
+/// bit/s, queues in bytes; `None`: the transport does not expose it (or no estimate yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransportSample {
+    pub t_s: f64,
+    /// The capacity estimate DBAT's rule goes up by (TFRC's equation rate; TCP's window per
+    /// smoothed RTT).
+    pub capacity_bps: Option<u64>,
+    /// TFRC's allowed rate `X`.
+    pub allowed_bps: Option<u64>,
+    /// TFRC's `X_recv`; TCP's delivery rate.
+    pub achieved_bps: Option<u64>,
+    /// TFRC's loss event rate `p`.
+    pub loss_event_rate: Option<f64>,
+    /// The send buffer, DBAT's average of it and its threshold (over TFRC).
+    pub queue: Option<u64>,
+    pub queue_average: Option<u64>,
+    pub threshold: Option<u64>,
 }
 
 /// What the server heard, by kind.
@@ -349,12 +374,16 @@ impl ServerLink {
         }
     }
 
-    /// DBAT's configuration and the transport's segment size, bytes: slow start's initial
-    /// window. `None` without DBAT.
-    fn dbat_ramp(&self) -> Option<(DbatConfig, u32)> {
+    /// DBAT's configuration and the bytes of one packet of slow start's initial window.
+    /// `None` without DBAT. Linux counts its window in packets, and the server writes one
+    /// frame per packet (`TCP_NODELAY`): a window of `smallest_frame`-byte frames carries
+    /// that many bytes per packet, not an MSS (every rung sends the same frames per second,
+    /// so the lowest rung's frames bound what the window carries). TFRC's initial window is
+    /// in bytes, and it packs frames into segments.
+    fn dbat_ramp(&self, smallest_frame: u32) -> Option<(DbatConfig, u32)> {
         match self {
             ServerLink::Lowtide { ch, dbat, .. } => {
-                dbat.map(|d| (d, ch.last_tcp_state().mss_or_default()))
+                dbat.map(|d| (d, ch.last_tcp_state().mss_or_default().min(smallest_frame)))
             }
             ServerLink::Tfrc(s) => s.with_endpoint(|e| match e.config().buffer {
                 lowtide_tfrc::BufferConfig::Dbat(d) => Some((d, e.config().segment_size)),
@@ -364,9 +393,9 @@ impl ServerLink {
     }
 
     /// The transport's signals since the last call, for the policy.
-    fn signals(&self, counts: &mut SignalCounts) -> Vec<ServerSignal> {
+    fn signals(&self, counts: &mut SignalCounts, smallest_frame: u32) -> Vec<ServerSignal> {
         let mut out = vec![];
-        let ramp = self.dbat_ramp();
+        let ramp = self.dbat_ramp(smallest_frame);
         let mut probed = |p: &ProbeResult, out: &mut Vec<ServerSignal>| {
             let bps = p.bandwidth.map(|b| b.saturating_mul(8));
             counts.probes_answered += 1;
@@ -417,11 +446,44 @@ impl ServerLink {
         out
     }
 
-    /// TFRC's allowed rate `X`, bit/s: the capacity estimate DBAT's rule goes up by.
-    fn capacity_bps(&self) -> Option<u64> {
+    /// The transport at a client report: its capacity estimate, the one DBAT's rule goes up
+    /// by (bit/s: TFRC's equation rate for its loss event rate and RTT, none before its first
+    /// loss event; TCP's congestion window per smoothed RTT), and DBAT's queue over TFRC.
+    fn transport_sample(&self, t_s: f64) -> TransportSample {
         match self {
-            ServerLink::Lowtide { .. } => None,
-            ServerLink::Tfrc(s) => Some(s.with_endpoint(|e| e.rate_control().rate() * 8.0) as u64),
+            ServerLink::Lowtide { ch, .. } => {
+                let tcp = ch.last_tcp_state();
+                let window = f64::from(tcp.cwnd) * f64::from(tcp.mss_or_default());
+                let level = ch.controller_queue_level();
+                TransportSample {
+                    t_s,
+                    capacity_bps: (!tcp.rtt.is_zero())
+                        .then(|| (window * 8.0 / tcp.rtt.as_secs_f64()) as u64),
+                    achieved_bps: Some(tcp.delivery_rate * 8),
+                    queue: Some(u64::from(tcp.outq) + ch.queued_bytes()),
+                    queue_average: level.map(|(avg, _)| avg),
+                    threshold: level.map(|(_, thr)| thr),
+                    ..TransportSample::default()
+                }
+            }
+            ServerLink::Tfrc(s) => s.with_endpoint(|e| {
+                let rc = e.rate_control();
+                let bps = |bytes_per_sec: f64| (bytes_per_sec * 8.0) as u64;
+                let dbat = e.buffer().dbat();
+                TransportSample {
+                    t_s,
+                    capacity_bps: rc
+                        .equation_rate()
+                        .is_finite()
+                        .then(|| bps(rc.equation_rate())),
+                    allowed_bps: Some(bps(rc.rate())),
+                    achieved_bps: Some(bps(rc.x_recv())),
+                    loss_event_rate: Some(rc.loss_event_rate()),
+                    queue: Some(e.buffer().len()),
+                    queue_average: dbat.and_then(|d| d.queue_average()),
+                    threshold: dbat.map(|d| d.last_threshold()),
+                }
+            }),
         }
     }
 }
@@ -489,6 +551,7 @@ pub fn serve(
         let frame = Duration::from_millis(app.frame_ms);
         let mut next = Instant::now();
         let mut probed = false;
+        let smallest_frame = frame_bytes(ladder.rate_bps(0), frame) as u32;
         let mut rate = ladder.rate_bps(policy.rung());
         link.set_stream_rate(rate);
         let mut buf = [0u8; 256];
@@ -501,11 +564,19 @@ pub fn serve(
                     match decode_report(&buf[..n]) {
                         Some(rep) => {
                             out.signals.reports += 1;
-                            let mut sigs = vec![ServerSignal::Report(rep)];
-                            if let Some(bps) = link.capacity_bps() {
+                            let ts = link.transport_sample(t_s(Instant::now()));
+                            let mut sigs = vec![];
+                            if let (Some(average), Some(threshold)) = (ts.queue_average, ts.threshold) {
+                                sigs.push(ServerSignal::Queue { average, threshold });
+                            }
+                            if let Some(bps) = ts.capacity_bps {
                                 sigs.push(ServerSignal::Capacity { bps });
                             }
+                            sigs.push(ServerSignal::Report(rep));
                             apply(&mut *policy, &sigs, start, &mut out);
+                            if out.transport.len() < MAX_TRANSPORT_SAMPLES {
+                                out.transport.push(ts);
+                            }
                         }
                         None => out.signals.bad_reports += 1,
                     }
@@ -514,7 +585,7 @@ pub fn serve(
                 _ = tokio::time::sleep_until(end_t) => break,
                 _ = stopped(&stop) => break,
             }
-            let sigs = link.signals(&mut out.signals);
+            let sigs = link.signals(&mut out.signals, smallest_frame);
             for s in &sigs {
                 if let ServerSignal::Probed { bandwidth_bps, .. } = s {
                     let retry = bandwidth_bps.is_none()
@@ -540,8 +611,7 @@ pub fn serve(
                 link.set_stream_rate(rate);
             }
             let now = Instant::now();
-            let bytes =
-                ((rate as u128 * frame.as_micros()) / 8_000_000).max(HEADER as u128) as usize;
+            let bytes = frame_bytes(rate, frame);
             let mut data = vec![0u8; bytes];
             stream::stamp(&mut data, now, out.sent_s.len() as u64);
             data[16] = policy.rung() as u8;
@@ -573,6 +643,11 @@ pub fn serve(
         }
         Ok(out)
     })
+}
+
+/// Bytes of one frame of a `rate_bps` rung, at least the header.
+fn frame_bytes(rate_bps: u64, frame: Duration) -> usize {
+    ((rate_bps as u128 * frame.as_micros()) / 8_000_000).max(HEADER as u128) as usize
 }
 
 /// Feeds signals to the policy and records the switches it made.
@@ -715,13 +790,40 @@ pub fn join(
         seconds: per_second(sent, seen),
         switches: sent.switches.clone(),
         rebuffers_s: seen.rebuffers_s.clone(),
+        ran_dry_at_end_s: None,
         play_start_s: seen.play_start_s,
         frames: sent.frames.len() as u64,
         frames_dropped_at_server: sent.frames.iter().filter(|f| !f.accepted).count() as u64,
         reports_sent: seen.reports_sent,
         signals: sent.signals,
+        transport: sent.transport.clone(),
     };
-    (samples, errors, record)
+    (samples, errors, split_stream_end(record, sent, seen))
+}
+
+/// The playout buffer cannot tell a stall from the stream's end: both leave it empty. A
+/// rebuffer after the server's last frame was made and after the last frame arrived is the
+/// end of the stream (the viewer saw it all), so it goes to `ran_dry_at_end_s`, not to the
+/// rebuffers; a stall while frames were still coming stays a rebuffer.
+fn split_stream_end(
+    mut record: LadderRecord,
+    sent: &LadderSent,
+    seen: &LadderSeen,
+) -> LadderRecord {
+    let Some(last_made) = sent.frames.last().map(|f| f.t_s) else {
+        return record;
+    };
+    let last_arrival = seen
+        .arrivals
+        .iter()
+        .map(|(t, _)| *t)
+        .fold(f64::MIN, f64::max);
+    let after_the_end = |t: f64| t >= last_made && t >= last_arrival;
+    if let Some(&t) = record.rebuffers_s.last().filter(|t| after_the_end(**t)) {
+        record.rebuffers_s.pop();
+        record.ran_dry_at_end_s = Some(t);
+    }
+    record
 }
 
 /// One second of the stream: the bit rate streamed (frames made, at their rung's rate) and
@@ -741,7 +843,12 @@ pub struct LadderRecord {
     /// From the first frame's second to the last frame's.
     pub seconds: Vec<Second>,
     pub switches: Vec<SwitchRecord>,
+    /// Rebuffers while the stream went on, run seconds.
     pub rebuffers_s: Vec<f64>,
+    /// When the buffer ran empty after the stream's last frame had arrived: its end, not a
+    /// rebuffer.
+    #[serde(default)]
+    pub ran_dry_at_end_s: Option<f64>,
     pub play_start_s: Option<f64>,
     pub frames: u64,
     pub frames_dropped_at_server: u64,
@@ -749,6 +856,9 @@ pub struct LadderRecord {
     pub frames_lost: u64,
     pub reports_sent: u64,
     pub signals: SignalCounts,
+    /// The transport at each client report (what the server's rule saw).
+    #[serde(default)]
+    pub transport: Vec<TransportSample>,
 }
 
 fn per_second(sent: &LadderSent, seen: &LadderSeen) -> Vec<Second> {
@@ -832,5 +942,43 @@ mod tests {
             (s[1].t_s, s[1].streamed_bps, s[1].throughput_bps),
             (31.0, 12_800.0, 12_800.0)
         );
+    }
+
+    #[test]
+    fn running_dry_after_the_last_frame_is_the_end_not_a_rebuffer() {
+        let f = |t_s| FrameSent {
+            t_s,
+            rate_bps: 320_000,
+            bytes: 1600,
+            accepted: true,
+        };
+        let sent = LadderSent {
+            frames: vec![f(30.0), f(60.0), f(120.0)],
+            ..LadderSent::default()
+        };
+        let seen = LadderSeen {
+            arrivals: vec![(30.3, 1600), (60.4, 1600), (120.2, 1600)],
+            ..LadderSeen::default()
+        };
+        let record = |rebuffers_s: Vec<f64>| LadderRecord {
+            rebuffers_s,
+            ..LadderRecord::default()
+        };
+        // a stall mid-stream stays; emptying after the last frame arrived is the end
+        let r = split_stream_end(record(vec![45.0, 120.9]), &sent, &seen);
+        assert_eq!(
+            (r.rebuffers_s, r.ran_dry_at_end_s),
+            (vec![45.0], Some(120.9))
+        );
+        // emptying after the last frame was made, while it was still on its way, is a stall
+        let r = split_stream_end(record(vec![120.1]), &sent, &seen);
+        assert_eq!((r.rebuffers_s, r.ran_dry_at_end_s), (vec![120.1], None));
+        // frames that never arrived: emptying before the last one was made is a stall
+        let lost = LadderSeen {
+            arrivals: vec![(30.3, 1600)],
+            ..LadderSeen::default()
+        };
+        let r = split_stream_end(record(vec![40.0]), &sent, &lost);
+        assert_eq!((r.rebuffers_s, r.ran_dry_at_end_s), (vec![40.0], None));
     }
 }

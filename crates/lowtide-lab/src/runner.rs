@@ -642,7 +642,7 @@ pub(crate) enum Measured {
     },
     Conference {
         tx: Task<conference::ConferenceRun>,
-        rx: Task<Vec<lowtide_media::conference::Viewer>>,
+        rx: Task<conference::ConferenceSeen>,
     },
     Ladder {
         tx: Task<ladder_flow::LadderSent>,
@@ -831,7 +831,11 @@ impl TrialThreads {
                     (a, b, _) => note(&name, a.map(drop).and(b.map(drop))),
                 },
                 Measured::Conference { tx, rx } => match (tx.wait(), rx.wait()) {
-                    (Ok(run), Ok(viewers)) => {
+                    (Ok(mut run), Ok(seen)) => {
+                        let viewers = seen.viewers;
+                        // the duplicate lane's receiving counters, beside the sender's
+                        run.cost.copies_first = seen.lane.copies_first;
+                        run.cost.copies_late = seen.lane.copies_late;
                         let adus = conference::records(&viewers);
                         record
                             .streams
@@ -923,8 +927,12 @@ fn start_quic(
             let conf = s.application.conference.conference();
             Measured::Conference {
                 rx: Task::spawn(rx_host, "QUIC conference receiver", move || {
-                    quic::receive_conference(addr, rq, rcreds, conf, start, receive_end, rstop)
-                        .map(|v| vec![v])
+                    quic::receive_conference(addr, rq, rcreds, conf, start, receive_end, rstop).map(
+                        |v| conference::ConferenceSeen {
+                            viewers: vec![v],
+                            lane: Default::default(),
+                        },
+                    )
                 })?,
                 tx: Task::spawn(tx_host, "QUIC conference sender", move || {
                     quic::send_conference(addr, q, creds, conf, start, end, receive_end, tstop)
@@ -991,6 +999,7 @@ fn start_trial(
         cfg.transport.controller = v.controller;
         cfg.transport.failover = v.failover;
         cfg.transport.importance_reserve = v.importance_reserve;
+        cfg.transport.duplicate = v.duplicate;
         cfg.sndbuf = v.sndbuf;
         if s.application_of(v) == ApplicationKind::Conference {
             cfg.transport.fairness = s.application.conference.fairness;

@@ -372,6 +372,11 @@ pub struct Variant {
     /// `importance_reserve = { segments = 2, min_importance = 7 }` (`lowtide_proto::reserve`).
     #[serde(default)]
     pub importance_reserve: Option<lowtide::proto::reserve::ImportanceReserve>,
+    /// Duplicate lane: messages at or above an importance also sent on a warm backup
+    /// connection, e.g. `duplicate = { min_importance = 7 }` (`lowtide_proto::failover::
+    /// duplicate`); needs `failover`.
+    #[serde(default)]
+    pub duplicate: Option<lowtide::proto::DuplicateConfig>,
     /// Run the application over TFRC (`lowtide-tfrc`, RFC 5348) instead of lowtide over TCP
     /// (`crate::tfrc_flow`; latency stream and bit-rate ladder); `controller`, `congestion` and
     /// `sndbuf` then do not apply.
@@ -999,6 +1004,17 @@ impl Scenario {
                 }
                 f.validate()
                     .map_err(|e| invalid(field("failover"), format!("{f:?}"), e.to_string()))?;
+            }
+            if let Some(d) = &v.duplicate {
+                if v.failover.is_none() {
+                    return Err(invalid(
+                        field("duplicate"),
+                        "without failover",
+                        "with failover = { ... } (the lane is a backup connection)",
+                    ));
+                }
+                d.validate()
+                    .map_err(|e| invalid(field("duplicate"), format!("{d:?}"), e.to_string()))?;
             }
             if let Some(r) = &v.importance_reserve {
                 if v.quic.is_some() || v.tfrc.is_some() {

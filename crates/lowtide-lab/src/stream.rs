@@ -144,6 +144,17 @@ pub struct SendCost {
     pub reserve_held: u64,
     #[serde(default)]
     pub reserve_bytes_used: u64,
+    /// Duplicate-lane variants: copies written to the lane and their message bytes (sender),
+    /// copies delivered first and copies dropped as second (receiver;
+    /// `lowtide_proto::failover::duplicate`).
+    #[serde(default)]
+    pub copies_sent: u64,
+    #[serde(default)]
+    pub copy_bytes: u64,
+    #[serde(default)]
+    pub copies_first: u64,
+    #[serde(default)]
+    pub copies_late: u64,
 }
 
 /// User and system CPU time of the calling thread, seconds (`/proc/thread-self/stat`, in
@@ -253,6 +264,10 @@ impl CostMeter {
             false_failovers: stats.false_failovers,
             reserve_held: stats.reserve_held,
             reserve_bytes_used: stats.reserve_bytes_used,
+            copies_sent: stats.lane.copies_sent,
+            copy_bytes: stats.lane.copy_bytes,
+            copies_first: 0,
+            copies_late: 0,
         }
     }
 }

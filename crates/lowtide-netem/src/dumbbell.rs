@@ -295,20 +295,36 @@ impl Dumbbell {
                 self.senders.len(),
             ),
         ];
-        for (k, (direction, link, stats, from, n_from, to, n_to)) in
-            directions.into_iter().enumerate()
+        let seed_of = |k: usize| options.seed.wrapping_add(k as u64 * 1_000_003);
+        // Both bottleneck queues first: an RDC cell learns which flows answer from the
+        // agents' echoes on the other direction's link.
+        let mut queues = Vec::with_capacity(2);
+        for (k, (direction, link, stats, ..)) in directions.iter().enumerate() {
+            queues.push(bottleneck_queue(
+                link,
+                direction.as_str(),
+                rtt,
+                seed_of(k),
+                stats,
+            )?);
+        }
+        for k in 0..2 {
+            if let Some(table) = queues[k].answering_flows() {
+                queues[1 - k].read_echoes_into(table);
+            }
+        }
+        for (k, ((direction, link, stats, from, n_from, to, n_to), queue)) in
+            directions.into_iter().zip(queues).enumerate()
         {
             let name = direction.as_str();
-            let seed = options.seed.wrapping_add(k as u64 * 1_000_003);
+            let seed = seed_of(k);
             let parts = LinkParts {
                 direction,
-                stats: stats.clone(),
-                seed,
                 tail: self.timing.tail,
                 fault: self.faults[k].clone(),
                 failures: self.watch.failures.clone(),
             };
-            build_link(&mut core, link, rtt, parts)?;
+            build_link(&mut core, link, queue, parts)?;
             let watch =
                 |cell: &str| Watch::inside(Site::new(direction, cell), &self.watch.failures);
             let tap_stats = stats.clone();
@@ -603,27 +619,36 @@ fn aqm_for(
 /// What a direction's cells share.
 struct LinkParts {
     direction: Direction,
-    stats: Arc<LinkStats>,
-    seed: u64,
     tail: crate::timer::WakeTail,
     fault: Arc<AtomicBool>,
     failures: Arc<FailureSlot>,
 }
 
-/// The queue, rate and delay cells of one direction: `{name}_bw` and `{name}_delay`.
+/// A direction's bottleneck queue with its AQM.
+fn bottleneck_queue(
+    link: &LinkConfig,
+    name: &str,
+    rtt: Duration,
+    seed: u64,
+    stats: &Arc<LinkStats>,
+) -> Result<LinkQueue<StdPacket>, NetemError> {
+    let (packets, bytes) = link.queue_limit(rtt);
+    Ok(LinkQueue::new(
+        LinkQueueLimits { packets, bytes },
+        aqm_for(link, name, rtt, seed)?,
+        stats.clone(),
+    ))
+}
+
+/// The rate and delay cells of one direction, `{name}_bw` (draining `queue`) and
+/// `{name}_delay`.
 fn build_link(
     core: &mut Core,
     link: &LinkConfig,
-    rtt: Duration,
+    queue: LinkQueue<StdPacket>,
     parts: LinkParts,
 ) -> Result<(), NetemError> {
     let name = parts.direction.as_str();
-    let (packets, bytes) = link.queue_limit(rtt);
-    let queue = LinkQueue::<StdPacket>::new(
-        LinkQueueLimits { packets, bytes },
-        aqm_for(link, name, rtt, parts.seed)?,
-        parts.stats,
-    );
     let capacity = match &link.trace {
         Some(path) => Capacity::Trace(Trace::load(path).map_err(|error| {
             crate::error::ConfigError::Trace {

@@ -68,6 +68,16 @@ pub fn stamp_rdc_delay(frame: &mut [u8], delay: Duration) -> Option<Duration> {
     wire::stamp_delay(ipv4_mut(frame)?, delay).ok()
 }
 
+/// Whether the packet carries an RDC agent's echo ([`wire::set_echo`]).
+pub fn is_rdc_echo(frame: &[u8]) -> bool {
+    ipv4(frame).is_some_and(wire::is_echo)
+}
+
+/// Removes the RDC flag (an echo read by the router); returns whether the header changed.
+pub fn clear_rdc_flag(frame: &mut [u8]) -> bool {
+    ipv4_mut(frame).is_some_and(|ip| wire::clear_delay(ip) == Ok(true))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,9 +155,22 @@ mod tests {
         assert_eq!(tcp_flow(&f[..40]), None, "too short for the flags");
     }
 
+    #[test]
+    fn an_echo_is_read_and_cleared_with_a_valid_checksum() {
+        let mut f = frame(0);
+        assert!(!is_rdc_echo(&f));
+        wire::set_echo(&mut f[14..]).unwrap();
+        assert!(is_rdc_echo(&f));
+        assert!(clear_rdc_flag(&mut f));
+        assert!(!is_rdc_echo(&f) && !clear_rdc_flag(&mut f));
+        assert_eq!(wire::ipv4_checksum(&f[14..34]), 0);
+    }
+
     proptest! {
         #[test]
         fn arbitrary_frames_never_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = is_rdc_echo(&bytes);
+            let _ = clear_rdc_flag(&mut bytes.clone());
             let _ = tcp_flow(&bytes);
             let capable = is_ecn_capable(&bytes);
             let changed = set_ce(&mut bytes);

@@ -7,7 +7,8 @@
 //! - [`link`]: how a link serves its queue (constant rate, mahimahi trace replay), sans-IO;
 //! - [`cells`]: our rattan cells (rate, delay) and the guard every cell runs in;
 //! - [`queue`]: the bottleneck queue; [`aqm`]: its control laws (drop-tail, RED, DRD,
-//!   CoDel, RDC); [`ecn`]: CE marks and RDC delay stamps;
+//!   CoDel, RDC); [`delay_line`]: where RDC holds flows that do not answer; [`ecn`]: CE
+//!   marks, RDC delay stamps and echoes;
 //! - [`tap`]: the link exit (random loss, counters, lateness, pcap); [`stats`]: measurements;
 //! - [`timer`], [`timing`]: how the emulator's thread waits and is scheduled; [`noise`]: the
 //!   machine's own wake-up noise;
@@ -22,6 +23,7 @@ pub mod cells;
 pub mod check;
 pub mod cleanup;
 pub mod config;
+pub mod delay_line;
 pub mod dumbbell;
 pub mod ecn;
 pub mod error;

@@ -6,14 +6,22 @@
 //! Semantics (as ns-2 and mahimahi): an arriving packet is dropped if the queue is full,
 //! else the AQM may drop or mark it, else it is queued; CoDel decides again at dequeue.
 //! Sojourn is the time from arrival to the moment the link takes the packet.
+//!
+//! RDC adds two things ([`crate::aqm::rdc`], "TCP-friendliness"): a delay line, where a packet
+//! the law holds ([`Verdict::Hold`]) waits before it joins the FIFO (at its due time, as an
+//! arrival the law has already judged: only the queue limit applies again), and, on the link
+//! carrying the ACKs, an echo reader that records the agents' echoes in the opposite cell's
+//! table of answering flows and clears them, so the sender never sees one.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use rattan_core::cells::bandwidth::queue::PacketQueue;
 use rattan_core::cells::Packet;
 
-use crate::aqm::{Aqm, Arrival, QueueState, Reason, Verdict};
+use crate::aqm::{AnsweringFlows, Aqm, Arrival, QueueState, Reason, Verdict};
+use crate::delay_line::DelayLine;
 use crate::ecn;
 use crate::link::Backlog;
 use crate::stats::LinkStats;
@@ -25,6 +33,10 @@ pub struct LinkQueue<P> {
     limit_bytes: Option<usize>,
     aqm: Box<dyn Aqm>,
     stats: Arc<LinkStats>,
+    /// Packets the law holds before they join the FIFO.
+    held: DelayLine<P>,
+    /// Where echoes seen on this link are recorded (the opposite link's RDC cell).
+    echoes: Option<Arc<Mutex<AnsweringFlows>>>,
 }
 
 /// rattan asks every queue for a configuration type it can send at run time; ours is fixed
@@ -37,14 +49,62 @@ pub struct LinkQueueLimits {
 
 impl<P: Packet> LinkQueue<P> {
     pub fn new(limits: LinkQueueLimits, aqm: Box<dyn Aqm>, stats: Arc<LinkStats>) -> Self {
+        if let Some(table) = aqm.answering_flows() {
+            stats.attach_answering(table);
+        }
         Self {
             packets: VecDeque::new(),
             bytes: 0,
             limit_packets: limits.packets,
             limit_bytes: limits.bytes,
+            held: DelayLine::new(aqm.delay_line_bytes()),
             aqm,
             stats,
+            echoes: None,
         }
+    }
+
+    /// The table of answering flows of this link's RDC cell, if it has one.
+    pub fn answering_flows(&self) -> Option<Arc<Mutex<AnsweringFlows>>> {
+        self.aqm.answering_flows()
+    }
+
+    /// Reads the RDC agents' echoes on this link into `table` (the opposite link's cell's).
+    pub fn read_echoes_into(&mut self, table: Arc<Mutex<AnsweringFlows>>) {
+        self.echoes = Some(table);
+    }
+
+    /// When the first held packet is due to join the FIFO.
+    pub fn next_release(&self) -> Option<Instant> {
+        self.held.next_due()
+    }
+
+    /// Held packets due at `now` join the FIFO, each at its due time (the queue limit may
+    /// still drop it).
+    pub fn release_held(&mut self, now: Instant) {
+        while let Some((mut packet, due)) = self.held.pop_due(now) {
+            packet.delay_until(due.into());
+            let size = packet.l3_length();
+            if self.would_overflow(size) {
+                self.stats.dropped(Reason::QueueFull);
+                continue;
+            }
+            self.bytes += size;
+            self.packets.push_back(packet);
+        }
+    }
+
+    /// Records and clears an RDC agent's echo.
+    fn read_echo(&self, packet: &mut P, now: Instant) {
+        let Some(table) = &self.echoes else { return };
+        if !ecn::is_rdc_echo(packet.as_slice()) {
+            return;
+        }
+        if let Some(tcp) = ecn::tcp_flow(packet.as_slice()) {
+            let mut table = table.lock().unwrap_or_else(|p| p.into_inner());
+            table.on_echo(tcp.key, now);
+        }
+        ecn::clear_rdc_flag(packet.as_raw_buffer());
     }
 
     fn state(&self) -> QueueState {
@@ -73,6 +133,8 @@ impl<P: Packet> LinkQueue<P> {
                 None => self.stats.stamp_skipped(),
             },
             Verdict::Spare(reason) => self.stats.spared(reason),
+            // Put in the delay line by `enqueue`, never applied here.
+            Verdict::Hold(..) => {}
             Verdict::Drop(reason) => {
                 self.stats.dropped(reason);
                 return false;
@@ -82,7 +144,7 @@ impl<P: Packet> LinkQueue<P> {
     }
 
     /// The link takes the head packet at `now` (CoDel may drop packets on the way).
-    pub fn dequeue_at(&mut self, now: std::time::Instant) -> Option<P> {
+    pub fn dequeue_at(&mut self, now: Instant) -> Option<P> {
         while let Some(mut packet) = self.packets.pop_front() {
             self.bytes -= packet.l3_length();
             let sojourn = now.saturating_duration_since(packet.get_timestamp().into_std());
@@ -106,11 +168,11 @@ impl<P: Packet> Backlog for LinkQueue<P> {
         self.packets.is_empty()
     }
 
-    fn head_arrival(&self) -> Option<std::time::Instant> {
+    fn head_arrival(&self) -> Option<Instant> {
         self.packets.front().map(|p| p.get_timestamp().into_std())
     }
 
-    fn pop(&mut self, at: std::time::Instant) -> Option<P> {
+    fn pop(&mut self, at: Instant) -> Option<P> {
         self.dequeue_at(at)
     }
 
@@ -118,7 +180,7 @@ impl<P: Packet> Backlog for LinkQueue<P> {
         packet.l3_length()
     }
 
-    fn arrival(packet: &P) -> std::time::Instant {
+    fn arrival(packet: &P) -> Instant {
         packet.get_timestamp().into_std()
     }
 }
@@ -139,14 +201,21 @@ impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
             return;
         }
         // The packet's timestamp is the logical time it reached the queue.
+        let now = packet.get_timestamp().into_std();
+        self.read_echo(&mut packet, now);
         let arrival = Arrival {
             bytes: size,
             ecn_capable: ecn::is_ecn_capable(packet.as_slice()),
             tcp: ecn::tcp_flow(packet.as_slice()),
         };
-        let verdict = self
-            .aqm
-            .on_arrival(self.state(), arrival, packet.get_timestamp().into_std());
+        let verdict = self.aqm.on_arrival(self.state(), arrival, now);
+        if let Verdict::Hold(delay, reason) = verdict {
+            match self.held.push(packet, size, now + delay) {
+                Ok(()) => self.stats.held(reason, delay),
+                Err(_) => self.stats.dropped(Reason::RdcHoldFull),
+            }
+            return;
+        }
         if !self.apply(&mut packet, verdict) {
             return;
         }
@@ -157,7 +226,9 @@ impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
     fn dequeue(&mut self) -> Option<P> {
         // A rattan cell calls this when its link is free, without the logical time: the wall
         // clock is within the emulator's lateness of it.
-        self.dequeue_at(std::time::Instant::now())
+        let now = Instant::now();
+        self.release_held(now);
+        self.dequeue_at(now)
     }
 
     fn is_empty(&self) -> bool {
@@ -186,7 +257,7 @@ mod tests {
     use super::*;
     use crate::aqm::DropTail;
     use rattan_core::cells::StdPacket;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     /// A 1514-byte Ethernet frame carrying a 1500-byte IPv4 packet, ECT(0) if `ect`.
     fn frame(ect: bool) -> StdPacket {
@@ -289,5 +360,85 @@ mod tests {
         let r = stats.report();
         assert_eq!(r.spares.get("rdc_ecn_flow"), Some(&1));
         assert_eq!(r.total_drops() + r.total_marks(), 0);
+    }
+
+    struct AlwaysHold;
+    impl Aqm for AlwaysHold {
+        fn on_arrival(&mut self, _: QueueState, _: Arrival, _: Instant) -> Verdict {
+            Verdict::Hold(Duration::from_millis(20), Reason::RdcNotAnswering)
+        }
+        fn name(&self) -> &'static str {
+            "always_hold"
+        }
+        fn delay_line_bytes(&self) -> usize {
+            3000
+        }
+    }
+
+    #[test]
+    fn held_packets_join_the_fifo_at_their_due_time_within_the_line_limit() {
+        let (mut q, stats) = queue_with(Box::new(AlwaysHold), TEN_PACKETS);
+        let t = Instant::now();
+        for _ in 0..3 {
+            let mut p = frame(false);
+            p.delay_until(t.into());
+            q.enqueue(p);
+        }
+        // Two 1500-byte packets fit the 3000-byte line; the third is dropped.
+        assert_eq!(q.length(), 0);
+        assert_eq!(q.next_release(), Some(t + Duration::from_millis(20)));
+        q.release_held(t + Duration::from_millis(19));
+        assert_eq!(q.length(), 0);
+        q.release_held(t + Duration::from_millis(20));
+        assert_eq!(q.length(), 2);
+        let out = q.dequeue_at(t + Duration::from_millis(21)).unwrap();
+        assert_eq!(
+            out.get_timestamp().into_std(),
+            t + Duration::from_millis(20)
+        );
+        let r = stats.report();
+        assert_eq!(r.holds.get("rdc_not_answering"), Some(&2));
+        assert_eq!(r.drops.get("rdc_hold_full"), Some(&1));
+        assert_eq!((r.rdc_hold_ms.count, r.rdc_hold_ms.max), (2, 20.0));
+        assert_eq!(
+            r.sojourn_ms.max, 1.0,
+            "sojourn counts from joining the FIFO"
+        );
+    }
+
+    /// A TCP ACK from 10.2.1.1:5000 to 10.1.1.1:40000 carrying an RDC agent's echo.
+    fn echoed_ack() -> StdPacket {
+        let mut f = vec![0u8; 14 + 40];
+        f[12] = 0x08;
+        let mut ip = vec![
+            0x45, 0, 0, 40, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 2, 1, 1, 10, 1, 1, 1,
+        ];
+        ip.extend([0x13, 0x88, 0x9c, 0x40]);
+        ip.extend([0u8; 8]);
+        ip.extend([0x50, 0x10]);
+        ip.extend([0u8; 6]);
+        lowtide_rdc::wire::set_echo(&mut ip).unwrap();
+        f[14..].copy_from_slice(&ip);
+        StdPacket::from_raw_buffer(&f)
+    }
+
+    #[test]
+    fn echoes_on_the_ack_link_are_recorded_for_the_data_flow_and_cleared() {
+        let (mut q, _) = queue(Some(10), None);
+        let table = Arc::new(Mutex::new(AnsweringFlows::new(Duration::from_secs(10), 8)));
+        q.read_echoes_into(table.clone());
+        let ack = echoed_ack();
+        let t = ack.get_timestamp().into_std();
+        q.enqueue(ack);
+        let out = q.dequeue_at(t).unwrap();
+        assert!(
+            !ecn::is_rdc_echo(out.as_slice()),
+            "the sender never sees it"
+        );
+        let data_flow = crate::aqm::FlowKey {
+            src: "10.1.1.1:40000".parse().unwrap(),
+            dst: "10.2.1.1:5000".parse().unwrap(),
+        };
+        assert!(table.lock().unwrap().answers(&data_flow, t));
     }
 }

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::aqm::Reason;
+use crate::aqm::{AnsweringFlows, AnsweringReport, Reason};
 
 /// At most this many samples per series are kept (about 12 MB for the queue series); later
 /// samples are counted in `samples_skipped` so a report says it is truncated.
@@ -37,11 +37,16 @@ pub struct LinkStats {
     drops: [AtomicU64; Reason::ALL.len()],
     marks: [AtomicU64; Reason::ALL.len()],
     spares: [AtomicU64; Reason::ALL.len()],
+    holds: [AtomicU64; Reason::ALL.len()],
     queue: Mutex<Vec<QueueSample>>,
     lateness_us: Mutex<Vec<u32>>,
     /// Exact RDC: the delays written into packets, and packets that could not carry one.
     stamps_us: Mutex<Vec<u32>>,
     stamp_skipped: AtomicU64,
+    /// RDC: how long held packets were to wait in the delay line.
+    holds_us: Mutex<Vec<u32>>,
+    /// RDC: the cell's table of answering flows, read when a report is made.
+    answering: Mutex<Option<Arc<Mutex<AnsweringFlows>>>>,
     samples_skipped: AtomicU64,
 }
 
@@ -57,11 +62,28 @@ impl LinkStats {
             drops: Default::default(),
             marks: Default::default(),
             spares: Default::default(),
+            holds: Default::default(),
             queue: Mutex::new(Vec::new()),
             lateness_us: Mutex::new(Vec::new()),
             stamps_us: Mutex::new(Vec::new()),
             stamp_skipped: AtomicU64::new(0),
+            holds_us: Mutex::new(Vec::new()),
+            answering: Mutex::new(None),
             samples_skipped: AtomicU64::new(0),
+        }
+    }
+
+    /// RDC: the law put a packet in the delay line for `delay`.
+    pub fn held(&self, reason: Reason, delay: Duration) {
+        self.holds[reason.index()].fetch_add(1, Relaxed);
+        let us = delay.as_micros().min(u32::MAX as u128) as u32;
+        push_bounded(&self.holds_us, us, &self.samples_skipped);
+    }
+
+    /// RDC: reports include this table's counters.
+    pub fn attach_answering(&self, table: Arc<Mutex<AnsweringFlows>>) {
+        if let Ok(mut slot) = self.answering.lock() {
+            *slot = Some(table);
         }
     }
 
@@ -139,13 +161,19 @@ impl LinkStats {
         ] {
             c.store(0, Relaxed);
         }
-        for c in self.drops.iter().chain(&self.marks).chain(&self.spares) {
+        for c in self
+            .drops
+            .iter()
+            .chain(&self.marks)
+            .chain(&self.spares)
+            .chain(&self.holds)
+        {
             c.store(0, Relaxed);
         }
         if let Ok(mut q) = self.queue.lock() {
             q.clear();
         }
-        for series in [&self.lateness_us, &self.stamps_us] {
+        for series in [&self.lateness_us, &self.stamps_us, &self.holds_us] {
             if let Ok(mut l) = series.lock() {
                 l.clear();
             }
@@ -168,6 +196,12 @@ impl LinkStats {
             .map(|l| l.clone())
             .unwrap_or_default();
         let mut stamps = self.stamps_us.lock().map(|l| l.clone()).unwrap_or_default();
+        let mut holds = self.holds_us.lock().map(|l| l.clone()).unwrap_or_default();
+        let answering = self.answering.lock().ok().and_then(|slot| {
+            let table = slot.as_ref()?;
+            let table = table.lock().unwrap_or_else(|p| p.into_inner());
+            Some(table.report(std::time::Instant::now()))
+        });
         LinkReport {
             arrived_packets: self.arrived_packets.load(Relaxed),
             arrived_bytes: self.arrived_bytes.load(Relaxed),
@@ -177,11 +211,14 @@ impl LinkStats {
             drops: by_reason(&self.drops),
             marks: by_reason(&self.marks),
             spares: by_reason(&self.spares),
+            holds: by_reason(&self.holds),
             max_queue_packets: samples.iter().map(|s| s.packets).max().unwrap_or(0),
             sojourn_ms: Percentiles::of_micros(&mut sojourn),
             lateness_ms: Percentiles::of_micros(&mut lateness),
             rdc_delay_ms: Percentiles::of_micros(&mut stamps),
             rdc_unstamped: self.stamp_skipped.load(Relaxed),
+            rdc_hold_ms: Percentiles::of_micros(&mut holds),
+            rdc_answering: answering,
             samples_skipped: self.samples_skipped.load(Relaxed),
         }
     }
@@ -210,6 +247,8 @@ pub struct LinkReport {
     pub marks: BTreeMap<&'static str, u64>,
     /// Packets the law passed where it would have dropped them (1-bit RDC's `not_ect`).
     pub spares: BTreeMap<&'static str, u64>,
+    /// Packets the law put in the delay line, by why (RDC: flows that do not answer).
+    pub holds: BTreeMap<&'static str, u64>,
     pub max_queue_packets: u32,
     pub sojourn_ms: Percentiles,
     /// How late packets left the link against the emulator's own schedule.
@@ -218,6 +257,10 @@ pub struct LinkReport {
     pub rdc_delay_ms: Percentiles,
     /// Exact RDC: packets that could not carry a delay (not atomic IPv4 datagrams).
     pub rdc_unstamped: u64,
+    /// RDC: how long held packets were to wait (count 0: nothing held).
+    pub rdc_hold_ms: Percentiles,
+    /// RDC with a table of answering flows: its counters (None on other links).
+    pub rdc_answering: Option<AnsweringReport>,
     pub samples_skipped: u64,
 }
 

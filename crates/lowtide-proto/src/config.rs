@@ -90,6 +90,9 @@ pub struct Config {
     /// Segments of the controller's kernel-queue limit kept for important messages
     /// (`crate::reserve`; `None`: every message may use the whole limit).
     pub importance_reserve: Option<crate::reserve::ImportanceReserve>,
+    /// Duplicate lane: messages at or above an importance also sent on a warm backup
+    /// connection (`crate::failover::duplicate`; needs `failover`; `None`: off).
+    pub duplicate: Option<crate::failover::duplicate::DuplicateConfig>,
 }
 
 impl Default for Config {
@@ -112,6 +115,7 @@ impl Default for Config {
             probe_at_start: false,
             failover: None,
             importance_reserve: None,
+            duplicate: None,
         }
     }
 }
@@ -240,6 +244,16 @@ impl Config {
         }
         if let Some(r) = &self.importance_reserve {
             r.validate(&self.controller)?;
+        }
+        if let Some(d) = &self.duplicate {
+            if self.failover.is_none() {
+                return Err(ConfigError::new(
+                    "duplicate",
+                    "without failover",
+                    "with failover = { ... } (the lane is a backup connection)",
+                ));
+            }
+            d.validate()?;
         }
         self.controller.validate()
     }

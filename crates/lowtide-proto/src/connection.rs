@@ -28,6 +28,7 @@ use crate::controller::{
     AppProgress, Decision, LatencyController, PAckSample, ProbeResult, TcpState, Wake,
 };
 use crate::error::{ProtocolError, SendError, StreamError};
+use crate::failover::duplicate::{DuplicateLane, DuplicateStats, Withdraw};
 use crate::failover::{Delivered, FailoverReport};
 use crate::reassembly::{PeerCancelled, Reassembly, Received};
 use crate::scheduler::Scheduler;
@@ -391,6 +392,8 @@ pub struct Stats {
     /// Bytes of important messages staged into the reserve (beyond what less important data
     /// may fill).
     pub reserve_bytes_used: u64,
+    /// The duplicate lane's counters (`crate::failover::duplicate`; zero when off).
+    pub lane: DuplicateStats,
 }
 
 /// A controller decision with the state it was taken on, for plots.
@@ -570,12 +573,18 @@ pub struct Connection {
     spare: u64,
     /// Failover state (`failover = Some(..)` in the config).
     failover: Option<Box<switch::PathState>>,
+    /// Duplicate lane (`duplicate = Some(..)`): copies to send, or the lane's parser.
+    lane: Option<Box<DuplicateLane>>,
 }
 
 // Failover's switch between connections lives with the rest of failover; it is a child of
 // this module because it rewinds the send and receive state.
 #[path = "failover/switch.rs"]
 mod switch;
+
+// The duplicate lane's connection-side glue (sending copies, receiving them once).
+#[path = "failover/lane.rs"]
+mod lane;
 
 impl Connection {
     /// A new channel; `now` becomes its epoch (wire timestamps count µs from it).
@@ -672,6 +681,9 @@ impl Connection {
             failover: config
                 .failover
                 .map(|f| Box::new(switch::PathState::new(&f))),
+            lane: config
+                .duplicate
+                .map(|d| Box::new(DuplicateLane::new(d, config.max_queued_bytes))),
             config,
         };
         let mut options = vec![
@@ -755,6 +767,19 @@ impl Connection {
     /// ```
     pub fn controller_name(&self) -> &'static str {
         self.controller.name()
+    }
+
+    /// The controller's queue average and threshold, bytes, if it keeps them (DBAT).
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Side};
+    /// # let now = std::time::Instant::now();
+    /// let c = Connection::new(Config::default(), Side::Client, now)?;
+    /// assert_eq!(c.controller_queue_level(), None); // MinBuf keeps none
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn controller_queue_level(&self) -> Option<(u64, u64)> {
+        self.controller.queue_level()
     }
 
     /// Whether the controller reads [`TcpState`] (else the driver may pass a default one). A
@@ -1030,6 +1055,9 @@ impl Connection {
             seq,
             importance: msg.importance,
         };
+        if let (Some(lane), Side::Client) = (&mut self.lane, self.side) {
+            lane.offer(id, send_time_us, msg.deadline, msg.data.clone());
+        }
         s.queue.push(
             msg.importance,
             seq,
@@ -1178,6 +1206,13 @@ impl Connection {
         self.queued_bytes -= (p.data.len() - p.sent) as u64;
         if let Some(d) = p.deadline {
             self.deadlines.remove(&(d, id));
+        }
+        if let Some(lane) = &mut self.lane {
+            let why = match reason {
+                CancelReason::Application => Withdraw::Cancelled,
+                CancelReason::Expired => Withdraw::Expired,
+            };
+            lane.withdraw(id, why);
         }
         let partial = p.sent > 0;
         match (reason, partial) {
@@ -1765,6 +1800,31 @@ impl Connection {
 
     // ---------------------------------------------------------------- receive
 
+    /// Bytes of whole messages waiting for [`poll_message`](Self::poll_message), as charged to
+    /// the receive budget (a message kept as a slice of a larger read may be charged more than
+    /// its length). A driver stops reading ahead of the application when this grows.
+    ///
+    /// ```
+    /// # use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// # let mut client = Connection::new(Config::default(), Side::Client, now)?;
+    /// let mut server = Connection::new(Config::default(), Side::Server, now)?;
+    /// # let s = client.open_stream(StreamConfig::default())?;
+    /// client.send(now, s, Message::new(vec![7u8; 5000]))?;
+    /// # client.poll_transmit(now, &TcpState::default());
+    /// let wire: Vec<u8> = client.transmit_segments().flatten().copied().collect();
+    /// server.handle_bytes(now, &wire[..wire.len() - 1])?;
+    /// assert_eq!(server.ready_bytes(), 0); // the message is not whole yet
+    /// server.handle_bytes(now, &wire[wire.len() - 1..])?;
+    /// assert!(server.ready_bytes() >= 5000);
+    /// server.poll_message().expect("a message");
+    /// assert_eq!(server.ready_bytes(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ready_bytes(&self) -> u64 {
+        self.reasm.delivered_bytes
+    }
+
     /// Memory held for the receive side: unparsed bytes, partial and unread messages.
     ///
     /// ```
@@ -2067,8 +2127,17 @@ impl Connection {
                 Ok(())
             }
             Err(e) => {
-                tracing::debug!(error = %e, "protocol error, closing channel");
                 self.inbuf = BytesMut::new();
+                Err(self.fail(e))
+            }
+        }
+    }
+
+    /// Closes the channel on a protocol error: a CLOSE frame naming it goes to the peer.
+    fn fail(&mut self, e: ProtocolError) -> ProtocolError {
+        tracing::debug!(error = %e, "protocol error, closing channel");
+        {
+            {
                 if self.state == State::Open {
                     Frame::Close {
                         code: e.code(),
@@ -2083,7 +2152,7 @@ impl Connection {
                     });
                 }
                 self.error = Some(e.clone());
-                Err(e)
+                e
             }
         }
     }

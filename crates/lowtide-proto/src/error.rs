@@ -128,6 +128,12 @@ pub enum ProtocolError {
         /// What its first frame was instead.
         got: String,
     },
+    /// Duplicate lane: a frame other than a whole-message DATA frame arrived on the lane.
+    #[error("duplicate lane carried {got}; only whole-message DATA frames are allowed")]
+    BadLaneFrame {
+        /// What arrived.
+        got: String,
+    },
 }
 
 impl ProtocolError {
@@ -155,7 +161,8 @@ impl ProtocolError {
             ProtocolError::ResentMessageDiffers { .. }
             | ProtocolError::UnknownChannelToken { .. }
             | ProtocolError::TooManyBackups { .. }
-            | ProtocolError::BadSwitch { .. } => 6,
+            | ProtocolError::BadSwitch { .. }
+            | ProtocolError::BadLaneFrame { .. } => 6,
         }
     }
 }

@@ -63,6 +63,7 @@ pub use connection::{
 };
 pub use controller::{AppProgress, ControllerConfig, Decision, LatencyController, TcpState, Wake};
 pub use error::{ProtocolError, SendError, StreamError};
+pub use failover::duplicate::DuplicateConfig;
 pub use failover::{FailoverConfig, FailoverReport};
 pub use reassembly::{PeerCancelled, Received};
 pub use wire::CancelReason;

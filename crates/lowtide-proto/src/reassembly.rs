@@ -176,14 +176,16 @@ impl Reassembly {
         r
     }
 
-    fn deliver(&mut self, r: Received) -> Result<(), ProtocolError> {
+    /// A complete message (reassembled, or a duplicate lane's copy) passes the delivered-set:
+    /// the first copy is queued for the application, later ones are dropped.
+    pub fn deliver(&mut self, r: Received) -> Result<Verdict, ProtocolError> {
         if self.done.on_message(r.stream, r.seq, &r.data)? == Verdict::Duplicate {
-            return Ok(());
+            return Ok(Verdict::Duplicate);
         }
         let n = r.data.len() as u64;
         self.delivered_bytes += n;
         self.delivered.push_back((r, n));
-        Ok(())
+        Ok(Verdict::New)
     }
 
     /// Complete messages not yet taken.

@@ -293,6 +293,8 @@ pub struct Pair {
     /// Switch whenever the client's stall detector asks.
     pub auto_failover: bool,
     paths: u64,
+    /// The duplicate lane, client to server ([`Pair::add_lane`]).
+    pub lane: Option<SimPipe>,
 }
 
 impl Pair {
@@ -324,7 +326,42 @@ impl Pair {
             old: None,
             auto_failover: false,
             paths: 0,
+            lane: None,
         }
+    }
+
+    /// Opens a duplicate lane from client to server: the link's parameters with its own
+    /// one-way `delay` (the client's config needs `duplicate`). The lane survives switches.
+    pub fn add_lane(&mut self, delay: Duration) {
+        self.lane = Some(SimPipe::new(LinkParams {
+            delay,
+            ..self.c2s.params
+        }));
+    }
+
+    /// The lane's step: the client stages and writes copies, the server reads them.
+    fn run_lane(&mut self, now: Instant) -> bool {
+        let Some(lane) = &mut self.lane else {
+            return false;
+        };
+        lane.advance(now);
+        let mut progress = false;
+        let data = lane.take_arrived(now);
+        if !data.is_empty() {
+            progress = true;
+            let _ = self.server.conn.handle_lane_bytes(now, &data);
+        }
+        self.client.conn.poll_lane(now, &lane.tcp_state());
+        let out = self.client.conn.lane_transmit();
+        let n = out.len().min(lane.space() as usize);
+        if n > 0 {
+            lane.unsent.extend(&out[..n]);
+            self.client.conn.handle_lane_written(n);
+            lane.max_outq = lane.max_outq.max(lane.outq());
+            progress = true;
+        }
+        lane.advance(now);
+        progress
     }
 
     /// The client moves to a new connection (fresh pipes with the same parameters); the server
@@ -437,6 +474,7 @@ impl Pair {
         self.c2s.advance(now);
         self.s2c.advance(now);
         let mut a = Self::run_endpoint(now, &mut self.client, &mut self.c2s, &mut self.s2c);
+        a |= self.run_lane(now);
         let mut b = match &mut self.old {
             Some((old_c2s, old_s2c, pending @ Some(_))) => {
                 old_c2s.advance(now);
@@ -480,6 +518,7 @@ impl Pair {
             old.and_then(|o| o.1.next_event(now)),
             self.client.conn.poll_timeout(),
             self.server.conn.poll_timeout(),
+            self.lane.as_ref().and_then(|l| l.next_event(now)),
         ]
         .into_iter()
         .flatten()

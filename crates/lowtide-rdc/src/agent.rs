@@ -315,6 +315,29 @@ impl<H> Agent<H> {
         rewrite
     }
 
+    /// Whether the driver should mark this outgoing packet as the agent's echo
+    /// ([`wire::set_echo`]): it belongs to a tracked flow, `ip` is the whole packet (the driver
+    /// copies only headers of outgoing packets, and a payload given back shorter would be
+    /// trimmed) and an atomic datagram. Counted either way for tracked flows.
+    pub fn wants_echo(&mut self, parsed: &Result<Segment, ParseError>, ip: &[u8]) -> bool {
+        let Ok(seg) = parsed else { return false };
+        let key = FlowKey {
+            local: seg.src,
+            remote: seg.dst,
+        };
+        if !self.cfg.echo || !self.flows.contains_key(&key) {
+            return false;
+        }
+        let whole = ip.len() >= 4 && usize::from(u16::from_be_bytes([ip[2], ip[3]])) == ip.len();
+        if whole && wire::is_atomic_datagram(ip) {
+            self.counters.echoed += 1;
+            true
+        } else {
+            self.counters.echo_skipped += 1;
+            false
+        }
+    }
+
     /// A packet leaves this host: `parsed` is [`segment::parse`] of it (the driver parses
     /// before handing over the packet's `handle`, which comes back from
     /// [`poll_release`](Self::poll_release)).
@@ -573,6 +596,33 @@ mod tests {
             assert_eq!(r.clear_ce, ce);
         }
         t + MS * n
+    }
+
+    #[test]
+    fn whole_outgoing_packets_of_tracked_flows_are_echoed() {
+        let mut a = one_bit();
+        let ack = Spec::ack(1001).build();
+        let parsed = segment::parse(&ack);
+        assert!(
+            !a.wants_echo(&parsed, &ack),
+            "no flow yet: not ours to answer for"
+        );
+        a.handle_incoming(Instant::now(), &data(1, false));
+        assert!(a.wants_echo(&parsed, &ack));
+        // A header-only copy of a longer packet would be trimmed if given back: skipped.
+        assert!(!a.wants_echo(&parsed, &ack[..ack.len() - 1]));
+        assert_eq!((a.counters().echoed, a.counters().echo_skipped), (1, 1));
+        let mut echoed = ack.clone();
+        wire::set_echo(&mut echoed).unwrap();
+        assert!(wire::is_echo(&echoed));
+        assert_eq!(segment::parse(&echoed).map(|s| s.ack), Ok(1001));
+        let mut quiet = Agent::<u32>::new(AgentConfig {
+            echo: false,
+            ..AgentConfig::default()
+        })
+        .unwrap();
+        quiet.handle_incoming(Instant::now(), &data(1, false));
+        assert!(!quiet.wants_echo(&parsed, &ack));
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct AgentConfig {
     pub max_held: usize,
     /// A flow with no packet for this long is forgotten.
     pub idle_timeout: Duration,
+    /// Mark the packets this host sends on tracked flows as the agent's echo
+    /// ([`crate::wire::set_echo`]), so an RDC router knows the flow answers (not in the paper:
+    /// the router needs it to delay the flows that do not; docs/rdc.md, "TCP-friendliness").
+    pub echo: bool,
 }
 
 impl Default for AgentConfig {
@@ -67,6 +71,7 @@ impl Default for AgentConfig {
             max_flows: 4096,
             max_held: 4096,
             idle_timeout: Duration::from_secs(60),
+            echo: true,
         }
     }
 }

@@ -101,6 +101,10 @@ pub struct Counters {
     /// Held packets released early, in order, ahead of one that had to pass at once.
     pub flushed: u64,
     pub passed: PassCounts,
+    /// Outgoing packets of tracked flows marked as the agent's echo, and those that could not
+    /// be (not atomic datagrams, or not copied whole into the agent).
+    pub echoed: u64,
+    pub echo_skipped: u64,
 }
 
 /// One flow, as the agent sees it.

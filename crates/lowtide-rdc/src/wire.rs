@@ -19,6 +19,20 @@
 //! reads `D_in` only when it is set (Eq. (2): `D_out = max(D_in, D_local)`), and the receiver
 //! agent clears it before its kernel sees the packet. An option would have grown each packet
 //! by 4 bytes past a full-size packet's MTU; the ID costs nothing in size.
+//!
+//! ## The receiver's echo ("this flow answers RDC")
+//!
+//! Not in the paper: the agent marks the ACKs it sends with the same flag and an ID of 0, i.e.
+//! a delay notification of zero ([`set_echo`]). A router learns from it that the receiver of
+//! the reverse flow runs an agent, so it may notify that flow and must delay the packets of
+//! flows that do not answer (lowtide-netem's RDC cell, "TCP-friendliness" in docs/rdc.md).
+//! Read as a notification, an echo says "no delay": an exact-RDC router on the ACKs' path
+//! computes `max(0, D_local)` as always, and an agent at the other end imposes nothing. A
+//! router that read it clears the flag ([`clear_delay`]); a host's Linux stack ignores the
+//! reserved bit on receive (`ip_rcv` checks version, length and checksum, not the flag), so an
+//! echo that reaches the sender is harmless. Limit: an echo looks like a zero delay stamped by
+//! a router, so a router can tell the two apart only by direction (echoes travel on the ACK
+//! path, stamps on the data path).
 
 use std::time::Duration;
 
@@ -56,6 +70,12 @@ fn header_len(ip: &[u8]) -> Result<usize, WireError> {
         return Err(WireError::NotIpv4);
     }
     Ok(ihl)
+}
+
+/// Whether a well-formed IPv4 packet is an atomic datagram (DF set, not a fragment): one that
+/// can carry a delay notification or an echo.
+pub fn is_atomic_datagram(ip: &[u8]) -> bool {
+    header_len(ip).is_ok() && is_atomic(ip)
 }
 
 fn is_atomic(ip: &[u8]) -> bool {
@@ -142,6 +162,25 @@ pub fn clear_delay(ip: &mut [u8]) -> Result<bool, WireError> {
     Ok(true)
 }
 
+/// Marks an outgoing packet of an RDC receiver as its echo (a zero delay notification, see the
+/// module doc); only atomic datagrams can carry it.
+pub fn set_echo(ip: &mut [u8]) -> Result<(), WireError> {
+    let ihl = header_len(ip)?;
+    if !is_atomic(ip) {
+        return Err(WireError::NotAtomic);
+    }
+    ip[4] = 0;
+    ip[5] = 0;
+    ip[6] |= RDC_FLAG;
+    refresh_checksum(ip, ihl);
+    Ok(())
+}
+
+/// Whether a packet carries an echo: the flag with a zero delay, on an atomic datagram.
+pub fn is_echo(ip: &[u8]) -> bool {
+    delay(ip) == Ok(Some(Duration::ZERO))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -216,9 +255,35 @@ pub(crate) mod tests {
         assert_eq!(delay(&[0x60; 40]), Err(WireError::NotIpv4));
     }
 
+    #[test]
+    fn an_echo_is_a_zero_delay_that_a_router_clears() {
+        let mut p = packet(0);
+        assert!(!is_echo(&p));
+        set_echo(&mut p).unwrap();
+        assert!(is_echo(&p));
+        assert_eq!(
+            delay(&p),
+            Ok(Some(Duration::ZERO)),
+            "read as a notification: no delay"
+        );
+        assert!(checksum_ok(&p));
+        // An exact-RDC router on the ACK path writes its own delay over it, as over any stamp.
+        let mut stamped = p.clone();
+        stamp_delay(&mut stamped, Duration::from_millis(3)).unwrap();
+        assert!(!is_echo(&stamped));
+        assert_eq!(clear_delay(&mut p), Ok(true));
+        assert!(!is_echo(&p) && checksum_ok(&p));
+        let mut frag = packet(0);
+        frag[6] = 0x20;
+        assert_eq!(set_echo(&mut frag), Err(WireError::NotAtomic));
+        assert!(!is_echo(&frag));
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = is_echo(&bytes);
+            let _ = set_echo(&mut bytes.clone());
             let _ = ecn(&bytes);
             let _ = delay(&bytes);
             let _ = set_ecn(&mut bytes, CE);

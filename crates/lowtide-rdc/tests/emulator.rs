@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use lowtide_netem::config::{AqmConfig, QueueLimit, RdcConfig, RdcMode, TopologyConfig};
-use lowtide_netem::{Dumbbell, Host, LinkReport, RunOptions};
+use lowtide_netem::{Dumbbell, Host, LinkReport, Percentiles, RunOptions};
 use lowtide_rdc::driver::sched::Scheduling;
 use lowtide_rdc::iptables::{self, Selection};
 use lowtide_rdc::{AgentConfig, AgentError, AgentHandle, AgentStatus, DriverConfig};
@@ -308,17 +308,53 @@ fn exact_rdc_holds_acks_by_the_stamped_delay_and_keeps_the_fifo_short() {
         a.counters
     );
     assert_eq!(o.forward.rdc_unstamped, 0);
+    // The agent's echoes told the cell both flows answer: they are stamped, not held (only
+    // what a flow sent before its first echo came back may have waited in the delay line).
+    let answering = o.forward.rdc_answering.expect("the cell keeps a table");
+    assert!(
+        answering.learned == 2 && a.counters.echoed > 1000,
+        "{answering:?}, {} echoed",
+        a.counters.echoed
+    );
+    let held: u64 = o.forward.holds.values().sum();
+    assert!(held * 100 < o.forward.arrived_packets, "{held} held");
     // Root may raise the agent's thread to SCHED_FIFO, so held ACKs leave at their time.
     assert_eq!(a.driver.scheduling, Scheduling::Realtime);
-    assert!(
-        o.forward.rdc_delay_ms.p50 > 10.0,
-        "{:?}",
-        o.forward.rdc_delay_ms
-    );
     // The ACKs wait instead of the data: the senders see the stamped delay as round trip,
     // while the FIFO stays short (a run: p50 2.3 ms of a 72 ms FIFO).
+    assert_round_trip_has_the_delay_and_the_fifo_is_short(&o, o.forward.rdc_delay_ms);
+    assert!(o.chains_left.is_empty(), "{:?}", o.chains_left);
+}
+
+#[test]
+fn without_an_agent_the_exact_cell_delays_the_data_as_a_fifo_would() {
+    let _g = serial();
+    let rdc = AqmConfig::Rdc(RdcConfig {
+        mode: RdcMode::Exact,
+        ..RdcConfig::default()
+    });
+    let o = run(dumbbell(60, rdc), None, 2, 3);
+    eprintln!("{:#?}", o.forward);
+    // No echo: no flow answers, nothing is stamped, the data waits the bucket's delay.
+    assert_eq!(o.forward.rdc_answering.map(|a| a.learned), Some(0));
+    assert_eq!(o.forward.rdc_delay_ms.count, 0);
+    let held = o
+        .forward
+        .holds
+        .get("rdc_not_answering")
+        .copied()
+        .unwrap_or(0);
+    assert!(held > 1000, "{held} held");
+    // The senders see it as round trip, as through a FIFO at ρ·C; the real FIFO stays short.
+    assert_round_trip_has_the_delay_and_the_fifo_is_short(&o, o.forward.rdc_hold_ms);
+}
+
+/// The cell's delay (`delay`: stamped or held) is above 10 ms at the median, the senders' srtt
+/// holds at least half of it above the 20 ms path, and the real FIFO's median sojourn is short.
+fn assert_round_trip_has_the_delay_and_the_fifo_is_short(o: &Outcome, delay: Percentiles) {
+    assert!(delay.p50 > 10.0, "{delay:?}");
     assert!(
-        o.srtt_p50_ms > 20.0 + o.forward.rdc_delay_ms.p50 / 2.0,
+        o.srtt_p50_ms > 20.0 + delay.p50 / 2.0,
         "srtt {}",
         o.srtt_p50_ms
     );
@@ -327,7 +363,6 @@ fn exact_rdc_holds_acks_by_the_stamped_delay_and_keeps_the_fifo_short() {
         "{:?}",
         o.forward.sojourn_ms
     );
-    assert!(o.chains_left.is_empty(), "{:?}", o.chains_left);
 }
 
 /// Compares plain ECN with 1-bit RDC for a chosen setting: `FLOWS`, `SECS`, `LIMIT` (FIFO

@@ -167,11 +167,34 @@ struct Shared {
     /// Wakes the application (messages, events, writability, end).
     to_app: Notify,
     max_events: usize,
+    /// The driver reads no further ahead of the application than this many bytes of whole
+    /// messages ([`READ_AHEAD_CHUNKS`] reads).
+    read_ahead: u64,
 }
+
+/// How far, in reads of `read_chunk`, the driver reads ahead of an application that has not
+/// taken its messages yet. Without a bound it read until the receive budget (half of
+/// `max_reassembly_bytes`) ran out: at bulk rates the driver's loop found the socket readable
+/// again and again without yielding, so the application (on the same runtime) took tens of MB
+/// at once, up to two thirds of all reads went into a fresh buffer (the buffer pool holds 16,
+/// all still held) that had to be faulted in, and the bytes were cold in the cache when the
+/// application got them. The kernel
+/// holds what we do not read yet, and its window slows the sender, as for any TCP reader.
+const READ_AHEAD_CHUNKS: u64 = 4;
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes the driver may read now: the core's receive budget, or 0 while at least
+    /// `read_ahead` bytes of whole messages wait for the application.
+    fn read_budget(&self, g: &Inner) -> u64 {
+        if g.conn.ready_bytes() >= self.read_ahead {
+            0
+        } else {
+            g.conn.recv_budget()
+        }
     }
 }
 
@@ -240,7 +263,8 @@ pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Er
     let (token, paths) = match cfg.transport.failover {
         Some(f) => {
             let token = failover::random_token();
-            let paths = ClientPaths::new(addr, cfg.clone(), token, f.backups);
+            let lane = cfg.transport.duplicate.is_some();
+            let paths = ClientPaths::new(addr, cfg.clone(), token, f.backups, lane);
             (token, Some(Paths::Client(Box::new(paths))))
         }
         None => (0, None),
@@ -539,6 +563,7 @@ impl Channel {
             to_driver: Notify::new(),
             to_app: Notify::new(),
             max_events: cfg.max_events,
+            read_ahead: READ_AHEAD_CHUNKS * cfg.read_chunk as u64,
         });
         let span = tracing::debug_span!("lowtide_channel", ?side, %local, %peer);
         let driver = Driver {
@@ -548,6 +573,7 @@ impl Channel {
             read_chunk: cfg.read_chunk,
             read_eof: false,
             paths,
+            lane: None,
             tls,
         };
         tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
@@ -888,6 +914,14 @@ impl Channel {
     /// #     listener.accept(),
     /// # )?;
     /// use lowtide::{Message, StreamConfig};
+    /// // The receiver reads as the data comes (a receiver that does not read pushes back).
+    /// let reader = tokio::spawn(async move {
+    ///     let mut n = 0;
+    ///     while n < 64 && server.recv().await.is_some() {
+    ///         n += 1;
+    ///     }
+    ///     n
+    /// });
     /// let s = client.open_stream(StreamConfig::default())?;
     /// // A bulk sender keeps about 256 KB queued in lowtide.
     /// for _ in 0..64 {
@@ -896,8 +930,7 @@ impl Channel {
     /// }
     /// client.flush().await?;
     /// assert_eq!(client.queued_bytes(), 0);
-    /// # let mut n = 0;
-    /// # while n < 64 { n += usize::from(server.recv().await.is_some()); }
+    /// assert_eq!(reader.await.expect("the reader"), 64);
     /// # Ok::<(), lowtide::Error>(())
     /// # })?;
     /// # Ok::<(), lowtide::Error>(())
@@ -956,7 +989,8 @@ impl Channel {
         .await
     }
 
-    /// Tells the driver to read again if taking messages reopened a receive budget of 0.
+    /// Tells the driver to read again if taking messages reopened a read budget of 0
+    /// ([`Shared::read_budget`]).
     fn reopened_budget(&self, budget_was_zero: bool) {
         if budget_was_zero {
             self.shared.to_driver.notify_one();
@@ -1137,7 +1171,7 @@ impl Channel {
     pub async fn recv(&self) -> Option<Received> {
         let (m, budget_was_zero) = self
             .wait_until(|g| {
-                let budget_was_zero = g.conn.recv_budget() == 0;
+                let budget_was_zero = self.shared.read_budget(g) == 0;
                 match g.conn.poll_message() {
                     Some(m) => Some(Some((m, budget_was_zero))),
                     None => g.finished.then_some(None),
@@ -1177,7 +1211,7 @@ impl Channel {
     pub async fn recv_many(&self, out: &mut Vec<Received>, max: usize) -> usize {
         let (n, budget_was_zero) = self
             .wait_until(|g| {
-                let budget_was_zero = g.conn.recv_budget() == 0;
+                let budget_was_zero = self.shared.read_budget(g) == 0;
                 let mut n = 0;
                 while n < max {
                     match g.conn.poll_message() {
@@ -1217,7 +1251,7 @@ impl Channel {
     /// ```
     pub fn try_recv(&self) -> Option<Received> {
         let mut g = self.shared.lock();
-        let budget_was_zero = g.conn.recv_budget() == 0;
+        let budget_was_zero = self.shared.read_budget(&g) == 0;
         let m = g.conn.poll_message();
         drop(g);
         self.reopened_budget(m.is_some() && budget_was_zero);
@@ -1392,6 +1426,12 @@ impl Channel {
     /// ```
     pub fn last_tcp_state(&self) -> TcpState {
         self.shared.lock().last_tcp
+    }
+
+    /// The latency controller's queue average and threshold, bytes, if it keeps them (DBAT,
+    /// docs/dbat.md); `None` for the others.
+    pub fn controller_queue_level(&self) -> Option<(u64, u64)> {
+        self.shared.lock().conn.controller_queue_level()
     }
 
     /// How often the driver task woke up: a measure of system-call and scheduling overhead
@@ -1580,6 +1620,9 @@ struct Driver {
     read_eof: bool,
     /// Failover's other connections.
     paths: Option<Paths>,
+    /// The duplicate lane (`lowtide_proto::failover::duplicate`): written by the connecting
+    /// side, read by the accepting side.
+    lane: Option<TcpStream>,
     /// The TLS record layer, if the channel is encrypted.
     tls: Option<TlsSession>,
 }
@@ -1625,6 +1668,7 @@ impl Driver {
                 continue;
             }
             let out = self.write_phase(fd)?;
+            let lane_wake = self.lane_write_phase();
             let (timeout, want_read, closed, staged) = {
                 let mut g = self.shared.lock();
                 let max = self.shared.max_events;
@@ -1646,7 +1690,7 @@ impl Driver {
                 };
                 (
                     timeout,
-                    !self.read_eof && g.conn.recv_budget() > 0 && gate_wake.is_none(),
+                    !self.read_eof && self.shared.read_budget(&g) > 0 && gate_wake.is_none(),
                     g.conn.is_closed(),
                     g.conn.staged_len(),
                 )
@@ -1667,7 +1711,10 @@ impl Driver {
                 return Err(Error::PeerGone);
             }
             let mut want_write = out.kernel_full;
-            let mut timer = timeout;
+            let mut timer = match (timeout, lane_wake) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             match out.wake {
                 Some(Wake::NotsentBelow(x)) => {
                     // The kernel raises EPOLLOUT when 2·notsent < lowat (the `wake` shift in
@@ -1703,8 +1750,20 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            let lane_read =
+                want_read && self.lane.is_some() && !self.shared.lock().conn.sends_copies();
+            let lane_readable = async {
+                match &self.lane {
+                    Some(l) if lane_read => l.readable().await,
+                    _ => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = self.stream.readable(), if want_read => r.map_err(|e| Error::io("epoll(readable)", e))?,
+                r = lane_readable => match r {
+                    Ok(()) => self.lane_read(),
+                    Err(_) => self.drop_lane(),
+                },
                 r = self.stream.writable(), if want_write => r.map_err(|e| Error::io("epoll(writable)", e))?,
                 _ = self.shared.to_driver.notified() => {}
                 _ = sleep => {}
@@ -1743,7 +1802,7 @@ impl Driver {
             }
             let (mut budget, gate) = {
                 let g = self.shared.lock();
-                (g.conn.recv_budget() as usize, g.gate.clone())
+                (self.shared.read_budget(&g) as usize, g.gate.clone())
             };
             if budget == 0 {
                 return Ok(None);
@@ -1755,10 +1814,7 @@ impl Driver {
                 }
                 budget = budget.min(allowed);
             }
-            let read = match self.tls {
-                None => self.read_in_place(budget)?,
-                Some(_) => self.read_tls(budget)?,
-            };
+            let read = self.read_once(budget)?;
             let Some(Read { want, n, handled }) = read else {
                 return Ok(None);
             };
@@ -1827,20 +1883,19 @@ impl Driver {
         Ok(Some(Read { want, n, handled }))
     }
 
-    /// One read of ciphertext into `rbuf`; the record layer returns plaintext in buffers of its
-    /// own, handed to the core as `Bytes`.
-    fn read_tls(&mut self, budget: usize) -> Result<Option<Read>, Error> {
+    /// One read: in place without TLS; with TLS, of ciphertext into `rbuf`, the record layer
+    /// returning plaintext in buffers of its own, handed to the core as `Bytes`.
+    fn read_once(&mut self, budget: usize) -> Result<Option<Read>, Error> {
+        let Some(tls) = self.tls.as_mut() else {
+            return self.read_in_place(budget);
+        };
         let want = budget.min(self.read_chunk);
         read_buf::prepare(&mut self.rbuf, self.read_chunk);
         let res = read_now(&mut self.stream, &mut (&mut self.rbuf).limit(want));
         let Some(n) = read_result(res, &mut self.read_eof)? else {
             return Ok(None);
         };
-        let data = self.rbuf.split().freeze();
-        let data = match &mut self.tls {
-            Some(t) => t.decrypt(&data)?,
-            None => data,
-        };
+        let data = tls.decrypt(&self.rbuf.split().freeze())?;
         let handled = self.shared.lock().conn.handle_read(Instant::now(), data);
         Ok(Some(Read { want, n, handled }))
     }
@@ -1985,7 +2040,87 @@ impl Driver {
     }
 }
 
+/// How often the lane's writer looks again while its MIN_BUF blocks or its kernel is full
+/// (the lane carries few bytes; no `TCP_NOTSENT_LOWAT` is kept on it).
+const LANE_RECHECK: std::time::Duration = std::time::Duration::from_millis(1);
+
 impl Driver {
+    /// Connecting side: stages copies as the lane's MIN_BUF allows (on the lane socket's own
+    /// `TCP_INFO` and `SIOCOUTQ`) and writes them. Returns when to look again, if copies wait.
+    /// A lane whose socket fails is dropped (and replaced), never the channel.
+    fn lane_write_phase(&mut self) -> Option<Instant> {
+        let lane = self.lane.as_ref()?;
+        let mut g = self.shared.lock();
+        if !g.conn.sends_copies() || !g.conn.lane_has_work() {
+            return None;
+        }
+        let fd = lane.as_raw_fd();
+        let sample = sys::tcp_state(fd, 0).and_then(|t| Ok((t, sys::outq(fd)?)));
+        let Ok((mut tcp, outq)) = sample else {
+            drop(g);
+            tracing::warn!("duplicate lane: TCP_INFO or SIOCOUTQ failed");
+            self.drop_lane();
+            return None;
+        };
+        tcp.outq = outq;
+        let now = Instant::now();
+        g.conn.poll_lane(now, &tcp);
+        let out = g.conn.lane_transmit();
+        let lost = match lane.try_write(out) {
+            Ok(n) => {
+                g.conn.handle_lane_written(n);
+                false
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "duplicate lane failed");
+                true
+            }
+        };
+        let again = g.conn.lane_has_work().then(|| now + LANE_RECHECK);
+        drop(g);
+        if lost {
+            self.drop_lane();
+        }
+        again
+    }
+
+    /// Accepting side: the lane is readable; its whole messages go through the core's
+    /// exactly-once filter.
+    fn lane_read(&mut self) {
+        let Some(lane) = &self.lane else {
+            return;
+        };
+        let mut buf = [0u8; 16 << 10];
+        match lane.try_read(&mut buf) {
+            Ok(0) => self.drop_lane(),
+            Ok(n) => {
+                if let Err(e) = self
+                    .shared
+                    .lock()
+                    .conn
+                    .handle_lane_bytes(Instant::now(), &buf[..n])
+                {
+                    // the channel closes with a CLOSE frame naming the error
+                    log_protocol_error(&e);
+                    self.lane = None;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => self.drop_lane(),
+        }
+    }
+
+    /// The lane failed or closed: the core drops what was staged for it; the connecting side
+    /// opens another.
+    fn drop_lane(&mut self) {
+        self.lane = None;
+        self.shared.lock().conn.lane_lost();
+        if let Some(Paths::Client(p)) = &mut self.paths {
+            p.lane_lost();
+        }
+    }
+
     /// Connecting side: the core detected a stall; move to the oldest ready backup.
     /// Returns whether the channel switched.
     fn switch_if_stalled(&mut self) -> bool {
@@ -2026,7 +2161,12 @@ impl Driver {
         };
         let mut g = self.shared.lock();
         match (ev, &mut self.paths) {
-            (PathEvent::Backup, Some(Paths::Client(p))) => g.backups = p.ready(),
+            (PathEvent::Backup, Some(Paths::Client(p))) => {
+                g.backups = p.ready();
+                if self.lane.is_none() {
+                    self.lane = p.take_lane();
+                }
+            }
             (PathEvent::OldReadable, Some(Paths::Client(p))) => {
                 let mut buf = [0u8; 16 << 10];
                 let r = p.old().map(|s| s.try_read(&mut buf));
@@ -2046,6 +2186,28 @@ impl Driver {
             (PathEvent::Arrived(path, stream), Some(Paths::Server(p))) => {
                 p.admit(&mut g.conn, path, stream);
                 g.backups = p.idle();
+            }
+            (PathEvent::Recheck(path, stream), Some(Paths::Server(p))) => {
+                p.admit_now(&mut g.conn, path, stream);
+                g.backups = p.idle();
+            }
+            (PathEvent::Lane(path, stream), Some(Paths::Server(p))) => {
+                g.backups = p.idle();
+                if g.conn.accepts_lane() {
+                    tracing::debug!(path, "duplicate lane joined");
+                    if self.lane.replace(stream).is_some() {
+                        // the peer replaced a lane this side had not seen fail
+                        g.conn.lane_lost();
+                    }
+                } else {
+                    // without `duplicate` here, a backup that begins with DATA is a backup
+                    // used without its SWITCH
+                    let e = ProtocolError::BadSwitch {
+                        expected: path,
+                        got: "DATA (a duplicate lane this side did not configure)".into(),
+                    };
+                    log_protocol_error(&e);
+                }
             }
             (PathEvent::Activate(path, stream), Some(Paths::Server(p))) => {
                 g.conn.begin_path(Instant::now(), path);

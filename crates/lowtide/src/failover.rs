@@ -13,6 +13,9 @@
 //!   it and waits until its first bytes arrive: then the channel moves to it and the old
 //!   connection is closed. An unknown token or one backup too many gets a hello without
 //!   the ordinal and a CLOSE frame naming the error.
+//! - duplicate lane (`lowtide_proto::failover::duplicate`): the connecting side opens one
+//!   more backup and keeps it as the lane; the accepting side recognises it by its first
+//!   frame (DATA, not SWITCH) and reads it beside the connection in use.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
@@ -26,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-use lowtide_proto::wire::{Frame, Hello, HelloOption, VERSION};
+use lowtide_proto::wire::{Frame, FrameType, Hello, HelloOption, VERSION};
 use lowtide_proto::{Connection, ProtocolError};
 
 use crate::channel::{configure, tcp_socket};
@@ -174,6 +177,12 @@ pub(crate) struct ClientPaths {
     results_tx: mpsc::UnboundedSender<(u64, Result<TcpStream, Error>)>,
     /// The connection abandoned at the last switch and until when it is read.
     old: Option<(TcpStream, Instant)>,
+    /// Duplicate lane: one more connection is opened and handed to the driver as the lane.
+    lane_wanted: bool,
+    /// The lane, ready and not yet taken by the driver.
+    lane: Option<TcpStream>,
+    /// The driver holds a lane.
+    lane_held: bool,
     /// A backup was refused: no more are opened (the peer does not accept them).
     refused: bool,
 }
@@ -190,10 +199,20 @@ pub(crate) enum PathEvent {
     Activate(u64, TcpStream),
     /// Accepting side: a backup arrived from the listener.
     Arrived(u64, TcpStream),
+    /// Accepting side: a backup that arrived at the limit waited; decide now, without waiting.
+    Recheck(u64, TcpStream),
+    /// Accepting side: a backup's first frame is not a SWITCH: it is a duplicate lane.
+    Lane(u64, TcpStream),
 }
 
 impl ClientPaths {
-    pub fn new(peer: SocketAddr, cfg: ChannelConfig, token: u64, backups: u32) -> Self {
+    pub fn new(
+        peer: SocketAddr,
+        cfg: ChannelConfig,
+        token: u64,
+        backups: u32,
+        lane_wanted: bool,
+    ) -> Self {
         let (results_tx, results) = mpsc::unbounded_channel();
         let mut p = Self {
             peer,
@@ -206,15 +225,19 @@ impl ClientPaths {
             results,
             results_tx,
             old: None,
+            lane_wanted,
+            lane: None,
+            lane_held: false,
             refused: false,
         };
         p.top_up();
         p
     }
 
-    /// Opens backups until `backups` are ready or opening.
+    /// Opens backups until `backups` are ready or opening (and a lane, if wanted and none).
     fn top_up(&mut self) {
-        while !self.refused && self.ready.len() + self.opening < self.backups {
+        let want = self.backups + usize::from(self.needs_lane());
+        while !self.refused && self.ready.len() + self.opening < want {
             let path = self.next_path;
             self.next_path += 1;
             self.opening += 1;
@@ -241,6 +264,23 @@ impl ClientPaths {
         let r = self.ready.pop_front();
         self.top_up();
         r
+    }
+
+    fn needs_lane(&self) -> bool {
+        self.lane_wanted && !self.lane_held && self.lane.is_none()
+    }
+
+    /// The duplicate lane, once open (the driver holds it from then on).
+    pub fn take_lane(&mut self) -> Option<TcpStream> {
+        let l = self.lane.take();
+        self.lane_held |= l.is_some();
+        l
+    }
+
+    /// The driver's lane failed: open another.
+    pub fn lane_lost(&mut self) {
+        self.lane_held = false;
+        self.top_up();
     }
 
     /// Keeps reading the connection just abandoned, for a while.
@@ -273,6 +313,10 @@ impl ClientPaths {
                 if let Some((path, r)) = r {
                     self.opening -= 1;
                     match r {
+                        Ok(s) if self.needs_lane() => {
+                            tracing::debug!(path, "duplicate lane ready");
+                            self.lane = Some(s);
+                        }
                         Ok(s) => self.ready.push_back((path, s)),
                         Err(e) => {
                             tracing::warn!(error = %e, path, "backup connection failed");
@@ -424,11 +468,21 @@ pub(crate) struct ServerPaths {
     router: Router,
     token: u64,
     arrivals: mpsc::UnboundedReceiver<(u64, TcpStream)>,
-    /// Backups answered and waiting for their first bytes (their waits report here).
-    active_tx: mpsc::UnboundedSender<(u64, Option<TcpStream>)>,
-    active: mpsc::UnboundedReceiver<(u64, Option<TcpStream>)>,
+    /// Backups answered and waiting for their first bytes (their waits report here, with
+    /// whether that byte begins a SWITCH).
+    active_tx: mpsc::UnboundedSender<(u64, Option<(TcpStream, bool)>)>,
+    active: mpsc::UnboundedReceiver<(u64, Option<(TcpStream, bool)>)>,
     idle: usize,
+    /// Backups that arrived with the idle ones at the limit, until `ADMIT_GRACE` ends or an
+    /// idle one turns out to be in use (at most the limit of them).
+    waiting: VecDeque<(u64, TcpStream, tokio::time::Instant)>,
 }
+
+/// How long a backup arriving at the limit waits before it is refused. The peer opens a
+/// replacement right after it writes SWITCH on the backup it moved to; the replacement's
+/// handshake can reach this side before the SWITCH's first byte is seen, and the used backup
+/// still counts as idle until then.
+const ADMIT_GRACE: Duration = Duration::from_secs(2);
 
 impl ServerPaths {
     /// Registers the channel's token with the listener's router.
@@ -447,6 +501,7 @@ impl ServerPaths {
             active_tx,
             active,
             idle: 0,
+            waiting: VecDeque::new(),
         }
     }
 
@@ -455,8 +510,21 @@ impl ServerPaths {
         self.idle
     }
 
-    /// Admits (the core decides) and answers a backup, then waits for its first bytes.
+    /// Admits (the core decides) and answers a backup, then waits for its first bytes. At the
+    /// limit, the backup first waits (see [`ADMIT_GRACE`]), then comes back as
+    /// [`PathEvent::Recheck`] for [`Self::admit_now`].
     pub fn admit(&mut self, conn: &mut Connection, path: u64, stream: TcpStream) {
+        let limit = conn.backup_limit();
+        if self.idle >= limit && self.waiting.len() < limit {
+            let until = tokio::time::Instant::now() + ADMIT_GRACE;
+            self.waiting.push_back((path, stream, until));
+            return;
+        }
+        self.admit_now(conn, path, stream);
+    }
+
+    /// Admits or refuses a backup now (the core decides).
+    pub fn admit_now(&mut self, conn: &mut Connection, path: u64, stream: TcpStream) {
         if let Err(e) = conn.admit_backup(path, self.idle) {
             refuse(&stream, &e);
             return;
@@ -469,21 +537,36 @@ impl ServerPaths {
         self.idle += 1;
         let tx = self.active_tx.clone();
         tokio::spawn(async move {
-            // its first bytes (the SWITCH) make it the connection in use; EOF: the peer
-            // dropped it
+            // its first bytes make it the connection in use (a SWITCH) or the duplicate lane
+            // (a DATA frame); EOF: the peer dropped it
             let mut b = [0u8; 1];
             let used = matches!(stream.peek(&mut b).await, Ok(n) if n > 0);
-            let _ = tx.send((path, used.then_some(stream)));
+            let switch = b[0] == FrameType::Switch as u8;
+            let _ = tx.send((path, used.then_some((stream, switch))));
         });
     }
 
     /// Waits for the next event (cancel-safe).
     pub async fn next(&mut self) -> Option<PathEvent> {
+        let recheck = self.waiting.front().map(|w| w.2);
         tokio::select! {
             Some((path, s)) = self.arrivals.recv() => Some(PathEvent::Arrived(path, s)),
+            _ = tokio::time::sleep_until(recheck.unwrap_or_else(tokio::time::Instant::now)),
+                if recheck.is_some() =>
+            {
+                let (path, s, _) = self.waiting.pop_front()?;
+                Some(PathEvent::Recheck(path, s))
+            }
             Some((path, s)) = self.active.recv() => {
                 self.idle -= 1;
-                s.map(|s| PathEvent::Activate(path, s))
+                // a place is free: the longest waiting backup is decided at once
+                if let Some(w) = self.waiting.front_mut() {
+                    w.2 = tokio::time::Instant::now();
+                }
+                s.map(|(s, switch)| match switch {
+                    true => PathEvent::Activate(path, s),
+                    false => PathEvent::Lane(path, s),
+                })
             }
         }
     }

@@ -602,7 +602,7 @@ pub fn writev<'a>(fd: RawFd, bufs: impl Iterator<Item = &'a [u8]>) -> io::Result
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn thread_cpu_time() -> Result<Duration, SysError> {
-    rusage(libc::RUSAGE_THREAD, "getrusage(RUSAGE_THREAD)")
+    Ok(thread_usage()?.cpu)
 }
 
 /// CPU time (user + system) of the process, `getrusage(RUSAGE_SELF)`.
@@ -613,10 +613,59 @@ pub fn thread_cpu_time() -> Result<Duration, SysError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn cpu_time() -> Result<Duration, SysError> {
-    rusage(libc::RUSAGE_SELF, "getrusage(RUSAGE_SELF)")
+    Ok(rusage(libc::RUSAGE_SELF, "getrusage(RUSAGE_SELF)")?.cpu)
 }
 
-fn rusage(who: libc::c_int, what: &str) -> Result<Duration, SysError> {
+/// What a thread has cost so far: CPU time and how often it slept.
+///
+/// ```
+/// let before = lowtide::sys::thread_usage()?;
+/// std::thread::sleep(std::time::Duration::from_millis(1)); // blocks: one voluntary switch
+/// let spent = lowtide::sys::thread_usage()?.since(&before);
+/// assert!(spent.sleeps >= 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadUsage {
+    /// User + system CPU time.
+    pub cpu: Duration,
+    /// Voluntary context switches (`ru_nvcsw`): the thread blocked and was woken again, so
+    /// each is one wake-up.
+    pub sleeps: u64,
+    /// Involuntary context switches (`ru_nivcsw`): the scheduler preempted the thread.
+    pub preempted: u64,
+}
+
+impl ThreadUsage {
+    /// What was spent since `earlier` (a reading of the same thread).
+    ///
+    /// ```
+    /// use lowtide::sys::ThreadUsage;
+    /// let a = ThreadUsage { sleeps: 3, ..ThreadUsage::default() };
+    /// let b = ThreadUsage { sleeps: 10, ..ThreadUsage::default() };
+    /// assert_eq!(b.since(&a).sleeps, 7);
+    /// ```
+    pub fn since(&self, earlier: &ThreadUsage) -> ThreadUsage {
+        ThreadUsage {
+            cpu: self.cpu.saturating_sub(earlier.cpu),
+            sleeps: self.sleeps.saturating_sub(earlier.sleeps),
+            preempted: self.preempted.saturating_sub(earlier.preempted),
+        }
+    }
+}
+
+/// The calling thread's [`ThreadUsage`], `getrusage(RUSAGE_THREAD)`.
+///
+/// ```
+/// let u = lowtide::sys::thread_usage()?;
+/// println!("{:?} CPU, {} wake-ups, {} preemptions", u.cpu, u.sleeps, u.preempted);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn thread_usage() -> Result<ThreadUsage, SysError> {
+    rusage(libc::RUSAGE_THREAD, "getrusage(RUSAGE_THREAD)")
+}
+
+fn rusage(who: libc::c_int, what: &str) -> Result<ThreadUsage, SysError> {
     let mut u = MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `u` is valid for writes.
     let r = unsafe { libc::getrusage(who, u.as_mut_ptr()) };
@@ -624,7 +673,11 @@ fn rusage(who: libc::c_int, what: &str) -> Result<Duration, SysError> {
     // SAFETY: written by the kernel.
     let u = unsafe { u.assume_init() };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    Ok(tv(u.ru_utime) + tv(u.ru_stime))
+    Ok(ThreadUsage {
+        cpu: tv(u.ru_utime) + tv(u.ru_stime),
+        sleeps: u.ru_nvcsw as u64,
+        preempted: u.ru_nivcsw as u64,
+    })
 }
 
 #[cfg(test)]

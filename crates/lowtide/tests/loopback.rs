@@ -664,3 +664,42 @@ async fn listener_from_std_outside_a_runtime_is_an_error() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The driver reads at most about 1 MB (four reads) ahead of an application that has not taken
+/// its messages, far below the receive budget (32 MB by default): the rest waits in the
+/// kernel, and every message still arrives once the application reads.
+#[tokio::test(flavor = "current_thread")]
+async fn the_driver_reads_only_a_bounded_amount_ahead_of_the_application() {
+    let (client, server) = pair(ChannelConfig::default(), ChannelConfig::default()).await;
+    let s = client.open_stream(StreamConfig::default()).unwrap();
+    let msgs = 128; // 8 MB of 64 KB messages
+    client
+        .send_batch(
+            s,
+            (0..msgs).map(|_| bytes::Bytes::from(vec![3u8; 64 << 10])),
+        )
+        .unwrap();
+    // The application takes nothing for a while; the driver must stop reading.
+    let mut peak = 0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        peak = peak.max(server.recv_memory());
+    }
+    let read_chunk = ChannelConfig::default().read_chunk as u64;
+    // four reads ahead, plus the read that crossed the line and the frame it ended in
+    let bound = 4 * read_chunk + read_chunk + (64 << 10) + 64;
+    assert!(
+        peak >= 2 * read_chunk,
+        "the driver should have read ahead: {peak}"
+    );
+    assert!(peak <= bound, "read {peak} bytes ahead, bound {bound}");
+    let mut n = 0;
+    while n < msgs {
+        let m = tokio::time::timeout(Duration::from_secs(10), server.recv())
+            .await
+            .expect("every message arrives once the application reads")
+            .expect("a message");
+        assert_eq!(m.data.len(), 64 << 10);
+        n += 1;
+    }
+}

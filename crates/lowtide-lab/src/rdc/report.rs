@@ -4,6 +4,7 @@
 
 use super::summary::{main_cells, show, RdcSummary, VariantSummary};
 use crate::report::{escape, figure, html_table, page};
+use lowtide_rdc::driver::sched::Scheduling;
 
 /// The plots a run folder may hold, with what each shows; only those written are linked.
 pub const PLOTS: [(&str, &str); 4] = [
@@ -89,6 +90,16 @@ pub fn html(summary: &RdcSummary, written: &dyn Fn(&str) -> bool) -> String {
                 v.rdc_delay_ms.as_ref().map_or("-".into(), |d| {
                     format!("p50 {:.1}, p99 {:.1}", d.p50, d.p99)
                 }),
+                counts(&v.holds),
+                v.rdc_hold_ms.as_ref().map_or("-".into(), |d| {
+                    format!("p50 {:.1}, p99 {:.1}", d.p50, d.p99)
+                }),
+                v.rdc_answering.as_ref().map_or("-".into(), |a| {
+                    format!(
+                        "{} now; {} echoes, {} learned, {} forgotten, {} refused",
+                        a.flows_now, a.echoes, a.learned, a.forgotten, a.refused
+                    )
+                }),
                 v.emulator_lateness_ms.as_ref().map_or("-".into(), |l| {
                     format!("p99 {:.3}, max {:.1} ({} packets)", l.p99, l.max, l.count)
                 }),
@@ -104,6 +115,9 @@ pub fn html(summary: &RdcSummary, written: &dyn Fn(&str) -> bool) -> String {
                 "marks by reason",
                 "spared by reason",
                 "RDC delay written, ms",
+                "held (flows not answering)",
+                "RDC hold, ms",
+                "answering flows",
                 "emulator lateness, ms",
             ],
             &drops
@@ -164,6 +178,10 @@ pub fn html(summary: &RdcSummary, written: &dyn Fn(&str) -> bool) -> String {
                     a.receiver.to_string(),
                     a.ports.len().to_string(),
                     d.map_or("-".into(), |d| format!("{:.2}", d.cpu_seconds)),
+                    d.map_or("-".into(), |d| scheduling(d.scheduling).into()),
+                    d.map_or("-".into(), |d| {
+                        format!("{} / {}", d.woke_late, d.max_wake_lateness_us)
+                    }),
                     d.map_or("-".into(), |d| {
                         format!("{} / {} / {}", d.overruns, d.user_dropped, d.verdict_errors)
                     }),
@@ -187,6 +205,8 @@ pub fn html(summary: &RdcSummary, written: &dyn Fn(&str) -> bool) -> String {
                     "receiver",
                     "flows",
                     "CPU s",
+                    "scheduling",
+                    "wake-ups > 1 ms late / latest µs",
                     "overruns / user drops / verdict errors",
                     "iptables chains left",
                     "error",
@@ -210,6 +230,14 @@ pub fn html(summary: &RdcSummary, written: &dyn Fn(&str) -> bool) -> String {
         &summary.provenance,
         &sections,
     )
+}
+
+/// How an agent's thread ran, as the report says it: refused real-time priority shows.
+fn scheduling(s: Scheduling) -> &'static str {
+    match s {
+        Scheduling::Realtime => "real-time (SCHED_FIFO)",
+        Scheduling::Ordinary => "ordinary",
+    }
 }
 
 #[cfg(test)]

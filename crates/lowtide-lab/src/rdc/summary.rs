@@ -60,6 +60,12 @@ pub struct VariantSummary {
     pub drops: BTreeMap<String, u64>,
     pub marks: BTreeMap<String, u64>,
     pub spares: BTreeMap<String, u64>,
+    /// RDC: packets of flows that do not answer put in the cell's delay line, by reason, and
+    /// how long they were to wait, ms.
+    pub holds: BTreeMap<String, u64>,
+    pub rdc_hold_ms: Option<lowtide_netem::Percentiles>,
+    /// RDC: the cell's table of flows whose receiver echoes (answers).
+    pub rdc_answering: Option<lowtide_netem::aqm::AnsweringReport>,
     /// Forward queue after each dequeue in the window, packets.
     pub queue_packets: QueuePackets,
     /// Delivered IP bytes over the nominal rate, in the window.
@@ -228,6 +234,15 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
     let by_reason = |counts: &BTreeMap<&'static str, u64>| -> BTreeMap<String, u64> {
         counts.iter().map(|(k, v)| (k.to_string(), *v)).collect()
     };
+    let holds = t
+        .forward
+        .as_ref()
+        .map_or_else(BTreeMap::new, |f| by_reason(&f.holds));
+    let hold_ms = t
+        .forward
+        .as_ref()
+        .and_then(|f| (f.rdc_hold_ms.count > 0).then_some(f.rdc_hold_ms));
+    let answering = t.forward.as_ref().and_then(|f| f.rdc_answering);
     let (loss, utilization, drops, marks, spares, delay) = match &t.forward {
         Some(f) => {
             let arrived = f.arrived_packets as usize;
@@ -269,6 +284,9 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         drops,
         marks,
         spares,
+        holds,
+        rdc_hold_ms: hold_ms,
+        rdc_answering: answering,
         queue_packets,
         utilization,
         goodput_mbps: goodput,

@@ -308,6 +308,17 @@ pub struct SenderCost {
     pub reserve_held: f64,
     #[serde(default)]
     pub reserve_bytes_used: f64,
+    /// Duplicate-lane variants, per run: copies written to the lane and their bytes, copies
+    /// the receiver delivered first (the lane won) and dropped as second
+    /// (`lowtide_proto::failover::duplicate`).
+    #[serde(default)]
+    pub copies_sent: f64,
+    #[serde(default)]
+    pub copy_bytes: f64,
+    #[serde(default)]
+    pub copies_first: f64,
+    #[serde(default)]
+    pub copies_late: f64,
 }
 
 impl SenderCost {
@@ -337,6 +348,10 @@ impl SenderCost {
             false_failovers: avg(|c| c.false_failovers as f64),
             reserve_held: avg(|c| c.reserve_held as f64),
             reserve_bytes_used: avg(|c| c.reserve_bytes_used as f64),
+            copies_sent: avg(|c| c.copies_sent as f64),
+            copy_bytes: avg(|c| c.copy_bytes as f64),
+            copies_first: avg(|c| c.copies_first as f64),
+            copies_late: avg(|c| c.copies_late as f64),
         })
     }
 }

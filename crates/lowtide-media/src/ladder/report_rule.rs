@@ -126,7 +126,9 @@ impl ServerPolicy for ReportRule {
                 self.s.up.restart_quiet(now);
                 return self.s.switch(now, to, ServerSwitchReason::Probe);
             }
-            ServerSignal::Congestion { .. } | ServerSignal::Capacity { .. } => {
+            ServerSignal::Congestion { .. }
+            | ServerSignal::Capacity { .. }
+            | ServerSignal::Queue { .. } => {
                 self.counters.ignored_transport_signals += 1;
                 return None;
             }

@@ -66,11 +66,20 @@ pub enum ServerSignal {
     },
     /// A client report.
     Report(ClientReport),
-    /// A fresh estimate of what the path gives this stream, bit/s (TFRC's allowed rate `X`,
-    /// a later probe); [`super::dbat_rule`] goes up only below it.
+    /// A fresh estimate of what the path gives this stream, bit/s (TFRC's equation rate, TCP's
+    /// window per RTT, a later probe); [`super::dbat_rule`] goes up only when every estimate
+    /// of a quiet period allowed it.
     Capacity {
         /// Estimate, bit/s.
         bps: u64,
+    },
+    /// DBAT's queue average and threshold now (bytes); [`super::dbat_rule`] goes up only
+    /// while the average is well below the threshold.
+    Queue {
+        /// Time-weighted average of the send queue, bytes.
+        average: u64,
+        /// DBAT's threshold, bytes.
+        threshold: u64,
     },
     /// DBAT's smoothed send queue crossed its threshold (`onset`) or cleared.
     Congestion {

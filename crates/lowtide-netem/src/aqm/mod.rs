@@ -11,17 +11,21 @@
 //! but no RED, no DRD, no ECN marking, and its queues drop silently (no reason, no counter).
 //! We keep rattan's bandwidth cell and plug these laws in through its `PacketQueue` trait.
 
+pub mod answering;
 mod codel;
 mod drd;
 pub mod rdc;
 mod red;
 
 use std::net::SocketAddrV4;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+pub use answering::{AnsweringFlows, AnsweringReport};
 
 pub use codel::Codel;
 pub use drd::Drd;
-pub use rdc::{NotEct, Rdc};
+pub use rdc::{NonAnswering, NotEct, Rdc};
 pub use red::Red;
 
 /// What the queue holds when a decision is made.
@@ -90,6 +94,9 @@ pub enum Verdict {
     Stamp(Duration),
     /// Pass a packet the law would have dropped (it cannot be marked), counted by why.
     Spare(Reason),
+    /// Let the packet wait this long in the queue's delay line before it joins the FIFO
+    /// (RDC, a flow that does not answer: [`rdc`]), counted by why.
+    Hold(Duration, Reason),
 }
 
 /// Why a packet was dropped, marked or spared; reports count each by one of these.
@@ -123,10 +130,14 @@ pub enum Reason {
     RdcEcnFlow,
     /// 1-bit RDC spared an ECN-setup SYN or SYN-ACK (never ECN-capable, RFC 3168 §6.1.1).
     RdcEcnSetup,
+    /// RDC held a packet of a flow whose receiver does not answer RDC in the delay line.
+    RdcNotAnswering,
+    /// RDC's delay line held `size_tb` already.
+    RdcHoldFull,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 15] = [
         Reason::QueueFull,
         Reason::RedEarly,
         Reason::RedForced,
@@ -140,6 +151,8 @@ impl Reason {
         Reason::RdcNotEct,
         Reason::RdcEcnFlow,
         Reason::RdcEcnSetup,
+        Reason::RdcNotAnswering,
+        Reason::RdcHoldFull,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -157,6 +170,8 @@ impl Reason {
             Reason::RdcNotEct => "rdc_not_ect",
             Reason::RdcEcnFlow => "rdc_ecn_flow",
             Reason::RdcEcnSetup => "rdc_ecn_setup",
+            Reason::RdcNotAnswering => "rdc_not_answering",
+            Reason::RdcHoldFull => "rdc_hold_full",
         }
     }
 
@@ -182,6 +197,16 @@ pub trait Aqm: Send {
     }
 
     fn name(&self) -> &'static str;
+
+    /// Bytes the queue's delay line may hold for [`Verdict::Hold`] (0: the law never holds).
+    fn delay_line_bytes(&self) -> usize {
+        0
+    }
+
+    /// The flows that answer this law (RDC), filled from echoes on the opposite link.
+    fn answering_flows(&self) -> Option<Arc<Mutex<AnsweringFlows>>> {
+        None
+    }
 }
 
 /// Drop-tail: the queue limit alone decides.

@@ -16,6 +16,16 @@
 //! With ρ < 1 a flow arriving between ρ·C and C raises the bucket but not the FIFO: the
 //! receivers slow their senders before any queue builds, so the FIFO stays at a few packets.
 //!
+//! TCP-friendliness (Section 2.1): an exact-RDC flow "behaves the same as the traditional TCP
+//! connection when the router has a large FIFO buffer and the outgoing link runs at ... ρ
+//! times the original", the ACK waiting at the receiver where the data would have waited. A
+//! flow whose receiver does not run the agent ignores the notification, so the cell gives it
+//! that FIFO for real (`non_answering = "hold"`, the default): its packets wait `D_local` in a
+//! delay line ([`crate::delay_line`], at most `size_tb` bytes, beyond it dropped as
+//! `rdc_hold_full`) before they join the real FIFO, unstamped and unmarked. Both kinds of flow
+//! then see the same round trip (base + D) and the same `size_tb` drops, and share as two TCP
+//! flows share one FIFO. Which flows answer: the agent echoes on its ACKs ([`super::answering`]).
+//!
 //! Where we differ:
 //! - Tokens are bytes (the paper's own suggestion for packets of unequal size), so
 //!   `T_transmission · (O_tb − O_FIFO)` is `(O_tb − O_FIFO)` bytes at the link rate;
@@ -44,14 +54,23 @@
 //!   (packets that cannot carry a delay are counted as `rdc_unstamped`).
 //! - An excess below zero (the FIFO above the bucket, possible only when the link is faster
 //!   than its nominal rate) counts as zero.
+//! - Not in the paper: the echo, the table of answering flows and the delay line for the
+//!   others (the paper asserts friendliness, it has no flow without RDC). In 1-bit mode a
+//!   flow that does not answer gets the same delay line and no marks: the paper's 1-bit RDC
+//!   approximates exact RDC's delay, and a FIFO at ρ·C would delay a plain flow, not mark
+//!   it; the bucket's excess marking a plain ECN flow halves it on every mark while the RDC
+//!   flow pays a few ms (docs/rdc.md). `non_answering = "notify"` is the paper's cell: every
+//!   flow is stamped or marked.
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use super::answering::{AnsweringFlows, MAX_ANSWERING_FLOWS};
 use super::{mark_or_drop, Aqm, Arrival, FlowKey, QueueState, Reason, Verdict};
 use crate::config::MTU;
 use crate::error::ConfigError;
@@ -80,6 +99,17 @@ pub enum NotEct {
     SpareEcnFlows,
     /// Always passed.
     Pass,
+}
+
+/// What the cell does with a flow whose receiver does not answer RDC (no echo seen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NonAnswering {
+    /// Its packets wait the cell's delay in a delay line (a FIFO at ρ·C), unstamped, unmarked.
+    #[default]
+    Hold,
+    /// Stamped or marked like every other flow (the paper's cell).
+    Notify,
 }
 
 /// At most this many flows are remembered as ECN-capable (`NotEct::SpareEcnFlows`): 12 bytes
@@ -113,6 +143,12 @@ pub struct RdcConfig {
     /// marked ("drop", "spare_ecn_flows", "pass").
     #[serde(default)]
     pub not_ect: NotEct,
+    /// A flow whose receiver does not echo ("hold" or "notify").
+    #[serde(default)]
+    pub non_answering: NonAnswering,
+    /// A flow answers while its last echo is younger than this (ms).
+    #[serde(default = "answer_timeout_ms")]
+    pub answer_timeout_ms: f64,
 }
 
 fn rho() -> f64 {
@@ -130,6 +166,9 @@ fn packet_bytes() -> usize {
 fn yes() -> bool {
     true
 }
+fn answer_timeout_ms() -> f64 {
+    10_000.0
+}
 
 impl Default for RdcConfig {
     fn default() -> Self {
@@ -141,6 +180,8 @@ impl Default for RdcConfig {
             packet_bytes: packet_bytes(),
             ecn: true,
             not_ect: NotEct::Drop,
+            non_answering: NonAnswering::Hold,
+            answer_timeout_ms: answer_timeout_ms(),
         }
     }
 }
@@ -182,6 +223,12 @@ impl RdcConfig {
             (40..=MTU).contains(&self.packet_bytes),
             self.packet_bytes as f64,
             format!("40 to {MTU} bytes"),
+        )?;
+        check(
+            "answer_timeout_ms",
+            (10.0..=600_000.0).contains(&self.answer_timeout_ms),
+            self.answer_timeout_ms,
+            "10 to 600000 ms (longer than the flows' round trip with the ACK delay)".into(),
         )
     }
 }
@@ -202,6 +249,8 @@ pub struct Rdc {
     level: f64,
     last: Option<Instant>,
     rng: StdRng,
+    /// Flows whose receiver answers (`NonAnswering::Hold`); the others are held.
+    answering: Option<Arc<Mutex<AnsweringFlows>>>,
 }
 
 impl Rdc {
@@ -221,7 +270,23 @@ impl Rdc {
             level: 0.0,
             last: None,
             rng: StdRng::seed_from_u64(seed),
+            answering: (cfg.non_answering == NonAnswering::Hold).then(|| {
+                Arc::new(Mutex::new(AnsweringFlows::new(
+                    Duration::from_secs_f64(cfg.answer_timeout_ms / 1000.0),
+                    MAX_ANSWERING_FLOWS,
+                )))
+            }),
         }
+    }
+
+    /// Whether the packet's receiver answers RDC (always, with `NonAnswering::Notify`).
+    fn answers(&self, packet: Arrival, now: Instant) -> bool {
+        let Some(table) = &self.answering else {
+            return true;
+        };
+        let Some(tcp) = packet.tcp else { return false };
+        let table = table.lock().unwrap_or_else(|p| p.into_inner());
+        table.answers(&tcp.key, now)
     }
 
     /// The bucket level in bytes, drained up to `now`.
@@ -290,6 +355,10 @@ impl Aqm for Rdc {
             return Verdict::Drop(Reason::RdcBucketFull);
         }
         let verdict = match self.mode {
+            _ if !self.answers(packet, now) => match self.local_delay(queue) {
+                d if d.is_zero() => Verdict::Pass,
+                d => Verdict::Hold(d, Reason::RdcNotAnswering),
+            },
             RdcMode::Exact => Verdict::Stamp(self.local_delay(queue)),
             RdcMode::OneBit => {
                 self.learn_ecn_flow(packet);
@@ -308,6 +377,18 @@ impl Aqm for Rdc {
     fn name(&self) -> &'static str {
         "rdc"
     }
+
+    fn delay_line_bytes(&self) -> usize {
+        if self.answering.is_some() {
+            self.size as usize
+        } else {
+            0
+        }
+    }
+
+    fn answering_flows(&self) -> Option<Arc<Mutex<AnsweringFlows>>> {
+        self.answering.clone()
+    }
 }
 
 #[cfg(test)]
@@ -315,6 +396,14 @@ mod tests {
     use super::*;
     use crate::aqm::TcpFlow;
     use std::net::SocketAddrV4;
+
+    /// The paper's cell: every flow is notified.
+    fn paper() -> RdcConfig {
+        RdcConfig {
+            non_answering: NonAnswering::Notify,
+            ..RdcConfig::default()
+        }
+    }
 
     /// 10 Mbit/s: a 1500-byte packet every 1.2 ms.
     const RATE: f64 = 10e6;
@@ -326,7 +415,7 @@ mod tests {
                 mode,
                 thresh_tb: 100.0,
                 size_tb: 1000.0,
-                ..RdcConfig::default()
+                ..paper()
             },
             RATE,
             1,
@@ -416,7 +505,7 @@ mod tests {
             let cfg = RdcConfig {
                 thresh_tb: 100.0,
                 size_tb: 10_000.0,
-                ..RdcConfig::default()
+                ..paper()
             };
             let mut c = Rdc::new(&cfg, RATE, 1);
             feed(&mut c, t, excess as u32, Duration::ZERO, 0);
@@ -446,7 +535,7 @@ mod tests {
                 not_ect,
                 thresh_tb: 100.0,
                 size_tb: 1000.0,
-                ..RdcConfig::default()
+                ..paper()
             },
             RATE,
             1,
@@ -502,7 +591,7 @@ mod tests {
                 ecn: false,
                 not_ect: NotEct::Pass,
                 thresh_tb: 100.0,
-                ..RdcConfig::default()
+                ..paper()
             },
             RATE,
             1,
@@ -571,6 +660,97 @@ mod tests {
         assert_eq!(c.ecn_flows.len(), 10);
     }
 
+    /// The ACK flow of `segment(_, from, _)`'s data flow, as the receiver's agent sends it.
+    fn ack_of(from: u16) -> FlowKey {
+        FlowKey {
+            src: SocketAddrV4::new([10, 2, 1, 1].into(), 5000),
+            dst: SocketAddrV4::new([10, 1, 1, 1].into(), from),
+        }
+    }
+
+    fn echo(c: &Rdc, from: u16, t: Instant) {
+        let table = c.answering_flows().expect("a holding cell has a table");
+        table.lock().unwrap().on_echo(ack_of(from), t);
+    }
+
+    #[test]
+    fn flows_that_do_not_answer_wait_the_bucket_delay_unstamped() {
+        let t = Instant::now();
+        let mut c = Rdc::new(
+            &RdcConfig {
+                mode: RdcMode::Exact,
+                ..RdcConfig::default()
+            },
+            RATE,
+            1,
+        );
+        assert_eq!(c.delay_line_bytes(), 6400 * 1500, "size_tb of packet_bytes");
+        // An empty bucket delays nobody.
+        assert_eq!(
+            c.on_arrival(QueueState::of_packets(0), segment(false, 1, false), t),
+            Verdict::Pass
+        );
+        feed(&mut c, t, 100, Duration::ZERO, 0);
+        let q = QueueState::of_packets(40);
+        let d = c.local_delay(q);
+        assert!(
+            (d.as_secs_f64() * 1000.0 - 1.2 * 61.0).abs() < 1e-6,
+            "{d:?}"
+        );
+        let held = |d| Verdict::Hold(d, Reason::RdcNotAnswering);
+        assert_eq!(c.on_arrival(q, segment(false, 1, false), t), held(d));
+        let d = c.local_delay(q);
+        assert_eq!(c.on_arrival(q, Arrival::mtu(false), t), held(d), "not TCP");
+        // Its receiver echoes: from then on the flow is told, not held; flow 2 still is.
+        echo(&c, 1, t);
+        let d = c.local_delay(q);
+        assert_eq!(
+            c.on_arrival(q, segment(false, 1, false), t),
+            Verdict::Stamp(d)
+        );
+        let d = c.local_delay(q);
+        assert_eq!(c.on_arrival(q, segment(false, 2, false), t), held(d));
+        // Ten seconds without an echo: held again.
+        let later = t + Duration::from_secs(10);
+        assert!(matches!(
+            c.on_arrival(q, segment(false, 1, false), later),
+            Verdict::Hold(..) | Verdict::Pass
+        ));
+    }
+
+    #[test]
+    fn one_bit_marks_only_flows_that_answer() {
+        let t = Instant::now();
+        let mut c = Rdc::new(
+            &RdcConfig {
+                thresh_tb: 100.0,
+                size_tb: 1000.0,
+                ..RdcConfig::default()
+            },
+            RATE,
+            1,
+        );
+        feed(&mut c, t, 200, Duration::ZERO, 0);
+        let q = QueueState::of_packets(0);
+        assert_eq!(c.mark_probability(q), 1.0);
+        // A plain ECN flow: delayed as by the FIFO, never marked (nor dropped if not ECT).
+        for ect in [true, false] {
+            assert!(matches!(
+                c.on_arrival(q, segment(ect, 1, false), t),
+                Verdict::Hold(_, Reason::RdcNotAnswering)
+            ));
+        }
+        echo(&c, 1, t);
+        assert_eq!(
+            c.on_arrival(q, segment(true, 1, false), t),
+            Verdict::Mark(Reason::RdcExcess)
+        );
+        // The paper's cell has no table and no delay line.
+        let paper_cell = Rdc::new(&paper(), RATE, 1);
+        assert!(paper_cell.answering_flows().is_none());
+        assert_eq!(paper_cell.delay_line_bytes(), 0);
+    }
+
     #[test]
     fn not_ect_is_read_from_the_scenario_file() {
         let cfg: RdcConfig = toml::from_str(r#"not_ect = "spare_ecn_flows""#).unwrap();
@@ -578,6 +758,9 @@ mod tests {
         assert_eq!(RdcConfig::default().not_ect, NotEct::Drop);
         let e = toml::from_str::<RdcConfig>(r#"not_ect = "sometimes""#).unwrap_err();
         assert!(e.to_string().contains("spare_ecn_flows"), "{e}");
+        let cfg: RdcConfig = toml::from_str(r#"non_answering = "notify""#).unwrap();
+        assert_eq!(cfg.non_answering, NonAnswering::Notify);
+        assert_eq!(RdcConfig::default().non_answering, NonAnswering::Hold);
     }
 
     #[test]
@@ -606,5 +789,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("x.packet_bytes"));
+        let bad = RdcConfig {
+            answer_timeout_ms: 0.0,
+            ..RdcConfig::default()
+        };
+        let e = bad.validate("x").unwrap_err().to_string();
+        assert!(
+            e.contains("x.answer_timeout_ms") && e.contains("600000"),
+            "{e}"
+        );
     }
 }

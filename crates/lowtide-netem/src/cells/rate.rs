@@ -4,7 +4,8 @@
 //! packets on with their logical departure times.
 //!
 //! Call order (see [`crate::link`]): an arriving packet first lets the schedule serve up to its
-//! arrival time, then enters the queue (where it may be dropped or marked, and is counted).
+//! arrival time, then enters the queue (where it may be dropped, marked or held, and is
+//! counted); held packets join the queue at their due times the same way.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,7 +96,10 @@ impl Egress<StdPacket> for RateEgress {
             if let Some(packet) = out.pop_front() {
                 return Some(packet);
             }
-            let deadline = schedule.poll_timeout(queue);
+            let deadline = match (schedule.poll_timeout(queue), queue.next_release()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 biased;
                 packet = rx.recv() => {
@@ -105,7 +109,7 @@ impl Egress<StdPacket> for RateEgress {
                         panic!("injected fault (Dumbbell::inject_fault)");
                     }
                     let arrival = packet.get_timestamp().into_std();
-                    schedule.serve_until(arrival, queue, &mut |p, at| depart(out, p, at));
+                    advance(schedule, queue, out, arrival);
                     queue.enqueue(packet);
                 }
                 woke = timer.sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
@@ -113,11 +117,26 @@ impl Egress<StdPacket> for RateEgress {
                         // The guard records this as the link's failure.
                         panic!("the link's timer failed: {e}");
                     }
-                    schedule.serve_until(Instant::now(), queue, &mut |p, at| depart(out, p, at));
+                    advance(schedule, queue, out, Instant::now());
                 }
             }
         }
     }
+}
+
+/// Serves the link up to `until`; packets held in the queue's delay line (RDC) join the queue
+/// at their due times in between, so each sees the queue as it is then.
+fn advance(
+    schedule: &mut Schedule<StdPacket>,
+    queue: &mut LinkQueue<StdPacket>,
+    out: &mut VecDeque<StdPacket>,
+    until: Instant,
+) {
+    while let Some(due) = queue.next_release().filter(|d| *d <= until) {
+        schedule.serve_until(due, queue, &mut |p, at| depart(out, p, at));
+        queue.release_held(due);
+    }
+    schedule.serve_until(until, queue, &mut |p, at| depart(out, p, at));
 }
 
 /// A packet leaves the link at its logical departure time `at`.

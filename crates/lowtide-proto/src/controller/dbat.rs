@@ -41,6 +41,15 @@
 //!   paper's own set-up) a threshold of the whole link's BDP let the queue reach seconds of
 //!   the stream before the signal (16 s over TFRC in our lab). After slow start the
 //!   bandwidth is therefore at most `SHARE_BOUND` × the transport's achieved rate.
+//! - After the stream's rate goes up (an up-switch), the queue's growth is watched for
+//!   `rise_watch_rtts` RTTs: from one RTT after the switch (the transport's rate needs about
+//!   an RTT to follow), a least-squares slope of the unsent queue over the last RTT of at least
+//!   `rise_growth` × the new rate is the onset at once, with the queue as the average. A rung the
+//!   path cannot carry grows the queue at the difference; the average would cross the
+//!   threshold only seconds later (8 s in the lab, latency 0.6 → 2.9 s). Such an onset clears
+//!   when the average has fallen below `clear_fraction` × the queue at the onset (if that is
+//!   lower than the threshold's clearing level). The paper signals only on the average's
+//!   crossing; it gives no rule for going up.
 //! - While congested, the onset repeats each time the average doubles (`ESCALATION`): the
 //!   application's first answer did not drain the queue, so it must step down again. The
 //!   paper signals each crossing only once.
@@ -88,6 +97,11 @@ pub struct DbatConfig {
     pub buffer_headroom: f64,
     /// RTT assumed before any probe or transport sample, ms.
     pub fallback_rtt_ms: u32,
+    /// After the stream's rate goes up, an onset when the send queue grows faster than this
+    /// fraction of the new rate (the path carries less than `1 − rise_growth` of it).
+    pub rise_growth: f64,
+    /// How long after the stream's rate goes up its queue's growth is watched, RTTs.
+    pub rise_watch_rtts: f64,
 }
 
 impl Default for DbatConfig {
@@ -99,6 +113,8 @@ impl Default for DbatConfig {
             clear_fraction: 0.5,
             buffer_headroom: 2.0,
             fallback_rtt_ms: 100,
+            rise_growth: 0.1,
+            rise_watch_rtts: 8.0,
         }
     }
 }
@@ -167,6 +183,20 @@ impl DbatConfig {
             1,
             60_000,
             "1..=60000",
+        )?;
+        check_range(
+            "controller.dbat.rise_growth",
+            self.rise_growth,
+            0.01,
+            1.0,
+            "0.01..=1",
+        )?;
+        check_range(
+            "controller.dbat.rise_watch_rtts",
+            self.rise_watch_rtts,
+            2.0,
+            100.0,
+            "2..=100",
         )
     }
 }
@@ -270,6 +300,62 @@ const SHARE_BOUND: f64 = 2.0;
 /// last onset: the application's answer to it did not drain the queue.
 const ESCALATION: f64 = 2.0;
 
+/// Queue samples kept per growth window of an up-switch's watch, at most (one per
+/// 1/`RISE_SAMPLES` of the window): bounded memory however often the transport samples.
+const RISE_SAMPLES: u32 = 64;
+
+/// An up-switch being watched: whether the path carries the new rate shows in the queue's
+/// growth (the stream's rate minus what the path carries), long before the average crosses
+/// the threshold.
+#[derive(Debug, Clone)]
+struct RiseWatch {
+    since: Instant,
+    /// (time, queue) over the last window, at least 1/`RISE_SAMPLES` of it apart.
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl RiseWatch {
+    /// Adds a sample, forgets those older than `window`; the queue's growth over the window
+    /// (least squares), bytes per second, once `since` is `grace + window` old.
+    fn growth(
+        &mut self,
+        now: Instant,
+        queue: u64,
+        grace: Duration,
+        window: Duration,
+    ) -> Option<f64> {
+        if self
+            .samples
+            .back()
+            .is_none_or(|&(t, _)| now.saturating_duration_since(t) >= window / RISE_SAMPLES)
+        {
+            self.samples.push_back((now, queue));
+        }
+        while self
+            .samples
+            .front()
+            .is_some_and(|&(t, _)| now.saturating_duration_since(t) > window)
+        {
+            self.samples.pop_front();
+        }
+        if now.saturating_duration_since(self.since) < grace + window || self.samples.len() < 3 {
+            return None;
+        }
+        let t0 = self.samples[0].0;
+        let xs = self
+            .samples
+            .iter()
+            .map(|&(t, q)| (t.saturating_duration_since(t0).as_secs_f64(), q as f64));
+        let n = self.samples.len() as f64;
+        let (sx, sy) = xs.clone().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+        let (mx, my) = (sx / n, sy / n);
+        let (sxy, sxx) = xs.fold((0.0, 0.0), |(a, b), (x, y)| {
+            (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+        });
+        (sxx > 0.0).then(|| sxy / sxx)
+    }
+}
+
 /// The DBAT state machine (sans-IO: every call takes `now`).
 ///
 /// ```
@@ -296,6 +382,14 @@ pub struct Dbat {
     congested: bool,
     /// The average at the last onset, bytes.
     onset_queue: f64,
+    /// The last onset came from an up-switch's queue growth: it clears when the average has
+    /// halved (`clear_fraction`) from this, if that is below the threshold's clearing level.
+    rise_onset_queue: Option<f64>,
+    /// The stream's rate went up since the last sample: watch the queue from the next one.
+    rise_pending: bool,
+    rise: Option<RiseWatch>,
+    /// Onsets from an up-switch's queue growth (counted among the signals as well).
+    pub rise_onsets: u64,
     signals: VecDeque<CongestionSignal>,
     /// Signals dropped because the application did not collect them.
     pub signals_dropped: u64,
@@ -325,6 +419,10 @@ impl Dbat {
             avg: None,
             congested: false,
             onset_queue: 0.0,
+            rise_onset_queue: None,
+            rise_pending: false,
+            rise: None,
+            rise_onsets: 0,
             signals: VecDeque::new(),
             signals_dropped: 0,
             last_threshold: 0,
@@ -346,7 +444,15 @@ impl Dbat {
     /// # Ok::<(), lowtide_proto::ConfigError>(())
     /// ```
     pub fn set_stream_rate(&mut self, bytes_per_sec: u64) {
-        self.rate = bytes_per_sec.max(1);
+        let rate = bytes_per_sec.max(1);
+        if rate > self.rate {
+            // an up-switch: after slow start, the queue's growth is watched from the next sample
+            self.rise_pending = self.phase == Phase::Steady;
+        } else if rate < self.rate {
+            self.rise_pending = false;
+            self.rise = None;
+        }
+        self.rate = rate;
     }
 
     /// The stream's bit rate, bytes per second.
@@ -440,6 +546,8 @@ impl Dbat {
 
     fn signal(&mut self, onset: bool, avg: f64, threshold: u64, rate_estimate: u64) {
         self.congested = onset;
+        self.rise = None;
+        self.rise_onset_queue = None;
         if onset {
             self.onset_queue = avg;
         }
@@ -641,6 +749,32 @@ impl Dbat {
         rate_estimate: u64,
         mss: u32,
     ) {
+        self.on_queue_parts(now, queue, queue, srtt, rate_estimate, mss);
+    }
+
+    /// [`Self::on_queue`] for a transport whose queue holds bytes in flight (TCP's send
+    /// queue): `unsent` is the part not yet sent, on which an up-switch's growth is watched,
+    /// since the bytes in flight grow with the stream's rate by design (about the rate's step
+    /// × RTT, over as many RTTs as the window needs to grow).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// d.on_queue_parts(t0, 9000, 1000, Some(ms(100)), 40_000, 1000);
+    /// assert_eq!(d.queue_average(), Some(9000)); // the average is of the whole queue
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
+    pub fn on_queue_parts(
+        &mut self,
+        now: Instant,
+        queue: u64,
+        unsent: u64,
+        srtt: Option<Duration>,
+        rate_estimate: u64,
+        mss: u32,
+    ) {
         let rtt = self.rtt(srtt);
         let threshold = self.threshold(srtt, rate_estimate, mss);
         self.last_threshold = threshold;
@@ -670,14 +804,66 @@ impl Dbat {
                 }
             }
             Phase::Steady => {
+                if std::mem::take(&mut self.rise_pending) && !self.congested {
+                    self.rise = Some(RiseWatch {
+                        since: now,
+                        samples: VecDeque::new(),
+                    });
+                }
+                if self.rise_failed(now, unsent, rtt) {
+                    // The path does not carry the new rate: the application hears it now, with
+                    // the queue as the average, not when the average crosses the threshold
+                    // seconds later.
+                    let avg = avg.max(queue as f64);
+                    self.avg = Some((avg, now));
+                    self.rise_onsets += 1;
+                    self.signal(true, avg, threshold, rate_estimate);
+                    self.rise_onset_queue = Some(avg);
+                    return;
+                }
+                let clear_level = self
+                    .rise_onset_queue
+                    .map_or(threshold as f64, |q| q.min(threshold as f64))
+                    * self.cfg.clear_fraction;
                 let onset = !self.congested && avg > threshold as f64;
                 let worse = self.congested && avg >= self.onset_queue * ESCALATION;
-                let clear = self.congested && avg < threshold as f64 * self.cfg.clear_fraction;
+                let clear = self.congested && avg < clear_level;
                 if onset || worse || clear {
                     self.signal(!clear, avg, threshold, rate_estimate);
                 }
             }
         }
+    }
+
+    /// Whether the last up-switch's watch finds the unsent queue growing faster than `rise_growth` ×
+    /// the stream's rate over the last RTT, from one RTT after the switch (the transport's
+    /// rate needs about an RTT to follow: TFRC's `X_recv`, TCP's window) until
+    /// `rise_watch_rtts` RTTs after it.
+    fn rise_failed(&mut self, now: Instant, queue: u64, rtt: Duration) -> bool {
+        let Some(w) = &mut self.rise else {
+            return false;
+        };
+        if now.saturating_duration_since(w.since) > rtt.mul_f64(self.cfg.rise_watch_rtts) {
+            self.rise = None;
+            return false;
+        }
+        w.growth(now, queue, rtt, rtt)
+            .is_some_and(|g| g >= self.cfg.rise_growth * self.rate as f64)
+    }
+
+    /// The threshold at the last queue sample, bytes (0 before any).
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::{Duration, Instant};
+    /// let mut d = Dbat::new(DbatConfig::default())?; // 40 kB/s
+    /// assert_eq!(d.last_threshold(), 0);
+    /// d.on_queue(Instant::now(), 0, Some(Duration::from_millis(100)), 0, 1000);
+    /// assert_eq!(d.last_threshold(), 4000);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
+    pub fn last_threshold(&self) -> u64 {
+        self.last_threshold
     }
 
     /// The next signal for the application.
@@ -788,7 +974,9 @@ impl LatencyController for DbatController {
         // The paper's send buffer holds everything not yet acknowledged: the kernel's queue,
         // bytes staged for it and lowtide's own queues.
         let queue = u64::from(tcp.outq) + app.staged + app.queued;
-        self.dbat.on_queue(now, queue, srtt, rate, mss);
+        let unsent = u64::from(tcp.notsent) + app.staged + app.queued;
+        self.dbat
+            .on_queue_parts(now, queue, unsent, srtt, rate, mss);
         if tcp.left_slow_start() {
             self.dbat.transport_left_slow_start(now);
         }
@@ -808,6 +996,10 @@ impl LatencyController for DbatController {
     }
     fn poll_signal(&mut self) -> Option<CongestionSignal> {
         self.dbat.poll_signal()
+    }
+    fn queue_level(&self) -> Option<(u64, u64)> {
+        let avg = self.dbat.queue_average()?;
+        Some((avg, self.dbat.last_threshold()))
     }
 }
 
@@ -1068,5 +1260,127 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(e.field, "controller.dbat.buffer_headroom");
+        for (cfg, field) in [
+            (
+                DbatConfig {
+                    rise_growth: 0.0,
+                    ..Default::default()
+                },
+                "controller.dbat.rise_growth",
+            ),
+            (
+                DbatConfig {
+                    rise_watch_rtts: f64::NAN,
+                    ..Default::default()
+                },
+                "controller.dbat.rise_watch_rtts",
+            ),
+        ] {
+            assert_eq!(Dbat::new(cfg).unwrap_err().field, field);
+        }
+    }
+
+    /// The lab's path in simulated time (0.9 s RTT, a 61 kB/s packet pair): a stream of
+    /// 1200-byte frames every 40 ms at 15 kB/s (120 kbit/s) that the path carries, steady, then
+    /// an up-switch at 20 s to 30 kB/s (240 kbit/s) over a path that carries `carried` B/s
+    /// from then on; the application goes back to 15 kB/s on an onset. Returns the signals
+    /// (seconds after the switch, signal) and the DBAT state.
+    fn rise(carried: f64) -> (Vec<(f64, CongestionSignal)>, Dbat) {
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.set_stream_rate(15_000);
+        d.on_probe(probe(900, 61_000));
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(900));
+        let (mut queue, mut rate, mut signals) = (0.0f64, 15_000.0f64, vec![]);
+        for i in 0..6000u32 {
+            let (now, secs) = (t0 + Duration::from_millis(10) * i, f64::from(i) * 0.01);
+            if i == 2000 {
+                rate = 30_000.0;
+                d.set_stream_rate(30_000);
+            }
+            if i % 4 == 0 {
+                queue += rate * 0.04; // one frame
+            }
+            let path = if i < 2000 { 25_000.0 } else { carried };
+            let sent = queue.min(path * 0.01);
+            queue -= sent;
+            d.on_queue(now, queue as u64, rtt, (path.min(rate)) as u64, 1200);
+            while let Some(s) = d.poll_signal() {
+                if s.onset {
+                    rate = 15_000.0;
+                    d.set_stream_rate(15_000);
+                }
+                signals.push((secs - 20.0, s));
+            }
+        }
+        (signals, d)
+    }
+
+    /// A rung the path cannot carry (25 of 30 kB/s): the queue grows 5 kB/s and the onset
+    /// comes two RTTs after the switch (one to let the transport follow, one to measure),
+    /// with about 9 kB queued, where the average would cross the 45 kB threshold only after
+    /// nine seconds; back at 15 kB/s the backlog drains and the signal clears.
+    #[test]
+    fn an_up_switch_the_path_cannot_carry_is_signalled_within_two_rtts() {
+        let (signals, d) = rise(25_000.0);
+        assert!(!d.in_slow_start());
+        let [(t_on, on), (t_off, off)] = signals[..] else {
+            panic!("{signals:?}")
+        };
+        assert!(on.onset && !off.onset, "{signals:?}");
+        assert!(
+            (1.8..2.0).contains(&t_on),
+            "onset {t_on} s after the switch"
+        );
+        assert!((7_000..11_000).contains(&on.queue), "{on:?}");
+        assert_eq!(on.threshold, 45_000);
+        assert!(
+            (2.5..6.0).contains(&t_off),
+            "cleared {t_off} s after the switch"
+        );
+        assert_eq!(d.rise_onsets, 1);
+    }
+
+    /// A rung the path carries (40 kB/s), or carries all but 5 % of (28.5 kB/s, under the 10 %
+    /// tolerance): no onset from the watch; the frames' sawtooth is not growth.
+    #[test]
+    fn an_up_switch_the_path_carries_is_no_onset() {
+        let (signals, d) = rise(40_000.0);
+        assert_eq!((signals.len(), d.rise_onsets), (0, 0), "{signals:?}");
+        let (signals, d) = rise(28_500.0);
+        // 1.5 kB/s of growth: only the average's crossing of the 51 kB threshold, 35 s later
+        assert_eq!(d.rise_onsets, 0);
+        assert!(
+            signals.iter().all(|(t, s)| *t > 30.0 && s.queue > 51_000),
+            "{signals:?}"
+        );
+    }
+
+    /// Over TCP the queue holds the bytes in flight, which grow with the rate: after 10 → 15
+    /// kB/s at a 0.7 s RTT they climb 3.5 kB over two seconds as the window grows (1.75 kB/s,
+    /// above 10 % of the new rate) while nothing waits unsent. The watch reads the unsent part:
+    /// no onset. Fed the whole queue, it would have fired.
+    #[test]
+    fn bytes_in_flight_growing_with_an_up_switch_are_no_onset() {
+        let run = |whole: bool| {
+            let mut d = Dbat::new(DbatConfig::default()).unwrap();
+            d.set_stream_rate(10_000);
+            d.on_probe(probe(700, 60_000));
+            let t0 = Instant::now();
+            let rtt = Some(Duration::from_millis(700));
+            for i in 0..1000u32 {
+                let now = t0 + Duration::from_millis(10) * i;
+                if i == 500 {
+                    d.set_stream_rate(15_000);
+                }
+                let ramp = (f64::from(i.saturating_sub(500)) / 200.0).min(1.0);
+                let in_flight = (7_000.0 + 3_500.0 * ramp) as u64;
+                let unsent = if whole { in_flight } else { 0 };
+                d.on_queue_parts(now, in_flight, unsent, rtt, 15_000, 1448);
+            }
+            d.rise_onsets
+        };
+        assert_eq!(run(false), 0);
+        assert_eq!(run(true), 1);
     }
 }

@@ -352,6 +352,23 @@ pub trait LatencyController: Send + std::fmt::Debug {
     fn poll_signal(&mut self) -> Option<CongestionSignal> {
         None
     }
+    /// DBAT's queue average and threshold, bytes (only [`DbatController`] has them): an
+    /// application going up a bit rate checks the queue is well below the threshold.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{AppProgress, DbatConfig, DbatController, LatencyController, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = DbatController::new(DbatConfig::default())?;
+    /// assert_eq!(c.queue_level(), None);
+    /// let tcp = TcpState { cwnd: 10, mss: 1000, outq: 3000, rtt: std::time::Duration::from_millis(100), ..TcpState::default() };
+    /// c.decide(&tcp, &AppProgress::default(), now);
+    /// // no probe yet: TCP's window rate (10 kB per 100 ms) × 100 ms
+    /// assert_eq!(c.queue_level(), Some((3000, 10_000)));
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
+    fn queue_level(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// Controller choice, as found in configuration files.

@@ -16,6 +16,8 @@
 //!   with failover on, a resent copy must have the first copy's bytes.
 //! - [`old_path`]: the false-positive estimate: P-ACKs that still arrive on the abandoned
 //!   connection and cover bytes past the stall point (the old path was delivering after all).
+//! - [`duplicate`]: the duplicate lane: messages at or above an importance also go, whole, on
+//!   a warm backup connection; the receiver keeps the first copy (SRT's broadcast mode).
 //! - the switch itself is [`Connection::begin_path`](crate::Connection::begin_path): every
 //!   message not yet P-ACKed and not expired is queued again with its sequence number, the
 //!   expired ones are cancelled on the new path, partial reassemblies are dropped.
@@ -71,6 +73,7 @@
 //! ```
 
 pub mod delivered;
+pub mod duplicate;
 pub mod old_path;
 pub mod stall;
 

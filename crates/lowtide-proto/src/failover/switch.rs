@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{Connection, Event, MessageId, Side, State};
 use crate::error::ProtocolError;
+use crate::failover::duplicate::Withdraw;
 use crate::failover::{FailoverConfig, FailoverReport, OldPath, StallDetector};
 use crate::stream::{Pending, SendStream};
 use crate::wire::{CancelReason, Frame};
@@ -49,20 +50,6 @@ impl PathState {
             expect: None,
             old: None,
         }
-    }
-}
-
-fn frame_name(f: &Frame<'_>) -> &'static str {
-    match f {
-        Frame::StreamOpen { .. } => "STREAM_OPEN",
-        Frame::StreamClose { .. } => "STREAM_CLOSE",
-        Frame::Data(_) => "DATA",
-        Frame::Cancel { .. } => "CANCEL",
-        Frame::PAck { .. } => "PACK",
-        Frame::Close { .. } => "CLOSE",
-        Frame::Switch { .. } => "SWITCH",
-        Frame::Probe { .. } => "PROBE",
-        Frame::ProbeReport { .. } => "PROBE_REPORT",
     }
 }
 
@@ -230,7 +217,8 @@ impl Connection {
     }
 
     /// Accepting side: may another idle backup connection (ordinal `path`) join the channel,
-    /// with `idle` already held? At most `failover.backups` (none without failover).
+    /// with `idle` already held? At most `failover.backups` (none without failover), one more
+    /// with `duplicate` (the lane is opened like a backup).
     ///
     /// ```
     /// use lowtide_proto::failover::FailoverConfig;
@@ -245,12 +233,22 @@ impl Connection {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn admit_backup(&mut self, path: u64, idle: usize) -> Result<(), ProtocolError> {
-        let max = self.config.failover.map_or(0, |f| f.backups);
-        if idle >= max as usize {
+        let max = self.backup_limit();
+        if idle >= max {
             self.stats.backups_refused += 1;
-            return Err(ProtocolError::TooManyBackups { path, max });
+            return Err(ProtocolError::TooManyBackups {
+                path,
+                max: max as u32,
+            });
         }
         Ok(())
+    }
+
+    /// Accepting side: the most idle backups held at once: `failover.backups` (none without
+    /// failover), one more with `duplicate` (the lane arrives as an idle backup).
+    pub fn backup_limit(&self) -> usize {
+        let lane = u32::from(self.config.duplicate.is_some());
+        self.config.failover.map_or(0, |f| f.backups + lane) as usize
     }
 
     /// A message's last byte was staged: keep it for resending until a P-ACK covers `end`.
@@ -277,8 +275,11 @@ impl Connection {
             .front()
             .is_some_and(|(end, _, _)| *end <= self.acked)
         {
-            let (_, _, p) = f.retained.pop_front().expect("front exists");
+            let (_, id, p) = f.retained.pop_front().expect("front exists");
             f.retained_bytes -= p.data.len() as u64;
+            if let Some(lane) = &mut self.lane {
+                lane.withdraw(id, Withdraw::Acked);
+            }
         }
         f.stall.on_acked(self.acked, now);
     }
@@ -298,7 +299,7 @@ impl Connection {
                 expected: e,
                 got: match other {
                     Frame::Switch { path } => format!("SWITCH to {path}"),
-                    o => frame_name(o).to_owned(),
+                    o => o.name().to_owned(),
                 },
             }),
             (None, Frame::Switch { path }) => Err(ProtocolError::BadSwitch {

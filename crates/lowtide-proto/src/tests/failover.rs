@@ -349,6 +349,107 @@ fn without_failover_config_begin_path_does_nothing() {
 
 // ------------------------------------------------------------------- property
 
+/// A failover point of [`random_failover_run`].
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Point {
+    /// Both directions of the connection in use go dark (the stall detector must find it).
+    Blackhole,
+    /// A forced switch on a live connection.
+    Switch,
+    /// The duplicate lane fails: both ends drop it and a new one opens (with a lane only).
+    LaneLost,
+}
+
+/// Random messages (size, importance, second stream) on two streams with failover points
+/// before the given message indexes, on `client`/`server` configs, with a duplicate lane of
+/// `lane` one-way delay if any: every message must arrive exactly once with its bytes.
+pub(super) fn random_failover_run(
+    cfg: Config,
+    msgs: &[(usize, u8, bool)],
+    points: &[(usize, Point)],
+    delay: Duration,
+    lane: Option<Duration>,
+) -> Result<(), TestCaseError> {
+    let link = LinkParams {
+        delay,
+        ..LinkParams::default()
+    };
+    let mut p = Pair::new(cfg.clone(), cfg, link);
+    if let Some(d) = lane {
+        p.add_lane(d);
+    }
+    p.auto_failover = true;
+    let streams = [
+        p.client.conn.open_stream(StreamConfig::default()).unwrap(),
+        p.client
+            .conn
+            .open_stream(StreamConfig { weight: 2.0 })
+            .unwrap(),
+    ];
+    // a backup joins a channel only once the primary's hellos arrived
+    p.drive_bounded(10_000);
+    let mut sent = BTreeMap::new();
+    for (i, &(size, importance, second)) in msgs.iter().enumerate() {
+        for &(_, point) in points.iter().filter(|(at, _)| *at == i) {
+            match (point, lane) {
+                (Point::Blackhole, _) => {
+                    p.c2s.blackholed = true;
+                    p.s2c.blackholed = true;
+                }
+                (Point::LaneLost, Some(d)) => {
+                    p.client.conn.lane_lost();
+                    p.server.conn.lane_lost();
+                    p.add_lane(d);
+                }
+                (Point::Switch | Point::LaneLost, _) => {
+                    p.switch_paths();
+                }
+            }
+        }
+        let stream = streams[usize::from(second)];
+        let data = payload(i as u64, size);
+        let now = p.now;
+        let id = p.client.conn.send(
+            now,
+            stream,
+            Message::new(data.clone()).importance(importance),
+        );
+        prop_assert!(
+            id.is_ok(),
+            "client {:?} server {:?}",
+            p.client.conn.error(),
+            p.server.conn.error()
+        );
+        let id = id.unwrap();
+        sent.insert((id.stream, id.seq), data);
+        let until = now + MS;
+        p.drive_until(until, 1_000_000);
+    }
+    p.drive_bounded(2_000_000);
+    prop_assert!(
+        p.server.conn.error().is_none(),
+        "{:?}",
+        p.server.conn.error()
+    );
+    prop_assert!(
+        p.client.conn.error().is_none(),
+        "{:?}",
+        p.client.conn.error()
+    );
+    let mut got = BTreeMap::new();
+    for r in &p.server.received {
+        prop_assert!(
+            got.insert((r.stream, r.seq), r.data.clone()).is_none(),
+            "twice: {}/{}",
+            r.stream,
+            r.seq
+        );
+    }
+    prop_assert_eq!(got.len(), sent.len());
+    prop_assert!(got == sent, "bytes differ");
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -361,45 +462,10 @@ proptest! {
         points in proptest::collection::vec((0usize..120, any::<bool>()), 0..6),
         delay_ms in 1u32..30,
     ) {
-        let link = LinkParams { delay: delay_ms * MS, ..LinkParams::default() };
-        let mut p = Pair::new(fo_cfg(), fo_cfg(), link);
-        p.auto_failover = true;
-        let streams = [
-            p.client.conn.open_stream(StreamConfig::default()).unwrap(),
-            p.client.conn.open_stream(StreamConfig { weight: 2.0 }).unwrap(),
-        ];
-        // a backup joins a channel only once the primary's hellos arrived
-        p.drive_bounded(10_000);
-        let mut sent = BTreeMap::new();
-        for (i, &(size, importance, second)) in msgs.iter().enumerate() {
-            for &(at, blackhole) in &points {
-                if at == i {
-                    if blackhole {
-                        p.c2s.blackholed = true;
-                        p.s2c.blackholed = true;
-                    } else {
-                        p.switch_paths();
-                    }
-                }
-            }
-            let stream = streams[usize::from(second)];
-            let data = payload(i as u64, size);
-            let now = p.now;
-            let id = p.client.conn.send(now, stream, Message::new(data.clone()).importance(importance));
-            prop_assert!(id.is_ok(), "client {:?} server {:?}", p.client.conn.error(), p.server.conn.error());
-            let id = id.unwrap();
-            sent.insert((id.stream, id.seq), data);
-            let until = now + MS;
-            p.drive_until(until, 1_000_000);
-        }
-        p.drive_bounded(2_000_000);
-        prop_assert!(p.server.conn.error().is_none(), "{:?}", p.server.conn.error());
-        prop_assert!(p.client.conn.error().is_none(), "{:?}", p.client.conn.error());
-        let mut got = BTreeMap::new();
-        for r in &p.server.received {
-            prop_assert!(got.insert((r.stream, r.seq), r.data.clone()).is_none(), "twice: {}/{}", r.stream, r.seq);
-        }
-        prop_assert_eq!(got.len(), sent.len());
-        prop_assert!(got == sent, "bytes differ");
+        let points: Vec<_> = points
+            .into_iter()
+            .map(|(at, b)| (at, if b { Point::Blackhole } else { Point::Switch }))
+            .collect();
+        random_failover_run(fo_cfg(), &msgs, &points, delay_ms * MS, None)?;
     }
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::{latencies_ms, quantile};
 use crate::reserve::ImportanceReserve;
 use crate::sim::{LinkParams, Pair};
 use crate::{Config, ControllerConfig, Message, StreamConfig};
@@ -52,18 +53,7 @@ fn conference(reserve: Option<ImportanceReserve>) -> Run {
         p.drive_until(until, 1_000_000);
     }
     p.drive_bounded(1_000_000);
-    let epoch = p.client.conn.epoch();
-    let mut base_ms: Vec<f64> = p
-        .server
-        .received
-        .iter()
-        .filter(|m| m.importance == 7)
-        .map(|m| {
-            let sent = epoch + Duration::from_micros(m.send_time_us);
-            (m.received_at - sent).as_secs_f64() * 1e3
-        })
-        .collect();
-    base_ms.sort_by(f64::total_cmp);
+    let base_ms = latencies_ms(&p, 7);
     let st = p.client.conn.stats();
     Run {
         base_ms,
@@ -71,10 +61,6 @@ fn conference(reserve: Option<ImportanceReserve>) -> Run {
         reserve_held: st.reserve_held,
         reserve_bytes_used: st.reserve_bytes_used,
     }
-}
-
-fn quantile(v: &[f64], q: f64) -> f64 {
-    v[((v.len() - 1) as f64 * q) as usize]
 }
 
 #[test]

@@ -218,6 +218,26 @@ pub fn probe_pad_len(id: u64, total: u64, max: u64) -> u64 {
 }
 
 impl<'a> Frame<'a> {
+    /// The frame type's name, for errors.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::Frame;
+    /// assert_eq!(Frame::Switch { path: 1 }.name(), "SWITCH");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            Frame::StreamOpen { .. } => "STREAM_OPEN",
+            Frame::StreamClose { .. } => "STREAM_CLOSE",
+            Frame::Data(_) => "DATA",
+            Frame::Cancel { .. } => "CANCEL",
+            Frame::PAck { .. } => "PACK",
+            Frame::Close { .. } => "CLOSE",
+            Frame::Switch { .. } => "SWITCH",
+            Frame::Probe { .. } => "PROBE",
+            Frame::ProbeReport { .. } => "PROBE_REPORT",
+        }
+    }
+
     /// Appends the header of a data frame (everything but the payload) to `out`.
     ///
     /// ```

@@ -6,7 +6,8 @@
 //!   once;
 //! - queue `q + 1` gets outgoing TCP (mangle OUTPUT), headers only (256 bytes): the agent keeps
 //!   the message and gives the verdict when the packet may leave. A held message pins only its
-//!   small receive buffer.
+//!   small receive buffer. Packets copied whole (ACKs) of tracked flows are marked as the
+//!   agent's echo ([`crate::wire::set_echo`]) and given back rewritten.
 //!
 //! One thread waits in `ppoll` on both sockets, a stop eventfd and the agent's next deadline;
 //! it runs at real-time priority when allowed ([`sched`]) and, woken, releases what is due
@@ -307,8 +308,13 @@ pub fn run(
             Some(msg)
         })
         .and_then(|()| {
-            drain(&mut outq, &mut counts, |msg| {
+            drain(&mut outq, &mut counts, |mut msg| {
                 let parsed = crate::segment::parse(msg.get_payload());
+                // Only a packet that is echoed is written back (a header-only copy of a
+                // longer packet given back would trim it).
+                if agent.wants_echo(&parsed, msg.get_payload()) {
+                    let _ = crate::wire::set_echo(msg.get_payload_mut());
+                }
                 agent.handle_outgoing(Instant::now(), parsed, msg);
                 None
             })

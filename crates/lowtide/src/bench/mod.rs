@@ -2,7 +2,7 @@
 //!
 //! - **goodput**: bulk 64 KB messages through a channel (default controller, MinBuf(1,3)) vs a
 //!   raw TCP socket writing the same bytes in 64 KB writes; sender and receiver CPU per GB of
-//!   both;
+//!   both, and the receiver's wake-ups per GB;
 //! - **small messages**: 100-byte messages per second through one channel vs raw TCP with a
 //!   4-byte length prefix per message behind a 64 KB `BufWriter`;
 //! - **CPU per GB**: sender-thread CPU (`getrusage(RUSAGE_THREAD)`, user + system) per GB at
@@ -161,6 +161,9 @@ pub struct Goodput {
     pub sender_cpu_s_per_gb: Versus,
     /// Receiver thread CPU seconds per GB.
     pub receiver_cpu_s_per_gb: Versus,
+    /// Receiver thread wake-ups per GB: voluntary context switches (`getrusage`'s `ru_nvcsw`),
+    /// each a sleep in `epoll_wait` (lowtide) or a blocking `read` (raw TCP) and its wake-up.
+    pub receiver_wakeups_per_gb: Versus,
 }
 
 /// Small-message rate.
@@ -334,12 +337,19 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
             mb_s: versus(&r[0], &r[1], Transfer::mb_s),
             sender_cpu_s_per_gb: versus(&r[0], &r[1], Transfer::sender_cpu_s_per_gb),
             receiver_cpu_s_per_gb: versus(&r[0], &r[1], Transfer::receiver_cpu_s_per_gb),
+            receiver_wakeups_per_gb: versus(&r[0], &r[1], Transfer::receiver_wakeups_per_gb),
         };
         goals.push(goal(
             "bulk goodput / raw TCP",
             g.mb_s.ratio,
             ">= 0.9",
             g.mb_s.ratio >= 0.9,
+        ));
+        goals.push(goal(
+            "bulk receiver CPU per GB / raw TCP",
+            g.receiver_cpu_s_per_gb.ratio,
+            "<= 1.3",
+            g.receiver_cpu_s_per_gb.ratio <= 1.3,
         ));
         Some(g)
     } else {

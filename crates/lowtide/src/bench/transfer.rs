@@ -27,7 +27,8 @@ pub(super) struct Transfer {
     msgs: u64,
     span: Duration,
     sender_cpu: Duration,
-    receiver_cpu: Duration,
+    /// The receiving thread from the accepted connection on.
+    receiver: sys::ThreadUsage,
 }
 
 impl Transfer {
@@ -41,7 +42,14 @@ impl Transfer {
         self.sender_cpu.as_secs_f64() / (self.bytes as f64 / 1e9).max(1e-9)
     }
     pub(super) fn receiver_cpu_s_per_gb(&self) -> f64 {
-        self.receiver_cpu.as_secs_f64() / (self.bytes as f64 / 1e9).max(1e-9)
+        self.receiver.cpu.as_secs_f64() / self.gb()
+    }
+    /// The receiving thread's wake-ups (voluntary context switches) per GB.
+    pub(super) fn receiver_wakeups_per_gb(&self) -> f64 {
+        self.receiver.sleeps as f64 / self.gb()
+    }
+    fn gb(&self) -> f64 {
+        (self.bytes as f64 / 1e9).max(1e-9)
     }
     pub(super) fn sender_cpu_s_per_m_msgs(&self) -> f64 {
         self.sender_cpu.as_secs_f64() / (self.msgs as f64 / 1e6).max(1e-9)
@@ -63,20 +71,24 @@ fn spawn<T: Send + 'static>(
         .expect("spawning a bench thread")
 }
 
+/// What a receiving thread reports: bytes, messages, span, and its usage from the accepted
+/// connection on.
+type Received = (u64, u64, Duration, sys::ThreadUsage);
+
 /// Joins a transfer's threads: the sender's CPU time; the receiver's bytes, messages, span
-/// and CPU time.
+/// and usage.
 fn finish(
     sender: thread::JoinHandle<Result<Duration, Error>>,
-    receiver: thread::JoinHandle<Result<(u64, u64, Duration, Duration), Error>>,
+    receiver: thread::JoinHandle<Result<Received, Error>>,
 ) -> Result<Transfer, Error> {
     let sender_cpu = join(sender)?;
-    let (bytes, msgs, span, receiver_cpu) = join(receiver)?;
+    let (bytes, msgs, span, receiver) = join(receiver)?;
     Ok(Transfer {
         bytes,
         msgs,
         span,
         sender_cpu,
-        receiver_cpu,
+        receiver,
     })
 }
 
@@ -95,36 +107,34 @@ pub(super) fn lowtide_transfer(
     let cfg = channel_cfg(bench, controller, mss);
     let (tx, rx) = mpsc::channel::<SocketAddr>();
     let server_cfg = cfg.clone();
-    let receiver = spawn(
-        "lt-recv",
-        move || -> Result<(u64, u64, Duration, Duration), Error> {
-            runtime()?.block_on(async move {
-                let l = crate::listen("127.0.0.1:0".parse().expect("literal"), server_cfg).await?;
-                let _ = tx.send(l.local_addr()?);
-                let ch = l.accept().await?;
-                let (mut bytes, mut msgs, mut first, mut last) = (0u64, 0u64, None, Instant::now());
-                let mut buf = Vec::with_capacity(4096);
-                loop {
-                    buf.clear();
-                    if ch.recv_many(&mut buf, 4096).await == 0 {
-                        break;
-                    }
-                    for m in &buf {
-                        first.get_or_insert(m.received_at);
-                        last = m.received_at;
-                        bytes += m.data.len() as u64;
-                    }
-                    msgs += buf.len() as u64;
+    let receiver = spawn("lt-recv", move || -> Result<Received, Error> {
+        runtime()?.block_on(async move {
+            let l = crate::listen("127.0.0.1:0".parse().expect("literal"), server_cfg).await?;
+            let _ = tx.send(l.local_addr()?);
+            let ch = l.accept().await?;
+            let usage0 = sys::thread_usage()?;
+            let (mut bytes, mut msgs, mut first, mut last) = (0u64, 0u64, None, Instant::now());
+            let mut buf = Vec::with_capacity(4096);
+            loop {
+                buf.clear();
+                if ch.recv_many(&mut buf, 4096).await == 0 {
+                    break;
                 }
-                Ok((
-                    bytes,
-                    msgs,
-                    last.saturating_duration_since(first.unwrap_or(last)),
-                    sys::thread_cpu_time()?,
-                ))
-            })
-        },
-    );
+                for m in &buf {
+                    first.get_or_insert(m.received_at);
+                    last = m.received_at;
+                    bytes += m.data.len() as u64;
+                }
+                msgs += buf.len() as u64;
+            }
+            Ok((
+                bytes,
+                msgs,
+                last.saturating_duration_since(first.unwrap_or(last)),
+                sys::thread_usage()?.since(&usage0),
+            ))
+        })
+    });
     let addr = rx.recv().map_err(|_| Error::Closed)?;
     let sender = spawn("lt-send", move || -> Result<Duration, Error> {
         runtime()?.block_on(async move {
@@ -197,63 +207,60 @@ pub(super) fn raw_transfer(
     let l: TcpListener = sock.into();
     let addr = l.local_addr().map_err(|e| Error::io("getsockname", e))?;
     let cc = congestion.clone();
-    let receiver = spawn(
-        "raw-recv",
-        move || -> Result<(u64, u64, Duration, Duration), Error> {
-            let (mut s, _) = l.accept().map_err(|e| Error::io("accept", e))?;
-            let cpu0 = sys::thread_cpu_time()?;
-            if let Some(cc) = &cc {
-                sys::set_congestion(s.as_raw_fd(), cc)?;
+    let receiver = spawn("raw-recv", move || -> Result<Received, Error> {
+        let (mut s, _) = l.accept().map_err(|e| Error::io("accept", e))?;
+        let usage0 = sys::thread_usage()?;
+        if let Some(cc) = &cc {
+            sys::set_congestion(s.as_raw_fd(), cc)?;
+        }
+        let mut buf = vec![0u8; 256 << 10];
+        let (mut bytes, mut msgs, mut first, mut last) = (0u64, 0u64, None, Instant::now());
+        // framing state: bytes left in the current record (header or payload)
+        let (mut hdr, mut hdr_len, mut left) = ([0u8; 4], 0usize, 0usize);
+        loop {
+            let n = s.read(&mut buf).map_err(|e| Error::io("read", e))?;
+            if n == 0 {
+                break;
             }
-            let mut buf = vec![0u8; 256 << 10];
-            let (mut bytes, mut msgs, mut first, mut last) = (0u64, 0u64, None, Instant::now());
-            // framing state: bytes left in the current record (header or payload)
-            let (mut hdr, mut hdr_len, mut left) = ([0u8; 4], 0usize, 0usize);
-            loop {
-                let n = s.read(&mut buf).map_err(|e| Error::io("read", e))?;
-                if n == 0 {
-                    break;
-                }
-                let now = Instant::now();
-                first.get_or_insert(now);
-                last = now;
-                if !framed {
-                    bytes += n as u64;
-                    continue;
-                }
-                let mut p = &buf[..n];
-                while !p.is_empty() {
-                    if left == 0 {
-                        let take = (4 - hdr_len).min(p.len());
-                        hdr[hdr_len..hdr_len + take].copy_from_slice(&p[..take]);
-                        hdr_len += take;
-                        p = &p[take..];
-                        if hdr_len == 4 {
-                            left = u32::from_le_bytes(hdr) as usize;
-                            hdr_len = 0;
-                            if left == 0 {
-                                msgs += 1;
-                            }
-                        }
-                    } else {
-                        let take = left.min(p.len());
-                        left -= take;
-                        bytes += take as u64;
-                        p = &p[take..];
+            let now = Instant::now();
+            first.get_or_insert(now);
+            last = now;
+            if !framed {
+                bytes += n as u64;
+                continue;
+            }
+            let mut p = &buf[..n];
+            while !p.is_empty() {
+                if left == 0 {
+                    let take = (4 - hdr_len).min(p.len());
+                    hdr[hdr_len..hdr_len + take].copy_from_slice(&p[..take]);
+                    hdr_len += take;
+                    p = &p[take..];
+                    if hdr_len == 4 {
+                        left = u32::from_le_bytes(hdr) as usize;
+                        hdr_len = 0;
                         if left == 0 {
                             msgs += 1;
                         }
                     }
+                } else {
+                    let take = left.min(p.len());
+                    left -= take;
+                    bytes += take as u64;
+                    p = &p[take..];
+                    if left == 0 {
+                        msgs += 1;
+                    }
                 }
             }
-            Ok((
-                bytes,
-                msgs,
-                last.saturating_duration_since(first.unwrap_or(last)),
-                sys::thread_cpu_time()? - cpu0,
-            ))
-        },
-    );
+        }
+        Ok((
+            bytes,
+            msgs,
+            last.saturating_duration_since(first.unwrap_or(last)),
+            sys::thread_usage()?.since(&usage0),
+        ))
+    });
     let sender = spawn("raw-send", move || -> Result<Duration, Error> {
         let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
             .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
