@@ -45,6 +45,8 @@ case "${1:-}" in
   test)
     need_root test
     install_system_packages
+    # One build from clean: incremental compilation's caches would only take disk.
+    export CARGO_INCREMENTAL=0
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
     # The API documentation builds without a warning (broken links, private items).
