@@ -138,6 +138,10 @@ pub struct SendCost {
     pub failovers: u64,
     #[serde(default)]
     pub false_failovers: u64,
+    /// Failover variants: stall verdicts of the P-ACK rule the kernel's ACK clock held back
+    /// (`lowtide_proto::failover::stall`).
+    #[serde(default)]
+    pub stalls_held_by_acks: u64,
     /// Importance-reserve variants: staging passes in which the reserve held less important
     /// data back, and bytes of important data staged into it (`lowtide_proto::reserve`).
     #[serde(default)]
@@ -262,6 +266,7 @@ impl CostMeter {
             controller_blocked: stats.controller_blocked,
             failovers: stats.failovers,
             false_failovers: stats.false_failovers,
+            stalls_held_by_acks: stats.stalls_held_by_acks,
             reserve_held: stats.reserve_held,
             reserve_bytes_used: stats.reserve_bytes_used,
             copies_sent: stats.lane.copies_sent,

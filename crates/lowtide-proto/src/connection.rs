@@ -379,6 +379,9 @@ pub struct Stats {
     pub backups_refused: u64,
     /// Stalls detected while no backup connection was ready.
     pub stalls_without_backup: u64,
+    /// Stall verdicts of the P-ACK rule held back because the kernel still received ACKs
+    /// (its own loss recovery at work; once per oldest write, `failover::stall`).
+    pub stalls_held_by_acks: u64,
     /// Written messages whose copy for resending was dropped (more unacknowledged than
     /// `max_queued_bytes`): a failover could not resend them.
     pub resend_tracking_dropped: u64,

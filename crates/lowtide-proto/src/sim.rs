@@ -8,7 +8,9 @@
 //! priorities, cancellation and fairness without real sockets or clocks.
 //!
 //! Failover: [`SimPipe::blackholed`] loses everything a direction carries from then on (and
-//! never acknowledges it); [`Pair::switch_paths`] moves the client to a fresh pair of pipes (a
+//! never acknowledges it); [`SimPipe::hold_until`] models TCP repairing a lost segment
+//! (later segments are acknowledged, SACKed, but the receiver gets nothing in order until
+//! then); the client's stall verdicts see the pipe's ACK clock ([`Pair::ack_clock`]); [`Pair::switch_paths`] moves the client to a fresh pair of pipes (a
 //! backup connection) while the server keeps using the old ones until the new connection's
 //! first bytes arrive, as a real accepting side does; with [`Pair::auto_failover`] the pair
 //! switches whenever the client's stall detector asks.
@@ -33,6 +35,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::failover::AckClock;
 use crate::{Config, Connection, Event, Received, Side, TcpState};
 
 /// Parameters of one direction.
@@ -105,6 +108,11 @@ pub struct SimPipe {
     pub max_outq: u64,
     /// Everything sent from now on is lost and never acknowledged (a failed path).
     pub blackholed: bool,
+    /// Until then the receiver gets nothing while ACKs keep coming: TCP's recovery of a lost
+    /// segment (head-of-line blocking behind its retransmission).
+    pub hold_until: Option<Instant>,
+    /// When the sender last received an ACK.
+    last_ack: Option<Instant>,
 }
 
 impl SimPipe {
@@ -118,6 +126,8 @@ impl SimPipe {
             acks: VecDeque::new(),
             max_outq: 0,
             blackholed: false,
+            hold_until: None,
+            last_ack: None,
         }
     }
 
@@ -167,6 +177,28 @@ impl SimPipe {
         }
     }
 
+    /// What `TCP_INFO` would say about the sender's ACKs at `now` (`None`: none received
+    /// yet). There is no retransmission timer in the model.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Message, StreamConfig};
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// assert_eq!(pair.c2s.ack_clock(pair.now), None);
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("hello"))?;
+    /// pair.drive_bounded(10_000);
+    /// let k = pair.c2s.ack_clock(pair.now).expect("acknowledged");
+    /// assert!(!k.timeout_recovery);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ack_clock(&self, now: Instant) -> Option<AckClock> {
+        self.last_ack.map(|a| AckClock {
+            since_last_ack: now.saturating_duration_since(a),
+            timeout_recovery: false,
+        })
+    }
+
     fn space(&self) -> u64 {
         self.params.sndbuf.saturating_sub(self.outq())
     }
@@ -182,6 +214,7 @@ impl SimPipe {
             }
             self.acks.pop_front();
             self.in_flight -= n;
+            self.last_ack = Some(t);
         }
         let window = u64::from(self.params.cwnd) * u64::from(self.params.mss);
         loop {
@@ -204,7 +237,11 @@ impl SimPipe {
     }
 
     fn has_arrived(&self, now: Instant) -> bool {
-        self.arrivals.front().is_some_and(|a| a.0 <= now)
+        self.arrivals.front().is_some_and(|a| a.0 <= now) && !self.held(now)
+    }
+
+    fn held(&self, now: Instant) -> bool {
+        self.hold_until.is_some_and(|t| t > now)
     }
 
     fn next_event(&self, now: Instant) -> Option<Instant> {
@@ -213,7 +250,9 @@ impl SimPipe {
             .then(|| self.link_free.unwrap_or(now).max(now));
         [
             self.acks.front().map(|a| a.0),
-            self.arrivals.front().map(|a| a.0),
+            self.arrivals
+                .front()
+                .map(|a| self.hold_until.map_or(a.0, |h| a.0.max(h))),
             send,
         ]
         .into_iter()
@@ -223,6 +262,9 @@ impl SimPipe {
 
     fn take_arrived(&mut self, now: Instant) -> Vec<u8> {
         let mut out = Vec::new();
+        if self.held(now) {
+            return out;
+        }
         while let Some((t, _)) = self.arrivals.front() {
             if *t > now {
                 break;
@@ -292,6 +334,9 @@ pub struct Pair {
     old: Option<(SimPipe, SimPipe, Option<u64>)>,
     /// Switch whenever the client's stall detector asks.
     pub auto_failover: bool,
+    /// The client's stall verdicts see the kernel's ACK clock (as the driver samples it from
+    /// `TCP_INFO`); `false`: the P-ACK rule alone. On by default.
+    pub ack_clock: bool,
     paths: u64,
     /// The duplicate lane, client to server ([`Pair::add_lane`]).
     pub lane: Option<SimPipe>,
@@ -325,6 +370,7 @@ impl Pair {
             s2c: SimPipe::new(link),
             old: None,
             auto_failover: false,
+            ack_clock: true,
             paths: 0,
             lane: None,
         }
@@ -411,6 +457,7 @@ impl Pair {
         ep: &mut Endpoint,
         out: &mut SimPipe,
         input: &mut SimPipe,
+        ack_clock: bool,
     ) -> bool {
         let mut progress = false;
         let data = input.take_arrived(now);
@@ -421,6 +468,11 @@ impl Pair {
             let (mut buf, _) = ep.conn.take_read_buf();
             buf.extend_from_slice(&data);
             let _ = ep.conn.handle_read_buf(now, buf, data.len());
+        }
+        if ack_clock && ep.conn.wants_ack_clock(now) {
+            if let Some(k) = out.ack_clock(now) {
+                ep.conn.handle_ack_clock(now, k);
+            }
         }
         if ep.conn.poll_timeout().is_some_and(|t| t <= now) {
             ep.conn.handle_timeout(now);
@@ -473,7 +525,14 @@ impl Pair {
         let now = self.now;
         self.c2s.advance(now);
         self.s2c.advance(now);
-        let mut a = Self::run_endpoint(now, &mut self.client, &mut self.c2s, &mut self.s2c);
+        let ack_clock = self.ack_clock;
+        let mut a = Self::run_endpoint(
+            now,
+            &mut self.client,
+            &mut self.c2s,
+            &mut self.s2c,
+            ack_clock,
+        );
         a |= self.run_lane(now);
         let mut b = match &mut self.old {
             Some((old_c2s, old_s2c, pending @ Some(_))) => {
@@ -482,12 +541,12 @@ impl Pair {
                 if self.c2s.has_arrived(now) {
                     let path = pending.take().expect("matched Some");
                     self.server.conn.begin_path(now, path);
-                    Self::run_endpoint(now, &mut self.server, &mut self.s2c, &mut self.c2s)
+                    Self::run_endpoint(now, &mut self.server, &mut self.s2c, &mut self.c2s, false)
                 } else {
-                    Self::run_endpoint(now, &mut self.server, old_s2c, old_c2s)
+                    Self::run_endpoint(now, &mut self.server, old_s2c, old_c2s, false)
                 }
             }
-            _ => Self::run_endpoint(now, &mut self.server, &mut self.s2c, &mut self.c2s),
+            _ => Self::run_endpoint(now, &mut self.server, &mut self.s2c, &mut self.c2s, false),
         };
         if let Some((old_c2s, old_s2c, pending)) = &mut self.old {
             old_c2s.advance(now);

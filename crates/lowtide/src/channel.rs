@@ -1668,6 +1668,10 @@ impl Driver {
                 continue;
             }
             let out = self.write_phase(fd)?;
+            if self.switch_if_stalled() {
+                // the write phase's verdict: switch now, not at the next wake-up
+                continue;
+            }
             let lane_wake = self.lane_write_phase();
             let (timeout, want_read, closed, staged) = {
                 let mut g = self.shared.lock();
@@ -1902,6 +1906,12 @@ impl Driver {
 
     fn write_phase(&mut self, fd: RawFd) -> Result<WriteOutcome, Error> {
         let mut g = self.shared.lock();
+        // Failover's stall verdict is due by the P-ACK rule: it asks the kernel whether ACKs
+        // still arrive (TCP repairing a loss itself) before the switch.
+        let now = Instant::now();
+        if g.conn.wants_ack_clock(now) {
+            g.conn.handle_ack_clock(now, sys::ack_clock(fd)?);
+        }
         // A fresh kernel sample per write phase, except where the decision cannot matter: the
         // controller was open at the last pass and only decides about sending (`watches_idle`
         // false), and nothing of ours can be staged. With nothing to send at all (a wake-up for
@@ -2210,9 +2220,13 @@ impl Driver {
                 }
             }
             (PathEvent::Activate(path, stream), Some(Paths::Server(p))) => {
-                g.conn.begin_path(Instant::now(), path);
-                Self::use_stream(&self.shared, &mut g, &stream);
                 g.backups = p.idle();
+                if g.conn.begin_path(Instant::now(), path).is_none() {
+                    // a SWITCH overtaken by a later one (the peer left that connection), or
+                    // the channel is closing: the backup is closed unread
+                    return;
+                }
+                Self::use_stream(&self.shared, &mut g, &stream);
                 drop(g);
                 // the old connection is closed: the peer left it
                 self.stream = stream;

@@ -172,7 +172,11 @@ pub(crate) struct ClientPaths {
     backups: usize,
     next_path: u64,
     opening: usize,
+    /// Ready backups, lowest ordinal first.
     ready: VecDeque<(u64, TcpStream)>,
+    /// Ordinal of the connection in use: switches go to higher ones only (the peer ignores a
+    /// SWITCH to a lower one, taking it for one overtaken by a later switch).
+    in_use: u64,
     results: mpsc::UnboundedReceiver<(u64, Result<TcpStream, Error>)>,
     results_tx: mpsc::UnboundedSender<(u64, Result<TcpStream, Error>)>,
     /// The connection abandoned at the last switch and until when it is read.
@@ -222,6 +226,7 @@ impl ClientPaths {
             next_path: 1,
             opening: 0,
             ready: VecDeque::new(),
+            in_use: 0,
             results,
             results_tx,
             old: None,
@@ -259,11 +264,29 @@ impl ClientPaths {
         self.ready.len()
     }
 
-    /// Takes the oldest ready backup for a switch (and opens a replacement).
+    /// Takes the ready backup with the lowest ordinal for a switch (and opens a replacement).
     pub fn take_ready(&mut self) -> Option<(u64, TcpStream)> {
         let r = self.ready.pop_front();
+        if let Some((path, _)) = &r {
+            self.in_use = *path;
+            self.drop_passed();
+        }
         self.top_up();
         r
+    }
+
+    /// Closes ready backups below the ordinal in use (one opened before it and ready after
+    /// it): the peer would not follow a SWITCH to them.
+    fn drop_passed(&mut self) {
+        let before = self.ready.len();
+        self.ready.retain(|(path, _)| *path > self.in_use);
+        if self.ready.len() < before {
+            tracing::debug!(
+                closed = before - self.ready.len(),
+                in_use = self.in_use,
+                "backups passed by a switch closed"
+            );
+        }
     }
 
     fn needs_lane(&self) -> bool {
@@ -317,7 +340,12 @@ impl ClientPaths {
                             tracing::debug!(path, "duplicate lane ready");
                             self.lane = Some(s);
                         }
-                        Ok(s) => self.ready.push_back((path, s)),
+                        Ok(s) => {
+                            let at = self.ready.partition_point(|(p, _)| *p < path);
+                            self.ready.insert(at, (path, s));
+                            self.drop_passed();
+                            self.top_up();
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, path, "backup connection failed");
                             if matches!(e, Error::BackupRefused { .. }) {

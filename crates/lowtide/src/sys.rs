@@ -20,6 +20,7 @@ use std::mem::{size_of, MaybeUninit};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use lowtide_proto::failover::AckClock;
 use lowtide_proto::TcpState;
 
 /// `SIOCOUTQ`: bytes in the send queue not yet acknowledged (same value as `TIOCOUTQ`).
@@ -522,6 +523,31 @@ pub fn tcp_state(fd: RawFd, written: u64) -> Result<TcpState, SysError> {
         outq,
         delivery_rate: i.tcpi_delivery_rate,
         ssthresh: i.tcpi_snd_ssthresh,
+    })
+}
+
+/// `tcpi_ca_state` after a retransmission timeout (`TCP_CA_Loss`, include/net/tcp.h).
+const TCP_CA_LOSS: u8 = 4;
+
+/// The kernel's ACK clock for failover's stall verdict: time since the last ACK arrived
+/// (`tcpi_last_ack_recv`, duplicate and SACK ones included), and whether a retransmission
+/// timeout is being recovered from (`tcpi_ca_state` = `TCP_CA_Loss`, or `tcpi_backoff` > 0).
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// let k = lowtide::sys::ack_clock(socket.as_raw_fd())?;
+/// assert!(!k.timeout_recovery); // a fresh connection: the handshake's ACK, no timeout
+/// assert!(k.since_last_ack < std::time::Duration::from_secs(60));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn ack_clock(fd: RawFd) -> Result<AckClock, SysError> {
+    let i = tcp_info(fd)?;
+    Ok(AckClock {
+        since_last_ack: Duration::from_millis(u64::from(i.tcpi_last_ack_recv)),
+        timeout_recovery: i.tcpi_ca_state == TCP_CA_LOSS || i.tcpi_backoff > 0,
     })
 }
 

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use lowtide::proto::wire::{Frame, Hello, HelloOption, VERSION};
-use lowtide::proto::{DuplicateConfig, FailoverConfig};
+use lowtide::proto::{
+    Connection, ControllerConfig, DuplicateConfig, FailoverConfig, Side, TcpState,
+};
 use lowtide::{ChannelConfig, Config, Error, Message, StreamConfig};
 
 fn any_port() -> SocketAddr {
@@ -376,4 +378,181 @@ async fn a_duplicate_lane_delivers_each_message_once() {
     assert_eq!(cl.copy_bytes, cl.copies_sent * 300);
     assert!(sl.copies_first + sl.copies_late > 0, "{sl:?}");
     assert_eq!(sl.lanes_lost, 0, "{sl:?}");
+}
+
+// ------------------------------------------------------------------ a scripted connecting side
+
+/// The scripted side's bytes for the kernel, as its driver would write them.
+fn transmit(c: &mut Connection, now: Instant) -> Vec<u8> {
+    c.poll_transmit(now, &TcpState::default());
+    let out: Vec<u8> = c.transmit_segments().flatten().copied().collect();
+    c.handle_written(now, out.len());
+    out
+}
+
+/// Opens backup `path` of channel `token` by hand: hello, then the echo of its ordinal.
+async fn raw_backup(addr: SocketAddr, token: u64, path: u64) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut hello = Vec::new();
+    Hello {
+        version: VERSION,
+        options: vec![HelloOption::ChannelToken(token), HelloOption::Path(path)],
+    }
+    .encode(&mut hello);
+    s.write_all(&hello).await.unwrap();
+    let mut buf = Vec::new();
+    let reply = loop {
+        let mut tmp = [0u8; 256];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut tmp))
+            .await
+            .expect("the backup's hello answered")
+            .unwrap();
+        assert!(n > 0, "backup {path} closed before its answer");
+        buf.extend_from_slice(&tmp[..n]);
+        if let Some((h, _)) = Hello::decode(&buf).unwrap() {
+            break h;
+        }
+    };
+    assert!(
+        reply.options.contains(&HelloOption::Path(path)),
+        "{reply:?}"
+    );
+    s
+}
+
+async fn recv_data(s: &lowtide::Channel) -> Vec<u8> {
+    let m = tokio::time::timeout(Duration::from_secs(5), s.recv())
+        .await
+        .expect("a message within 5 s")
+        .expect("the channel is open");
+    m.data.to_vec()
+}
+
+/// The cause of a Fig. 6 run's "connection closed by peer without CLOSE": the connecting
+/// side switched to backup 1, whose first bytes were held up (lost in the bottleneck and
+/// retransmitted), stalled again and switched to backup 2, whose SWITCH arrived first. When
+/// 1's SWITCH came, the accepting side followed it back and closed 2, the connection in use.
+/// Now it closes 1 unread and stays on 2.
+#[tokio::test(flavor = "current_thread")]
+async fn a_switch_overtaken_by_a_later_one_is_not_followed() {
+    let l = lowtide::listen(any_port(), fo(2, 200)).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let token = 0x5eed;
+    let cfg = Config {
+        controller: ControllerConfig::Unlimited,
+        ..fo(2, 200).transport
+    };
+    let now = Instant::now();
+    let mut c = Connection::with_token(cfg, Side::Client, now, token).unwrap();
+    let mut primary = tokio::net::TcpStream::connect(addr).await.unwrap();
+    primary.write_all(&transmit(&mut c, now)).await.unwrap();
+    let server = l.accept().await.unwrap();
+    let mut b1 = raw_backup(addr, token, 1).await;
+    let mut b2 = raw_backup(addr, token, 2).await;
+    wait_for("two idle backups", Duration::from_secs(5), || {
+        server.backups() == 2
+    })
+    .await;
+    let st = c.open_stream(StreamConfig::default()).unwrap();
+    c.send(now, st, Message::new(&b"zero"[..])).unwrap();
+    primary.write_all(&transmit(&mut c, now)).await.unwrap();
+    assert_eq!(recv_data(&server).await, b"zero");
+    // the switch to 1: its bytes are held up
+    c.begin_path(now, 1).unwrap();
+    c.send(now, st, Message::new(&b"one"[..])).unwrap();
+    let held_up = transmit(&mut c, now);
+    // the switch to 2 arrives first
+    c.begin_path(now, 2).unwrap();
+    c.send(now, st, Message::new(&b"two"[..])).unwrap();
+    b2.write_all(&transmit(&mut c, now)).await.unwrap();
+    assert_eq!(recv_data(&server).await, b"one"); // resent on 2
+    assert_eq!(recv_data(&server).await, b"two");
+    assert_eq!(server.stats().failovers, 1);
+    // now 1's SWITCH arrives
+    b1.write_all(&held_up).await.unwrap();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(5), b1.read(&mut tmp))
+            .await
+            .expect("the stale backup is closed")
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+    }
+    // 2 is still the connection in use, both ways
+    c.send(now, st, Message::new(&b"three"[..])).unwrap();
+    b2.write_all(&transmit(&mut c, now)).await.unwrap();
+    assert_eq!(recv_data(&server).await, b"three");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    loop {
+        match b2.try_read(&mut tmp) {
+            Ok(0) => panic!("the accepting side closed the connection in use"),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("the connection in use failed: {e}"),
+        }
+    }
+    assert_eq!(server.stats().failovers, 1);
+    assert!(!server.is_finished());
+    drop(primary);
+}
+
+/// The admission race: the connecting side opens a replacement right after it writes the
+/// SWITCH on the backup it moved to, and the replacement's hello can arrive first, while the
+/// used backup still counts as idle. It waits (up to `ADMIT_GRACE`, 2 s) and is admitted as
+/// soon as the SWITCH shows the used one busy, not refused.
+#[tokio::test(flavor = "current_thread")]
+async fn a_replacement_arriving_before_the_switch_is_admitted() {
+    let l = lowtide::listen(any_port(), fo(1, 200)).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let token = 0x7ace;
+    let cfg = Config {
+        controller: ControllerConfig::Unlimited,
+        ..fo(1, 200).transport
+    };
+    let now = Instant::now();
+    let mut c = Connection::with_token(cfg, Side::Client, now, token).unwrap();
+    let mut primary = tokio::net::TcpStream::connect(addr).await.unwrap();
+    primary.write_all(&transmit(&mut c, now)).await.unwrap();
+    let server = l.accept().await.unwrap();
+    let mut b1 = raw_backup(addr, token, 1).await;
+    wait_for("one idle backup", Duration::from_secs(5), || {
+        server.backups() == 1
+    })
+    .await;
+    // the replacement's hello first: at the limit, it waits
+    let replacement = tokio::spawn(raw_backup(addr, token, 2));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !replacement.is_finished(),
+        "answered before a place was free"
+    );
+    // then the SWITCH on backup 1
+    let t_switch = Instant::now();
+    c.begin_path(now, 1).unwrap();
+    let st = c.open_stream(StreamConfig::default()).unwrap();
+    c.send(now, st, Message::new(&b"moved"[..])).unwrap();
+    b1.write_all(&transmit(&mut c, now)).await.unwrap();
+    let _b2 = tokio::time::timeout(Duration::from_secs(5), replacement)
+        .await
+        .expect("the replacement answered")
+        .expect("admitted (its ordinal echoed)");
+    let waited = t_switch.elapsed();
+    assert!(
+        waited < Duration::from_millis(1000),
+        "admitted {waited:?} after the SWITCH: at once, not at the 2 s grace's end"
+    );
+    assert_eq!(recv_data(&server).await, b"moved");
+    let stats = server.stats();
+    assert_eq!(
+        (stats.failovers, stats.backups_refused),
+        (1, 0),
+        "{stats:?}"
+    );
+    wait_for("the replacement held idle", Duration::from_secs(5), || {
+        server.backups() == 1
+    })
+    .await;
+    drop(primary);
 }

@@ -302,6 +302,9 @@ pub struct SenderCost {
     pub failovers: f64,
     #[serde(default)]
     pub false_failovers: f64,
+    /// Failover variants: stall verdicts the kernel's ACK clock held back, per run.
+    #[serde(default)]
+    pub stalls_held_by_acks: f64,
     /// Importance-reserve variants: staging passes the reserve held back, and bytes of
     /// important data staged into it, per run (`lowtide_proto::reserve`).
     #[serde(default)]
@@ -346,6 +349,7 @@ impl SenderCost {
             wakeups_per_message: per(Some(wakeups)),
             failovers: avg(|c| c.failovers as f64),
             false_failovers: avg(|c| c.false_failovers as f64),
+            stalls_held_by_acks: avg(|c| c.stalls_held_by_acks as f64),
             reserve_held: avg(|c| c.reserve_held as f64),
             reserve_bytes_used: avg(|c| c.reserve_bytes_used as f64),
             copies_sent: avg(|c| c.copies_sent as f64),

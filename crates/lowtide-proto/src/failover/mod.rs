@@ -11,7 +11,9 @@
 //! - [`stall`]: the stall rule. The oldest byte written and not yet P-ACKed is older than
 //!   `max(floor, factor × (srtt + 4·rttvar))`, srtt and rttvar estimated from P-ACKs as
 //!   RFC 6298 does from ACKs. SRT's main/backup bonding uses the same shape,
-//!   clamp(2·SRTT + 4·RTTVar, 60 ms, latency); `factor` is Paceline's safety margin.
+//!   clamp(2·SRTT + 4·RTTVar, 60 ms, latency); `factor` is Paceline's safety margin. The
+//!   verdict waits while the kernel still receives ACKs (its own loss recovery at work;
+//!   [`AckClock`], sampled by the driver from `TCP_INFO`).
 //! - [`delivered`]: exactly-once delivery per (stream, seq) at the receiver, bounded memory;
 //!   with failover on, a resent copy must have the first copy's bytes.
 //! - [`old_path`]: the false-positive estimate: P-ACKs that still arrive on the abandoned
@@ -83,7 +85,7 @@ use crate::config::{check_range, ConfigError};
 
 pub use delivered::{Delivered, Verdict};
 pub use old_path::OldPath;
-pub use stall::StallDetector;
+pub use stall::{AckClock, StallDetector, StallVerdict};
 
 /// Failover settings (`failover = { backups = N, ... }`), checked by [`FailoverConfig::validate`].
 ///

@@ -1,4 +1,4 @@
-//! Stall detection from P-ACKs.
+//! Stall detection from P-ACKs, held back while the kernel's ACK clock still runs.
 //!
 //! Rule (Paceline, "Connection Manager"): fail over when the oldest byte written to the
 //! kernel and not yet acknowledged by a P-ACK is older than
@@ -7,10 +7,25 @@
 //! trips: from the write that carried the newest byte a P-ACK covers to that P-ACK's arrival.
 //! Before the first sample the threshold is the floor.
 //!
+//! The verdict also asks the kernel ([`AckClock`], from `TCP_INFO`): while the connection's
+//! TCP still received an ACK within the last threshold and its retransmission timer has not
+//! fired, the connection is not stalled; the verdict waits until a threshold after that ACK.
+//! P-ACKs alone cannot tell a dead path from TCP's own fast-retransmit recovery: either way
+//! the receiver's application sees nothing new (head-of-line blocking), but during a recovery
+//! ACKs (duplicate and SACK ones) keep arriving. The case that needed it: at start-up, a
+//! slow-start overshoot fills the bottleneck queue within a few round trips and loses
+//! segments; the round trip triples while srtt still holds the empty path's, and the P-ACK
+//! rule alone switched 3–4 times in the first 1.5 s of Fig. 6 (`docs/failover.md`), each
+//! switch a new slow start into the same full queue. A real failure (blackhole, link down)
+//! stops the ACKs: the verdict then comes at most one threshold after the last ACK, or as
+//! soon as the kernel's retransmission timer fires. A driver that never samples the ACK
+//! clock gets the P-ACK rule alone.
+//!
 //! Where we differ: Paceline does not publish its factor or margin; ours is one `factor`
 //! (default 2, as SRT's 2·SRTT) and the floor (SRT's lower clamp is 60 ms; our default is
 //! 200 ms, TCP's minimum RTO). There is no upper clamp: a sender whose threshold would exceed
-//! its messages' deadlines gains nothing from failover anyway.
+//! its messages' deadlines gains nothing from failover anyway. Paceline's rule is the P-ACK
+//! one; the ACK clock is ours.
 //!
 //! ```
 //! use lowtide_proto::failover::{FailoverConfig, StallDetector};
@@ -30,6 +45,27 @@ use super::FailoverConfig;
 /// Write times kept; beyond this a write extends the newest entry (its bytes then count as
 /// written at that entry's earlier time).
 const MAX_WRITES_TRACKED: usize = 1 << 16;
+
+/// What the kernel's TCP sender says about its ACKs (`TCP_INFO`), sampled by the driver when
+/// the P-ACK rule is due ([`Connection::wants_ack_clock`](crate::Connection::wants_ack_clock)).
+///
+/// ```
+/// use lowtide_proto::failover::AckClock;
+/// use std::time::Duration;
+/// // tcpi_last_ack_recv = 12 ms, tcpi_ca_state = TCP_CA_Recovery (fast retransmit), no back-off
+/// let k = AckClock { since_last_ack: Duration::from_millis(12), timeout_recovery: false };
+/// assert!(!k.timeout_recovery);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckClock {
+    /// Time since the kernel last received an ACK for this connection, duplicate and SACK
+    /// ones included (`tcpi_last_ack_recv`).
+    pub since_last_ack: Duration,
+    /// The kernel's retransmission timer fired and the recovery from it is not over
+    /// (`tcpi_ca_state` is `TCP_CA_Loss`, or `tcpi_backoff` > 0): ACKs no longer hold the
+    /// verdict back.
+    pub timeout_recovery: bool,
+}
 
 /// The stall clock of the connection in use.
 ///
@@ -57,6 +93,28 @@ pub struct StallDetector {
     /// (channel offset of a write's end, when the kernel took it), oldest first, unacked only.
     writes: VecDeque<(u64, Instant)>,
     samples: u64,
+    /// When the kernel last received an ACK on the connection in use, as last sampled.
+    last_ack: Option<Instant>,
+    timeout_recovery: bool,
+    /// Verdicts the ACK clock held back: one per oldest write (channel offset of its end).
+    held: u64,
+    held_write: Option<u64>,
+}
+
+/// What [`StallDetector::verdict`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StallVerdict {
+    /// Nothing outstanding is past the threshold.
+    Clear,
+    /// The P-ACK rule is due, but the kernel received an ACK within the last threshold (and
+    /// its retransmission timer has not fired): not a stall yet. `first`: the first time for
+    /// this oldest write.
+    HeldByAcks {
+        /// First hold for this oldest write (count it once).
+        first: bool,
+    },
+    /// Stalled: switch.
+    Stalled,
 }
 
 impl StallDetector {
@@ -77,6 +135,10 @@ impl StallDetector {
             rttvar: Duration::ZERO,
             writes: VecDeque::new(),
             samples: 0,
+            last_ack: None,
+            timeout_recovery: false,
+            held: 0,
+            held_write: None,
         }
     }
 
@@ -197,22 +259,120 @@ impl StallDetector {
         }
     }
 
-    /// When the connection counts as stalled if no P-ACK arrives before (`None`: nothing
-    /// unacknowledged).
+    /// When the connection counts as stalled if neither a P-ACK nor (in the kernel) an ACK
+    /// arrives before (`None`: nothing unacknowledged): the P-ACK rule's time, or a threshold
+    /// after the kernel's last ACK if that is later and no retransmission timeout is under way.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{AckClock, FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 100, ..Default::default() });
+    /// assert_eq!(d.stall_at(), None); // nothing outstanding
+    /// d.on_written(1000, t0);
+    /// assert_eq!(d.stall_at(), Some(t0 + ms(100)));
+    /// // At 100 ms the kernel says its last ACK came 10 ms ago (a SACK: TCP is repairing a loss).
+    /// d.on_ack_clock(t0 + ms(100), AckClock { since_last_ack: ms(10), timeout_recovery: false });
+    /// assert_eq!(d.stall_at(), Some(t0 + ms(190)));
+    /// d.on_acked(1000, t0 + ms(150));
+    /// assert_eq!(d.stall_at(), None);
+    /// ```
+    pub fn stall_at(&self) -> Option<Instant> {
+        let by_packs = self.pack_stall_at()?;
+        Some(match self.last_ack {
+            Some(a) if !self.timeout_recovery => by_packs.max(a + self.threshold()),
+            _ => by_packs,
+        })
+    }
+
+    /// When the P-ACK rule alone is due: the oldest unacknowledged write plus the threshold.
     ///
     /// ```
     /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
     /// use std::time::{Duration, Instant};
     /// let t0 = Instant::now();
     /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 100, ..Default::default() });
-    /// assert_eq!(d.stall_at(), None); // nothing outstanding
     /// d.on_written(1000, t0);
-    /// assert_eq!(d.stall_at(), Some(t0 + Duration::from_millis(100)));
-    /// d.on_acked(1000, t0 + Duration::from_millis(1));
-    /// assert_eq!(d.stall_at(), None);
+    /// assert_eq!(d.pack_stall_at(), Some(t0 + Duration::from_millis(100)));
     /// ```
-    pub fn stall_at(&self) -> Option<Instant> {
+    pub fn pack_stall_at(&self) -> Option<Instant> {
         self.writes.front().map(|&(_, at)| at + self.threshold())
+    }
+
+    /// Whether the verdict at `now` needs a fresh [`AckClock`]: the P-ACK rule is due.
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let t0 = Instant::now();
+    /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 100, ..Default::default() });
+    /// d.on_written(1000, t0);
+    /// assert!(!d.wants_ack_clock(t0 + Duration::from_millis(99)));
+    /// assert!(d.wants_ack_clock(t0 + Duration::from_millis(100)));
+    /// ```
+    pub fn wants_ack_clock(&self, now: Instant) -> bool {
+        self.pack_stall_at().is_some_and(|t| now >= t)
+    }
+
+    /// The kernel's ACK clock, sampled at `sampled_at`. The last ACK's time only moves
+    /// forward (the kernel counts in jiffies).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{AckClock, FailoverConfig, StallDetector};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 100, ..Default::default() });
+    /// d.on_written(1000, t0);
+    /// // The retransmission timer fired: ACKs no longer hold the verdict back.
+    /// d.on_ack_clock(t0 + ms(100), AckClock { since_last_ack: ms(5), timeout_recovery: true });
+    /// assert!(d.is_stalled(t0 + ms(100)));
+    /// ```
+    pub fn on_ack_clock(&mut self, sampled_at: Instant, k: AckClock) {
+        if let Some(at) = sampled_at.checked_sub(k.since_last_ack) {
+            self.last_ack = Some(self.last_ack.map_or(at, |a| a.max(at)));
+        }
+        self.timeout_recovery = k.timeout_recovery;
+    }
+
+    /// The verdict at `now` (counts a hold once per oldest write).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::{AckClock, FailoverConfig, StallDetector, StallVerdict};
+    /// use std::time::{Duration, Instant};
+    /// let (t0, ms) = (Instant::now(), Duration::from_millis);
+    /// let mut d = StallDetector::new(&FailoverConfig { floor_ms: 100, ..Default::default() });
+    /// d.on_written(1000, t0);
+    /// assert_eq!(d.verdict(t0 + ms(50)), StallVerdict::Clear);
+    /// d.on_ack_clock(t0 + ms(100), AckClock { since_last_ack: ms(2), timeout_recovery: false });
+    /// assert_eq!(d.verdict(t0 + ms(100)), StallVerdict::HeldByAcks { first: true });
+    /// assert_eq!(d.verdict(t0 + ms(150)), StallVerdict::HeldByAcks { first: false });
+    /// assert_eq!(d.verdict(t0 + ms(198)), StallVerdict::Stalled); // no ACK since 98 ms
+    /// assert_eq!(d.held(), 1);
+    /// ```
+    pub fn verdict(&mut self, now: Instant) -> StallVerdict {
+        if self.stall_at().is_some_and(|t| now >= t) {
+            return StallVerdict::Stalled;
+        }
+        if !self.wants_ack_clock(now) {
+            return StallVerdict::Clear;
+        }
+        let oldest = self.writes.front().map(|w| w.0);
+        let first = self.held_write != oldest;
+        if first {
+            self.held_write = oldest;
+            self.held += 1;
+        }
+        StallVerdict::HeldByAcks { first }
+    }
+
+    /// Verdicts the ACK clock held back (once per oldest write).
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// The kernel's last ACK on the connection in use, as last sampled.
+    pub fn last_ack(&self) -> Option<Instant> {
+        self.last_ack
     }
 
     /// Age of the oldest unacknowledged write.
@@ -247,7 +407,8 @@ impl StallDetector {
         self.stall_at().is_some_and(|t| now >= t)
     }
 
-    /// A new connection is in use: nothing is outstanding on it yet; the RTT estimate stays.
+    /// A new connection is in use: nothing is outstanding on it yet and its kernel has not
+    /// been sampled; the RTT estimate stays.
     ///
     /// ```
     /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
@@ -263,6 +424,9 @@ impl StallDetector {
     /// ```
     pub fn new_path(&mut self) {
         self.writes.clear();
+        self.last_ack = None;
+        self.timeout_recovery = false;
+        self.held_write = None;
     }
 }
 

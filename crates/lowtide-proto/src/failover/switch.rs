@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use super::{Connection, Event, MessageId, Side, State};
 use crate::error::ProtocolError;
 use crate::failover::duplicate::Withdraw;
-use crate::failover::{FailoverConfig, FailoverReport, OldPath, StallDetector};
+use crate::failover::{
+    AckClock, FailoverConfig, FailoverReport, OldPath, StallDetector, StallVerdict,
+};
 use crate::stream::{Pending, SendStream};
 use crate::wire::{CancelReason, Frame};
 
@@ -125,23 +127,96 @@ impl Connection {
 
     /// When the connection in use counts as stalled unless a P-ACK arrives first.
     pub(super) fn stall_at(&self) -> Option<Instant> {
-        let f = self.failover.as_ref()?;
-        if self.side != Side::Client || self.state != State::Open || f.wanted {
+        if !self.detects_stalls() {
             return None;
         }
-        f.stall.stall_at()
+        self.failover.as_ref()?.stall.stall_at()
     }
 
     pub(super) fn check_stall(&mut self, now: Instant) {
-        if self.stall_at().is_some_and(|t| now >= t) {
-            let f = self.failover.as_mut().expect("stall_at needs failover");
-            f.wanted = true;
-            f.counted_without_backup = false;
-            tracing::debug!(
-                threshold = ?f.stall.threshold(),
-                oldest = ?f.stall.oldest_age(now),
-                "connection stalled"
-            );
+        if !self.detects_stalls() {
+            return;
+        }
+        let f = self
+            .failover
+            .as_mut()
+            .expect("detects_stalls needs failover");
+        match f.stall.verdict(now) {
+            StallVerdict::Clear => {}
+            StallVerdict::HeldByAcks { first } => {
+                if first {
+                    self.stats.stalls_held_by_acks += 1;
+                    tracing::debug!(
+                        threshold = ?f.stall.threshold(),
+                        oldest = ?f.stall.oldest_age(now),
+                        last_ack = ?f.stall.last_ack().map(|a| now.saturating_duration_since(a)),
+                        "P-ACKs late, but the kernel still receives ACKs: not a stall yet"
+                    );
+                }
+            }
+            StallVerdict::Stalled => {
+                f.wanted = true;
+                f.counted_without_backup = false;
+                tracing::debug!(
+                    threshold = ?f.stall.threshold(),
+                    oldest = ?f.stall.oldest_age(now),
+                    last_ack = ?f.stall.last_ack().map(|a| now.saturating_duration_since(a)),
+                    "connection stalled"
+                );
+            }
+        }
+    }
+
+    /// Connecting side, open, no switch pending: the side whose stalls count.
+    fn detects_stalls(&self) -> bool {
+        self.side == Side::Client
+            && self.state == State::Open
+            && self.failover.as_ref().is_some_and(|f| !f.wanted)
+    }
+
+    /// Whether the stall verdict at `now` needs the kernel's ACK clock: the P-ACK rule is due
+    /// (connecting side, failover on). The driver then samples `TCP_INFO` of the connection
+    /// in use and passes it to [`handle_ack_clock`](Self::handle_ack_clock) before the next
+    /// [`handle_timeout`](Self::handle_timeout) or [`poll_transmit`](Self::poll_transmit).
+    ///
+    /// ```
+    /// # use lowtide_proto::failover::{AckClock, FailoverConfig};
+    /// # use lowtide_proto::sim::{LinkParams, Pair};
+    /// # use lowtide_proto::{Config, Message, StreamConfig};
+    /// # use std::time::Duration;
+    /// # let cfg = Config { failover: Some(FailoverConfig { floor_ms: 100, ..Default::default() }), ..Config::default() };
+    /// let mut pair = Pair::new(cfg.clone(), cfg, LinkParams::default());
+    /// pair.ack_clock = false; // this test plays the driver's part below
+    /// pair.drive_bounded(10_000);
+    /// pair.c2s.blackholed = true;
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new("held up"))?;
+    /// let written = pair.now;
+    /// pair.step(); // written now
+    /// let due = written + pair.client.conn.stall_threshold().unwrap();
+    /// assert!(!pair.client.conn.wants_ack_clock(due - Duration::from_millis(1)));
+    /// assert!(pair.client.conn.wants_ack_clock(due));
+    /// // The kernel received a (duplicate) ACK 5 ms ago: TCP is still repairing; no verdict yet.
+    /// let k = AckClock { since_last_ack: Duration::from_millis(5), timeout_recovery: false };
+    /// pair.client.conn.handle_ack_clock(due, k);
+    /// pair.client.conn.handle_timeout(due);
+    /// assert!(!pair.client.conn.failover_wanted());
+    /// assert_eq!(pair.client.conn.stats().stalls_held_by_acks, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wants_ack_clock(&self, now: Instant) -> bool {
+        self.detects_stalls()
+            && self
+                .failover
+                .as_ref()
+                .is_some_and(|f| f.stall.wants_ack_clock(now))
+    }
+
+    /// The kernel's ACK clock of the connection in use, sampled at `sampled_at`
+    /// (see [`wants_ack_clock`](Self::wants_ack_clock)).
+    pub fn handle_ack_clock(&mut self, sampled_at: Instant, k: AckClock) {
+        if let Some(f) = &mut self.failover {
+            f.stall.on_ack_clock(sampled_at, k);
         }
     }
 
@@ -325,6 +400,10 @@ impl Connection {
     /// messages start again, own streams are announced again, partial reassemblies are
     /// dropped (the peer resends them whole), and byte counts start from the new connection.
     ///
+    /// The connecting side switches to ever higher ordinals; the accepting side follows only
+    /// a higher ordinal than the one in use and returns `None` for a lower one (a SWITCH
+    /// overtaken by a later one: the connection it names was left already; close it unread).
+    ///
     /// ```
     /// # use lowtide_proto::failover::FailoverConfig;
     /// # use lowtide_proto::sim::{LinkParams, Pair};
@@ -348,6 +427,17 @@ impl Connection {
         }
         let max_chunk = self.config.max_chunk_len;
         let f = self.failover.as_mut()?;
+        if self.side == Side::Server && path <= f.path {
+            // The peer switches to ever higher ordinals: this SWITCH was overtaken by a later
+            // one (its first bytes were lost and retransmitted, say) and names a connection
+            // the peer has left already.
+            tracing::debug!(
+                path,
+                current = f.path,
+                "SWITCH to a connection already left"
+            );
+            return None;
+        }
         let threshold = if self.side == Side::Client {
             f.stall.threshold()
         } else {

@@ -192,6 +192,93 @@ fn no_false_failover_on_a_steady_link() {
     assert_exactly_once(&p, s, 6000, 10_000);
 }
 
+/// Start-up as in Fig. 6 (Erbad and Krasic): messages every 5 ms on an empty path (srtt
+/// learns its 20 ms), then other flows' slow start fills the bottleneck queue within a few
+/// round trips (one-way delay 10 → 46 ms in 30 ms) and loses a segment, which TCP repairs
+/// in about a round trip: for 150 ms the receiver gets nothing in order while ACKs (SACKs)
+/// keep arriving.
+fn overshoot(i: u64, p: &mut Pair) {
+    if (100..=105).contains(&i) {
+        p.c2s.params.delay = (10 + 6 * (i - 99) as u32) * MS;
+    }
+    if i == 105 {
+        p.c2s.hold_until = Some(p.now + 150 * MS);
+    }
+}
+
+#[test]
+fn a_slow_start_overshoot_does_not_fail_over() {
+    for ack_clock in [false, true] {
+        let mut p = pair();
+        p.auto_failover = true;
+        p.ack_clock = ack_clock;
+        let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
+        send_paced(&mut p, s, 300, 1000, 5 * MS, overshoot);
+        p.drive_bounded(1_000_000);
+        assert_exactly_once(&p, s, 300, 1000);
+        let st = *p.client.conn.stats();
+        if ack_clock {
+            // the P-ACK rule was due (its srtt was the empty path's); the ACKs held it back
+            assert_eq!(st.failovers, 0, "{st:?}");
+            assert!(st.stalls_held_by_acks >= 1, "{st:?}");
+        } else {
+            // the P-ACK rule alone switches, and the old connection still acknowledged
+            assert!(st.failovers >= 1 && st.false_failovers >= 1, "{st:?}");
+            assert_eq!(st.stalls_held_by_acks, 0, "{st:?}");
+        }
+    }
+}
+
+#[test]
+fn a_blackhole_during_loss_recovery_fails_over_within_a_threshold_of_the_last_ack() {
+    let mut p = pair();
+    let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
+    send_paced(&mut p, s, 110, 1000, 5 * MS, overshoot);
+    // the repair is under way (ACKs still come, the P-ACK rule is held); now the path dies
+    assert!(p.c2s.hold_until.is_some_and(|t| t > p.now));
+    assert!(p.client.conn.stats().stalls_held_by_acks >= 1);
+    assert!(!p.client.conn.failover_wanted());
+    p.c2s.blackholed = true;
+    p.s2c.blackholed = true;
+    let dark = p.now;
+    let mut wanted_at = None;
+    let mut sent = 110;
+    for i in 110..400u64 {
+        sent += 1;
+        let now = p.now;
+        p.client
+            .conn
+            .send(now, s, Message::new(payload(i, 1000)))
+            .unwrap();
+        let until = now + 5 * MS;
+        while p.now < until && p.step() {
+            if p.client.conn.failover_wanted() {
+                wanted_at = Some(p.now);
+                break;
+            }
+        }
+        if wanted_at.is_some() {
+            break;
+        }
+    }
+    let after = wanted_at
+        .expect("the dead path is detected")
+        .duration_since(dark);
+    let th = p.client.conn.stall_threshold().unwrap();
+    // the last ACK came at most a round trip before the path died; the verdict comes one
+    // threshold after it
+    assert!(
+        after <= th,
+        "detected {after:?} after the blackhole, threshold {th:?}"
+    );
+    assert!(after >= th - 2 * 46 * MS, "{after:?}, threshold {th:?}");
+    p.auto_failover = true;
+    p.drive_bounded(1_000_000);
+    let st = *p.client.conn.stats();
+    assert_eq!((st.failovers, st.false_failovers), (1, 0), "{st:?}");
+    assert_exactly_once(&p, s, sent, 1000);
+}
+
 #[test]
 fn a_forced_switch_on_a_live_connection_counts_a_false_failover() {
     let mut p = pair();
@@ -337,6 +424,32 @@ fn a_backup_used_without_its_switch_and_a_stray_switch_are_errors() {
         c.handle_bytes(now, &switch(3)),
         Err(ProtocolError::BadSwitch { expected: 2, .. })
     ));
+}
+
+#[test]
+fn the_accepting_side_ignores_a_switch_overtaken_by_a_later_one() {
+    // The peer switched to 1, then (1's first bytes lost and retransmitted) to 2, whose
+    // SWITCH arrived first. Following 1 now would close the connection the peer uses.
+    let now = Instant::now();
+    let mut c = Connection::new(fo_cfg(), Side::Server, now).unwrap();
+    c.handle_bytes(now, &hello()).unwrap();
+    c.handle_bytes(now, &first(0, b"abc")).unwrap();
+    assert_eq!(c.begin_path(now, 2).map(|r| r.path), Some(2));
+    let mut b = switch(2);
+    b.extend(first(1, b"def"));
+    c.handle_bytes(now, &b).unwrap();
+    assert!(
+        c.begin_path(now, 1).is_none(),
+        "a lower ordinal is not followed"
+    );
+    assert!(c.begin_path(now, 2).is_none(), "nor the one in use");
+    assert_eq!((c.path(), c.stats().failovers), (2, 1));
+    // the connection in use reads on, nothing expected of it
+    c.handle_bytes(now, &first(2, b"ghi")).unwrap();
+    let got: Vec<_> = std::iter::from_fn(|| c.poll_message())
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(got, vec![0, 1, 2]);
 }
 
 #[test]
