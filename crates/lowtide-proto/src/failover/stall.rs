@@ -14,12 +14,18 @@
 //! the receiver's application sees nothing new (head-of-line blocking), but during a recovery
 //! ACKs (duplicate and SACK ones) keep arriving. The case that needed it: at start-up, a
 //! slow-start overshoot fills the bottleneck queue within a few round trips and loses
-//! segments; the round trip triples while srtt still holds the empty path's, and the P-ACK
-//! rule alone switched 3–4 times in the first 1.5 s of Fig. 6 (`docs/failover.md`), each
-//! switch a new slow start into the same full queue. A real failure (blackhole, link down)
+//! segments; the round trip more than doubles while srtt still holds the empty path's, and
+//! the P-ACK rule alone switched 6 times in the first 1.2 s of a quick Fig. 6 run
+//! (`docs/failover.md`, "Start-up"), each switch a new slow start into the same full queue. A real failure (blackhole, link down)
 //! stops the ACKs: the verdict then comes at most one threshold after the last ACK, or as
 //! soon as the kernel's retransmission timer fires. A driver that never samples the ACK
 //! clock gets the P-ACK rule alone.
+//!
+//! Back-off: a switch away from a connection that never brought a P-ACK sample doubles the
+//! threshold until the next sample (at most ×16), as TCP backs off its retransmission
+//! timer. Without it, a switch into a path slower than the estimate cascades: the new
+//! connection's first P-ACK cannot come within the old threshold, and its kernel's last ACK
+//! is the handshake's (a full Fig. 6 run switched to a backup, then away from it 100 ms later).
 //!
 //! Where we differ: Paceline does not publish its factor or margin; ours is one `factor`
 //! (default 2, as SRT's 2·SRTT) and the floor (SRT's lower clamp is 60 ms; our default is
@@ -67,6 +73,9 @@ pub struct AckClock {
     pub timeout_recovery: bool,
 }
 
+/// Most doublings of the threshold for consecutive switches without a P-ACK (×16).
+const MAX_BACKOFF: u32 = 4;
+
 /// The stall clock of the connection in use.
 ///
 /// ```
@@ -99,6 +108,10 @@ pub struct StallDetector {
     /// Verdicts the ACK clock held back: one per oldest write (channel offset of its end).
     held: u64,
     held_write: Option<u64>,
+    /// Doublings of the threshold: switches in a row with no P-ACK sample in between.
+    backoff: u32,
+    /// A P-ACK sample arrived since the connection in use began.
+    sampled_on_path: bool,
 }
 
 /// What [`StallDetector::verdict`] found.
@@ -139,6 +152,8 @@ impl StallDetector {
             timeout_recovery: false,
             held: 0,
             held_write: None,
+            backoff: 0,
+            sampled_on_path: false,
         }
     }
 
@@ -193,6 +208,8 @@ impl StallDetector {
 
     fn sample(&mut self, r: Duration) {
         self.samples += 1;
+        self.sampled_on_path = true;
+        self.backoff = 0;
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -253,10 +270,11 @@ impl StallDetector {
     /// assert_eq!(d.threshold(), ms(200));
     /// ```
     pub fn threshold(&self) -> Duration {
-        match self.srtt {
+        let t = match self.srtt {
             None => self.floor,
             Some(s) => (s + self.rttvar * 4).mul_f64(self.factor).max(self.floor),
-        }
+        };
+        t * (1 << self.backoff)
     }
 
     /// When the connection counts as stalled if neither a P-ACK nor (in the kernel) an ACK
@@ -408,7 +426,10 @@ impl StallDetector {
     }
 
     /// A new connection is in use: nothing is outstanding on it yet and its kernel has not
-    /// been sampled; the RTT estimate stays.
+    /// been sampled; the RTT estimate stays. A switch away from a connection that never
+    /// brought a P-ACK sample doubles the threshold until the next sample (at most
+    /// ×16), as TCP backs off its retransmission timer (RFC 6298, section 5.5): the estimate
+    /// is then no longer known to fit the path.
     ///
     /// ```
     /// use lowtide_proto::failover::{FailoverConfig, StallDetector};
@@ -423,6 +444,10 @@ impl StallDetector {
     /// assert_eq!(d.srtt(), Some(ms(30))); // the estimate stays
     /// ```
     pub fn new_path(&mut self) {
+        if !self.sampled_on_path {
+            self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+        }
+        self.sampled_on_path = false;
         self.writes.clear();
         self.last_ack = None;
         self.timeout_recovery = false;
@@ -497,6 +522,72 @@ mod tests {
             "a new path starts with nothing outstanding"
         );
         assert!(d.srtt().is_some());
+    }
+
+    #[test]
+    fn switches_without_a_sample_back_off_until_the_next_one() {
+        let t0 = Instant::now();
+        let mut d = det(200);
+        d.on_written(1, t0);
+        d.on_acked(1, t0 + 20 * MS); // 2 × (20 + 4·10) ms is below the floor
+        assert_eq!(d.threshold(), 200 * MS);
+        d.new_path(); // the primary had samples: no back-off
+        assert_eq!(d.threshold(), 200 * MS);
+        d.new_path(); // this one brought none
+        assert_eq!(d.threshold(), 400 * MS);
+        for _ in 0..10 {
+            d.new_path();
+        }
+        assert_eq!(d.threshold(), 3200 * MS, "at most 16 times");
+        d.on_written(2, t0 + 30 * MS);
+        d.on_acked(2, t0 + 50 * MS);
+        assert_eq!(d.threshold(), 200 * MS, "a sample ends the back-off");
+    }
+
+    #[test]
+    fn the_ack_clock_holds_the_verdict_only_while_acks_arrive() {
+        let t0 = Instant::now();
+        let mut d = det(100);
+        d.on_written(1000, t0);
+        assert_eq!(
+            d.verdict(t0 + 100 * MS),
+            StallVerdict::Stalled,
+            "no ACK clock"
+        );
+        let live = |ago: Duration| AckClock {
+            since_last_ack: ago,
+            timeout_recovery: false,
+        };
+        d.on_ack_clock(t0 + 100 * MS, live(10 * MS));
+        assert_eq!(d.stall_at(), Some(t0 + 190 * MS));
+        assert_eq!(
+            d.verdict(t0 + 100 * MS),
+            StallVerdict::HeldByAcks { first: true }
+        );
+        // a later sample naming an older ACK (jiffies) does not move the hold back
+        d.on_ack_clock(t0 + 120 * MS, live(40 * MS));
+        assert_eq!(d.stall_at(), Some(t0 + 190 * MS));
+        // ACKs keep coming: held while they do, once counted
+        d.on_ack_clock(t0 + 180 * MS, live(MS));
+        assert_eq!(
+            d.verdict(t0 + 278 * MS),
+            StallVerdict::HeldByAcks { first: false }
+        );
+        assert_eq!(d.verdict(t0 + 279 * MS), StallVerdict::Stalled);
+        assert_eq!(d.held(), 1);
+        // a retransmission timeout: ACKs hold nothing back
+        d.on_ack_clock(
+            t0 + 200 * MS,
+            AckClock {
+                since_last_ack: Duration::ZERO,
+                timeout_recovery: true,
+            },
+        );
+        assert_eq!(d.stall_at(), Some(t0 + 100 * MS));
+        // a new connection forgets the old one's kernel
+        d.on_ack_clock(t0 + 200 * MS, live(Duration::ZERO));
+        d.new_path();
+        assert_eq!(d.last_ack(), None);
     }
 
     #[test]

@@ -208,25 +208,24 @@ fn overshoot(i: u64, p: &mut Pair) {
 
 #[test]
 fn a_slow_start_overshoot_does_not_fail_over() {
-    for ack_clock in [false, true] {
-        let mut p = pair();
-        p.auto_failover = true;
-        p.ack_clock = ack_clock;
-        let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
-        send_paced(&mut p, s, 300, 1000, 5 * MS, overshoot);
-        p.drive_bounded(1_000_000);
-        assert_exactly_once(&p, s, 300, 1000);
-        let st = *p.client.conn.stats();
-        if ack_clock {
-            // the P-ACK rule was due (its srtt was the empty path's); the ACKs held it back
-            assert_eq!(st.failovers, 0, "{st:?}");
-            assert!(st.stalls_held_by_acks >= 1, "{st:?}");
-        } else {
-            // the P-ACK rule alone switches, and the old connection still acknowledged
-            assert!(st.failovers >= 1 && st.false_failovers >= 1, "{st:?}");
-            assert_eq!(st.stalls_held_by_acks, 0, "{st:?}");
-        }
-    }
+    // The P-ACK rule alone calls it a stall (its srtt is the empty path's); the test would
+    // fail without the ACK clock. (Switching then cascades: every new connection meets the
+    // same full queue before its first P-ACK, as in the lab.)
+    let mut p = pair();
+    p.ack_clock = false;
+    let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
+    send_paced(&mut p, s, 130, 1000, 5 * MS, overshoot);
+    assert!(p.client.conn.failover_wanted());
+    // With it: the ACKs held the verdict back, no failover, every message once.
+    let mut p = pair();
+    p.auto_failover = true;
+    let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
+    send_paced(&mut p, s, 300, 1000, 5 * MS, overshoot);
+    p.drive_bounded(1_000_000);
+    assert_exactly_once(&p, s, 300, 1000);
+    let st = *p.client.conn.stats();
+    assert_eq!((st.failovers, st.false_failovers), (0, 0), "{st:?}");
+    assert!(st.stalls_held_by_acks >= 1, "{st:?}");
 }
 
 #[test]
@@ -271,11 +270,18 @@ fn a_blackhole_during_loss_recovery_fails_over_within_a_threshold_of_the_last_ac
         after <= th,
         "detected {after:?} after the blackhole, threshold {th:?}"
     );
-    assert!(after >= th - 2 * 46 * MS, "{after:?}, threshold {th:?}");
+    assert!(
+        after >= th.saturating_sub(2 * 46 * MS),
+        "{after:?}, threshold {th:?}"
+    );
     p.auto_failover = true;
     p.drive_bounded(1_000_000);
     let st = *p.client.conn.stats();
-    assert_eq!((st.failovers, st.false_failovers), (1, 0), "{st:?}");
+    // The backup's path has the loaded round trip (92 ms), longer than the threshold learned
+    // on the empty path, and its kernel has seen only the handshake's ACK: it may be left
+    // once before its first P-ACK; the back-off (doubled threshold) ends the cascade there.
+    assert!((1..=2).contains(&st.failovers), "{st:?}");
+    assert!(st.false_failovers < st.failovers, "{st:?}");
     assert_exactly_once(&p, s, sent, 1000);
 }
 
