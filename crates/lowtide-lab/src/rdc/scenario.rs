@@ -633,6 +633,34 @@ mod tests {
         assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
     }
 
+    #[test]
+    fn the_delay_estimate_gets_its_cells_ramp_and_needs_a_one_bit_pair() {
+        let s = shipped_scenario("rdc-friendliness.toml");
+        let ramp = |name: &str| {
+            let v = s.variants.iter().find(|v| v.name == name).unwrap();
+            s.agent_full_mark_delay(v)
+        };
+        // thresh_tb 500 packets of 1000 bytes at 45 Mbit/s.
+        let want = Duration::from_secs_f64(500.0 * 8000.0 / 45e6);
+        assert_eq!(ramp("1-bit RDC + cubic"), Some(want));
+        assert_eq!(ramp("1-bit RDC + cubic (paper's law)"), None);
+        let (_, text) = shipped()
+            .into_iter()
+            .find(|(p, _)| p.ends_with("rdc-fig3.toml"))
+            .unwrap();
+        let bad = text.replace(
+            "agent = \"exact\"",
+            "agent = \"exact\"\nagent_estimates_delay = true",
+        );
+        let e = RdcScenario::from_toml_in(&bad, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agent_estimates_delay") && e.contains("1-bit"),
+            "{e}"
+        );
+    }
+
     /// The shipped scenario `file`, checked.
     fn shipped_scenario(file: &str) -> RdcScenario {
         let (_, text) = shipped()
