@@ -65,6 +65,11 @@ struct AgentArgs {
     /// 1-bit: the most one increase adds to the delay, ms (default: the paper's doubling).
     #[arg(long)]
     max_increase_ms: Option<f64>,
+    /// 1-bit: the routers' delay at which every packet is marked (a 1-bit cell's thresh_tb at
+    /// its link's rate), ms; given, the delay is estimated from the share of marks (default:
+    /// the paper's a/b law).
+    #[arg(long)]
+    full_mark_delay_ms: Option<f64>,
     /// RTT assumed for flows without timestamps whose handshake was not seen, ms.
     #[arg(long, default_value_t = 100.0)]
     default_rtt_ms: f64,
@@ -139,6 +144,10 @@ fn agent(a: AgentArgs) -> anyhow::Result<i32> {
             max_increase: a
                 .max_increase_ms
                 .map(|v| ms(v, "max-increase-ms"))
+                .transpose()?,
+            full_mark_delay: a
+                .full_mark_delay_ms
+                .map(|v| ms(v, "full-mark-delay-ms"))
                 .transpose()?,
             default_rtt: ms(a.default_rtt_ms, "default-rtt-ms")?,
             max_held: a.max_held,

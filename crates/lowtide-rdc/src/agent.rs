@@ -35,7 +35,7 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use crate::config::{AgentConfig, ConfigError, Mode};
-use crate::one_bit::{Change, OneBitLaw, Period};
+use crate::one_bit::{Change, MarkShare, OneBitLaw, Period};
 use crate::rtt::RttEstimator;
 use crate::segment::{self, ParseError, Segment};
 use crate::status::{AgentStatus, Counters, DriverCounters, FlowStatus, PassCounts, PassReason};
@@ -92,6 +92,8 @@ struct Flow<H> {
     delay: Duration,
     rtt: RttEstimator,
     period: Period,
+    /// 1-bit: the moving share of marked data packets (the delay estimate's input).
+    mark_share: MarkShare,
     mss: u32,
     cwnd_estimate: f64,
     last_ack: Option<(u32, u16)>,
@@ -110,6 +112,8 @@ struct FlowCounts {
     released_on_time: u64,
     flushed: u64,
     max_hold: Duration,
+    /// Sum of the holds of the ACKs released on time (their mean is the delay imposed).
+    total_hold: Duration,
     passed: PassCounts,
     increases: u64,
     decreases: u64,
@@ -124,6 +128,7 @@ impl<H> Flow<H> {
             delay: Duration::ZERO,
             rtt: RttEstimator::default(),
             period: Period::new(now, first_period),
+            mark_share: MarkShare::default(),
             mss: 0,
             cwnd_estimate: 0.0,
             last_ack: None,
@@ -168,6 +173,9 @@ impl<H> Exit<'_, H> {
         }
         let hold = now.saturating_duration_since(held.since);
         flow.stats.max_hold = flow.stats.max_hold.max(hold);
+        if on_time {
+            flow.stats.total_hold += hold;
+        }
         if let Some(v) = held.tsval {
             flow.rtt.on_released(v, now);
         }
@@ -203,6 +211,7 @@ impl<H> Agent<H> {
             zero_below: cfg.zero_below,
             max_delay: cfg.max_delay,
             max_step: cfg.max_increase,
+            full_mark_delay: cfg.full_mark_delay,
         };
         Ok(Agent {
             cfg,
@@ -306,6 +315,7 @@ impl<H> Agent<H> {
                 }
                 if seg.payload > 0 {
                     flow.period.record(seg.payload, ce);
+                    flow.mark_share.record(ce);
                     if flow.period.is_over(now) {
                         decide(flow, law, cfg, now);
                     }
@@ -504,6 +514,9 @@ impl<H> Agent<H> {
                     released_on_time: s.released_on_time,
                     flushed: s.flushed,
                     max_hold_ms: ms(s.max_hold),
+                    mean_hold_ms: (s.released_on_time > 0)
+                        .then(|| ms(s.total_hold) / s.released_on_time as f64),
+                    mark_share: f.mark_share.get(),
                     passed: s.passed,
                     increases: s.increases,
                     decreases: s.decreases,
@@ -544,7 +557,7 @@ fn classify<H>(seg: &Segment, flow: &Flow<H>) -> Option<PassReason> {
 fn decide<H>(flow: &mut Flow<H>, law: &OneBitLaw, cfg: &AgentConfig, now: Instant) {
     let (rtt, _) = flow.rtt.estimate(cfg.default_rtt);
     let cwnd = flow.period.cwnd_estimate(now, flow.mss);
-    let (delay, change) = law.next(flow.delay, flow.period.seen, rtt, cwnd);
+    let (delay, change) = law.next(flow.delay, flow.period.seen, rtt, cwnd, flow.mark_share);
     let s = &mut flow.stats;
     s.periods += 1;
     match change {

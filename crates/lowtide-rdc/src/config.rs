@@ -38,6 +38,10 @@ pub struct AgentConfig {
     /// 1-bit: the most one increase may add to the delay; `None` (the default) is the
     /// paper's doubling (`crate::one_bit`: why a step may be wanted on Linux).
     pub max_increase: Option<Duration>,
+    /// 1-bit: the routers' delay at which every packet is marked (the 1-bit cell's
+    /// `thresh_tb` at its link's rate). Set: the delay is estimated from the mark share
+    /// (`crate::one_bit`, "The delay estimate"); `None` (the default): the paper's a/b law.
+    pub full_mark_delay: Option<Duration>,
     /// 1-bit: a delay decreased below this becomes zero, so the next increase starts again
     /// from one RTT (Eq. (3) alone only approaches zero).
     pub zero_below: Duration,
@@ -65,6 +69,7 @@ impl Default for AgentConfig {
             decrease_below: 0.1,
             max_delay: Duration::from_secs(4),
             max_increase: None,
+            full_mark_delay: None,
             zero_below: Duration::from_millis(1),
             default_rtt: Duration::from_millis(100),
             rtt_window: Duration::from_secs(10),
@@ -140,6 +145,14 @@ impl AgentConfig {
                 step >= Duration::from_millis(1) && step <= max,
                 "max_increase",
                 ms(step),
+                format!("1 ms up to max_delay ({})", ms(max)),
+            )?;
+        }
+        if let Some(full) = self.full_mark_delay {
+            check(
+                full >= Duration::from_millis(1) && full <= max,
+                "full_mark_delay",
+                ms(full),
                 format!("1 ms up to max_delay ({})", ms(max)),
             )?;
         }
@@ -225,5 +238,11 @@ mod tests {
             e.contains("max_increase") && e.contains("up to max_delay"),
             "{e}"
         );
+        let c = AgentConfig {
+            full_mark_delay: Some(Duration::ZERO),
+            ..AgentConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("full_mark_delay") && e.contains("0 ms"), "{e}");
     }
 }

@@ -131,6 +131,10 @@ pub struct FlowStatus {
     pub released_on_time: u64,
     pub flushed: u64,
     pub max_hold_ms: f64,
+    /// The mean hold of the ACKs released on time (None: none was): the delay imposed.
+    pub mean_hold_ms: Option<f64>,
+    /// 1-bit: the moving share of marked data packets now (`one_bit::MarkShare`).
+    pub mark_share: f64,
     pub passed: PassCounts,
     /// 1-bit decisions by outcome.
     pub increases: u64,

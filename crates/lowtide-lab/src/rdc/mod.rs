@@ -55,6 +55,8 @@ pub struct RdcOptions {
 pub const SUMMARY: &str = "summary.json";
 pub const REPORT: &str = "report.html";
 pub const FLOWS_CSV: &str = "flows.csv";
+/// Each agent flow's delay and mark share over the run (runs with an agent).
+pub const AGENT_DELAYS_CSV: &str = "agent-delays.csv";
 pub const PLOT: &str = "packets-per-bin.svg";
 pub const LAYERS_CSV: &str = "layers.csv";
 pub const LAYERS_PLOT: &str = "layers.svg";
@@ -180,6 +182,24 @@ fn write_folder(
         }
     }
     csv.flush().map_err(io(FLOWS_CSV))?;
+    if trials.iter().any(|t| !t.agent_delays.is_empty()) {
+        let mut csv = std::io::BufWriter::new(
+            std::fs::File::create(dir.join(AGENT_DELAYS_CSV)).map_err(io(AGENT_DELAYS_CSV))?,
+        );
+        writeln!(csv, "variant,t_s,receiver,remote_port,delay_ms,mark_share")
+            .map_err(io(AGENT_DELAYS_CSV))?;
+        for t in trials {
+            for d in &t.agent_delays {
+                writeln!(
+                    csv,
+                    "{},{:.3},{},{},{:.3},{:.4}",
+                    t.variant, d.t_s, d.receiver, d.remote_port, d.delay_ms, d.mark_share
+                )
+                .map_err(io(AGENT_DELAYS_CSV))?;
+            }
+        }
+        csv.flush().map_err(io(AGENT_DELAYS_CSV))?;
+    }
     let panels: Vec<(String, Vec<&[u64]>)> = trials
         .iter()
         .map(|t| {

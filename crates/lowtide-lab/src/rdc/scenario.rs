@@ -3,8 +3,9 @@
 //! Checked before anything runs; every error names the field, the value and what is allowed.
 
 use std::path::Path;
+use std::time::Duration;
 
-use lowtide_netem::config::{AqmConfig, TopologyConfig};
+use lowtide_netem::config::{AqmConfig, RdcMode, TopologyConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::scenario::PaperFigure;
@@ -202,6 +203,11 @@ pub struct RdcVariant {
     /// doubling; `lowtide_rdc::AgentConfig::max_increase`).
     #[serde(default)]
     pub agent_max_increase_ms: Option<f64>,
+    /// 1-bit agent: estimate the delay from the share of marks, knowing the cell's
+    /// `thresh_tb` at the link's rate (`lowtide_rdc::AgentConfig::full_mark_delay`; the lab
+    /// gives the agent the variant's own cell's); default: the paper's a/b law.
+    #[serde(default)]
+    pub agent_estimates_delay: bool,
     /// The agents' threads at real-time priority (default; `lowtide_rdc::DriverConfig::
     /// realtime`); `false` runs them as ordinary threads, the baseline of that change.
     #[serde(default = "yes")]
@@ -470,6 +476,12 @@ impl RdcScenario {
                     "1 to 4000 ms, with an agent",
                 )?;
             }
+            check(
+                !v.agent_estimates_delay || self.agent_full_mark_delay(v).is_some(),
+                format!("variant[{i}].agent_estimates_delay"),
+                v.agent_estimates_delay,
+                "true only with a 1-bit agent behind a 1-bit RDC cell on a link of fixed rate",
+            )?;
             if let Some(flows) = &v.agent_flows {
                 for &f in flows {
                     check(
@@ -545,6 +557,18 @@ impl RdcScenario {
     }
 
     /// The topology a variant runs on.
+    /// The delay at which the variant's 1-bit cell marks every packet, when its agent
+    /// estimates the delay from the marks (`agent_estimates_delay`); None otherwise, or when
+    /// the cell, the agent or the link's fixed rate is missing.
+    pub fn agent_full_mark_delay(&self, v: &RdcVariant) -> Option<Duration> {
+        let AqmConfig::Rdc(cell) = &v.aqm else {
+            return None;
+        };
+        let rate_bps = self.topology.forward.rate_mbps? * 1e6;
+        let one_bit = cell.mode == RdcMode::OneBit && v.agent == Some(lowtide_rdc::Mode::OneBit);
+        (v.agent_estimates_delay && one_bit).then(|| cell.full_mark_delay(rate_bps))
+    }
+
     pub fn topology_of(&self, v: &RdcVariant) -> TopologyConfig {
         let mut t = self.topology.clone();
         t.forward.aqm = v.aqm.clone();
@@ -607,6 +631,34 @@ mod tests {
             .to_string();
         assert!(e.contains("agent_flows") && e.contains("below 2"), "{e}");
         assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
+    }
+
+    #[test]
+    fn the_delay_estimate_gets_its_cells_ramp_and_needs_a_one_bit_pair() {
+        let s = shipped_scenario("rdc-friendliness.toml");
+        let ramp = |name: &str| {
+            let v = s.variants.iter().find(|v| v.name == name).unwrap();
+            s.agent_full_mark_delay(v)
+        };
+        // thresh_tb 500 packets of 1000 bytes at 45 Mbit/s.
+        let want = Duration::from_secs_f64(500.0 * 8000.0 / 45e6);
+        assert_eq!(ramp("1-bit RDC + cubic"), Some(want));
+        assert_eq!(ramp("1-bit RDC + cubic (paper's law)"), None);
+        let (_, text) = shipped()
+            .into_iter()
+            .find(|(p, _)| p.ends_with("rdc-fig3.toml"))
+            .unwrap();
+        let bad = text.replace(
+            "agent = \"exact\"",
+            "agent = \"exact\"\nagent_estimates_delay = true",
+        );
+        let e = RdcScenario::from_toml_in(&bad, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agent_estimates_delay") && e.contains("1-bit"),
+            "{e}"
+        );
     }
 
     /// The shipped scenario `file`, checked.

@@ -29,7 +29,23 @@ pub struct TrialRecord {
     /// Seconds the forward link was measured for.
     pub measured_s: f64,
     pub agents: Vec<AgentReport>,
+    /// Each agent flow's delay over the run, read from the agents' status at every poll of
+    /// the trial's loop (about twice a second).
+    pub agent_delays: Vec<AgentDelaySample>,
     pub errors: Vec<String>,
+}
+
+/// One agent flow's delay at one poll.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentDelaySample {
+    /// Seconds from the flows' origin.
+    pub t_s: f64,
+    pub receiver: usize,
+    /// The sender's port (the flow).
+    pub remote_port: u16,
+    pub delay_ms: f64,
+    /// 1-bit: the moving share of marked data packets.
+    pub mark_share: f64,
 }
 
 /// Runs one variant; a failure of the network or the agent is an error, a failed flow is
@@ -90,6 +106,7 @@ pub fn run_variant(
                 max_increase: v
                     .agent_max_increase_ms
                     .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
+                full_mark_delay: s.agent_full_mark_delay(v),
                 ..lowtide_rdc::AgentConfig::default()
             };
             Some(Agents::start(&net, &agent, v.agent_realtime, &ports)?)
@@ -125,6 +142,7 @@ pub fn run_variant(
     let from = t0 + Duration::from_secs_f64(r.measure_from_s);
     let end = t0 + Duration::from_secs_f64(r.duration_s);
     let mut reset = false;
+    let mut agent_delays = vec![];
     loop {
         let now = Instant::now();
         if now >= end {
@@ -142,9 +160,18 @@ pub fn run_variant(
             next.saturating_duration_since(now)
                 .min(Duration::from_millis(500)),
         );
-        let held = agents.as_ref().map_or(0, |a| {
-            a.statuses().iter().map(|(_, s)| s.held_now).sum::<usize>()
-        });
+        let statuses = agents.as_ref().map_or_else(Vec::new, |a| a.statuses());
+        let t_s = t0.elapsed().as_secs_f64();
+        for (receiver, status) in &statuses {
+            agent_delays.extend(status.flows.iter().map(|f| AgentDelaySample {
+                t_s,
+                receiver: *receiver,
+                remote_port: f.remote.port(),
+                delay_ms: f.delay_ms,
+                mark_share: f.mark_share,
+            }));
+        }
+        let held = statuses.iter().map(|(_, s)| s.held_now).sum::<usize>();
         progress(&format!(
             "{}: {:.0} / {:.0} s{}",
             v.name,
@@ -207,6 +234,7 @@ pub fn run_variant(
         queue,
         measured_s,
         agents,
+        agent_delays,
         errors,
     })
 }

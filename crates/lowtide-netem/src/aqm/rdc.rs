@@ -187,6 +187,15 @@ impl Default for RdcConfig {
 }
 
 impl RdcConfig {
+    /// 1-bit: the delay `D_local` (Eq. (1)) at which every packet is marked, on a link of
+    /// `rate_bps`: `thresh_tb` at the link's rate. The marking probability is `D_local` over
+    /// it, so a receiver that knows it can read the delay back from the share of marks
+    /// (`lowtide_rdc`'s delay estimate).
+    pub fn full_mark_delay(&self, rate_bps: f64) -> Duration {
+        let bytes = self.thresh_tb * self.packet_bytes as f64;
+        Duration::from_secs_f64(bytes * 8.0 / rate_bps.max(1.0))
+    }
+
     /// Checks every field; `field` is the prefix of the names in errors (`forward.aqm`).
     pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
         let check = |name: &str, ok: bool, value: f64, allowed: String| {
@@ -509,7 +518,12 @@ mod tests {
             };
             let mut c = Rdc::new(&cfg, RATE, 1);
             feed(&mut c, t, excess as u32, Duration::ZERO, 0);
-            assert!((c.mark_probability(QueueState::of_packets(0)) - want).abs() < 1e-9);
+            let empty = QueueState::of_packets(0);
+            assert!((c.mark_probability(empty) - want).abs() < 1e-9);
+            // The probability is the delay over the delay of thresh_tb (1500 bytes, 1.2 ms each).
+            assert_eq!(cfg.full_mark_delay(RATE), Duration::from_millis(120));
+            let by_delay = c.local_delay(empty).as_secs_f64() / 0.120;
+            assert!((by_delay.min(1.0) - want).abs() < 1e-9, "{by_delay}");
             // At that level (no time passes, the FIFO holds what the bucket gained since),
             // the share of marks follows the probability.
             let n = 4000;
