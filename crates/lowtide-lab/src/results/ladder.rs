@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::ladder_flow::{LadderRecord, PolicyKind, SwitchRecord};
 use lowtide_media::ladder::server_policy::ServerSwitchReason;
 
-/// A second in which the client received at least this share of the bit rate streamed in it
-/// "matches" ([`LadderSummary::rate_match_share`]).
+/// A second in which the client received at least this share of the bit rate streamed one
+/// pipeline delay before it "matches" ([`LadderSummary::rate_match_share`],
+/// [`crate::ladder_seconds`]).
 pub const RATE_MATCH: f64 = 0.9;
 /// Rebuffers this long after play started count against "no rebuffer after the first second".
 pub const FIRST_SECOND_S: f64 = 1.0;
@@ -24,9 +25,9 @@ pub struct LadderSummary {
     pub rebuffers: Option<u64>,
     /// ...and of those, the ones at least a second after play started.
     pub rebuffers_after_first_s: Option<u64>,
-    /// Share of whole seconds of the stream (its first second left out) in which the
-    /// throughput was at least [`RATE_MATCH`] × the streamed bit rate, all runs pooled;
-    /// `None` without such seconds.
+    /// Share of the client's whole seconds of the stream (its first second left out) in which
+    /// the throughput was at least [`RATE_MATCH`] × the bit rate streamed one pipeline delay
+    /// (the median one-way latency) earlier, all runs pooled; `None` without such seconds.
     pub rate_match_share: Option<f64>,
     pub rate_match_seconds: usize,
     /// Frames made, and frames the transport could not take (dropped at the server).
