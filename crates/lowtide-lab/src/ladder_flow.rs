@@ -43,13 +43,13 @@ use lowtide_traffic::Stop;
 use serde::{Deserialize, Serialize};
 use tokio::net::UdpSocket;
 
+pub use crate::ladder_seconds::Second;
 use crate::results::files::round_us;
 use crate::runner::{Measured, Task};
 use crate::scenario::{ApplicationKind, Scenario, Variant};
 use crate::stream::{self, stopped, Sample};
 use crate::tcpinfo::TcpTimeline;
 use crate::{ladder_seconds, tfrc_flow, LabError};
-pub use crate::ladder_seconds::Second;
 
 /// `[application.ladder]`: the stream's timing and the client's buffer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -173,7 +173,10 @@ fn plot(path: &Path, name: &str, rec: &LadderRecord, samples: &[Sample]) -> Resu
                 .collect::<Vec<_>>()
         };
         for (i, (label, pts)) in [
-            ("streamed bit rate, one pipeline delay later", line(|s| s.streamed_bps)),
+            (
+                "streamed bit rate, one pipeline delay later",
+                line(|s| s.streamed_bps),
+            ),
             ("throughput", line(|s| s.throughput_bps)),
         ]
         .into_iter()
