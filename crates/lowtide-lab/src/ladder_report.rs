@@ -105,7 +105,7 @@ pub fn section(
     );
     Ok(format!(
         "<h3>Bit-rate ladder (Hasan et al.)</h3><p>Counts are the worst run's; the rate match \
-         pools every run's seconds of the stream at the client (its first second left out), \
+         pools every run's seconds of the stream at the client (its first and last left out), \
          each held against the bit rate streamed one pipeline delay (the median one-way \
          latency) earlier. Frames dropped at \
          the server are ones the transport could not take when they were made (a full send \

@@ -43,6 +43,15 @@ pub fn pipeline_delay_s(samples: &[Sample]) -> f64 {
     ms[ms.len() / 2] / 1e3
 }
 
+/// The seconds the rate match counts: all but the first and the last, the stream's partial
+/// seconds. In the last one the frames that arrive faster than the pipeline delay (the queue
+/// gone, as after the bulk flow stops) have already arrived in the second before it.
+pub fn whole_seconds(seconds: &[Second]) -> &[Second] {
+    seconds
+        .get(1..seconds.len().saturating_sub(1))
+        .unwrap_or(&[])
+}
+
 /// The seconds from the one the first frame reaches at `delay_s` to the one the last frame
 /// reaches; `arrivals` are (run seconds, payload bytes).
 pub fn per_second(frames: &[FrameSent], arrivals: &[(f64, u32)], delay_s: f64) -> Vec<Second> {
@@ -104,10 +113,10 @@ mod tests {
             .collect()
     }
 
-    /// The seconds after the first whose throughput fell short (the summary's rule).
+    /// The whole seconds whose throughput fell short (the summary's rule).
     fn unmatched(s: &[Second]) -> Vec<f64> {
-        s.iter()
-            .skip(1)
+        whole_seconds(s)
+            .iter()
             .filter(|s| s.streamed_bps > 0.0)
             .filter(|s| s.throughput_bps < RATE_MATCH * s.streamed_bps)
             .map(|s| s.t_s)
@@ -174,11 +183,28 @@ mod tests {
             x.accepted = false;
         }
         let s = per_second(&dropped, &deliver(&dropped, |_| Some(base)), base);
-        assert_eq!(unmatched(&s).len(), s.len() - 1, "{s:?}");
+        assert_eq!(unmatched(&s).len(), s.len() - 2, "{s:?}");
         // the frames made at 40-41 s lost (TFRC does not retransmit)
         let lost = |i: usize| (!(250..275).contains(&i)).then_some(base);
         let s = per_second(&f, &deliver(&f, lost), base);
         assert_eq!(unmatched(&s), vec![40.0, 41.0], "{s:?}");
+    }
+
+    #[test]
+    fn frames_arriving_early_at_the_end_leave_the_partial_last_second_out() {
+        // the queue gone for the last 20 s: 0.21 s instead of the median 0.49 s
+        let f = frames(30.0, 60);
+        let lat = |i: usize| if i < 1000 { 0.49 } else { 0.21 };
+        let d = pipeline_delay_s(&samples(&f, lat));
+        assert!((d - 0.49).abs() < 1e-9);
+        let s = per_second(&f, &deliver(&f, |i| Some(lat(i))), d);
+        let last = s.last().unwrap();
+        assert_eq!(last.t_s, 90.0);
+        assert!(last.throughput_bps < 0.5 * last.streamed_bps, "{last:?}");
+        // the second the latency fell in got more than the bit rate, none fell short
+        assert!(unmatched(&s).is_empty(), "{s:?}");
+        assert_eq!(whole_seconds(&s).len(), s.len() - 2);
+        assert!(whole_seconds(&s[..1]).is_empty());
     }
 
     #[test]
