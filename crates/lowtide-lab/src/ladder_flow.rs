@@ -43,12 +43,13 @@ use lowtide_traffic::Stop;
 use serde::{Deserialize, Serialize};
 use tokio::net::UdpSocket;
 
+pub use crate::ladder_seconds::Second;
 use crate::results::files::round_us;
 use crate::runner::{Measured, Task};
 use crate::scenario::{ApplicationKind, Scenario, Variant};
 use crate::stream::{self, stopped, Sample};
 use crate::tcpinfo::TcpTimeline;
-use crate::{tfrc_flow, LabError};
+use crate::{ladder_seconds, tfrc_flow, LabError};
 
 /// `[application.ladder]`: the stream's timing and the client's buffer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -784,10 +785,12 @@ pub fn join(
     if sent.unreliable {
         samples.retain(|s| !s.censored);
     }
+    let pipeline_delay_s = ladder_seconds::pipeline_delay_s(&samples);
     let record = LadderRecord {
         frames_lost: (before - samples.len()) as u64,
         policy: sent.policy,
-        seconds: per_second(sent, seen),
+        seconds: ladder_seconds::per_second(&sent.frames, &seen.arrivals, pipeline_delay_s),
+        pipeline_delay_s,
         switches: sent.switches.clone(),
         rebuffers_s: seen.rebuffers_s.clone(),
         ran_dry_at_end_s: None,
@@ -826,22 +829,17 @@ fn split_stream_end(
     record
 }
 
-/// One second of the stream: the bit rate streamed (frames made, at their rung's rate) and
-/// the throughput the client received.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Second {
-    /// Start of the second, run seconds.
-    pub t_s: f64,
-    pub streamed_bps: f64,
-    pub throughput_bps: f64,
-}
-
 /// What the summary and the plots need of one ladder variant in one trial.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct LadderRecord {
     pub policy: Option<PolicyKind>,
-    /// From the first frame's second to the last frame's.
+    /// The client's seconds from the one the first frame reaches at the pipeline delay to the
+    /// one the last frame reaches (`crate::ladder_seconds`).
     pub seconds: Vec<Second>,
+    /// The stream's median one-way latency, s: the shift between the bit rate streamed and
+    /// the throughput it is held against.
+    #[serde(default)]
+    pub pipeline_delay_s: f64,
     pub switches: Vec<SwitchRecord>,
     /// Rebuffers while the stream went on, run seconds.
     pub rebuffers_s: Vec<f64>,
@@ -859,37 +857,6 @@ pub struct LadderRecord {
     /// The transport at each client report (what the server's rule saw).
     #[serde(default)]
     pub transport: Vec<TransportSample>,
-}
-
-fn per_second(sent: &LadderSent, seen: &LadderSeen) -> Vec<Second> {
-    let (Some(first), Some(last)) = (sent.frames.first(), sent.frames.last()) else {
-        return vec![];
-    };
-    let (from, to) = (first.t_s.floor() as i64, last.t_s.floor() as i64);
-    let n = (to - from + 1).max(0) as usize;
-    let mut streamed = vec![0u64; n];
-    let mut received = vec![0u64; n];
-    let slot = |t: f64| {
-        let k = t.floor() as i64 - from;
-        (0..n as i64).contains(&k).then_some(k as usize)
-    };
-    for f in &sent.frames {
-        if let Some(k) = slot(f.t_s) {
-            streamed[k] += u64::from(f.bytes);
-        }
-    }
-    for (t, b) in &seen.arrivals {
-        if let Some(k) = slot(*t) {
-            received[k] += u64::from(*b);
-        }
-    }
-    (0..n)
-        .map(|k| Second {
-            t_s: (from + k as i64) as f64,
-            streamed_bps: streamed[k] as f64 * 8.0,
-            throughput_bps: received[k] as f64 * 8.0,
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -914,34 +881,6 @@ mod tests {
         let mut lie = r;
         lie.frames_received = 30;
         assert_eq!(decode_report(&encode_report(&lie)), None);
-    }
-
-    #[test]
-    fn seconds_count_streamed_and_received_bytes() {
-        let f = |t_s, accepted| FrameSent {
-            t_s,
-            rate_bps: 320_000,
-            bytes: 1600,
-            accepted,
-        };
-        let sent = LadderSent {
-            frames: vec![f(30.0, true), f(30.5, false), f(31.2, true)],
-            ..LadderSent::default()
-        };
-        let seen = LadderSeen {
-            arrivals: vec![(30.3, 1600), (31.9, 1600), (40.0, 1600)],
-            ..LadderSeen::default()
-        };
-        let s = per_second(&sent, &seen);
-        assert_eq!(s.len(), 2);
-        assert_eq!(
-            (s[0].t_s, s[0].streamed_bps, s[0].throughput_bps),
-            (30.0, 25_600.0, 12_800.0)
-        );
-        assert_eq!(
-            (s[1].t_s, s[1].streamed_bps, s[1].throughput_bps),
-            (31.0, 12_800.0, 12_800.0)
-        );
     }
 
     #[test]

@@ -105,7 +105,9 @@ pub fn section(
     );
     Ok(format!(
         "<h3>Bit-rate ladder (Hasan et al.)</h3><p>Counts are the worst run's; the rate match \
-         pools every run's seconds of the stream (its first second left out). Frames dropped at \
+         pools every run's seconds of the stream at the client (its first and last left out), \
+         each held against the bit rate streamed one pipeline delay (the median one-way \
+         latency) earlier. Frames dropped at \
          the server are ones the transport could not take when they were made (a full send \
          buffer); over TFRC, which does not retransmit, frames sent that never arrived are lost; \
          neither is in the latency numbers.</p>{table}\
@@ -133,8 +135,9 @@ fn first_run<'a>(
     Some((rec, samples))
 }
 
-/// Two panels over run time: streamed bit rate and throughput per second (kbit/s, with the
-/// switches as steps), and each delivered frame's one-way latency (s).
+/// Two panels over run time: streamed bit rate (shifted by the pipeline delay) and throughput
+/// per second at the client (kbit/s, with the switches as steps), and each delivered frame's
+/// one-way latency (s).
 fn plot(path: &Path, name: &str, rec: &LadderRecord, samples: &[Sample]) -> Result<(), LabError> {
     let t0 = rec.seconds.first().map_or(0.0, |s| s.t_s);
     let t1 = rec
@@ -170,7 +173,10 @@ fn plot(path: &Path, name: &str, rec: &LadderRecord, samples: &[Sample]) -> Resu
                 .collect::<Vec<_>>()
         };
         for (i, (label, pts)) in [
-            ("streamed bit rate", line(|s| s.streamed_bps)),
+            (
+                "streamed bit rate, one pipeline delay later",
+                line(|s| s.streamed_bps),
+            ),
             ("throughput", line(|s| s.throughput_bps)),
         ]
         .into_iter()

@@ -35,6 +35,7 @@ pub mod fps_sweep;
 pub mod goals;
 pub mod ladder_flow;
 pub mod ladder_report;
+pub mod ladder_seconds;
 pub mod quality_fairness;
 pub mod quic;
 pub mod rdc;

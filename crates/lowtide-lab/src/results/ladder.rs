@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::ladder_flow::{LadderRecord, PolicyKind, SwitchRecord};
 use lowtide_media::ladder::server_policy::ServerSwitchReason;
 
-/// A second in which the client received at least this share of the bit rate streamed in it
-/// "matches" ([`LadderSummary::rate_match_share`]).
+/// A second in which the client received at least this share of the bit rate streamed one
+/// pipeline delay before it "matches" ([`LadderSummary::rate_match_share`],
+/// [`crate::ladder_seconds`]).
 pub const RATE_MATCH: f64 = 0.9;
 /// Rebuffers this long after play started count against "no rebuffer after the first second".
 pub const FIRST_SECOND_S: f64 = 1.0;
@@ -24,9 +25,9 @@ pub struct LadderSummary {
     pub rebuffers: Option<u64>,
     /// ...and of those, the ones at least a second after play started.
     pub rebuffers_after_first_s: Option<u64>,
-    /// Share of whole seconds of the stream (its first second left out) in which the
-    /// throughput was at least [`RATE_MATCH`] × the streamed bit rate, all runs pooled;
-    /// `None` without such seconds.
+    /// Share of the client's whole seconds of the stream (its first and last left out) in which
+    /// the throughput was at least [`RATE_MATCH`] × the bit rate streamed one pipeline delay
+    /// (the median one-way latency) earlier, all runs pooled; `None` without such seconds.
     pub rate_match_share: Option<f64>,
     pub rate_match_seconds: usize,
     /// Frames made, and frames the transport could not take (dropped at the server).
@@ -60,7 +61,7 @@ impl LadderSummary {
         let worst = |f: &dyn Fn(&LadderRecord) -> u64| runs.iter().map(|r| f(r)).max();
         let seconds: Vec<_> = runs
             .iter()
-            .flat_map(|r| r.seconds.iter().skip(1))
+            .flat_map(|r| crate::ladder_seconds::whole_seconds(&r.seconds))
             .filter(|s| s.streamed_bps > 0.0)
             .collect();
         let matched = seconds
@@ -126,6 +127,7 @@ mod tests {
                 sec(31.0, 320e3, 300e3),
                 sec(32.0, 320e3, 200e3),
                 sec(33.0, 0.0, 0.0), // nothing streamed: not a second of the stream
+                sec(34.0, 320e3, 0.0), // the last second is left out
             ],
             switches: vec![
                 sw(30.1, 80_000, 320_000, R::Probe),
