@@ -82,8 +82,6 @@ fn a_paced_reader_reads_at_its_target() {
         f.bytes
     );
     assert!(f.arrived_kbps.is_some(), "{f:?}");
-    // ... and its round-trip estimate, what `keep_share` grows σ at.
-    assert!(f.rtt_ms.is_some_and(|ms| ms > 0.0), "{f:?}");
     let rate = bytes as f64 * 8.0 / start.elapsed().as_secs_f64();
     assert!(within(rate, 16e6, 0.2), "{:.2} Mbit/s", rate / 1e6);
 }
