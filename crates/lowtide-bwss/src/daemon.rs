@@ -247,6 +247,10 @@ fn tick(shared: &Shared, now: Instant) {
                 let at = now.checked_sub(age).unwrap_or(now);
                 st.bwss.record_arrivals(at, e.id, arrived);
             }
+            let rtt_us = slot.rtt_us.load(Ordering::Relaxed);
+            if rtt_us > 0 {
+                st.bwss.record_rtt(e.id, Duration::from_micros(rtt_us));
+            }
         }
     }
     st.bwss.on_tick(now);
@@ -367,6 +371,7 @@ fn handle(shared: &Shared, conn: u64, program: &mut String, req: Request) -> Rep
                 s.rate.store(0, Ordering::Relaxed);
                 s.bytes_read.store(0, Ordering::Relaxed);
                 s.bytes_arrived.store(0, Ordering::Relaxed);
+                s.rtt_us.store(0, Ordering::Relaxed);
                 s.arrived_at_ns.store(0, Ordering::Relaxed);
                 s.inode.store(inode, Ordering::Release);
             }
@@ -425,6 +430,9 @@ struct RateLine<'a> {
     arrived_kbps: Option<f64>,
     target_kbps: Option<f64>,
     sigma_kbps: Option<f64>,
+    /// The receiver's round-trip estimate, ms; `None` until the reader reports one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rtt_ms: Option<f64>,
 }
 
 struct RateLog {
@@ -484,6 +492,7 @@ impl RateLog {
                 arrived_kbps: f.bytes_arrived.zip(arrived_before).map(|(a, b)| kbps(a, b)),
                 target_kbps: f.target_kbps,
                 sigma_kbps: status.sigma_kbps,
+                rtt_ms: f.rtt_ms,
             };
             if let Ok(s) = serde_json::to_string(&line) {
                 let _ = writeln!(self.out, "{s}");

@@ -70,7 +70,8 @@ impl Pacer {
 
     /// Every [`CLAMP_EVERY_MS`]: publishes the bytes that have arrived and when (the σ
     /// rule judges flows without a minimum by them: a download reading its budget out of a
-    /// backlog is not carried by the link) and applies the window clamp:
+    /// backlog is not carried by the link), the round-trip estimate (what `keep_share`
+    /// grows σ at) and applies the window clamp:
     /// two round trips of the target while steered; unclamped again once the flow is not,
     /// or its budget asks for no clamp.
     pub fn maintain(&mut self, fd: RawFd, slot: &Slot, now: Instant) {
@@ -92,6 +93,9 @@ impl Pacer {
         {
             slot.arrived_at_ns
                 .store(crate::shm::monotonic_ns(), Ordering::Release);
+        }
+        if let Some(rtt) = rcv.rtt {
+            slot.rtt_us.store(rtt.as_micros() as u64, Ordering::Relaxed);
         }
         match self.bucket.as_ref().filter(|_| !self.unclamped) {
             Some(b) => {

@@ -9,8 +9,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// "LTBWSS03" (the slot gained `bytes_arrived`).
-pub const MAGIC: u64 = 0x4c54_4257_5353_3033;
+/// "LTBWSS04" (the slot gained `rtt_us`).
+pub const MAGIC: u64 = 0x4c54_4257_5353_3034;
 /// Flows one daemon steers at once.
 pub const SLOTS: usize = 4096;
 /// A heartbeat older than this means the daemon is gone.
@@ -43,6 +43,9 @@ pub struct Slot {
     pub arrived_at_ns: AtomicU64,
     /// 1: no window clamp (a flow held at its minimum rate, [`crate::Budget::clamp`]).
     pub unclamped: AtomicU64,
+    /// The receiver's round-trip estimate, µs (`tcpi_rcv_rtt`, published with
+    /// `bytes_arrived`); 0: none yet.
+    pub rtt_us: AtomicU64,
 }
 
 const LEN: usize = size_of::<Header>() + SLOTS * size_of::<Slot>();

@@ -63,9 +63,10 @@
 //!   shows diluted by the seconds before, and the yield's verdict waits a window: in the
 //!   lab σ was still 830-850 kbit/s when the queue overflowed. So a flow with a minimum is
 //!   also judged over the recent window (window / [`RECENT_DIV`]; [`FlowSample::recent`]):
-//!   short there, σ yields at once to what the flows get now less the shortfall, and again
-//!   each recent window while the flow stays short and its rate does not rise; the yield
-//!   is then judged as above, a window after its last step.
+//!   short there, σ yields at once to what the flows get now less [`ONSET_DRAIN`] times
+//!   the shortfall (the queue that grew must drain to give the flow its bytes back), and
+//!   again each recent window while the flow stays short and its rate does not rise; the
+//!   yield is then judged as above, a window after its last step.
 //! - **A margin under the link while a minimum is in force** ([`MIN_MARGIN`],
 //!   [`SigmaRule::ceiling`]): σ at the link's full rate leaves no room for a burst of
 //!   arrivals above the reads, the drop-tail queue overflows and the losses fall on the
@@ -73,7 +74,12 @@
 //! - **Protecting a minimum.** After a held yield σ sits below what the link has left;
 //!   until σ is back at the link, held probes grow to half of `probe_step` at most, a probe
 //!   that made a flow lose its minimum steps σ back as far below its start as it went
-//!   above (the queue it built drains), and the next probe waits the longest backoff.
+//!   above (the queue it built drains), and the next probe waits the longest backoff. A
+//!   probe that dilutes the minimum's flow over the recent window (by more than
+//!   [`PROBE_DILUTION_SEGMENTS`] below its rate when the probe began and below its
+//!   minimum) is undone at once with the same backoff: into a full link the step first
+//!   shows as that dilution, a window before the probe's verdict, and the paper's reactive
+//!   rule has no probes to hold back (ours are the earlier system's, Sec. 3.3).
 //! - **Recovery from congestion of its own** takes back the (1 − α)·T the flow had handed
 //!   on, instead of setting σ to the aggregate: our aggregate is measured over a window
 //!   that still holds the congested seconds, and under exact pacing it is never above σ,
@@ -109,8 +115,9 @@
 //!   rate, `docs/bwss.md`). So a host redistributes within its share but does not shrink
 //!   it: while no minimum is *in force* (a flow that has been at its minimum and has not
 //!   shown that it wants less), σ never sits below the measured aggregate and grows every
-//!   tick by one segment per flow per [`GROWTH_RTT`], each round trip (TCP's additive
-//!   increase), up to the ceiling; link congestion still sets σ to what the flows obtain
+//!   tick by one segment per flow per round trip, each round trip (TCP's additive
+//!   increase, at each flow's measured round trip, [`FlowSample::rtt`]; [`GROWTH_RTT`]
+//!   for a flow without one), up to the ceiling; link congestion still sets σ to what the flows obtain
 //!   (the paper's reset, plus the room of the demand caps below), probes are not needed.
 //!   A flow with a minimum not in force that takes less than half of it (a video on a low
 //!   rung, or one losing to another host's flow) is capped at twice its rate, so the rest
@@ -143,15 +150,32 @@ pub const MIN_TOLERANCE_SEGMENTS: f64 = 2.0;
 /// minimum lost shows there undiluted by the seconds before, still over 20 segments of a
 /// 520 kbit/s flow.
 pub const RECENT_DIV: u32 = 4;
+/// The onset yield takes σ this many times the short flow's shortfall below what the flows
+/// get now: once for what it lacks, and again so the queue that grew at the onset drains.
+/// A drop-tail FIFO gives every flow's bytes back only as its queue shrinks: a queue that
+/// merely stops growing leaves the minimum's flow diluted, and full, it overflows on the
+/// next burst. In `system.rs`'s FIFO model of the lab's onset: with 1, the onset's first two
+/// seconds short (469, 499 kbit/s), with 2 the first only (484); but 34 of the 40
+/// interference seconds at the minimum with 2 against 36 with 1 (σ drained lower climbs
+/// back with more probes, and a probe into the full link costs a second or two).
+pub const ONSET_DRAIN: f64 = 2.0;
+/// While a probe is under way and a minimum is in force, a minimum's flow that gets this
+/// many full-size segments per recent window less than when the probe began (and less
+/// than its minimum) fails the probe at once: a full link shows a probe first as that
+/// dilution, a window before the probe's verdict and before the queue overflows on it.
+pub const PROBE_DILUTION_SEGMENTS: f64 = 1.0;
 /// While a flow has a minimum rate, σ stays this fraction below the access link: a link
 /// filled to the last bit by steered flows overflows its queue at any burst of arrivals
 /// above the reads, and the losses fall on the flow with the largest window, the minimum's.
 pub const MIN_MARGIN: f64 = 0.05;
-/// The round trip of the host's TCP flows that [`SigmaParams::keep_share`] grows σ at: one
-/// segment per flow per round trip, each round trip (TCP's additive increase). The lab's
-/// round trip with its drop-tail queue half full (30 ms + 15 packets at 960 kbit/s, about
-/// 220 ms); where the real round trip is shorter, TCP grows faster than σ does.
+/// The round trip [`SigmaParams::keep_share`] grows σ at for a flow that has not reported
+/// its own ([`FlowSample::rtt`]): one segment per flow per round trip, each round trip
+/// (TCP's additive increase). The lab's round trip with its drop-tail queue half full
+/// (30 ms + 15 packets at 960 kbit/s, about 220 ms).
 pub const GROWTH_RTT: Duration = Duration::from_millis(200);
+/// The shortest measured round trip σ grows at: growth goes as 1 / RTT², and a loopback
+/// estimate of microseconds would make the step unbounded where no link caps σ.
+pub const MIN_GROWTH_RTT: Duration = Duration::from_millis(10);
 /// The full-size segment the reads count in, bytes.
 const SEGMENT: f64 = 1448.0;
 
@@ -181,6 +205,9 @@ pub struct FlowSample {
     /// Its configured minimum rate, bit/s (0: none): what its demand cap is measured
     /// against ([`SigmaRule::cap`]).
     pub min: f64,
+    /// Its round trip as the receiver estimates it (`tcpi_rcv_rtt`), when reported: what
+    /// `keep_share` grows σ at ([`GROWTH_RTT`] otherwise).
+    pub rtt: Option<Duration>,
 }
 
 impl FlowSample {
@@ -230,6 +257,9 @@ pub struct SigmaCounters {
     /// A flow with a minimum not in force took less than half of it: capped at twice its
     /// rate, the rest went to the others (counted when the cap begins).
     pub demand_capped: u64,
+    /// A probe failed before its verdict: a minimum's flow was diluted by it (also
+    /// counted in `probe_failed`).
+    pub probe_backed_off: u64,
 }
 
 /// A probe waiting for its verdict.
@@ -241,6 +271,9 @@ struct Probe {
     aggregate: f64,
     /// The judged flows' measured rates when it began.
     rates: BTreeMap<u64, f64>,
+    /// The recent rates ([`FlowSample::recent`]) of the flows whose minimum was in force
+    /// when it began: a dilution below them fails it early ([`PROBE_DILUTION_SEGMENTS`]).
+    recent: BTreeMap<u64, f64>,
 }
 
 /// σ lowered for a flow short of its minimum, waiting for its verdict.
@@ -383,14 +416,21 @@ impl SigmaRule {
             .sum()
     }
 
-    /// `keep_share` while no minimum is in force: σ grows by one segment per flow per
-    /// [`GROWTH_RTT`] each round trip (TCP's additive increase), from at least the measured
-    /// aggregate, up to the ceiling. Not a change the rates must settle after: the flows
-    /// that can take it do, as TCP would.
+    /// `keep_share` while no minimum is in force: σ grows by one segment per flow per its
+    /// round trip each round trip (TCP's additive increase: 8·MSS / RTT² bit/s per second;
+    /// the receiver's estimate, [`GROWTH_RTT`] while a flow has none), from at least the
+    /// measured aggregate, up to the ceiling. Not a change the rates must settle after: the
+    /// flows that can take it do, as TCP would.
     fn grow(&mut self, dt: Duration, flows: &[FlowSample], aggregate: f64) {
         let Some(sigma) = self.sigma else { return };
-        let rtt = GROWTH_RTT.as_secs_f64();
-        let step = flows.len() as f64 * segment_rate(GROWTH_RTT) * dt.as_secs_f64() / rtt;
+        let per_second: f64 = flows
+            .iter()
+            .map(|f| {
+                let rtt = f.rtt.unwrap_or(GROWTH_RTT).max(MIN_GROWTH_RTT);
+                segment_rate(rtt) / rtt.as_secs_f64()
+            })
+            .sum();
+        let step = per_second * dt.as_secs_f64();
         let grown = sigma.max(aggregate + self.demand_room(flows)) + step;
         self.sigma = Some(self.ceiling().map_or(grown, |c| grown.min(c)));
     }
@@ -447,7 +487,7 @@ impl SigmaRule {
                 .iter()
                 .any(|f| f.id == y.flow && f.recent.is_some_and(|r| r >= f.guaranteed - tolerance));
         }
-        if self.onset_yield(now, flows, sigma) {
+        if self.onset_yield(now, flows, sigma) || self.probe_diluted(now, flows) {
             return;
         }
         if self
@@ -635,10 +675,16 @@ impl SigmaRule {
                 .filter(|f| judged(f))
                 .filter_map(|f| Some((f.id, f.measured?)))
                 .collect();
+            let recent = flows
+                .iter()
+                .filter(|f| self.in_force(f))
+                .filter_map(|f| Some((f.id, f.recent?)))
+                .collect();
             self.probe = Some(Probe {
                 before: sigma,
                 aggregate,
                 rates,
+                recent,
             });
             self.quiet_since = None;
             let base = self.params.link.unwrap_or(sigma);
@@ -685,10 +731,10 @@ impl SigmaRule {
             .iter()
             .map(|f| f.recent.or(f.measured).unwrap_or(f.partial))
             .sum();
-        // The others give way: to what the flows get now less the shortfall, which leaves
-        // the short flows room to catch up while the queue drains.
+        // The others give way: to what the flows get now less [`ONSET_DRAIN`] times the
+        // shortfall, so the queue that grew drains and gives the short flows their bytes.
         let shortfall: f64 = short.iter().map(|s| s.1).sum();
-        let to = (sigma.min(getting) - shortfall).max(floor);
+        let to = (sigma.min(getting) - ONSET_DRAIN * shortfall).max(floor);
         if to >= sigma - tolerance {
             return false; // the others have nothing left to give
         }
@@ -718,6 +764,42 @@ impl SigmaRule {
         });
         self.quiet_since = None;
         self.set(now, to);
+        true
+    }
+
+    /// A probe under way that dilutes a minimum's flow (its recent rate more than
+    /// [`PROBE_DILUTION_SEGMENTS`] below both its minimum and its rate when the probe
+    /// began) found a full link: undone at once, a window before its verdict, and the next
+    /// waits the longest backoff, as for a probe that took the minimum. True when σ changed.
+    fn probe_diluted(&mut self, now: Instant, flows: &[FlowSample]) -> bool {
+        let recent = self.params.window / RECENT_DIV;
+        let Some(p) = self.probe.as_ref() else {
+            return false;
+        };
+        if self
+            .changed_at
+            .is_some_and(|t| now.duration_since(t) < recent)
+        {
+            return false; // the recent rates still hold the targets before the probe
+        }
+        let margin = PROBE_DILUTION_SEGMENTS * segment_rate(recent);
+        let diluted = flows.iter().any(|f| {
+            let (Some(before), Some(r)) = (p.recent.get(&f.id), f.recent) else {
+                return false;
+            };
+            self.in_force(f) && r < before.min(f.guaranteed) - margin
+        });
+        if !diluted {
+            return false;
+        }
+        let before = p.before;
+        self.probe = None;
+        self.counters.probe_failed += 1;
+        self.counters.probe_backed_off += 1;
+        self.backoff = MAX_PROBE_BACKOFF;
+        self.step_div = (self.step_div * 2).min(MAX_PROBE_BACKOFF);
+        self.quiet_since = None;
+        self.set(now, before);
         true
     }
 
@@ -820,6 +902,7 @@ mod tests {
             partial: 0.0,
             guaranteed: 0.0,
             min: 0.0,
+            rtt: None,
         }
     }
 
@@ -1264,6 +1347,46 @@ mod tests {
         let (paper, _) = trace(false);
         let starved = paper[10..].iter().filter(|k| k.2 < 200e3).count();
         assert!(starved * 2 >= paper[10..].len(), "{paper:?}");
+    }
+
+    /// σ's growth while no minimum is in force follows each flow's measured round trip as
+    /// TCP's additive increase does (8·MSS / RTT² a second), [`GROWTH_RTT`] without one.
+    #[test]
+    fn keeping_the_share_sigma_grows_at_the_flows_measured_round_trips() {
+        let per_tick = |rtt_ms: Option<u64>| {
+            let t0 = Instant::now();
+            let mut r = SigmaRule::new(SigmaParams {
+                keep_share: true,
+                ..params()
+            });
+            let mut sigmas = vec![];
+            for ms in (0..3_000).step_by(200) {
+                // The flows take what they are given: no congestion, only growth.
+                let each = r.sigma().unwrap_or(900e3) / 3.0;
+                let flow = |id| FlowSample {
+                    rtt: rtt_ms.map(Duration::from_millis),
+                    ..f(id, each, each)
+                };
+                r.on_tick(at(t0, ms), &[flow(1), flow(2), flow(3)]);
+                sigmas.push(r.sigma().unwrap());
+            }
+            sigmas[sigmas.len() - 1] - sigmas[sigmas.len() - 2]
+        };
+        // Three flows, 200 ms ticks: 3 × 8 × 1448 / RTT² × 0.2 s.
+        let step = |rtt: f64| 3.0 * 8.0 * 1448.0 / (rtt * rtt) * 0.2;
+        for (rtt_ms, rtt) in [
+            (Some(100), 0.1),
+            (Some(400), 0.4),
+            (None, 0.2),
+            (Some(1), 0.01),
+        ] {
+            let got = per_tick(rtt_ms);
+            assert!(
+                (got - step(rtt)).abs() < 1.0,
+                "{rtt_ms:?}: {got} a tick, want {}",
+                step(rtt)
+            );
+        }
     }
 
     #[test]

@@ -34,6 +34,8 @@ struct Flow {
     /// the σ rule judges a flow without a minimum by, since its reads lag the link by
     /// whatever waits in its receive buffer.
     arrivals: Option<Meter>,
+    /// The receiver's round-trip estimate (`tcpi_rcv_rtt`) when the reader reports it.
+    rtt: Option<Duration>,
     fcs: Fcs,
 }
 
@@ -73,6 +75,9 @@ pub struct FlowStatus {
     /// Bytes arrived; `None` until the reader reports them.
     #[serde(default)]
     pub bytes_arrived: Option<u64>,
+    /// The receiver's round-trip estimate (`tcpi_rcv_rtt`), ms; `None` until reported.
+    #[serde(default)]
+    pub rtt_ms: Option<f64>,
 }
 
 /// Everything the daemon shows.
@@ -130,6 +135,7 @@ impl Bwss {
                 rule,
                 meter: Meter::new(now, window),
                 arrivals: None,
+                rtt: None,
                 fcs: Fcs::new(),
             },
         );
@@ -177,6 +183,14 @@ impl Bwss {
         }
     }
 
+    /// The flow's round-trip estimate as its reader last reported it (`tcpi_rcv_rtt`):
+    /// what `keep_share` grows σ at.
+    pub fn record_rtt(&mut self, id: FlowId, rtt: Duration) {
+        if let Some(f) = self.flows.get_mut(&id) {
+            f.rtt = Some(rtt);
+        }
+    }
+
     /// Runs the σ rule, the allocation and every FCS.
     pub fn on_tick(&mut self, now: Instant) {
         self.last_tick = Some(now);
@@ -207,6 +221,7 @@ impl Bwss {
                     // The allocation gives minimums first: this much of the target is one.
                     guaranteed: target.min(f.class.min_kbps * 1e3),
                     min: f.class.min_kbps * 1e3,
+                    rtt: f.rtt,
                 }
             })
             .collect();
@@ -266,6 +281,7 @@ impl Bwss {
                     .and_then(|m| m.rate(now))
                     .map(|r| r / 1e3),
                 bytes_arrived: f.arrivals.as_ref().map(Meter::total),
+                rtt_ms: f.rtt.map(|r| r.as_secs_f64() * 1e3),
             })
             .collect();
         Status {
@@ -483,10 +499,13 @@ mod tests {
         let run = fig6_run(&mut b, 100, interfered(30.0..70.0), Link::VideoLoses);
         let (video, sigma) = (&run.video, &run.sigma);
         // The onset yield: σ under what the link has left within 2 s of the onset (ticks
-        // 150-160), and the video short in one second of it at most (without it, judged
-        // over the whole window: 907 for 3 s, then 532, and three seconds short).
+        // 150-160), and the video short in one of the onset's two seconds at most (without
+        // it, judged over the whole window: 907 for 3 s, then 532, and three seconds
+        // short; before the drain the onset second read 445, now 480). The drain's yield
+        // holds sooner, so the gentle probes start sooner: in this model, where a probe
+        // takes its step straight out of the video, the first costs seconds 33-34.
         assert!(sigma[160] <= 720.0, "{:?}", &sigma[145..175]);
-        let onset_short = video[30..35].iter().filter(|&&r| r < AT_MIN_KBPS).count();
+        let onset_short = video[30..32].iter().filter(|&&r| r < AT_MIN_KBPS).count();
         assert!(onset_short <= 1, "{:?}", &video[28..40]);
         assert!(b.status(Instant::now()).counters.onset_yield >= 1);
         // Later, probes into the full link cost about two seconds each in this model
@@ -568,6 +587,124 @@ mod tests {
                 assert!(ratio <= 1.2, "{msg}");
             }
         }
+    }
+
+    /// The lab's access link as a drop-tail FIFO in 10 ms steps: 960 kbit/s, a queue of 30
+    /// segments, the interferer's 240 kbit/s CBR in `during`. The video's server produces
+    /// 517.5 kbit/s and sends what is waiting up to twice that; a segment of it dropped is
+    /// sent again, and its window shrinks to 0.7 of the rate for 500 ms (cubic's β, about
+    /// two round trips). The downloads send at the rate they were allowed at the last tick
+    /// (their reads, which their windows follow). Every flow gets its bytes in the order
+    /// they entered the queue: while the queue grows each is diluted, the interferer's
+    /// share included; only a queue that shrinks gives the bytes back.
+    fn fifo_run(b: &mut Bwss, secs: usize, during: std::ops::Range<f64>) -> Trace {
+        const DT: f64 = 0.01;
+        const QUEUE_BYTES: f64 = 30.0 * 1448.0;
+        const VIDEO: f64 = 517.5e3 / 8.0;
+        let t0 = Instant::now();
+        let ids = fig6_flows(b, t0);
+        let mut queue: std::collections::VecDeque<(usize, f64)> = Default::default();
+        let mut queued = 0.0;
+        let (mut waiting, mut slow_until) = (0.0, -1.0);
+        let mut send = [0.0; 3];
+        let (mut read, mut arrived, mut buffered) = ([0f64; 3], [0f64; 3], 0.0);
+        let (mut carried, mut offered) = (0.0, 0.0);
+        let mut trace = Trace {
+            video: vec![0.0; secs],
+            sigma: vec![],
+            utilization: 0.0,
+            outside_kbps: 0.0,
+        };
+        for k in 0..(secs as f64 / DT).round() as u64 {
+            let t = k as f64 * DT;
+            let now = t0 + Duration::from_secs_f64(t);
+            if k % 20 == 0 {
+                for i in 0..3 {
+                    b.record_bytes(now, ids[i], read[i] as u64);
+                    if i > 0 {
+                        b.record_arrivals(now, ids[i], arrived[i] as u64);
+                    }
+                }
+                b.on_tick(now);
+                trace.sigma.push(b.status(now).sigma_kbps.unwrap());
+                for (i, s) in send.iter_mut().enumerate() {
+                    *s = b.budget(ids[i]).map_or(120e3, |x| x.rate);
+                }
+            }
+            // What enters the queue this step, bytes: video, downloads, interferer.
+            waiting += VIDEO * DT;
+            let cap = if t < slow_until {
+                0.7 * VIDEO
+            } else {
+                2.0 * VIDEO
+            };
+            let udp = if during.contains(&t) { 30e3 * DT } else { 0.0 };
+            let input = [waiting.min(cap * DT), send[1] * DT, send[2] * DT, udp];
+            let total: f64 = input.iter().sum();
+            let admit = ((QUEUE_BYTES - queued) / total).min(1.0);
+            for (i, &n) in input.iter().enumerate() {
+                queue.push_back((i, n * admit));
+                queued += n * admit;
+            }
+            waiting -= input[0] * admit;
+            if admit < 1.0 && input[0] > 0.0 {
+                slow_until = t + 0.5;
+            }
+            // The link serves the queue's head.
+            let mut room = 120e3 * DT;
+            let mut out = [0f64; 4];
+            while room > 0.0 {
+                let Some(head) = queue.front_mut() else { break };
+                let n = head.1.min(room);
+                out[head.0] += n;
+                head.1 -= n;
+                room -= n;
+                queued -= n;
+                if head.1 <= 0.0 {
+                    queue.pop_front();
+                }
+            }
+            // The video reads what arrived, within its budget; the downloads what arrived.
+            buffered += out[0];
+            let v = buffered.min(send[0] * DT + 1448.0);
+            buffered -= v;
+            read[0] += v;
+            for i in 1..3 {
+                read[i] += out[i];
+                arrived[i] += out[i];
+            }
+            trace.video[t as usize] += v * 8.0 / 1e3;
+            if t >= 10.0 {
+                carried += out.iter().sum::<f64>();
+                offered += 120e3 * DT;
+            }
+        }
+        trace.utilization = carried / offered;
+        trace
+    }
+
+    /// The lab's onset through a drop-tail FIFO: the interferer dilutes every flow while
+    /// the queue grows, before anything is lost, and the video's minimum is back only when
+    /// the queue shrinks. The onset yield drains it ([`crate::sigma::ONSET_DRAIN`]).
+    #[test]
+    fn through_a_fifo_the_onset_costs_the_video_at_most_one_second() {
+        let mut b = Bwss::new(fig6_rules());
+        let run = fifo_run(&mut b, 100, 30.0..70.0);
+        let c = b.status(Instant::now()).counters;
+        let short: Vec<usize> = (30..70).filter(|&s| run.video[s] < AT_MIN_KBPS).collect();
+        let msg = format!(
+            "short {short:?}; video {:?}; sigma {:?}; {c:?}",
+            &run.video[28..40],
+            &run.sigma[145..175]
+        );
+        // The onset second itself is diluted before any rule can see it (484 kbit/s today);
+        // the next is whole (with a yield of the shortfall alone, `ONSET_DRAIN` = 1: 469
+        // and 499, two seconds short). Later, gentle probes into the full link cost a
+        // second or two each in this model: 34 of 40 seconds at the minimum today (36 with
+        // `ONSET_DRAIN` = 1: σ drained lower climbs back with more probes).
+        assert!(run.video[31] >= AT_MIN_KBPS, "{msg}");
+        assert!(short.len() <= 7, "{msg}");
+        assert!(run.utilization >= 0.9, "{} {msg}", run.utilization);
     }
 
     /// The video and the two downloads of Fig. 6.
