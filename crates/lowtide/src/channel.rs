@@ -1859,9 +1859,6 @@ impl Driver {
         read_buf::make_room(&mut buf, need_room, self.read_chunk + slack);
         let room = buf.capacity() - buf.len();
         let fill = room.saturating_sub(slack).min(self.read_chunk);
-        if let Some(rest) = need.filter(|&k| fill < k && budget > k) {
-            return self.read_completing(buf, rest, budget - rest, slack);
-        }
         let want = budget.min(fill.max(need.unwrap_or(0)));
         debug_assert!(want > 0, "room {room}, slack {slack}, need {need:?}");
         // (a read of 0 bytes would look like the end of the stream)
@@ -1886,65 +1883,6 @@ impl Driver {
             .lock()
             .conn
             .handle_read_buf(Instant::now(), buf, n);
-        Ok(Some(Read { want, n, handled }))
-    }
-
-    /// Completes the frame a full buffer ends in (its `rest`) and reads on into a fresh buffer
-    /// with one `readv`, where a `recv` of just the rest and another of the next read were two
-    /// system calls (about one read in six at bulk rates) and two window updates.
-    fn read_completing(
-        &mut self,
-        mut buf: BytesMut,
-        rest: usize,
-        budget: usize,
-        slack: usize,
-    ) -> Result<Option<Read>, Error> {
-        let mut next = read_buf::fresh(self.read_chunk + slack);
-        let more = budget.min(self.read_chunk);
-        let want = rest + more;
-        let fd = self.stream.as_raw_fd();
-        let mut got = 0;
-        // A short read drains the socket; returning `WouldBlock` for it (the bytes kept in
-        // `got`) clears tokio's readiness, as its own `poll_read` does after a short read.
-        let res = self.stream.try_io(Interest::READABLE, || {
-            got = sys::readv_two(fd, &mut buf, rest, &mut next, more)?;
-            if got > 0 && got < want {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            Ok(got)
-        });
-        let res = match res {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
-            other => other,
-        };
-        let n = match read_result(res, &mut self.read_eof) {
-            Ok(Some(n)) => n,
-            other => {
-                read_buf::retire(next);
-                let _ = self
-                    .shared
-                    .lock()
-                    .conn
-                    .handle_read_buf(Instant::now(), buf, 0);
-                return other.map(|_| None);
-            }
-        };
-        let now = Instant::now();
-        let mut g = self.shared.lock();
-        let mut handled = g.conn.handle_read_buf(now, buf, n.min(rest));
-        if n <= rest || handled.is_err() {
-            read_buf::retire(next);
-        } else {
-            let (mut done, _) = g.conn.take_read_buf();
-            // the frame completed, so nothing of the old buffer is left to parse
-            if done.is_empty() {
-                read_buf::retire(done);
-            } else {
-                done.extend_from_slice(&next);
-                next = done;
-            }
-            handled = g.conn.handle_read_buf(now, next, n - rest);
-        }
         Ok(Some(Read { want, n, handled }))
     }
 

@@ -51,28 +51,20 @@ pub(crate) fn make_room(buf: &mut BytesMut, room: usize, len: usize) {
     retire(std::mem::replace(buf, moved));
 }
 
-/// An empty buffer of at least `len` bytes: a pooled one that no message holds any more, or a
-/// new one.
-pub(crate) fn fresh(len: usize) -> BytesMut {
-    take(len)
-}
-
 /// A buffer of at least `len` bytes: a pooled one that no message holds any more, or a new one.
 fn take(len: usize) -> BytesMut {
     let reused = RETIRED.with(|p| {
         let mut p = p.borrow_mut();
-        // `try_reclaim` succeeds only when no message holds a slice of the buffer any more.
-        // The newest such buffer: it was filled last, so the most of it is still in the
-        // cache (taking the oldest cycled through all 16, 5 MB, more than this L2 holds).
-        let i = p.iter_mut().rposition(|b| b.try_reclaim(len))?;
-        Some(p.remove(i))
+        // `try_reclaim` succeeds only when no message holds a slice of the buffer any more
+        let i = p.iter_mut().position(|b| b.try_reclaim(len))?;
+        Some(p.swap_remove(i))
     });
     reused.unwrap_or_else(|| BytesMut::with_capacity(len))
 }
 
 /// An exhausted buffer (it still owns its whole allocation, its view is just empty) joins the
 /// pool, the oldest leaving a full one.
-pub(crate) fn retire(old: BytesMut) {
+fn retire(old: BytesMut) {
     RETIRED.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() == POOL {

@@ -20,7 +20,6 @@ use std::mem::{size_of, MaybeUninit};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use lowtide_proto::TcpState;
 
 /// `SIOCOUTQ`: bytes in the send queue not yet acknowledged (same value as `TIOCOUTQ`).
@@ -590,61 +589,6 @@ pub fn writev<'a>(fd: RawFd, bufs: impl Iterator<Item = &'a [u8]>) -> io::Result
     } else {
         Ok(r as usize)
     }
-}
-
-/// `readv` into the spare capacity of two buffers: at most `first` bytes after what `a` holds,
-/// then at most `second` after what `b` holds; each buffer's length grows by what it got.
-/// Returns the bytes read (0 at the end of the stream; `WouldBlock` as an error).
-///
-/// ```
-/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
-/// # let (peer, _) = listener.accept()?;
-/// # use std::io::Write;
-/// use bytes::BytesMut;
-/// use std::os::fd::AsRawFd;
-/// (&peer).write_all(b"the frame's rest, the next frame")?;
-/// # std::thread::sleep(std::time::Duration::from_millis(50));
-/// let (mut a, mut b) = (BytesMut::from(&b"head: "[..]), BytesMut::with_capacity(64));
-/// a.reserve(16);
-/// let n = lowtide::sys::readv_two(socket.as_raw_fd(), &mut a, 16, &mut b, 64)?;
-/// assert_eq!(n, 32);
-/// assert_eq!((&a[..], &b[..]), (&b"head: the frame's rest"[..], &b", the next frame"[..]));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn readv_two(
-    fd: RawFd,
-    a: &mut BytesMut,
-    first: usize,
-    b: &mut BytesMut,
-    second: usize,
-) -> io::Result<usize> {
-    let first = first.min(a.capacity() - a.len());
-    let second = second.min(b.capacity() - b.len());
-    let iov = [
-        libc::iovec {
-            iov_base: a.spare_capacity_mut().as_mut_ptr().cast(),
-            iov_len: first,
-        },
-        libc::iovec {
-            iov_base: b.spare_capacity_mut().as_mut_ptr().cast(),
-            iov_len: second,
-        },
-    ];
-    // SAFETY: each iovec covers spare capacity of a buffer borrowed mutably for the call.
-    let r = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let n = r as usize;
-    let into_a = n.min(first);
-    // SAFETY: the kernel wrote the first `into_a` bytes of `a`'s spare capacity and the first
-    // `n - into_a` of `b`'s.
-    unsafe {
-        a.set_len(a.len() + into_a);
-        b.set_len(b.len() + n - into_a);
-    }
-    Ok(n)
 }
 
 /// CPU time (user + system) of the calling thread, `getrusage(RUSAGE_THREAD)`.

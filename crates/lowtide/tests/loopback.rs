@@ -744,7 +744,10 @@ async fn p_acks_still_arrive_while_the_application_leaves_messages_waiting() {
     }
     eprintln!("slowest P-ACK while the application held messages: {slowest:?}");
     // loopback answers in well under a millisecond; the margin is for a busy 2-core machine
-    assert!(slowest < Duration::from_millis(300), "slowest P-ACK {slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(300),
+        "slowest P-ACK {slowest:?}"
+    );
     for _ in 0..msgs {
         let m = tokio::time::timeout(Duration::from_secs(10), client.recv())
             .await
