@@ -553,6 +553,9 @@ pub struct Connection {
     first_writes: BTreeMap<MessageId, Instant>,
     unacked: VecDeque<(u64, MessageId, Instant, Instant, Instant)>,
     written: u64,
+    /// End of the last message byte written (control frames excluded: a write of P-ACKs
+    /// alone is never acknowledged).
+    data_written: u64,
     acked: u64,
     last_decision: Option<Decision>,
     decisions: Option<(usize, VecDeque<DecisionRecord>)>,
@@ -663,6 +666,7 @@ impl Connection {
             markers: VecDeque::new(),
             first_writes: BTreeMap::new(),
             unacked: VecDeque::new(),
+            data_written: 0,
             written: 0,
             acked: 0,
             last_decision: None,
@@ -1714,6 +1718,37 @@ impl Connection {
     /// ```
     pub fn acked(&self) -> u64 {
         self.acked
+    }
+
+    /// Our sending direction waits for the peer: message bytes written and not yet covered by
+    /// a P-ACK, or a probe without its report. Those answers come in the peer's byte stream,
+    /// behind its data, so a driver that stops reading ahead of a slow application must read
+    /// on while this holds, or the controllers and stall detection would go without them.
+    ///
+    /// ```
+    /// use lowtide_proto::sim::{LinkParams, Pair};
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// c.poll_transmit(now, &TcpState::default());
+    /// c.handle_written(now, c.staged_len() as usize);
+    /// assert!(!c.awaits_peer()); // the handshake alone is never P-ACKed
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// c.send(now, s, Message::new("x"))?;
+    /// c.poll_transmit(now, &TcpState::default());
+    /// c.handle_written(now, c.staged_len() as usize);
+    /// assert!(c.awaits_peer()); // a message in the kernel, no P-ACK yet
+    ///
+    /// let mut pair = Pair::new(Config::default(), Config::default(), LinkParams::default());
+    /// let s = pair.client.conn.open_stream(StreamConfig::default())?;
+    /// pair.client.conn.send(pair.now, s, Message::new(vec![0u8; 50_000]))?;
+    /// pair.drive_bounded(100_000);
+    /// // every byte P-ACKed; the server, which sent only P-ACKs, waits for nothing either
+    /// assert!(!pair.client.conn.awaits_peer() && !pair.server.conn.awaits_peer());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn awaits_peer(&self) -> bool {
+        self.data_written > self.acked || self.probing.sent.is_some()
     }
 
     /// The kernel accepted the first `n` staged bytes at `now`.

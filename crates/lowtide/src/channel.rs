@@ -188,9 +188,12 @@ impl Shared {
     }
 
     /// Bytes the driver may read now: the core's receive budget, or 0 while at least
-    /// `read_ahead` bytes of whole messages wait for the application.
+    /// `read_ahead` bytes of whole messages wait for the application, unless our sending
+    /// direction waits for the peer ([`Connection::awaits_peer`]): its P-ACKs and probe
+    /// reports come behind the peer's data, and the controllers and stall detection need
+    /// them however slowly the application reads. Then only the receive budget stops us.
     fn read_budget(&self, g: &Inner) -> u64 {
-        if g.conn.ready_bytes() >= self.read_ahead {
+        if g.conn.ready_bytes() >= self.read_ahead && !g.conn.awaits_peer() {
             0
         } else {
             g.conn.recv_budget()

@@ -703,3 +703,60 @@ async fn the_driver_reads_only_a_bounded_amount_ahead_of_the_application() {
         n += 1;
     }
 }
+
+/// A channel that sends and receives: while its application leaves received messages waiting
+/// (the read-ahead bound reached), the P-ACKs for what it sends still arrive and are acted on,
+/// although they come in the peer's byte stream behind data nobody has taken. Without reading
+/// on while its own messages await a P-ACK, the driver left them in the kernel until the
+/// application read (no `Acked` within a second).
+#[tokio::test(flavor = "current_thread")]
+async fn p_acks_still_arrive_while_the_application_leaves_messages_waiting() {
+    let (client, server) = pair(ChannelConfig::default(), ChannelConfig::default()).await;
+    let down = server.open_stream(StreamConfig::default()).unwrap();
+    let msgs = 128; // 8 MB of 64 KB messages the client's application does not take for now
+    server
+        .send_batch(
+            down,
+            (0..msgs).map(|_| bytes::Bytes::from(vec![3u8; 64 << 10])),
+        )
+        .unwrap();
+    let read_chunk = ChannelConfig::default().read_chunk as u64;
+    let t0 = Instant::now();
+    while client.recv_memory() < 4 * read_chunk {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no read-ahead");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let up = client.open_stream(StreamConfig::default()).unwrap();
+    let mut slowest = Duration::ZERO;
+    for i in 0..20 {
+        let id = client.send(up, Message::new(vec![1u8; 1000])).unwrap();
+        let sent = Instant::now();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(1), client.next_event()).await {
+                Ok(Some(Event::Acked { id: acked, .. })) if acked == id => break,
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("channel ended"),
+                Err(_) => panic!("message {i}: no P-ACK within 1 s while messages waited"),
+            }
+        }
+        slowest = slowest.max(sent.elapsed());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("slowest P-ACK while the application held messages: {slowest:?}");
+    // loopback answers in well under a millisecond; the margin is for a busy 2-core machine
+    assert!(
+        slowest < Duration::from_millis(300),
+        "slowest P-ACK {slowest:?}"
+    );
+    for _ in 0..msgs {
+        let m = tokio::time::timeout(Duration::from_secs(10), client.recv())
+            .await
+            .expect("every message arrives once the application reads")
+            .expect("a message");
+        assert_eq!(m.data.len(), 64 << 10);
+    }
+    for _ in 0..20 {
+        let m = server.recv().await.expect("the client's messages");
+        assert_eq!(m.data.len(), 1000);
+    }
+}

@@ -273,12 +273,10 @@ impl Connection {
         }
     }
 
-    /// Starts the stall clock for the data bytes of a write (markers not yet popped): control
-    /// bytes do not count, since a write of P-ACKs alone is never acknowledged.
+    /// Notes the end of the data bytes of a write (markers not yet popped) and starts the
+    /// stall clock for them: control bytes do not count, since a write of P-ACKs alone is
+    /// never acknowledged.
     pub(super) fn note_data_written(&mut self, now: Instant) {
-        let Some(f) = &mut self.failover else {
-            return;
-        };
         let written = self.written;
         let end = self
             .markers
@@ -286,7 +284,11 @@ impl Connection {
             .take_while(|m| m.start < written)
             .last()
             .map(|m| m.end.min(written));
-        if let Some(end) = end {
+        let Some(end) = end else {
+            return;
+        };
+        self.data_written = self.data_written.max(end);
+        if let Some(f) = &mut self.failover {
             f.stall.on_written(end, now);
         }
     }
