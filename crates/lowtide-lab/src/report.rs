@@ -14,7 +14,9 @@ pub struct Series<'a> {
     pub samples: &'a [Sample],
 }
 
-const COLORS: [RGBColor; 8] = [
+/// Tableau's ten colours and black: ten besides the floor's grey, so the most variants a
+/// scenario may have (`MAX_VARIANTS`) never share a colour.
+const COLORS: [RGBColor; 11] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(120, 120, 120),
@@ -23,6 +25,9 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(255, 127, 14),
     RGBColor(140, 86, 75),
     RGBColor(23, 190, 207),
+    RGBColor(227, 119, 194),
+    RGBColor(188, 189, 34),
+    RGBColor(0, 0, 0),
 ];
 
 /// The series name the floor probe is drawn under; it is always grey.
@@ -405,6 +410,22 @@ pub fn page(title: &str, provenance: &[(String, String)], sections: &[String]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_variant_of_a_full_scenario_has_its_own_colour() {
+        let n = crate::scenario::MAX_VARIANTS;
+        let colours: Vec<RGBColor> = (0..n).map(|i| color_of(i, "variant")).collect();
+        for (i, a) in colours.iter().enumerate() {
+            assert_ne!(
+                *a,
+                color_of(0, FLOOR_SERIES),
+                "variant {i} drawn in the floor's grey"
+            );
+            for b in &colours[i + 1..] {
+                assert_ne!(a, b, "two of {n} variants share a colour");
+            }
+        }
+    }
 
     fn samples() -> Vec<Sample> {
         (0..500)
