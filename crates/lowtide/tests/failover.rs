@@ -37,7 +37,6 @@ fn fo(backups: u32, floor_ms: u64) -> ChannelConfig {
     }
 }
 
-/// A connected pair and its listener (which routes backups: keep it while the pair lives).
 /// Failover with a duplicate lane for importance 7 (`lowtide_proto::failover::duplicate`).
 fn fo_dup(backups: u32, floor_ms: u64) -> ChannelConfig {
     let mut c = fo(backups, floor_ms);
@@ -45,6 +44,7 @@ fn fo_dup(backups: u32, floor_ms: u64) -> ChannelConfig {
     c
 }
 
+/// A connected pair and its listener (which routes backups: keep it while the pair lives).
 async fn pair(
     client: ChannelConfig,
     server: ChannelConfig,
@@ -420,6 +420,42 @@ async fn raw_backup(addr: SocketAddr, token: u64, path: u64) -> tokio::net::TcpS
     s
 }
 
+/// A scripted connecting side: the sans-IO `Connection` of channel `token` (no latency
+/// controller) over a raw primary socket, accepted by a listener allowing `backups` backups.
+struct Scripted {
+    /// Routes the backups to `server`: kept while the test runs.
+    _listener: lowtide::Listener,
+    addr: SocketAddr,
+    token: u64,
+    conn: Connection,
+    primary: tokio::net::TcpStream,
+    server: lowtide::Channel,
+    now: Instant,
+}
+
+async fn scripted(backups: u32, token: u64) -> Scripted {
+    let listener = lowtide::listen(any_port(), fo(backups, 200)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cfg = Config {
+        controller: ControllerConfig::Unlimited,
+        ..fo(backups, 200).transport
+    };
+    let now = Instant::now();
+    let mut conn = Connection::with_token(cfg, Side::Client, now, token).unwrap();
+    let mut primary = tokio::net::TcpStream::connect(addr).await.unwrap();
+    primary.write_all(&transmit(&mut conn, now)).await.unwrap();
+    let server = listener.accept().await.unwrap();
+    Scripted {
+        _listener: listener,
+        addr,
+        token,
+        conn,
+        primary,
+        server,
+        now,
+    }
+}
+
 async fn recv_data(s: &lowtide::Channel) -> Vec<u8> {
     let m = tokio::time::timeout(Duration::from_secs(5), s.recv())
         .await
@@ -435,18 +471,15 @@ async fn recv_data(s: &lowtide::Channel) -> Vec<u8> {
 /// Now it closes 1 unread and stays on 2.
 #[tokio::test(flavor = "current_thread")]
 async fn a_switch_overtaken_by_a_later_one_is_not_followed() {
-    let l = lowtide::listen(any_port(), fo(2, 200)).await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let token = 0x5eed;
-    let cfg = Config {
-        controller: ControllerConfig::Unlimited,
-        ..fo(2, 200).transport
-    };
-    let now = Instant::now();
-    let mut c = Connection::with_token(cfg, Side::Client, now, token).unwrap();
-    let mut primary = tokio::net::TcpStream::connect(addr).await.unwrap();
-    primary.write_all(&transmit(&mut c, now)).await.unwrap();
-    let server = l.accept().await.unwrap();
+    let Scripted {
+        _listener,
+        addr,
+        token,
+        conn: mut c,
+        mut primary,
+        server,
+        now,
+    } = scripted(2, 0x5eed).await;
     let mut b1 = raw_backup(addr, token, 1).await;
     let mut b2 = raw_backup(addr, token, 2).await;
     wait_for("two idle backups", Duration::from_secs(5), || {
@@ -504,18 +537,15 @@ async fn a_switch_overtaken_by_a_later_one_is_not_followed() {
 /// soon as the SWITCH shows the used one busy, not refused.
 #[tokio::test(flavor = "current_thread")]
 async fn a_replacement_arriving_before_the_switch_is_admitted() {
-    let l = lowtide::listen(any_port(), fo(1, 200)).await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let token = 0x7ace;
-    let cfg = Config {
-        controller: ControllerConfig::Unlimited,
-        ..fo(1, 200).transport
-    };
-    let now = Instant::now();
-    let mut c = Connection::with_token(cfg, Side::Client, now, token).unwrap();
-    let mut primary = tokio::net::TcpStream::connect(addr).await.unwrap();
-    primary.write_all(&transmit(&mut c, now)).await.unwrap();
-    let server = l.accept().await.unwrap();
+    let Scripted {
+        _listener,
+        addr,
+        token,
+        conn: mut c,
+        primary,
+        server,
+        now,
+    } = scripted(1, 0x7ace).await;
     let mut b1 = raw_backup(addr, token, 1).await;
     wait_for("one idle backup", Duration::from_secs(5), || {
         server.backups() == 1
