@@ -70,6 +70,10 @@ struct AgentArgs {
     /// the paper's a/b law).
     #[arg(long)]
     full_mark_delay_ms: Option<f64>,
+    /// Pace each flow's held ACKs: no faster than this factor times the flow's ACK rate
+    /// (e.g. 1.1), so a bunch of ACKs does not leave as one (default: each at its time).
+    #[arg(long)]
+    release_pacing: Option<f64>,
     /// RTT assumed for flows without timestamps whose handshake was not seen, ms.
     #[arg(long, default_value_t = 100.0)]
     default_rtt_ms: f64,
@@ -150,6 +154,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<i32> {
                 .map(|v| ms(v, "full-mark-delay-ms"))
                 .transpose()?,
             default_rtt: ms(a.default_rtt_ms, "default-rtt-ms")?,
+            release_pacing: a.release_pacing,
             max_held: a.max_held,
             echo: !a.no_echo,
             ..AgentConfig::default()

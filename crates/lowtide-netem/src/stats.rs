@@ -27,6 +27,17 @@ pub struct QueueSample {
     pub sojourn_us: u32,
 }
 
+/// A delivery is logged with its time when it is this late (`LinkStats::late_deliveries`).
+pub const LATE_DELIVERY: Duration = Duration::from_millis(1);
+
+/// A packet that left the link more than [`LATE_DELIVERY`] after its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LateDelivery {
+    /// Microseconds since the network started, and how late.
+    pub t_us: u64,
+    pub late_us: u32,
+}
+
 pub struct LinkStats {
     start: Instant,
     arrived_packets: AtomicU64,
@@ -40,6 +51,8 @@ pub struct LinkStats {
     holds: [AtomicU64; Reason::ALL.len()],
     queue: Mutex<Vec<QueueSample>>,
     lateness_us: Mutex<Vec<u32>>,
+    /// Deliveries later than [`LATE_DELIVERY`], with their time: when the emulator stalled.
+    late_deliveries: Mutex<Vec<LateDelivery>>,
     /// Exact RDC: the delays written into packets, and packets that could not carry one.
     stamps_us: Mutex<Vec<u32>>,
     stamp_skipped: AtomicU64,
@@ -65,6 +78,7 @@ impl LinkStats {
             holds: Default::default(),
             queue: Mutex::new(Vec::new()),
             lateness_us: Mutex::new(Vec::new()),
+            late_deliveries: Mutex::new(Vec::new()),
             stamps_us: Mutex::new(Vec::new()),
             stamp_skipped: AtomicU64::new(0),
             holds_us: Mutex::new(Vec::new()),
@@ -141,6 +155,22 @@ impl LinkStats {
             .as_micros()
             .min(u32::MAX as u128) as u32;
         push_bounded(&self.lateness_us, late, &self.samples_skipped);
+        if late > LATE_DELIVERY.as_micros() as u32 {
+            let t_us = now.saturating_duration_since(self.start).as_micros() as u64;
+            let event = LateDelivery {
+                t_us,
+                late_us: late,
+            };
+            push_bounded(&self.late_deliveries, event, &self.samples_skipped);
+        }
+    }
+
+    /// The deliveries later than [`LATE_DELIVERY`] so far, in order.
+    pub fn late_deliveries(&self) -> Vec<LateDelivery> {
+        self.late_deliveries
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
     }
 
     /// A copy of the queue time series.
@@ -177,6 +207,9 @@ impl LinkStats {
             if let Ok(mut l) = series.lock() {
                 l.clear();
             }
+        }
+        if let Ok(mut l) = self.late_deliveries.lock() {
+            l.clear();
         }
     }
 
@@ -331,6 +364,10 @@ mod tests {
         assert_eq!(r.total_marks(), 2);
         assert_eq!(r.sojourn_ms.max, 9.9);
         assert_eq!(r.lateness_ms.count, 100);
+        assert!(s.late_deliveries().is_empty(), "none was over 1 ms late");
+        s.delivered(1500, start + Duration::from_micros(2500), start);
+        let late = s.late_deliveries();
+        assert_eq!((late.len(), late[0].t_us, late[0].late_us), (1, 2500, 2500));
         s.reset();
         assert_eq!(s.report().arrived_packets, 0);
     }

@@ -36,10 +36,12 @@ use std::time::{Duration, Instant};
 
 use crate::config::{AgentConfig, ConfigError, Mode};
 use crate::one_bit::{Change, MarkShare, OneBitLaw, Period};
+use crate::pacing::Pacer;
 use crate::rtt::RttEstimator;
 use crate::segment::{self, ParseError, Segment};
 use crate::status::{AgentStatus, Counters, DriverCounters, FlowStatus, PassCounts, PassReason};
 use crate::wire;
+use serde::Serialize;
 
 /// A held packet released more than this after its time is counted late.
 const LATE_RELEASE: Duration = Duration::from_millis(1);
@@ -88,7 +90,10 @@ struct Held<H> {
 }
 
 struct Flow<H> {
+    /// The sender's port (the release log names flows by it).
+    remote_port: u16,
     held: VecDeque<Held<H>>,
+    pacer: Pacer,
     delay: Duration,
     rtt: RttEstimator,
     period: Period,
@@ -122,9 +127,11 @@ struct FlowCounts {
 }
 
 impl<H> Flow<H> {
-    fn new(now: Instant, first_period: Duration) -> Self {
+    fn new(remote_port: u16, now: Instant, first_period: Duration) -> Self {
         Flow {
+            remote_port,
             held: VecDeque::new(),
+            pacer: Pacer::default(),
             delay: Duration::ZERO,
             rtt: RttEstimator::default(),
             period: Period::new(now, first_period),
@@ -144,6 +151,7 @@ struct Exit<'a, H> {
     released: &'a mut VecDeque<H>,
     counters: &'a mut Counters,
     held_now: &'a mut usize,
+    log: &'a mut ReleaseLog,
 }
 
 impl<H> Exit<'_, H> {
@@ -179,13 +187,69 @@ impl<H> Exit<'_, H> {
         if let Some(v) = held.tsval {
             flow.rtt.on_released(v, now);
         }
+        self.log.record(flow.remote_port, &held, now, !on_time);
         self.released.push_back(held.handle);
+    }
+
+    /// A held packet waited `wait` past its time for the pacer.
+    fn paced(&mut self, wait: Duration) {
+        self.counters.paced += 1;
+        let us = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
+        self.counters.max_pace_wait_us = self.counters.max_pace_wait_us.max(us);
     }
 
     fn flush(&mut self, flow: &mut Flow<H>, now: Instant) {
         while let Some(h) = flow.held.pop_front() {
             self.release(flow, h, now, false);
         }
+    }
+}
+
+/// One held packet's way through the agent: when it was held, due and released (µs since
+/// the origin given to [`Agent::take_release_log`]). `left_us − due_us` is its lateness;
+/// `due_us − held_us` the hold the flow's delay and order gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReleaseRecord {
+    pub remote_port: u16,
+    pub held_us: u64,
+    pub due_us: u64,
+    pub left_us: u64,
+    /// Released early, ahead of a packet that had to pass at once.
+    pub flushed: bool,
+}
+
+struct LoggedRelease {
+    remote_port: u16,
+    held: Instant,
+    due: Instant,
+    left: Instant,
+    flushed: bool,
+}
+
+/// Bounded: at most `limit` records, the rest counted.
+#[derive(Default)]
+struct ReleaseLog {
+    limit: usize,
+    records: Vec<LoggedRelease>,
+    dropped: u64,
+}
+
+impl ReleaseLog {
+    fn record<H>(&mut self, remote_port: u16, held: &Held<H>, left: Instant, flushed: bool) {
+        if self.limit == 0 {
+            return;
+        }
+        if self.records.len() >= self.limit {
+            self.dropped += 1;
+            return;
+        }
+        self.records.push(LoggedRelease {
+            remote_port,
+            held: held.since,
+            due: held.release_at,
+            left,
+            flushed,
+        });
     }
 }
 
@@ -200,6 +264,7 @@ pub struct Agent<H> {
     held_now: usize,
     counters: Counters,
     next_expiry_scan: Option<Instant>,
+    log: ReleaseLog,
 }
 
 impl<H> Agent<H> {
@@ -222,6 +287,7 @@ impl<H> Agent<H> {
             held_now: 0,
             counters: Counters::default(),
             next_expiry_scan: None,
+            log: ReleaseLog::default(),
         })
     }
 
@@ -245,6 +311,7 @@ impl<H> Agent<H> {
                 released: &mut self.released,
                 counters: &mut self.counters,
                 held_now: &mut self.held_now,
+                log: &mut self.log,
             },
         )
     }
@@ -274,7 +341,8 @@ impl<H> Agent<H> {
                 return Rewrite::default();
             }
             self.counters.flows_created += 1;
-            self.flows.insert(key, Flow::new(now, self.cfg.default_rtt));
+            self.flows
+                .insert(key, Flow::new(key.remote.port(), now, self.cfg.default_rtt));
         }
         let (cfg, law) = (&self.cfg, &self.law);
         let flow = self.flows.get_mut(&key).expect("inserted above");
@@ -359,6 +427,7 @@ impl<H> Agent<H> {
     ) {
         self.counters.outgoing += 1;
         let max_held = self.cfg.max_held;
+        let pacing = self.cfg.release_pacing;
         let (flows, due, mut exit) = self.split();
         let seg = match parsed {
             Ok(s) => s,
@@ -396,8 +465,10 @@ impl<H> Agent<H> {
         }
         let after_previous = flow.held.back().map_or(now, |h| h.release_at);
         let release_at = (now + flow.delay).max(after_previous);
+        flow.pacer.on_held(now);
         if flow.held.is_empty() {
-            due.push(Reverse((release_at, key)));
+            let slot = pacing.and(flow.pacer.slot());
+            due.push(Reverse((slot.map_or(release_at, |s| s.max(release_at)), key)));
         }
         if let Some(v) = tsval {
             flow.rtt.on_sent(v, None);
@@ -425,6 +496,7 @@ impl<H> Agent<H> {
 
     /// Releases every held packet that is due at `now`, and forgets idle flows.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let pacing = self.cfg.release_pacing;
         while let Some(Reverse((at, key))) = self.due.peek().copied() {
             if at > now {
                 break;
@@ -435,15 +507,37 @@ impl<H> Agent<H> {
                 continue;
             };
             let mut released = false;
-            while flow.held.front().is_some_and(|h| h.release_at <= now) {
-                let h = flow.held.pop_front().expect("checked");
+            let mut paced_back = false;
+            while let Some(front) = flow.held.front() {
+                if front.release_at > now {
+                    break;
+                }
+                // The pacer's slot, if pacing and later than the packet's own time.
+                let slot = pacing
+                    .and(flow.pacer.slot())
+                    .filter(|s| *s > front.release_at);
+                if slot.is_some_and(|s| s > now) {
+                    paced_back = true;
+                    break;
+                }
+                let mut h = flow.held.pop_front().expect("checked");
+                if let Some(s) = slot {
+                    exit.paced(s.saturating_duration_since(h.release_at));
+                    h.release_at = s;
+                }
                 exit.release(flow, h, now, true);
+                if let Some(f) = pacing {
+                    flow.pacer.on_released(now, f);
+                }
                 released = true;
             }
-            // Only the entry that released re-arms: a stale one (left by a flush) just goes.
-            if released {
+            // Only an entry that released or met the pacer re-arms: a stale one (left by a
+            // flush) just goes.
+            if released || paced_back {
                 if let Some(next) = flow.held.front() {
-                    due.push(Reverse((next.release_at, key)));
+                    let slot = pacing.and(flow.pacer.slot());
+                    let at = slot.map_or(next.release_at, |s| s.max(next.release_at));
+                    due.push(Reverse((at, key)));
                 }
             }
         }
@@ -479,6 +573,29 @@ impl<H> Agent<H> {
                 exit.flush(flow, now);
             }
         }
+    }
+
+    /// Keeps a record of the next `limit` held packets' release ([`ReleaseRecord`]), for
+    /// timing analysis (the lab's `releases.csv`); 0 stops recording. Off by default.
+    pub fn record_releases(&mut self, limit: usize) {
+        self.log.limit = limit;
+    }
+
+    /// The records so far, times in µs since `origin`, and how many were not kept (over
+    /// the limit); the log starts again empty.
+    pub fn take_release_log(&mut self, origin: Instant) -> (Vec<ReleaseRecord>, u64) {
+        let us = |t: Instant| t.saturating_duration_since(origin).as_micros() as u64;
+        let records = std::mem::take(&mut self.log.records)
+            .into_iter()
+            .map(|r| ReleaseRecord {
+                remote_port: r.remote_port,
+                held_us: us(r.held),
+                due_us: us(r.due),
+                left_us: us(r.left),
+                flushed: r.flushed,
+            })
+            .collect();
+        (records, std::mem::take(&mut self.log.dropped))
     }
 
     pub fn held_now(&self) -> usize {
@@ -532,6 +649,8 @@ impl<H> Agent<H> {
             held_now: self.held_now,
             flows,
             driver: DriverCounters::default(),
+            releases: Vec::new(),
+            releases_not_kept: 0,
         }
     }
 }
@@ -766,6 +885,69 @@ mod tests {
         assert_eq!(released(&mut a), vec![3]);
         let c = a.counters();
         assert_eq!((c.released_late, c.max_release_lateness_us), (1, 4000));
+    }
+
+    /// An exact agent holding 10 ms, with `pacing`: 40 ACKs 1 ms apart, then a bunch of 8
+    /// generated at once (as after a stall); returns when each of the bunch left, driving
+    /// the timer as a driver would.
+    fn bunch_leaves(pacing: Option<f64>) -> (Vec<Duration>, Counters) {
+        let mut a: Agent<u32> = Agent::new(AgentConfig {
+            release_pacing: pacing,
+            ..AgentConfig::exact()
+        })
+        .unwrap();
+        a.record_releases(1000);
+        let t0 = Instant::now();
+        let mut p = data(1, false);
+        wire::stamp_delay(&mut p, 10 * MS).unwrap();
+        a.handle_incoming(t0, &p);
+        let mut id = 0;
+        let mut ack = |a: &mut Agent<u32>, at: Instant| {
+            id += 1;
+            out(a, at, &Spec::ack(1 + 1000 * id).build(), id);
+        };
+        for i in 0..40 {
+            ack(&mut a, t0 + MS * i);
+        }
+        let bunch = t0 + MS * 48;
+        for _ in 0..8 {
+            ack(&mut a, bunch);
+        }
+        let mut now = t0;
+        while let Some(at) = a.poll_timeout() {
+            now = now.max(at);
+            a.handle_timeout(now);
+            released(&mut a);
+            if a.held_now() == 0 {
+                break;
+            }
+        }
+        let (log, lost) = a.take_release_log(t0);
+        assert_eq!((log.len(), lost), (48, 0));
+        let left = log[40..]
+            .iter()
+            .map(|r| Duration::from_micros(r.left_us) - 58 * MS)
+            .collect();
+        (left, *a.counters())
+    }
+
+    #[test]
+    fn a_bunch_of_held_acks_leaves_at_once_unless_paced() {
+        let (left, c) = bunch_leaves(None);
+        assert!(left.iter().all(|d| d.is_zero()), "{left:?}");
+        assert_eq!(c.paced, 0);
+        // Paced at 1.25 x the flow's rate (mean gap 1 ms before the bunch, a little less
+        // after it): two leave at once, then one about every 0.8 ms.
+        let (left, c) = bunch_leaves(Some(1.25));
+        let gaps: Vec<f64> = left
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64() * 1000.0)
+            .collect();
+        assert_eq!(gaps[0], 0.0, "{gaps:?}");
+        assert!(gaps[1..].iter().all(|g| (0.6..=0.85).contains(g)), "{gaps:?}");
+        assert_eq!(c.paced, 6);
+        assert_eq!(c.released_late, 0, "a paced wait is not lateness");
+        assert!(c.max_pace_wait_us > 4000, "{}", c.max_pace_wait_us);
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct AgentConfig {
     /// ([`crate::wire::set_echo`]), so an RDC router knows the flow answers (not in the paper:
     /// the router needs it to delay the flows that do not; docs/rdc.md, "TCP-friendliness").
     pub echo: bool,
+    /// Pace each flow's held ACKs: they leave no closer together than the flow's mean gap
+    /// between held ACKs divided by this factor ([`crate::pacing`]; not in the paper).
+    /// `None` (the default): each leaves at its time, bunches and all.
+    pub release_pacing: Option<f64>,
 }
 
 impl Default for AgentConfig {
@@ -77,6 +81,7 @@ impl Default for AgentConfig {
             max_held: 4096,
             idle_timeout: Duration::from_secs(60),
             echo: true,
+            release_pacing: None,
         }
     }
 }
@@ -185,6 +190,14 @@ impl AgentConfig {
             self.max_held,
             "1 to 1000000 packets",
         )?;
+        if let Some(f) = self.release_pacing {
+            check(
+                (1.0..=10.0).contains(&f),
+                "release_pacing",
+                f,
+                "a factor from 1 to 10 over the flow's ACK rate",
+            )?;
+        }
         check(
             self.idle_timeout >= Duration::from_secs(1),
             "idle_timeout",
@@ -244,5 +257,11 @@ mod tests {
         };
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("full_mark_delay") && e.contains("0 ms"), "{e}");
+        let c = AgentConfig {
+            release_pacing: Some(0.5),
+            ..AgentConfig::exact()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("release_pacing") && e.contains("0.5"), "{e}");
     }
 }

@@ -15,7 +15,8 @@
 //! - [`wire`]: the IPv4 header fields RDC uses (shared with the router);
 //! - [`segment`]: the TCP segment of a packet;
 //! - [`agent`]: the sans-IO core (per-flow state, ACK classification, holding), with
-//!   [`one_bit`] (the 1-bit delay law) and [`rtt`] (RTT from TCP timestamps);
+//!   [`one_bit`] (the 1-bit delay law), [`rtt`] (RTT from TCP timestamps) and [`pacing`]
+//!   (held ACKs spread at their flow's rate, an option);
 //! - [`status`]: counters by reason, per flow;
 //! - [`driver`]: the thin NFQUEUE shell and [`iptables`]: the rules of its own chain;
 //! - [`bench`](mod@bench): the agent measured on real packets over loopback.
@@ -26,6 +27,7 @@ pub mod config;
 pub mod driver;
 pub mod iptables;
 pub mod one_bit;
+pub mod pacing;
 pub mod rtt;
 pub mod segment;
 pub mod status;

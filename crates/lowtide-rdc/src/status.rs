@@ -100,6 +100,10 @@ pub struct Counters {
     pub max_release_lateness_us: u64,
     /// Held packets released early, in order, ahead of one that had to pass at once.
     pub flushed: u64,
+    /// With `release_pacing`: held packets that waited past their time for the pacer, and
+    /// the longest such wait, µs.
+    pub paced: u64,
+    pub max_pace_wait_us: u64,
     pub passed: PassCounts,
     /// Outgoing packets of tracked flows marked as the agent's echo, and those that could not
     /// be (not atomic datagrams, or not copied whole into the agent).
@@ -152,6 +156,12 @@ pub struct AgentStatus {
     pub flows: Vec<FlowStatus>,
     /// Filled by the NFQUEUE driver; zero for the sans-IO core alone.
     pub driver: DriverCounters,
+    /// The driver's final status only, with `DriverConfig::release_log`: every held
+    /// packet's release (not serialized: the lab writes them as `releases.csv`), and how
+    /// many were over the log's limit.
+    #[serde(skip)]
+    pub releases: Vec<crate::agent::ReleaseRecord>,
+    pub releases_not_kept: u64,
 }
 
 /// What the NFQUEUE driver and the kernel reported.

@@ -59,6 +59,12 @@ pub const FLOWS_CSV: &str = "flows.csv";
 pub const AGENT_DELAYS_CSV: &str = "agent-delays.csv";
 pub const PLOT: &str = "packets-per-bin.svg";
 pub const LAYERS_CSV: &str = "layers.csv";
+/// The forward queue after each dequeue, from `measure_from_s`.
+pub const QUEUE_CSV: &str = "queue.csv";
+/// Every held ACK's release (runs with an agent).
+pub const RELEASES_CSV: &str = "releases.csv";
+/// The emulator's deliveries more than 1 ms late, both links.
+pub const LATE_CSV: &str = "late-deliveries.csv";
 pub const LAYERS_PLOT: &str = "layers.svg";
 pub const QUEUE_PLOT: &str = "queue.svg";
 pub const LAYERS_BY_RTT_PLOT: &str = "layers-by-rtt.svg";
@@ -200,6 +206,7 @@ fn write_folder(
         }
         csv.flush().map_err(io(AGENT_DELAYS_CSV))?;
     }
+    write_timing(dir, trials)?;
     let panels: Vec<(String, Vec<&[u64]>)> = trials
         .iter()
         .map(|t| {
@@ -219,6 +226,52 @@ fn write_folder(
     }
     let page = report::html(summary, &|svg| dir.join(svg).exists());
     std::fs::write(dir.join(REPORT), page).map_err(io(REPORT))
+}
+
+/// What the timing analysis of the queue reads (`scripts/rdc-queue-causes.py`):
+/// `queue.csv`, `releases.csv` (with an agent), `late-deliveries.csv`; times in µs from
+/// the flows' origin.
+fn write_timing(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabError> {
+    let file = |name: &str| -> Result<_, LabError> {
+        let f = std::fs::File::create(dir.join(name))
+            .map_err(|e| LabError::io(format!("writing {name}"), e))?;
+        Ok(std::io::BufWriter::new(f))
+    };
+    let io = |name: &'static str| move |e: std::io::Error| LabError::io(format!("writing {name}"), e);
+    let mut q = file(QUEUE_CSV)?;
+    writeln!(q, "variant,t_us,packets,sojourn_us").map_err(io(QUEUE_CSV))?;
+    for t in trials {
+        for s in &t.queue {
+            writeln!(q, "{},{},{},{}", t.variant, s.t_us, s.packets, s.sojourn_us)
+                .map_err(io(QUEUE_CSV))?;
+        }
+    }
+    q.flush().map_err(io(QUEUE_CSV))?;
+    let mut l = file(LATE_CSV)?;
+    writeln!(l, "variant,link,t_us,late_us").map_err(io(LATE_CSV))?;
+    for t in trials {
+        for (link, d) in &t.late_deliveries {
+            writeln!(l, "{},{link},{},{}", t.variant, d.t_us, d.late_us).map_err(io(LATE_CSV))?;
+        }
+    }
+    l.flush().map_err(io(LATE_CSV))?;
+    if trials.iter().all(|t| t.releases.is_empty()) {
+        return Ok(());
+    }
+    let mut r = file(RELEASES_CSV)?;
+    writeln!(r, "variant,receiver,remote_port,held_us,due_us,left_us,flushed")
+        .map_err(io(RELEASES_CSV))?;
+    for t in trials {
+        for (receiver, x) in &t.releases {
+            writeln!(
+                r,
+                "{},{receiver},{},{},{},{},{}",
+                t.variant, x.remote_port, x.held_us, x.due_us, x.left_us, x.flushed as u8
+            )
+            .map_err(io(RELEASES_CSV))?;
+        }
+    }
+    r.flush().map_err(io(RELEASES_CSV))
 }
 
 /// Video runs: `layers.csv` (every stream's layer count at its start and after each change),

@@ -208,6 +208,10 @@ pub struct RdcVariant {
     /// gives the agent the variant's own cell's); default: the paper's a/b law.
     #[serde(default)]
     pub agent_estimates_delay: bool,
+    /// Pace each flow's held ACKs at this factor over the flow's ACK rate
+    /// (`lowtide_rdc::AgentConfig::release_pacing`); default: not paced (the paper's agent).
+    #[serde(default)]
+    pub agent_release_pacing: Option<f64>,
     /// The agents' threads at real-time priority (default; `lowtide_rdc::DriverConfig::
     /// realtime`); `false` runs them as ordinary threads, the baseline of that change.
     #[serde(default = "yes")]
@@ -474,6 +478,14 @@ impl RdcScenario {
                     format!("variant[{i}].agent_max_increase_ms"),
                     step,
                     "1 to 4000 ms, with an agent",
+                )?;
+            }
+            if let Some(f) = v.agent_release_pacing {
+                check(
+                    v.agent.is_some() && (1.0..=10.0).contains(&f),
+                    format!("variant[{i}].agent_release_pacing"),
+                    f,
+                    "a factor from 1 to 10, with an agent",
                 )?;
             }
             check(

@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lowtide_netem::stats::QueueSample;
+use lowtide_netem::stats::{LateDelivery, QueueSample};
+use lowtide_rdc::agent::ReleaseRecord;
 use lowtide_netem::{Dumbbell, Host, LinkReport, RunOptions};
 
 use super::agents::{AgentReport, Agents};
@@ -32,6 +33,11 @@ pub struct TrialRecord {
     /// Each agent flow's delay over the run, read from the agents' status at every poll of
     /// the trial's loop (about twice a second).
     pub agent_delays: Vec<AgentDelaySample>,
+    /// Every held ACK's release, by receiver, times from the flows' origin (`releases.csv`).
+    pub releases: Vec<(usize, ReleaseRecord)>,
+    /// Packets the emulator delivered more than 1 ms late, by link ("forward": the data's
+    /// bottleneck, "reverse": the ACKs'), times from the flows' origin.
+    pub late_deliveries: Vec<(&'static str, LateDelivery)>,
     pub errors: Vec<String>,
 }
 
@@ -107,6 +113,7 @@ pub fn run_variant(
                     .agent_max_increase_ms
                     .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
                 full_mark_delay: s.agent_full_mark_delay(v),
+                release_pacing: v.agent_release_pacing,
                 ..lowtide_rdc::AgentConfig::default()
             };
             Some(Agents::start(&net, &agent, v.agent_realtime, &ports)?)
@@ -212,7 +219,35 @@ pub fn run_variant(
         .enumerate()
         .map(|(i, h)| join(format!("flow {i} receiver"), h, &mut errors))
         .collect();
-    let agents = agents.map(|a| a.stop(&net)).unwrap_or_default();
+    let mut agents = agents.map(|a| a.stop(&net)).unwrap_or_default();
+    let shift = |t: u64| t.saturating_sub(origin_us);
+    let mut releases = vec![];
+    for a in &mut agents {
+        let receiver = a.receiver;
+        if let Some(st) = a.status.as_mut() {
+            releases.extend(std::mem::take(&mut st.releases).into_iter().map(|r| {
+                let r = ReleaseRecord {
+                    held_us: shift(r.held_us),
+                    due_us: shift(r.due_us),
+                    left_us: shift(r.left_us),
+                    ..r
+                };
+                (receiver, r)
+            }));
+        }
+    }
+    let late_deliveries = [("forward", net.forward()), ("reverse", net.reverse())]
+        .into_iter()
+        .flat_map(|(link, stats)| {
+            stats.late_deliveries().into_iter().map(move |d| {
+                let d = LateDelivery {
+                    t_us: d.t_us.saturating_sub(origin_us),
+                    ..d
+                };
+                (link, d)
+            })
+        })
+        .collect();
     for a in &agents {
         if let Some(e) = &a.error {
             errors.push(format!("receiver {} agent: {e}", a.receiver));
@@ -235,6 +270,8 @@ pub fn run_variant(
         measured_s,
         agents,
         agent_delays,
+        releases,
+        late_deliveries,
         errors,
     })
 }

@@ -59,6 +59,10 @@ pub struct DriverConfig {
     /// Run the agent's thread at SCHED_FIFO when permitted ([`sched::apply`]); the outcome
     /// is `driver.scheduling` in the status.
     pub realtime: bool,
+    /// Record every held packet's release, at most this many (0: off), into the final
+    /// status's `releases`, times in µs since `log_origin` (None: the agent's start).
+    pub release_log: usize,
+    pub log_origin: Option<Instant>,
 }
 
 impl Default for DriverConfig {
@@ -71,6 +75,8 @@ impl Default for DriverConfig {
             iptables: None,
             status_interval: Duration::from_millis(500),
             realtime: true,
+            release_log: 0,
+            log_origin: None,
         }
     }
 }
@@ -259,6 +265,8 @@ pub fn run(
     mut publish: impl FnMut(&AgentStatus),
 ) -> Result<AgentStatus, AgentError> {
     let mut agent = Agent::<Message>::new(cfg.agent.clone())?;
+    let origin = cfg.log_origin.unwrap_or_else(Instant::now);
+    agent.record_releases(cfg.release_log);
     check_root()?;
     let tool = iptables::find_tool(cfg.iptables.as_deref())?;
     let out_num = cfg
@@ -332,7 +340,8 @@ pub fn run(
     let removed = rules.remove();
     let _ = inq.queue.unbind(inq.num);
     let _ = outq.queue.unbind(outq.num);
-    let last = status(&agent, &counts, cfg.queue);
+    let mut last = status(&agent, &counts, cfg.queue);
+    (last.releases, last.releases_not_kept) = agent.take_release_log(origin);
     publish(&last);
     result?;
     removed?;

@@ -28,6 +28,9 @@ pub enum Scheduling {
 /// (root, or an RLIMIT_RTPRIO), else SCHED_OTHER with 1 ns timer slack (the default 50 µs
 /// slack lets the kernel defer each wake-up; real-time threads have none).
 pub fn apply(realtime: bool) -> Scheduling {
+    // SAFETY: sets the calling thread's timer slack; no pointers. (A real-time thread has
+    // no slack; set anyway, so a thread the kernel demotes keeps 1 ns.)
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     if realtime {
         let param = libc::sched_param {
             sched_priority: PRIORITY,
@@ -41,7 +44,5 @@ pub fn apply(realtime: bool) -> Scheduling {
             std::io::Error::last_os_error()
         );
     }
-    // SAFETY: sets the calling thread's timer slack; no pointers.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     Scheduling::Ordinary
 }
