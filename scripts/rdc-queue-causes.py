@@ -10,6 +10,9 @@ Causes, first that applies:
                    [t_a - 3 ms, t_a + 0.5 ms]: the stall bunched the arrivals itself;
   agent late       an ACK released in [t_a - rev - 3 ms, t_a - rev + 0.5 ms] left > 1 ms
                    after its due time (the agent's wake-up or loop);
+  stretch ACK      one of those ACKs acknowledged more than twice its flow's usual amount
+                   (median ACK advance): the receiver's TCP sent one ACK for many segments,
+                   and the sender answers it with as many at once;
   replayed stall   those ACKs left on time, but were generated while the emulator was late
                    on the forward link (data bunched at the receiver, the bunch kept by the
                    hold): a late forward delivery within 3 ms before one of their hold starts;
@@ -56,11 +59,21 @@ def main():
     late = load(os.path.join(a.run, "late-deliveries.csv"), a.variant)
     late_any = sorted(int(r["t_us"]) for r in late)
     late_fwd = sorted(int(r["t_us"]) for r in late if r["link"] == "forward")
+    rows = load(os.path.join(a.run, "releases.csv"), a.variant)
+    rows.sort(key=lambda r: int(r["left_us"]))
+    # Each ACK's advance over the previous ACK of its flow, bytes.
+    advance, last = [], {}
+    for r in rows:
+        flow, ack = r["receiver"] + ":" + r["remote_port"], int(r["ack"])
+        advance.append((ack - last[flow]) % 2**32 if flow in last else 0)
+        last[flow] = ack
+    usual = sorted(x for x in advance if x > 0)
+    usual = usual[len(usual) // 2] if usual else 0
+    stretch = {i for i, x in enumerate(advance) if usual and x > 2 * usual}
     rel = [
         (int(r["left_us"]), int(r["due_us"]), int(r["held_us"]), r["receiver"] + ":" + r["remote_port"], r["flushed"] == "1")
-        for r in load(os.path.join(a.run, "releases.csv"), a.variant)
+        for r in rows
     ]
-    rel.sort()
     rel_left = [x[0] for x in rel]
     # Per flow: was each release closer to the previous one than their holds began (by > 0.3 ms)?
     compressed = set()
@@ -85,6 +98,8 @@ def main():
         window = rel[lo:hi]
         if any(left - due > 1000 for left, due, *_ in window):
             causes["agent late"] += 1
+        elif any(i in stretch for i in range(lo, hi)):
+            causes["stretch ACK"] += 1
         elif any(any_in(late_fwd, held - 3000, held) for _, _, held, _, _ in window):
             causes["replayed stall"] += 1
         elif any(i in compressed for i in range(lo, hi)):
@@ -95,12 +110,13 @@ def main():
     p = lambda f: qs[min(len(qs) - 1, round((len(qs) - 1) * f))] if qs else None
     print(f"{a.run} [{a.variant}]: {n} samples, queue p50 {p(0.5)} p99 {p(0.99)} max {p(1.0)}; "
           f"{len(over)} above {a.bound} ({100.0 * len(over) / max(n, 1):.2f}%, p99 <= {a.bound} needs <= 1%)")
-    for c in ["emulator stall", "agent late", "replayed stall", "on-time bunch", "other"]:
+    for c in ["emulator stall", "agent late", "stretch ACK", "replayed stall", "on-time bunch", "other"]:
         k = causes[c]
         print(f"  {c:15s} {k:7d}  {100.0 * k / max(len(over), 1):5.1f}% of those, {100.0 * k / max(n, 1):.2f}% of all")
     if rel:
         late_rel = sum(1 for left, due, *_ in rel if left - due > 1000)
-        print(f"  agent: {len(rel)} held ACKs released, {late_rel} > 1 ms late, {len(compressed)} compressed by the order rule")
+        print(f"  agent: {len(rel)} held ACKs released, {late_rel} > 1 ms late, {len(compressed)} compressed by the order rule, "
+              f"{len(stretch)} stretch ACKs (> {2 * usual} bytes; usual {usual})")
     fl = Counter(r["link"] for r in late)
     print(f"  emulator: deliveries > 1 ms late: forward {fl['forward']}, reverse {fl['reverse']}")
     # Release bursts: ACKs of all flows released within 1 ms windows (the data burst they trigger is twice that).

@@ -87,6 +87,9 @@ struct Held<H> {
     since: Instant,
     release_at: Instant,
     tsval: Option<u32>,
+    /// Its acknowledgement number and raw window (the release log's).
+    ack: u32,
+    window: u16,
 }
 
 struct Flow<H> {
@@ -216,6 +219,9 @@ pub struct ReleaseRecord {
     pub left_us: u64,
     /// Released early, ahead of a packet that had to pass at once.
     pub flushed: bool,
+    /// The ACK's acknowledgement number and raw (unscaled) window.
+    pub ack: u32,
+    pub window: u16,
 }
 
 struct LoggedRelease {
@@ -224,6 +230,8 @@ struct LoggedRelease {
     due: Instant,
     left: Instant,
     flushed: bool,
+    ack: u32,
+    window: u16,
 }
 
 /// Bounded: at most `limit` records, the rest counted.
@@ -249,6 +257,8 @@ impl ReleaseLog {
             due: held.release_at,
             left,
             flushed,
+            ack: held.ack,
+            window: held.window,
         });
     }
 }
@@ -478,6 +488,8 @@ impl<H> Agent<H> {
             since: now,
             release_at,
             tsval,
+            ack: seg.ack,
+            window: seg.window,
         });
         flow.stats.held += 1;
         exit.counters.held += 1;
@@ -593,6 +605,8 @@ impl<H> Agent<H> {
                 due_us: us(r.due),
                 left_us: us(r.left),
                 flushed: r.flushed,
+                ack: r.ack,
+                window: r.window,
             })
             .collect();
         (records, std::mem::take(&mut self.log.dropped))

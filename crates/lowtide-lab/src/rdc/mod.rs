@@ -259,14 +259,24 @@ fn write_timing(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabErro
         return Ok(());
     }
     let mut r = file(RELEASES_CSV)?;
-    writeln!(r, "variant,receiver,remote_port,held_us,due_us,left_us,flushed")
+    writeln!(
+        r,
+        "variant,receiver,remote_port,held_us,due_us,left_us,flushed,ack,window"
+    )
         .map_err(io(RELEASES_CSV))?;
     for t in trials {
         for (receiver, x) in &t.releases {
             writeln!(
                 r,
-                "{},{receiver},{},{},{},{},{}",
-                t.variant, x.remote_port, x.held_us, x.due_us, x.left_us, x.flushed as u8
+                "{},{receiver},{},{},{},{},{},{},{}",
+                t.variant,
+                x.remote_port,
+                x.held_us,
+                x.due_us,
+                x.left_us,
+                x.flushed as u8,
+                x.ack,
+                x.window
             )
             .map_err(io(RELEASES_CSV))?;
         }

@@ -79,6 +79,7 @@ pub fn run_variant(
                 payload_bytes: flows::payload_of(r.packet_bytes),
                 occupancy: v.occupancy,
             }),
+            receive_buffer_windows: v.receiver_buffer_windows,
         })
         .collect();
     progress(&format!("{}: building the network", v.name));
