@@ -21,8 +21,11 @@ use std::time::{Duration, Instant};
 pub const BURST: u32 = 1;
 /// Weight of a new gap in the moving average.
 const GAIN: f64 = 1.0 / 16.0;
-/// Gaps longer than this are counted as this (a pause of the flow is not its rate).
+/// Gaps longer than this, or than [`MAX_GAP_RATIO`] times the mean, are counted as that:
+/// a pause of the flow is not its rate (counted whole, one pause would slow the releases
+/// for the next hundred ACKs).
 const MAX_GAP: Duration = Duration::from_millis(20);
+const MAX_GAP_RATIO: f64 = 4.0;
 
 /// One flow's pacer.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +42,7 @@ impl Pacer {
         if let Some(last) = self.last_held {
             let gap = now.saturating_duration_since(last).min(MAX_GAP).as_secs_f64();
             self.mean_gap = Some(match self.mean_gap {
-                Some(m) => m + GAIN * (gap - m),
+                Some(m) => m + GAIN * (gap.min(MAX_GAP_RATIO * m) - m),
                 None => gap,
             });
         }
@@ -79,13 +82,13 @@ mod tests {
             p.on_held(t0 + MS * i);
         }
         assert_eq!(p.spacing(1.0), MS);
-        // 10 ACKs generated at once after a 10 ms gap: the average stays near 1 ms.
-        let t = t0 + MS * 109;
-        for _ in 0..10 {
+        // 4 ACKs generated at once after a 4 ms gap: the average stays near 1 ms.
+        let t = t0 + MS * 103;
+        for _ in 0..4 {
             p.on_held(t);
         }
         let s = p.spacing(1.0).as_secs_f64() * 1000.0;
-        assert!((0.8..1.3).contains(&s), "{s} ms");
+        assert!((0.9..1.1).contains(&s), "{s} ms");
     }
 
     #[test]
@@ -120,5 +123,12 @@ mod tests {
         p.on_held(t0);
         p.on_held(t0 + Duration::from_secs(5));
         assert_eq!(p.spacing(1.0), MAX_GAP);
+        for i in 1..=100 {
+            p.on_held(t0 + Duration::from_secs(5) + MS * i);
+        }
+        // A 1 s pause counts as 4 mean gaps: the spacing grows by 3/16 of a gap, not 62 ms.
+        p.on_held(t0 + Duration::from_secs(6) + MS * 100);
+        let s = p.spacing(1.0).as_secs_f64() * 1000.0;
+        assert!((1.1..1.3).contains(&s), "{s} ms");
     }
 }
