@@ -119,16 +119,6 @@ def main():
               f"{len(stretch)} stretch ACKs (> {2 * usual} bytes; usual {usual})")
     fl = Counter(r["link"] for r in late)
     print(f"  emulator: deliveries > 1 ms late: forward {fl['forward']}, reverse {fl['reverse']}")
-    # Release bursts: ACKs of all flows released within 1 ms windows (the data burst they trigger is twice that).
-    if rel:
-        bursts = Counter()
-        j = 0
-        for i in range(len(rel)):
-            while rel[j][0] < rel[i][0] - 1000:
-                j += 1
-            bursts[i - j + 1] += 1
-        big = sum(v for k, v in bursts.items() if k >= 4)
-        print(f"  releases with >= 3 others in the ms before: {big} ({100.0 * big / len(rel):.2f}%)")
 
 
 if __name__ == "__main__":

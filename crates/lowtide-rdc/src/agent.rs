@@ -478,7 +478,10 @@ impl<H> Agent<H> {
         flow.pacer.on_held(now);
         if flow.held.is_empty() {
             let slot = pacing.and(flow.pacer.slot());
-            due.push(Reverse((slot.map_or(release_at, |s| s.max(release_at)), key)));
+            due.push(Reverse((
+                slot.map_or(release_at, |s| s.max(release_at)),
+                key,
+            )));
         }
         if let Some(v) = tsval {
             flow.rtt.on_sent(v, None);
@@ -958,7 +961,10 @@ mod tests {
             .map(|w| (w[1] - w[0]).as_secs_f64() * 1000.0)
             .collect();
         assert_eq!(gaps[0], 0.0, "{gaps:?}");
-        assert!(gaps[1..].iter().all(|g| (0.6..=0.85).contains(g)), "{gaps:?}");
+        assert!(
+            gaps[1..].iter().all(|g| (0.6..=0.85).contains(g)),
+            "{gaps:?}"
+        );
         assert_eq!(c.paced, 6);
         assert_eq!(c.released_late, 0, "a paced wait is not lateness");
         assert!(c.max_pace_wait_us > 4000, "{}", c.max_pace_wait_us);

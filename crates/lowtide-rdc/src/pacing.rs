@@ -40,7 +40,10 @@ impl Pacer {
     /// A held ACK was generated at `now`.
     pub fn on_held(&mut self, now: Instant) {
         if let Some(last) = self.last_held {
-            let gap = now.saturating_duration_since(last).min(MAX_GAP).as_secs_f64();
+            let gap = now
+                .saturating_duration_since(last)
+                .min(MAX_GAP)
+                .as_secs_f64();
             self.mean_gap = Some(match self.mean_gap {
                 Some(m) => m + GAIN * (gap.min(MAX_GAP_RATIO * m) - m),
                 None => gap,

@@ -50,8 +50,6 @@ pub struct FlowPlan {
     /// `None`: bulk (writes whenever the socket takes data); `Some`: the paper's layered
     /// video source.
     pub video: Option<TcpSourceOptions>,
-    /// The receiver's `SO_RCVBUF`, in windows (`window_bytes`); None: Linux's autotuning.
-    pub receive_buffer_windows: Option<f64>,
 }
 
 impl FlowPlan {
@@ -137,12 +135,6 @@ pub fn receive(
         plan.window_bytes() as i32,
         "TCP_WINDOW_CLAMP",
     )?;
-    if let Some(w) = plan.receive_buffer_windows {
-        // Before listen: the accepted socket inherits it, and the window scale follows it.
-        listener
-            .set_recv_buffer_size((w * plan.window_bytes() as f64) as usize)
-            .map_err(|e| format!("SO_RCVBUF: {e}"))?;
-    }
     let addr = SocketAddr::from(([0, 0, 0, 0], plan.port));
     listener
         .bind(&addr.into())

@@ -237,7 +237,8 @@ fn write_timing(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabErro
             .map_err(|e| LabError::io(format!("writing {name}"), e))?;
         Ok(std::io::BufWriter::new(f))
     };
-    let io = |name: &'static str| move |e: std::io::Error| LabError::io(format!("writing {name}"), e);
+    let io =
+        |name: &'static str| move |e: std::io::Error| LabError::io(format!("writing {name}"), e);
     let mut q = file(QUEUE_CSV)?;
     writeln!(q, "variant,t_us,packets,sojourn_us").map_err(io(QUEUE_CSV))?;
     for t in trials {
@@ -263,7 +264,7 @@ fn write_timing(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabErro
         r,
         "variant,receiver,remote_port,held_us,due_us,left_us,flushed,ack,window"
     )
-        .map_err(io(RELEASES_CSV))?;
+    .map_err(io(RELEASES_CSV))?;
     for t in trials {
         for (receiver, x) in &t.releases {
             writeln!(

@@ -220,12 +220,6 @@ pub struct RdcVariant {
     /// sink does; default: Linux's delayed ACKs (one ACK per two segments).
     #[serde(default)]
     pub receiver_quickack: bool,
-    /// The receivers' socket buffer (`SO_RCVBUF`) in windows of `window_packets`; default:
-    /// Linux's autotuning. A buffer close to the window makes Linux's receiver hold back its
-    /// ACK while data waits unread (the window would shrink) and then send one for many
-    /// segments, which the sender answers with a burst (docs/rdc.md, "Exact RDC's queue p99").
-    #[serde(default)]
-    pub receiver_buffer_windows: Option<f64>,
     /// What the paper reports for this variant (shown beside ours).
     #[serde(default)]
     pub paper: String,
@@ -484,14 +478,6 @@ impl RdcScenario {
                     format!("variant[{i}].agent_max_increase_ms"),
                     step,
                     "1 to 4000 ms, with an agent",
-                )?;
-            }
-            if let Some(w) = v.receiver_buffer_windows {
-                check(
-                    (1.0..=64.0).contains(&w),
-                    format!("variant[{i}].receiver_buffer_windows"),
-                    w,
-                    "1 to 64 windows",
                 )?;
             }
             if let Some(f) = v.agent_release_pacing {

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lowtide_netem::stats::{LateDelivery, QueueSample};
-use lowtide_rdc::agent::ReleaseRecord;
 use lowtide_netem::{Dumbbell, Host, LinkReport, RunOptions};
+use lowtide_rdc::agent::ReleaseRecord;
 
 use super::agents::{AgentReport, Agents};
 use super::flows::{self, FlowPlan, ReceiverRecord, SenderRecord};
@@ -79,7 +79,6 @@ pub fn run_variant(
                 payload_bytes: flows::payload_of(r.packet_bytes),
                 occupancy: v.occupancy,
             }),
-            receive_buffer_windows: v.receiver_buffer_windows,
         })
         .collect();
     progress(&format!("{}: building the network", v.name));
