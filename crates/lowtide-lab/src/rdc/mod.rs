@@ -74,7 +74,8 @@ const GROUP_STEP_S: f64 = 1.0;
 const STREAMS_DRAWN: usize = 10;
 
 /// Runs every variant, one trial each, and writes the run folder: `summary.json`,
-/// `flows.csv` (packets sent and bytes received per flow per bin), `scenario-as-run.toml`,
+/// `flows.csv` (packets sent and bytes received per flow per bin), the timing records
+/// ([`QUEUE_CSV`], [`LATE_CSV`], [`RELEASES_CSV`]), `scenario-as-run.toml`,
 /// the Fig. 3 plot (SVG and PNG), the video figures, and `report.html`. A variant whose network fails is an error in the
 /// summary; the others still run.
 pub fn run(
