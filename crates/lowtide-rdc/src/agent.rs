@@ -953,8 +953,9 @@ mod tests {
         let (left, c) = bunch_leaves(None);
         assert!(left.iter().all(|d| d.is_zero()), "{left:?}");
         assert_eq!(c.paced, 0);
-        // Paced at 1.25 x the flow's rate (mean gap 1 ms before the bunch, a little less
-        // after it): two leave at once, then one about every 0.8 ms.
+        // Paced at 1.25 x the flow's rate (mean gap 1 ms before the bunch, about 0.75 ms
+        // after it: the bunch's 9 ms gap counts as 4): two leave at once, then one about
+        // every 0.6 ms.
         let (left, c) = bunch_leaves(Some(1.25));
         let gaps: Vec<f64> = left
             .windows(2)
@@ -962,12 +963,12 @@ mod tests {
             .collect();
         assert_eq!(gaps[0], 0.0, "{gaps:?}");
         assert!(
-            gaps[1..].iter().all(|g| (0.6..=0.85).contains(g)),
+            gaps[1..].iter().all(|g| (0.55..=0.85).contains(g)),
             "{gaps:?}"
         );
         assert_eq!(c.paced, 6);
         assert_eq!(c.released_late, 0, "a paced wait is not lateness");
-        assert!(c.max_pace_wait_us > 4000, "{}", c.max_pace_wait_us);
+        assert!(c.max_pace_wait_us > 3000, "{}", c.max_pace_wait_us);
     }
 
     #[test]
