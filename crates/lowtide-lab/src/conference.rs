@@ -7,13 +7,13 @@
 //! and Fig. 6). Several videos share one channel, one stream each (Fig. 7, quality fairness:
 //! [`crate::quality_fairness`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lowtide::{ChannelConfig, Fairness};
 use lowtide_media::conference::{importance, Conference, Viewer, ADUS_PER_FRAME};
-use lowtide_media::session::{receive_conference, send_conference, ConferenceSent};
+use lowtide_media::session::{receive_conference, send_conference, AduWritten, ConferenceSent};
 use lowtide_traffic::Stop;
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +41,11 @@ pub struct AduRecord {
     /// Capture to arrival, ms; `None` if it never arrived (cancelled at its deadline, or
     /// still in flight when the measurement ended).
     pub latency_ms: Option<f64>,
+    /// Capture to its last byte's write into the kernel, ms (so the latency splits into
+    /// lowtide's queue, and the kernel and network after it); `None` if it was never written
+    /// whole or the transport does not say (QUIC; files written before).
+    #[serde(default)]
+    pub written_ms: Option<f64>,
 }
 
 /// What the conference's receiver saw: one viewer per video, and the duplicate lane's
@@ -130,10 +135,25 @@ pub fn records(viewers: &[Viewer]) -> Vec<AduRecord> {
                     capture_s: conf.capture_s(frame),
                     bytes: conf.adu_bytes() as u32,
                     latency_ms: viewer.latency_ms(frame, layer),
+                    written_ms: None,
                 })
             })
         })
         .collect()
+}
+
+/// Puts the sender's write times beside the records (`at_s` since the run's start, as
+/// `capture_s`).
+pub fn add_writes(adus: &mut [AduRecord], writes: &[AduWritten]) {
+    let at: HashMap<(u8, u32, u8), f64> = writes
+        .iter()
+        .map(|w| ((w.video, w.frame, w.layer), w.at_s))
+        .collect();
+    for a in adus {
+        if let Some(t) = at.get(&(a.video, a.frame, a.layer)) {
+            a.written_ms = Some((t - a.capture_s) * 1e3);
+        }
+    }
 }
 
 /// The ADUs that arrived, as latency samples (sent = capture of their frame).
@@ -393,5 +413,33 @@ mod tests {
             },
         );
         assert_eq!((empty.fps, empty.mean_layers), (None, None));
+    }
+
+    #[test]
+    fn write_times_join_their_adu_by_video_frame_and_layer() {
+        let conf = ConferenceApp::default().conference();
+        let mut adus = records(&[Viewer::new(conf, 2), Viewer::new(conf, 2)]);
+        let w = |video, frame, layer, at_s| AduWritten {
+            video,
+            frame,
+            layer,
+            at_s,
+        };
+        let at = conf.capture_s(1) + 0.012;
+        add_writes(
+            &mut adus,
+            &[w(1, 1, 0, at), w(0, 0, 3, 0.5), w(5, 0, 0, 1.0)],
+        );
+        let got = |video, frame, layer| {
+            adus.iter()
+                .find(|a| (a.video, a.frame, a.layer) == (video, frame, layer))
+                .unwrap()
+                .written_ms
+        };
+        assert!((got(1, 1, 0).unwrap() - 12.0).abs() < 1e-9);
+        assert!((got(0, 0, 3).unwrap() - 500.0).abs() < 1e-9);
+        // Never written (or a video the run did not have): no data.
+        assert_eq!((got(0, 1, 0), got(1, 0, 0)), (None, None));
+        assert_eq!(adus.iter().filter(|a| a.written_ms.is_some()).count(), 2);
     }
 }

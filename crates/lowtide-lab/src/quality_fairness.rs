@@ -315,6 +315,7 @@ mod tests {
                     capture_s: c.capture_s(frame),
                     bytes: c.adu_bytes() as u32,
                     latency_ms: (!lost).then_some(50.0),
+                    written_ms: None,
                 });
             }
         }

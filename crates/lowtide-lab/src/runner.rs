@@ -836,7 +836,8 @@ impl TrialThreads {
                         // the duplicate lane's receiving counters, beside the sender's
                         run.cost.copies_first = seen.lane.copies_first;
                         run.cost.copies_late = seen.lane.copies_late;
-                        let adus = conference::records(&viewers);
+                        let mut adus = conference::records(&viewers);
+                        conference::add_writes(&mut adus, &run.sent.writes);
                         record
                             .streams
                             .push((name.clone(), conference::samples(&adus)));

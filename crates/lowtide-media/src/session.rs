@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use lowtide::{Channel, Event, Message, MessageId, StreamConfig};
+use lowtide::{Channel, Event, Message, MessageId, MessageTimes, StreamConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::conference::{self, Conference, Viewer, ADUS_PER_FRAME};
@@ -111,7 +111,7 @@ async fn collect_until(
 ) {
     message_fates(ch, until, |id, written| {
         if let Some((w, bytes)) = pending.remove(&id) {
-            if written {
+            if written.is_some() {
                 ledger.written(w, bytes);
             } else {
                 ledger.cancelled(w);
@@ -122,11 +122,11 @@ async fn collect_until(
 }
 
 /// Tells `fate` of every message the channel finished with until `until` (or the channel
-/// ends): written whole to the kernel (`true`), or cancelled (`false`).
+/// ends): written whole to the kernel (its times), or cancelled (`None`).
 async fn message_fates(
     ch: &Channel,
     until: tokio::time::Instant,
-    mut fate: impl FnMut(MessageId, bool),
+    mut fate: impl FnMut(MessageId, Option<MessageTimes>),
 ) {
     loop {
         let event = tokio::select! {
@@ -134,8 +134,8 @@ async fn message_fates(
             _ = tokio::time::sleep_until(until) => return,
         };
         match event {
-            Some(Event::Written { id, .. }) => fate(id, true),
-            Some(Event::Cancelled { id, .. }) => fate(id, false),
+            Some(Event::Written { id, times }) => fate(id, Some(times)),
+            Some(Event::Cancelled { id, .. }) => fate(id, None),
             Some(_) => {}
             None => return,
         }
@@ -198,6 +198,20 @@ pub struct ConferenceSent {
     #[serde(default)]
     pub superseded: [u64; ADUS_PER_FRAME as usize],
     pub bytes_written: u64,
+    /// When each ADU written whole had its last byte handed to the kernel (the lab puts it
+    /// beside the ADU's arrival in `adus.csv`; not kept in `summary.json`).
+    #[serde(skip)]
+    pub writes: Vec<AduWritten>,
+}
+
+/// One ADU's last byte in the kernel: its video, frame and layer, seconds since the stream's
+/// start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AduWritten {
+    pub video: u8,
+    pub frame: u32,
+    pub layer: u8,
+    pub at_s: f64,
 }
 
 impl ConferenceSent {
@@ -213,6 +227,7 @@ impl ConferenceSent {
                 t.superseded[l] += v.superseded[l];
             }
             t.bytes_written += v.bytes_written;
+            t.writes.extend_from_slice(&v.writes);
         }
         t
     }
@@ -264,7 +279,7 @@ pub async fn send_conference(
             if capture > until {
                 continue;
             }
-            conference_events(ch, &mut out, &mut queued, capture).await;
+            conference_events(ch, &mut out, &mut queued, start, capture).await;
             for layer in 0..ADUS_PER_FRAME {
                 let data = MediaHeader::data_message(video as u32, frame, layer, conf.adu_bytes());
                 let msg = Message::new(data)
@@ -286,7 +301,7 @@ pub async fn send_conference(
             last = last.max(capture + conf.threshold);
         }
     }
-    conference_events(ch, &mut out, &mut queued, last.min(until)).await;
+    conference_events(ch, &mut out, &mut queued, start, last.min(until)).await;
     Ok(out)
 }
 
@@ -364,15 +379,25 @@ impl<K: Copy + Eq + std::hash::Hash> Queued<K> {
 }
 
 /// Applies the channel's events to the conference's counts until `until`; cancels what a
-/// written ADU supersedes.
+/// written ADU supersedes; notes when each written ADU's last byte went to the kernel.
 async fn conference_events(
     ch: &Channel,
     out: &mut [ConferenceSent],
     queued: &mut Queued<MessageId>,
+    start: Instant,
     until: Instant,
 ) {
     message_fates(ch, tokio::time::Instant::from_std(until), |id, written| {
-        queued.fate(out, id, written, |old| ch.cancel(old))
+        let last_write = written.and_then(|t| t.last_write);
+        if let (Some(at), Some(p)) = (last_write, queued.adus.get(&id)) {
+            out[p.video].writes.push(AduWritten {
+                video: p.video as u8,
+                frame: p.frame,
+                layer: p.layer,
+                at_s: at.saturating_duration_since(start).as_secs_f64(),
+            });
+        }
+        queued.fate(out, id, written.is_some(), |old| ch.cancel(old))
     })
     .await
 }

@@ -581,6 +581,10 @@ pub struct Connection {
     failover: Option<Box<switch::PathState>>,
     /// Duplicate lane (`duplicate = Some(..)`): copies to send, or the lane's parser.
     lane: Option<Box<DuplicateLane>>,
+    /// Arrivals of messages a timed importance reserve keeps room for (`crate::reserve`).
+    important: crate::reserve::ImportantArrivals,
+    /// How fast the kernel's ACKs free its queue (a timed reserve's drain rate).
+    kernel_acks: crate::reserve::AckedRate,
 }
 
 // Failover's switch between connections lives with the rest of failover; it is a child of
@@ -691,6 +695,8 @@ impl Connection {
             lane: config
                 .duplicate
                 .map(|d| Box::new(DuplicateLane::new(d, config.max_queued_bytes))),
+            important: Default::default(),
+            kernel_acks: Default::default(),
             config,
         };
         let mut options = vec![
@@ -1065,6 +1071,11 @@ impl Connection {
         if let (Some(lane), Side::Client) = (&mut self.lane, self.side) {
             lane.offer(id, send_time_us, msg.deadline, msg.data.clone());
         }
+        if let Some(r) = self.config.importance_reserve {
+            if r.timed && r.covers(msg.importance) {
+                self.important.arrived(now);
+            }
+        }
         s.queue.push(
             msg.importance,
             seq,
@@ -1430,9 +1441,16 @@ impl Connection {
                     .max_batch
                     .saturating_sub(self.staged_len)
                     .min(kernel);
-                let reserve = self.config.importance_reserve;
-                let held = self.stage_data(d.allowance, room, mss);
-                if let (true, Some(r)) = (held, reserve) {
+                let reserve_bytes = self.config.importance_reserve.map(|r| {
+                    if r.timed {
+                        let acked = self.written.saturating_sub(u64::from(tcp.outq));
+                        self.kernel_acks.sample(now, acked, tcp.rtt);
+                    }
+                    let due = self.important.until_due(now);
+                    r.bytes_now(d.limit, tcp, due, self.kernel_acks.rate())
+                });
+                let held = self.stage_data(d.allowance, room, mss, reserve_bytes);
+                if let (true, Some(r)) = (held, reserve_bytes) {
                     // What applies now is the limit without the reserve: block (and wake)
                     // for the less important data waiting, not for the reserve's free room.
                     let app = AppProgress {
@@ -1440,7 +1458,7 @@ impl Connection {
                         queued: self.queued_bytes,
                         ..app
                     };
-                    let low = d.limit.saturating_sub(r.bytes(mss));
+                    let low = d.limit.saturating_sub(r);
                     d = crate::controller::decide_for_limit(low, tcp, &app, now);
                 }
             }
@@ -1504,11 +1522,18 @@ impl Connection {
     /// two frames costs the receiver a copy, and with 64 KB messages in 256 KB batches every
     /// fourth message was cut.
     ///
-    /// With an importance reserve, a message below its `min_importance` may use the budget
-    /// only beyond the reserve's bytes; returns whether the reserve held one back.
-    fn stage_data(&mut self, allowance: u64, room: u64, mss: u32) -> bool {
+    /// With an importance reserve (`reserve_bytes`: its size now), a message below its
+    /// `min_importance` may use the budget only beyond the reserve's bytes; returns whether
+    /// the reserve held one back.
+    fn stage_data(
+        &mut self,
+        allowance: u64,
+        room: u64,
+        mss: u32,
+        reserve_bytes: Option<u64>,
+    ) -> bool {
         let reserve = self.config.importance_reserve;
-        let reserve_bytes = reserve.map_or(0, |r| r.bytes(mss));
+        let reserve_bytes = reserve_bytes.unwrap_or(0);
         let mut held = false;
         let mut budget = allowance.min(room);
         let mut room_left = room;

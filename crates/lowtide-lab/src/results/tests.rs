@@ -446,6 +446,7 @@ fn files_round_trip_every_record() {
                 capture_s: 0.0,
                 bytes: 2083,
                 latency_ms: Some(41.5),
+                written_ms: Some(12.25),
             },
             crate::conference::AduRecord {
                 video: 2,
@@ -454,6 +455,7 @@ fn files_round_trip_every_record() {
                 capture_s: 0.0,
                 bytes: 2083,
                 latency_ms: None,
+                written_ms: None,
             },
         ],
     )];
@@ -466,6 +468,7 @@ fn files_round_trip_every_record() {
             cancelled: [0, 0, 0, 0, 0, 0, 0, 1],
             superseded: [0; 8],
             bytes_written: 14_000,
+            writes: vec![],
         },
     )];
     files::write_records(&dir, &r).unwrap();
