@@ -740,10 +740,18 @@ impl SigmaRule {
             .iter()
             .map(|f| f.recent.or(f.measured).unwrap_or(f.partial))
             .sum();
-        // The others give way: to what the flows get now less [`ONSET_DRAIN`] times the
-        // shortfall, so the queue that grew drains and gives the short flows their bytes.
-        let shortfall: f64 = short.iter().map(|s| s.1).sum();
-        let to = (sigma.min(getting) - ONSET_DRAIN * shortfall).max(floor);
+        // The others give way: to what the flows get now (at which the others give exactly
+        // the short flows' shortfall) less [`ONSET_DRAIN`] times the shortfall of the flows
+        // that have been at their minimum, so the queue that took it drains. A flow that
+        // has not is starting: its shortfall is its own slow start, not a queue, and a
+        // drain down to the minimums' floor starved the others for seconds (the namespace
+        // test `bwss_lab`: the downloads read nothing from 3 to 8 s).
+        let drain: f64 = short
+            .iter()
+            .filter(|s| self.reached_min.contains(&s.0.id))
+            .map(|s| s.1)
+            .sum();
+        let to = (sigma.min(getting) - ONSET_DRAIN * drain).max(floor);
         if to >= sigma - tolerance {
             return false; // the others have nothing left to give
         }
