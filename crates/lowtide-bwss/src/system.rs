@@ -577,13 +577,16 @@ mod tests {
 
             let msg = format!("video {video_kbps}: outside {kept:.0} with BWSS, {plain:.0} without, {paper:.0} with the paper's rule ({c:?})");
             if video_kbps < 100.0 {
-                // 282 / 274 = 1.03 today; the paper's rule 430 (1.57).
+                // 274 / 274 = 1.00 today (one yield at the start, undone a window later);
+                // the paper's rule 427 (1.56).
                 assert!((0.9..=1.1).contains(&ratio), "{msg}");
                 assert!(paper / plain >= 1.25, "{msg}");
             } else {
                 // The price of the video's priority while it does not get its minimum: the
-                // downloads give way and the video, one TCP flow, shares what they leave
-                // with the outside flow (255 / 223 = 1.14 today, the paper's rule the same).
+                // downloads give way (its minimum is in force from its first window) and the
+                // video, one TCP flow, shares what they leave with the outside flow (480
+                // each: not its minimum, so the yield is undone a window later; 250 / 223 =
+                // 1.12 today; the paper's rule 309 / 223).
                 assert!(ratio <= 1.2, "{msg}");
             }
         }
@@ -705,6 +708,85 @@ mod tests {
         assert!(run.video[31] >= AT_MIN_KBPS, "{msg}");
         assert!(short.len() <= 7, "{msg}");
         assert!(run.utilization >= 0.9, "{} {msg}", run.utilization);
+    }
+
+    /// The namespace test's failing run (`bwss_lab`, a third of its runs): the two
+    /// downloads start first and fill the link; the video connects a second later, behind
+    /// their queue, and its rate grows by half every 200 ms (slow start at a 400 ms round
+    /// trip); at 3 s, before it has measured a whole window at its minimum, an interferer
+    /// takes 240 of the 960 kbit/s. The downloads, held to their targets by their receive
+    /// windows, lose nothing; the video gets what the link leaves (`Link::VideoLoses`).
+    /// Returns the video's kbit/s per second and its target and σ (kbit/s) per tick.
+    fn late_video_run(b: &mut Bwss, secs: usize) -> (Vec<f64>, Vec<(f64, f64)>) {
+        let t0 = Instant::now();
+        let flow = |p: &str, port| info(p, &format!("10.2.1.1:{port}"));
+        let downloads = [
+            b.add_flow(t0, flow("curl", 2)),
+            b.add_flow(t0, flow("curl", 3)),
+        ];
+        let mut video = None;
+        let (mut rate, mut read) = (0.0f64, [0f64; 3]);
+        let mut per_second = vec![0.0; secs];
+        let mut ticks = vec![];
+        for k in 0..secs * 5 {
+            let t = k as f64 * 0.2;
+            let now = t0 + Duration::from_secs_f64(t);
+            let cap = if t < 3.0 { 960e3 } else { 720e3 };
+            if video.is_none() && t >= 1.0 {
+                video = Some(b.add_flow(now, flow("video", 1)));
+            }
+            let allowed = |id| b.budget(id).map_or(cap, |x| x.rate * 8.0);
+            let bulk = allowed(downloads[0]).min(cap / 2.0);
+            if let Some(v) = video {
+                rate = (1.5 * rate).max(20e3);
+                rate = rate.min(allowed(v)).min(517.5e3).min(cap - 2.0 * bulk);
+                read[0] += rate * 0.2 / 8.0;
+                b.record_bytes(now, v, read[0] as u64);
+            }
+            for (i, &d) in downloads.iter().enumerate() {
+                read[i + 1] += bulk * 0.2 / 8.0;
+                b.record_bytes(now, d, read[i + 1] as u64);
+                b.record_arrivals(now, d, read[i + 1] as u64);
+            }
+            b.on_tick(now);
+            per_second[t as usize] += rate * 0.2 / 1e3;
+            let s = b.status(now);
+            let target = s.flows.iter().find(|f| f.program == "video");
+            ticks.push((
+                target.and_then(|f| f.target_kbps).unwrap_or(0.0),
+                s.sigma_kbps.unwrap(),
+            ));
+        }
+        (per_second, ticks)
+    }
+
+    /// Main's rule never put the minimum in force (the video had not been at it over a
+    /// whole window when the link shrank): σ stayed at the ceiling, the video got the
+    /// 328 kbit/s the downloads left (in the lab it was also capped at twice that, 465,
+    /// and fell further). A minimum in force from the video's first whole window makes σ
+    /// yield to what the flows get (no drain: the video is starting), and the video has
+    /// its minimum from the second after the onset's.
+    #[test]
+    fn a_video_that_starts_behind_the_downloads_gets_its_minimum_when_the_link_shrinks() {
+        let mut b = Bwss::new(fig6_rules());
+        let (video, ticks) = late_video_run(&mut b, 20);
+        let c = b.status(Instant::now()).counters;
+        let msg = format!("video {video:?}; (target, σ) {ticks:?}; {c:?}");
+        assert!(c.onset_yield + c.min_short >= 1, "{msg}");
+        assert_eq!(c.yield_undone, 0, "{msg}");
+        // σ yields to what the link has left (720 kbit/s) and stays above the minimum.
+        assert!(ticks[15..].iter().any(|&(_, s)| s <= 720.0), "{msg}");
+        assert!(ticks[15..].iter().all(|&(_, s)| s >= 520.0), "{msg}");
+        // From the second after the onset's, the video's target is its minimum and it reads
+        // its 517.5 kbit/s; a probe into the full link costs seconds, as in the other
+        // `VideoLoses` runs (6-8 today: the probe failed, the next waits the longest).
+        assert!(
+            ticks[20..].iter().all(|&(t, _)| (t - 520.0).abs() < 1.0),
+            "{msg}"
+        );
+        assert!(video[4] >= AT_MIN_KBPS, "{msg}");
+        assert!(seconds_at_min(&video[4..]) >= 12, "{msg}");
+        assert_eq!(seconds_at_min(&video[15..]), 5, "{msg}");
     }
 
     /// The video and the two downloads of Fig. 6.
