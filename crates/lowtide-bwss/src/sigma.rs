@@ -266,8 +266,9 @@ pub struct SigmaCounters {
     /// A flow short of its minimum over the recent window made σ yield (or yield further)
     /// without waiting for the whole window: the onset of congestion.
     pub onset_yield: u64,
-    /// A flow with a minimum not in force took less than half of it: capped at twice its
-    /// rate, the rest went to the others (counted when the cap begins).
+    /// A flow with a minimum not in force was capped below it at what it takes plus room
+    /// to grow back ([`WANTS_LESS_HEADROOM`] × after a yield for it was undone, else twice
+    /// it), the rest went to the others (counted when the cap begins).
     pub demand_capped: u64,
     /// A probe failed before its verdict: a minimum's flow was diluted by it (also
     /// counted in `probe_failed`).
