@@ -387,7 +387,7 @@ impl SigmaRule {
     /// The most a flow may be given: in congestion of its own, its target when the
     /// congestion began (the slack it hands on must reach the others); with a minimum not in
     /// force, what it takes with room to grow back when that is below its minimum
-    /// (`keep_share`, [`Self::update_demand_caps`]).
+    /// (`keep_share`; [`WANTS_LESS_HEADROOM`] after a yield for it was undone).
     pub fn cap(&self, id: u64) -> Option<f64> {
         let own = self.congested.get(&id).map(|c| c.0);
         let demand = self.demand_caps.get(&id).copied();
