@@ -556,19 +556,6 @@ mod tests {
     /// outside flow takes what they leave.
     #[test]
     fn another_hosts_download_gets_the_same_share_with_and_without_bwss() {
-        let outside = |video_kbps, steer: bool, keep_share| {
-            let mut rules = fig6_rules();
-            rules.system.observe = !steer;
-            rules.system.keep_share = keep_share;
-            let mut b = Bwss::new(rules);
-            let run = fig6_run(
-                &mut b,
-                150,
-                interfered(60.0..100.0),
-                Link::Outside { video_kbps },
-            );
-            (run.outside_kbps, b.status(Instant::now()).counters)
-        };
         for video_kbps in [69.0, 517.5] {
             let (plain, _) = outside(video_kbps, false, true);
             let (kept, c) = outside(video_kbps, true, true);
@@ -590,6 +577,41 @@ mod tests {
                 assert!(ratio <= 1.2, "{msg}");
             }
         }
+    }
+
+    /// The other host's download in kbit/s from 10 s ([`Link::Outside`], 150 s, the
+    /// interferer from 60 to 100 s) and the counters, with this host steering or only
+    /// observing, with or without `keep_share`.
+    fn outside(video_kbps: f64, steer: bool, keep_share: bool) -> (f64, SigmaCounters) {
+        let mut rules = fig6_rules();
+        rules.system.observe = !steer;
+        rules.system.keep_share = keep_share;
+        let mut b = Bwss::new(rules);
+        let run = fig6_run(
+            &mut b,
+            150,
+            interfered(60.0..100.0),
+            Link::Outside { video_kbps },
+        );
+        (run.outside_kbps, b.status(Instant::now()).counters)
+    }
+
+    /// The lab's "BWSS + outside" (`docs/bwss.md`, branch `bwss-start`): the video's
+    /// player on its 262 kbit/s rung (301 with the 1.15 × the lab's player asks) beside
+    /// another host's download cannot reach its 520 kbit/s minimum even when the
+    /// downloads give way; the yield is undone, and the video is capped at what it takes
+    /// plus a quarter ([`crate::sigma::WANTS_LESS_HEADROOM`]) so the downloads keep the
+    /// rest of the host's share. Without that cap (it takes more than half its minimum)
+    /// it kept the 520 and the other host's flow took what it left (252 against 223
+    /// kbit/s in this model, 1.13 ×; the lab's runs 1.64 and 2.99 ×); with it 223, 1.00 ×.
+    #[test]
+    fn a_video_that_cannot_reach_its_minimum_leaves_the_hosts_share_to_its_downloads() {
+        let (plain, _) = outside(301.0, false, true);
+        let (kept, c) = outside(301.0, true, true);
+        let msg = format!("outside {kept:.0} with BWSS, {plain:.0} without ({c:?})");
+        assert!(c.yield_undone >= 1, "{msg}");
+        assert!(c.demand_capped >= 1, "{msg}");
+        assert!((0.9..=1.05).contains(&(kept / plain)), "{msg}");
     }
 
     /// The lab's access link as a drop-tail FIFO in 10 ms steps: 960 kbit/s, a queue of 30
