@@ -699,14 +699,21 @@ pub fn play(
     stop: Stop,
 ) -> Result<LadderSeen, LabError> {
     stream::runtime()?.block_on(async move {
-        let (link, first) = match transport {
+        // Over lowtide the listener stays open for the run: a failover variant's backup
+        // connections and duplicate lane are accepted on it.
+        let (link, first, _listener) = match transport {
             LadderTransport::Lowtide(cfg) => {
                 let listener = stream::listen(addr, *cfg).await?;
                 let (ch, m) = stream::accept_first(&listener, end, &stop).await?;
-                (ClientLink::Lowtide(ch), Some((m.data, m.received_at)))
+                (
+                    ClientLink::Lowtide(ch),
+                    Some((m.data, m.received_at)),
+                    Some(listener),
+                )
             }
             LadderTransport::Tfrc(cfg) => (
                 ClientLink::Tfrc(tfrc_flow::accept(addr, cfg, end, &stop).await?),
+                None,
                 None,
             ),
         };

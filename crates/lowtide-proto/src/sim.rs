@@ -174,6 +174,7 @@ impl SimPipe {
             delivery_rate: self.params.rate,
             // a fixed window has no slow start to leave
             ssthresh: 0,
+            ca_state: 0, // no loss recovery is modelled
         }
     }
 

@@ -20,6 +20,7 @@ use std::mem::{size_of, MaybeUninit};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use lowtide_proto::controller::CA_LOSS;
 use lowtide_proto::failover::AckClock;
 use lowtide_proto::TcpState;
 
@@ -523,11 +524,9 @@ pub fn tcp_state(fd: RawFd, written: u64) -> Result<TcpState, SysError> {
         outq,
         delivery_rate: i.tcpi_delivery_rate,
         ssthresh: i.tcpi_snd_ssthresh,
+        ca_state: i.tcpi_ca_state,
     })
 }
-
-/// `tcpi_ca_state` after a retransmission timeout (`TCP_CA_Loss`, include/net/tcp.h).
-const TCP_CA_LOSS: u8 = 4;
 
 /// The kernel's ACK clock for failover's stall verdict: time since the last ACK arrived
 /// (`tcpi_last_ack_recv`, duplicate and SACK ones included), and whether a retransmission
@@ -547,7 +546,7 @@ pub fn ack_clock(fd: RawFd) -> Result<AckClock, SysError> {
     let i = tcp_info(fd)?;
     Ok(AckClock {
         since_last_ack: Duration::from_millis(u64::from(i.tcpi_last_ack_recv)),
-        timeout_recovery: i.tcpi_ca_state == TCP_CA_LOSS || i.tcpi_backoff > 0,
+        timeout_recovery: i.tcpi_ca_state == CA_LOSS || i.tcpi_backoff > 0,
     })
 }
 

@@ -50,6 +50,13 @@
 //!   when the average has fallen below `clear_fraction` × the queue at the onset (if that is
 //!   lower than the threshold's clearing level). The paper signals only on the average's
 //!   crossing; it gives no rule for going up.
+//! - While the transport repairs a loss ([`Dbat::on_transport_repair`]; TCP's Recovery or
+//!   Loss state), the watch takes no samples and starts again, its one-RTT grace included,
+//!   when the repair is over: the window was cut for the repair, so the unsent queue grows
+//!   whatever the path carries. In the lab a single fast retransmit 1.5 s after 80 → 120
+//!   kbit/s grew it by about 2 kB in 0.3 s, and the watch took a rung the path carried back
+//!   down (twice in one run: a second down-switch). A rung the path cannot carry still grows
+//!   the queue after the repair, and the average's crossing still applies throughout.
 //! - While congested, the onset repeats each time the average doubles (`ESCALATION`): the
 //!   application's first answer did not drain the queue, so it must step down again. The
 //!   paper signals each crossing only once.
@@ -390,6 +397,10 @@ pub struct Dbat {
     rise: Option<RiseWatch>,
     /// Onsets from an up-switch's queue growth (counted among the signals as well).
     pub rise_onsets: u64,
+    /// The transport was repairing a loss at the last sample.
+    repairing: bool,
+    /// Watches restarted because the transport repaired a loss during them.
+    pub rise_restarts_after_repair: u64,
     signals: VecDeque<CongestionSignal>,
     /// Signals dropped because the application did not collect them.
     pub signals_dropped: u64,
@@ -423,6 +434,8 @@ impl Dbat {
             rise_pending: false,
             rise: None,
             rise_onsets: 0,
+            repairing: false,
+            rise_restarts_after_repair: 0,
             signals: VecDeque::new(),
             signals_dropped: 0,
             last_threshold: 0,
@@ -835,12 +848,36 @@ impl Dbat {
         }
     }
 
+    /// Whether the transport is repairing a loss now (TCP: `tcpi_ca_state` Recovery or Loss),
+    /// given before each queue sample. While it is, an up-switch's watch takes no samples; it
+    /// starts again, grace included, from the first sample after the repair.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{Dbat, DbatConfig};
+    /// use std::time::Instant;
+    /// let mut d = Dbat::new(DbatConfig::default())?;
+    /// d.on_transport_repair(Instant::now(), true); // no watch running: nothing to restart
+    /// assert_eq!(d.rise_restarts_after_repair, 0);
+    /// # Ok::<(), lowtide_proto::ConfigError>(())
+    /// ```
+    pub fn on_transport_repair(&mut self, now: Instant, repairing: bool) {
+        let began = repairing && !self.repairing;
+        self.repairing = repairing;
+        if let Some(w) = self.rise.as_mut().filter(|_| repairing) {
+            w.since = now;
+            w.samples.clear();
+            if began {
+                self.rise_restarts_after_repair += 1;
+            }
+        }
+    }
+
     /// Whether the last up-switch's watch finds the unsent queue growing faster than `rise_growth` ×
     /// the stream's rate over the last RTT, from one RTT after the switch (the transport's
     /// rate needs about an RTT to follow: TFRC's `X_recv`, TCP's window) until
     /// `rise_watch_rtts` RTTs after it.
     fn rise_failed(&mut self, now: Instant, queue: u64, rtt: Duration) -> bool {
-        let Some(w) = &mut self.rise else {
+        let Some(w) = self.rise.as_mut().filter(|_| !self.repairing) else {
             return false;
         };
         if now.saturating_duration_since(w.since) > rtt.mul_f64(self.cfg.rise_watch_rtts) {
@@ -975,6 +1012,7 @@ impl LatencyController for DbatController {
         // bytes staged for it and lowtide's own queues.
         let queue = u64::from(tcp.outq) + app.staged + app.queued;
         let unsent = u64::from(tcp.notsent) + app.staged + app.queued;
+        self.dbat.on_transport_repair(now, tcp.repairing_loss());
         self.dbat
             .on_queue_parts(now, queue, unsent, srtt, rate, mss);
         if tcp.left_slow_start() {
@@ -1006,6 +1044,7 @@ impl LatencyController for DbatController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::CA_RECOVERY;
 
     fn probe(rtt_ms: u64, bw: u64) -> ProbeResult {
         ProbeResult {
@@ -1382,5 +1421,103 @@ mod tests {
         };
         assert_eq!(run(false), 0);
         assert_eq!(run(true), 1);
+    }
+
+    /// The lab's DBAT TCP row (`tcpinfo.csv` of a full run): 0.78 s RTT, 80 → 120 kbit/s
+    /// (10 → 15 kB/s) at 20 s, and 1.5 s later a segment lost at the bulk flow's full queue:
+    /// 0.8 s of fast-retransmit recovery in which the cut window carries 8 kB/s, so the unsent
+    /// queue grows 7 kB/s. After it the path carries `carried` B/s. `tell`: the transport's
+    /// repair is reported (`on_transport_repair`). Returns the onsets (seconds after the
+    /// switch) and the DBAT state.
+    fn rise_with_repair(carried: f64, tell: bool) -> (Vec<f64>, Dbat) {
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.set_stream_rate(10_000);
+        d.on_probe(probe(780, 61_000));
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(780));
+        let (mut unsent, mut rate, mut onsets) = (0.0f64, 10_000.0f64, vec![]);
+        for i in 0..4000u32 {
+            let (now, secs) = (t0 + Duration::from_millis(10) * i, f64::from(i) * 0.01);
+            if i == 2000 {
+                rate = 15_000.0;
+                d.set_stream_rate(15_000);
+            }
+            if i % 4 == 0 {
+                unsent += rate * 0.04; // one frame
+            }
+            let repairing = (2150..2230).contains(&i);
+            let path = match i {
+                _ if repairing => 8_000.0,
+                0..2000 => 30_000.0,
+                _ => carried,
+            };
+            unsent -= unsent.min(path * 0.01);
+            let in_flight = rate.min(path) * 0.78;
+            d.on_transport_repair(now, tell && repairing);
+            let q = (in_flight + unsent) as u64;
+            d.on_queue_parts(now, q, unsent as u64, rtt, rate.min(path) as u64, 1448);
+            while let Some(s) = d.poll_signal() {
+                if s.onset {
+                    onsets.push(secs - 20.0);
+                    rate = 10_000.0;
+                    d.set_stream_rate(10_000);
+                }
+            }
+        }
+        (onsets, d)
+    }
+
+    /// A loss repaired 1.5 s after an up-switch the path carries is no onset once the repair
+    /// is reported (unreported, the watch takes the rung back down: the lab's second
+    /// down-switch); a rung the path cannot carry (12 of 15 kB/s) is still signalled, two RTTs
+    /// after the repair ended.
+    #[test]
+    fn a_loss_repair_after_an_up_switch_is_not_the_path_failing_the_rate() {
+        let (onsets, d) = rise_with_repair(30_000.0, false);
+        assert_eq!((d.rise_onsets, onsets.len()), (1, 1), "{onsets:?}");
+        assert!((1.5..2.4).contains(&onsets[0]), "{onsets:?}");
+        let (onsets, d) = rise_with_repair(30_000.0, true);
+        assert_eq!((d.rise_onsets, onsets.len()), (0, 0), "{onsets:?}");
+        assert_eq!(d.rise_restarts_after_repair, 1);
+        let (onsets, d) = rise_with_repair(12_000.0, true);
+        assert_eq!((d.rise_onsets, d.rise_restarts_after_repair), (1, 1));
+        // the repair's last sample is 2.29 s after the switch; grace and window are an RTT each
+        assert!((3.8..4.3).contains(&onsets[0]), "{onsets:?}");
+    }
+
+    /// The controller reads the repair from `tcpi_ca_state`: Recovery holds the watch.
+    #[test]
+    fn the_controller_reports_tcps_loss_repair_to_dbat() {
+        let mut c = DbatController::new(DbatConfig::default()).unwrap();
+        c.dbat.set_stream_rate(10_000);
+        let t0 = Instant::now();
+        let tcp = TcpState {
+            cwnd: 20,
+            mss: 1448,
+            rtt: Duration::from_millis(780),
+            delivery_rate: 10_000,
+            ..TcpState::default()
+        };
+        // leave slow start (its time limit), go up, then a repair starts
+        c.decide(&TcpState { outq: 100, ..tcp }, &AppProgress::default(), t0);
+        c.decide(&tcp, &AppProgress::default(), t0 + Duration::from_secs(10));
+        assert!(!c.dbat.in_slow_start());
+        c.set_stream_rate(15_000);
+        c.decide(&tcp, &AppProgress::default(), t0 + Duration::from_secs(11));
+        let repair = TcpState {
+            ca_state: CA_RECOVERY,
+            ..tcp
+        };
+        c.decide(
+            &repair,
+            &AppProgress::default(),
+            t0 + Duration::from_secs(12),
+        );
+        c.decide(
+            &repair,
+            &AppProgress::default(),
+            t0 + Duration::from_secs(13),
+        );
+        assert_eq!(c.dbat.rise_restarts_after_repair, 1);
     }
 }

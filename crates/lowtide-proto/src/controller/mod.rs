@@ -85,7 +85,16 @@ pub struct TcpState {
     /// Slow-start threshold, segments (`tcpi_snd_ssthresh`): [`INITIAL_SSTHRESH`] until the
     /// first loss or ECN echo ends slow start; 0 when unknown.
     pub ssthresh: u32,
+    /// Congestion-avoidance state (`tcpi_ca_state`): 0 open, 1 disorder, 2 CWR,
+    /// [`CA_RECOVERY`] (fast retransmit, RACK), [`CA_LOSS`] (after a timeout).
+    pub ca_state: u8,
 }
+
+/// `tcpi_ca_state` while a loss is repaired by fast retransmit or RACK (`TCP_CA_Recovery`,
+/// include/net/tcp.h).
+pub const CA_RECOVERY: u8 = 3;
+/// `tcpi_ca_state` after a retransmission timeout (`TCP_CA_Loss`).
+pub const CA_LOSS: u8 = 4;
 
 /// Linux's slow-start threshold before the first congestion event (`TCP_INFINITE_SSTHRESH`).
 pub const INITIAL_SSTHRESH: u32 = 0x7fff_ffff;
@@ -116,6 +125,19 @@ impl TcpState {
     /// ```
     pub fn left_slow_start(&self) -> bool {
         self.ssthresh != 0 && self.ssthresh < INITIAL_SSTHRESH
+    }
+
+    /// Whether the kernel is repairing a loss now (Recovery or Loss state): its window was
+    /// cut for the repair, and the bytes behind the lost segment wait for it.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::{TcpState, CA_LOSS, CA_RECOVERY};
+    /// assert!(TcpState { ca_state: CA_RECOVERY, ..TcpState::default() }.repairing_loss());
+    /// assert!(TcpState { ca_state: CA_LOSS, ..TcpState::default() }.repairing_loss());
+    /// assert!(!TcpState { ca_state: 1, ..TcpState::default() }.repairing_loss()); // disorder
+    /// ```
+    pub fn repairing_loss(&self) -> bool {
+        self.ca_state == CA_RECOVERY || self.ca_state == CA_LOSS
     }
 }
 
