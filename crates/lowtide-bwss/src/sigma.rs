@@ -128,8 +128,9 @@
 //!   A flow with a minimum not in force is capped at what it takes plus room to grow
 //!   back, so the rest of σ goes to the others, who go on competing for the host's share:
 //!   once a yield showed that it wants less (a video on a low rung, or one losing to
-//!   another host's flow) at [`WANTS_LESS_HEADROOM`] times its rate, else (no yield yet)
-//!   at twice its rate when that is below its minimum; such a flow is not judged (it says
+//!   another host's flow) at [`WANTS_LESS_HEADROOM`] times its rate; a flow whose
+//!   minimum gets none of σ (higher-priority minimums took it all: target 0, so not in
+//!   force) at twice its rate, when that is below its minimum; such a flow is not judged (it says
 //!   nothing about the link). While a minimum *is* in force the rule above
 //!   (yields, cautious probes) keeps it: every kbit/s σ holds above what the link has
 //!   left is taken from the minimum, and an unresponsive interferer (the paper's UDP flow)
@@ -267,8 +268,8 @@ pub struct SigmaCounters {
     /// without waiting for the whole window: the onset of congestion.
     pub onset_yield: u64,
     /// A flow with a minimum not in force was capped below it at what it takes plus room
-    /// to grow back ([`WANTS_LESS_HEADROOM`] × after a yield for it was undone, else twice
-    /// it), the rest went to the others (counted when the cap begins).
+    /// to grow back ([`WANTS_LESS_HEADROOM`] × after a yield for it was undone, twice it
+    /// while its target is 0), the rest went to the others (counted when the cap begins).
     pub demand_capped: u64,
     /// A probe failed before its verdict: a minimum's flow was diluted by it (also
     /// counted in `probe_failed`).
@@ -406,11 +407,12 @@ impl SigmaRule {
         f.guaranteed > 0.0 && f.measured.is_some() && !self.wants_less.contains(&f.id)
     }
 
-    /// `keep_share`: a flow with a minimum not in force that takes less than half of it
-    /// (an application-limited video, or one that loses to another host's flows) is capped
-    /// at twice its rate, so the rest of σ goes to the others and they go on competing for
-    /// the host's share; the cap follows the flow up, doubling per recent window. A flow
-    /// that has shown it wants less (a yield for it was undone) is capped at
+    /// `keep_share`: a flow with a minimum not in force is capped below its minimum at
+    /// what it takes with room to grow back, so the rest of σ goes to the others and they
+    /// go on competing for the host's share. A minimum is not in force before a whole
+    /// window (then the flow has no measured rate, and no cap), while the allocation gives
+    /// it nothing (target 0: capped at twice its rate, doubling per recent window), or
+    /// once the flow has shown it wants less (a yield for it was undone): capped at
     /// [`WANTS_LESS_HEADROOM`] times what it takes, whatever share of its minimum that is:
     /// a video held at 300 of its 520 kbit/s by another host's flow kept the 220 it did
     /// not take from the downloads, and the other host's flow took them (the lab: 3 ×
