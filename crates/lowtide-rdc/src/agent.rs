@@ -130,6 +130,14 @@ struct FlowCounts {
 }
 
 impl<H> Flow<H> {
+    /// When a held packet due at `release_at` may leave: then, or at the pacer's slot if
+    /// pacing and that is later.
+    fn leaves_at(&self, pacing: Option<f64>, release_at: Instant) -> Instant {
+        pacing
+            .and(self.pacer.slot())
+            .map_or(release_at, |s| s.max(release_at))
+    }
+
     fn new(remote_port: u16, now: Instant, first_period: Duration) -> Self {
         Flow {
             remote_port,
@@ -477,11 +485,7 @@ impl<H> Agent<H> {
         let release_at = (now + flow.delay).max(after_previous);
         flow.pacer.on_held(now);
         if flow.held.is_empty() {
-            let slot = pacing.and(flow.pacer.slot());
-            due.push(Reverse((
-                slot.map_or(release_at, |s| s.max(release_at)),
-                key,
-            )));
+            due.push(Reverse((flow.leaves_at(pacing, release_at), key)));
         }
         if let Some(v) = tsval {
             flow.rtt.on_sent(v, None);
@@ -550,9 +554,7 @@ impl<H> Agent<H> {
             // flush) just goes.
             if released || paced_back {
                 if let Some(next) = flow.held.front() {
-                    let slot = pacing.and(flow.pacer.slot());
-                    let at = slot.map_or(next.release_at, |s| s.max(next.release_at));
-                    due.push(Reverse((at, key)));
+                    due.push(Reverse((flow.leaves_at(pacing, next.release_at), key)));
                 }
             }
         }
