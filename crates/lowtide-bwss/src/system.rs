@@ -362,6 +362,18 @@ mod tests {
         outside_kbps: f64,
     }
 
+    impl Trace {
+        /// A run of `secs` seconds, nothing measured yet.
+        fn new(secs: usize) -> Self {
+            Trace {
+                video: vec![0.0; secs],
+                sigma: vec![],
+                utilization: 0.0,
+                outside_kbps: 0.0,
+            }
+        }
+    }
+
     /// The paper's Fig. 6 set-up in simulated time with the lab's rules for `secs`
     /// seconds, the link's capacity in bit/s at each second given by `capacity`.
     fn fig6_run(b: &mut Bwss, secs: usize, capacity: impl Fn(f64) -> f64, link: Link) -> Trace {
@@ -373,12 +385,7 @@ mod tests {
         let (mut outside, mut outside_sum) = (0.0, 0.0);
         let mut backlog = [0.0, BACKLOG, BACKLOG];
         let (mut carried, mut offered) = (0.0, 0.0);
-        let mut trace = Trace {
-            video: vec![0.0; secs],
-            sigma: vec![],
-            utilization: 0.0,
-            outside_kbps: 0.0,
-        };
+        let mut trace = Trace::new(secs);
         for k in 0..(secs as f64 / step) as u64 {
             let t = k as f64 * step;
             let now = t0 + Duration::from_secs_f64(t);
@@ -634,12 +641,7 @@ mod tests {
         let mut send = [0.0; 3];
         let (mut read, mut arrived, mut buffered) = ([0f64; 3], [0f64; 3], 0.0);
         let (mut carried, mut offered) = (0.0, 0.0);
-        let mut trace = Trace {
-            video: vec![0.0; secs],
-            sigma: vec![],
-            utilization: 0.0,
-            outside_kbps: 0.0,
-        };
+        let mut trace = Trace::new(secs);
         for k in 0..(secs as f64 / DT).round() as u64 {
             let t = k as f64 * DT;
             let now = t0 + Duration::from_secs_f64(t);
