@@ -9,22 +9,30 @@ use lowtide_lab::results::VariantSummary;
 use lowtide_lab::runner::{self, LabOptions};
 use lowtide_lab::scenario::{Mode, Scenario};
 
-/// The bounds, and what ten quick runs measured on this kind of machine (2 cores, Linux 6.18,
-/// 2026-11-23, other engineers' nice-19 compiles on the machine; `cargo test -p lowtide-lab
-/// --test lab_run -- --nocapture` prints the `lab-run-measured` line):
+/// The bounds, and what eight quick runs measured on this kind of machine (2 cores, Linux 6.18,
+/// 2026-11-24, four other engineers' lab runs and compiles sharing the machine; `cargo test -p
+/// lowtide-lab --test lab_run -- --nocapture` prints the `lab-run-measured` line). The demo's
+/// video (`mandelbrot-4layer`, 2.9 Mbit/s in four layers) needs more than a fair share, so both
+/// videos must adapt; with the lighter trace it had before (1.1 Mbit/s, at the fair share)
+/// plain TCP's video was sometimes not congested at all (97% of windows in time in one CI run)
+/// and the comparison meant nothing.
 ///
-/// | number | ten runs | bound | plain TCP in MinBuf's place |
+/// | number | eight runs | bound | plain TCP in MinBuf's place |
 /// | --- | --- | --- | --- |
-/// | MinBuf goodput / TCP's | 0.72 – 1.17 | ≥ 0.6 | ≈ 1 |
-/// | MinBuf p95 / TCP's | 0.056 – 0.153 | ≤ 0.3 | ≈ 1: fails |
-/// | MinBuf share over 160 ms | 0.079 – 0.137 | ≤ 0.3 | 1.0: fails |
-/// | MinBuf sender-side p99 | 151 – 193 ms | ≤ 350 ms | 1.4 – 3.7 s: fails |
-/// | video MinBuf whole ≤ 500 ms | 0.974 – 1.0 | ≥ 0.9 | 0.21 – 0.66: fails |
-/// | … minus TCP video's | 0.31 – 0.79 | ≥ 0.2 | ≈ 0: fails |
-/// | video MinBuf dropped windows | 0 – 0.013 | ≤ 0.05 | 0.025 – 0.12 |
-/// | video MinBuf mean layers | 3.37 – 3.69 | ≥ 3.0 | 1.5 – 3.3 |
-/// | video TCP dropped windows | 0.025 – 0.12 | ≤ 0.3 | (the Unlimited path itself) |
-/// | video TCP mean layers | 1.51 – 3.31 | ≥ 1.0 | |
+/// | MinBuf goodput / TCP's | 0.70 – 1.18 | ≥ 0.6 | ≈ 1 |
+/// | MinBuf p95 / TCP's | 0.044 – 0.132 | ≤ 0.3 | ≈ 1: fails |
+/// | MinBuf share over 160 ms | 0.087 – 0.197 | ≤ 0.3 | 1.0: fails |
+/// | MinBuf sender-side p99 | 146 – 207 ms | ≤ 350 ms | 1.4 – 3.7 s: fails |
+/// | video MinBuf whole ≤ 500 ms | 0.987 – 1.0 | ≥ 0.9 | 0.024: fails |
+/// | … minus TCP video's | 0.87 – 1.0 | ≥ 0.5 | ≈ 0: fails |
+/// | video MinBuf dropped windows | 0 – 0.006 | ≤ 0.05 | 0.48: fails |
+/// | video MinBuf mean layers | 2.39 – 2.68 | ≥ 2.0 | 0.74: fails |
+/// | video TCP dropped windows | 0.36 – 0.51 | ≤ 0.75 | (the Unlimited path itself) |
+/// | video TCP mean layers | 0.30 – 1.31 | ≥ 0.1 | |
+///
+/// The last column: the latency rows from ten runs with the lighter video, the video rows from
+/// one run with this one (`LOWTIDE_LAB_TEST_MIN_BUF=unlimited`), which already fails the
+/// check that MinBuf's video transmitted over 100 windows (82 of 158).
 const MARGINS: &str = "see the table above";
 
 /// What one quick run measured, the numbers the bounds are about.
@@ -114,19 +122,19 @@ fn min_buf_beats_plain_tcp_on_latency_and_video_without_giving_up_goodput() {
             m.within_500_video_min_buf >= 0.9,
         ),
         (
-            "video MinBuf whole within 500 ms − TCP's ≥ 0.2",
-            m.within_500_video_min_buf - m.within_500_video_tcp >= 0.2,
+            "video MinBuf whole within 500 ms − TCP's ≥ 0.5",
+            m.within_500_video_min_buf - m.within_500_video_tcp >= 0.5,
         ),
         (
             "video MinBuf dropped ≤ 0.05",
             m.dropped_video_min_buf <= 0.05,
         ),
         (
-            "video MinBuf mean layers ≥ 3.0",
-            m.layers_video_min_buf >= 3.0,
+            "video MinBuf mean layers ≥ 2.0",
+            m.layers_video_min_buf >= 2.0,
         ),
-        ("video TCP dropped ≤ 0.3", m.dropped_video_tcp <= 0.3),
-        ("video TCP mean layers ≥ 1.0", m.layers_video_tcp >= 1.0),
+        ("video TCP dropped ≤ 0.75", m.dropped_video_tcp <= 0.75),
+        ("video TCP mean layers ≥ 0.1", m.layers_video_tcp >= 0.1),
     ];
     let failed: Vec<&str> = checks.iter().filter(|c| !c.1).map(|c| c.0).collect();
     assert!(
