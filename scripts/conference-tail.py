@@ -85,15 +85,26 @@ def main():
         eps = episodes(tcp)
         ep_starts = [s for s, _ in eps]
 
+        # A failover variant's sampler stops with the first connection (its file descriptor
+        # is closed after a switch): no TCP_INFO is no data, not "no repair".
+        sampled_to = max(
+            (float(r["t_s"]) for i, r in enumerate(tcp)
+             if i and any(r[k] != tcp[i - 1][k] for k in ("srtt_ms", "unacked", "notsent"))),
+            default=0.0,
+        )
+
         def info(t):
-            if not tcp:
+            if not tcp or t > sampled_to:
                 return "no TCP_INFO"
             r = tcp[max(bisect.bisect_right(tcp_t, t) - 1, 0)]
             return "cwnd %s srtt %.0f ca %s retrans %s notsent %s" % (
                 r["cwnd"], float(r["srtt_ms"]), r["ca_state"], r["total_retrans"], r["notsent"])
 
         def repair(arrival):
-            """The loss episode an ADU arriving then waited for, as (start, end), or None."""
+            """The loss episode an ADU arriving then waited for, as (start, end), None, or
+            "no data" after the sampler stopped."""
+            if arrival > sampled_to:
+                return "no data"
             i = bisect.bisect_right(ep_starts, arrival) - 1
             if i < 0:
                 return None
@@ -116,12 +127,13 @@ def main():
             got = [r for r in by_imp[imp] if r["latency_ms"]]
             lat = [float(r["latency_ms"]) for r in got]
             over = [r for r in got if float(r["latency_ms"]) > a.over]
-            rode = [r for r in over
-                    if repair(float(r["capture_s"]) + float(r["latency_ms"]) / 1e3)]
+            fates = [repair(float(r["capture_s"]) + float(r["latency_ms"]) / 1e3) for r in over]
+            rode = [f for f in fates if isinstance(f, tuple)]
+            unknown = sum(f == "no data" for f in fates)
             late += over
-            print("%10d  %4d  %7d  %6.1f  %8.1f  %11d  %d" % (
+            print("%10d  %4d  %7d  %6.1f  %8.1f  %11d  %d%s" % (
                 imp, len(by_imp[imp]), len(got), quantile(lat, 0.5), quantile(lat, 0.999),
-                len(over), len(rode)))
+                len(over), len(rode), " (%d: no TCP_INFO)" % unknown if unknown else ""))
         late.sort(key=lambda r: -float(r["latency_ms"]))
         print("worst ADUs: capture s, importance, latency = lowtide's queue + floor at the write"
               " + the rest (kernel, loss repair); the repair episode (start, arrival after it)")
@@ -130,8 +142,13 @@ def main():
             w = float(r["written_ms"]) if r["written_ms"] else float("nan")
             fl = floor_at(c + w / 1e3) if not math.isnan(w) else float("nan")
             ep = repair(c + lat / 1e3)
-            where = ("repair from %.3f s, arrived %.0f ms after its start"
-                     % (ep[0], (c + lat / 1e3 - ep[0]) * 1e3)) if ep else "no repair"
+            if ep == "no data":
+                where = "no TCP_INFO (the sampler stopped at %.1f s)" % sampled_to
+            elif ep:
+                where = ("repair from %.3f s, arrived %.0f ms after its start"
+                         % (ep[0], (c + lat / 1e3 - ep[0]) * 1e3))
+            else:
+                where = "no repair"
             print("  %.3f  %d  %6.1f = %5.1f + %4.1f + %5.1f  %s" % (
                 c, 7 - int(r["layer"]), lat, w, fl, lat - w - fl, where))
             print("        at capture: %s; at arrival: %s" % (info(c), info(c + lat / 1e3)))
