@@ -1414,6 +1414,23 @@ controller = { min_buf = { a = 1, b = 3 } }
     }
 
     #[test]
+    fn fig6_reserves_parse_and_the_removed_timed_form_is_refused() {
+        let text = include_str!("../../../scenarios/paceline-fig6.toml");
+        let s = Scenario::from_toml(text).unwrap().scenario;
+        let reserve = |name: &str| {
+            let v = s.variants.iter().find(|v| v.name == name).unwrap();
+            v.importance_reserve.map(|r| (r.segments, r.min_importance))
+        };
+        assert_eq!(reserve("MinBuf(1,3)+failover+reserve 2"), Some((2, 7)));
+        assert_eq!(reserve("MinBuf(1,3)+reserve 5"), Some((5, 7)));
+        let timed = text.replace(
+            "importance_reserve = { segments = 2, min_importance = 7 }",
+            "importance_reserve = { segments = 2, min_importance = 7, timed = true }",
+        );
+        assert!(Scenario::from_toml(&timed).is_err());
+    }
+
+    #[test]
     fn several_conference_videos_are_checked_when_parsed() {
         let conf = GOOD.replace(
             "name = \"MinBuf(1,3)\"",

@@ -581,10 +581,6 @@ pub struct Connection {
     failover: Option<Box<switch::PathState>>,
     /// Duplicate lane (`duplicate = Some(..)`): copies to send, or the lane's parser.
     lane: Option<Box<DuplicateLane>>,
-    /// Arrivals of messages a timed importance reserve keeps room for (`crate::reserve`).
-    important: crate::reserve::ImportantArrivals,
-    /// How fast the kernel's ACKs free its queue (a timed reserve's drain rate).
-    kernel_acks: crate::reserve::AckedRate,
 }
 
 // Failover's switch between connections lives with the rest of failover; it is a child of
@@ -695,8 +691,6 @@ impl Connection {
             lane: config
                 .duplicate
                 .map(|d| Box::new(DuplicateLane::new(d, config.max_queued_bytes))),
-            important: Default::default(),
-            kernel_acks: Default::default(),
             config,
         };
         let mut options = vec![
@@ -1071,11 +1065,6 @@ impl Connection {
         if let (Some(lane), Side::Client) = (&mut self.lane, self.side) {
             lane.offer(id, send_time_us, msg.deadline, msg.data.clone());
         }
-        if let Some(r) = self.config.importance_reserve {
-            if r.timed && r.covers(msg.importance) {
-                self.important.arrived(now);
-            }
-        }
         s.queue.push(
             msg.importance,
             seq,
@@ -1441,14 +1430,7 @@ impl Connection {
                     .max_batch
                     .saturating_sub(self.staged_len)
                     .min(kernel);
-                let reserve_bytes = self.config.importance_reserve.map(|r| {
-                    if r.timed {
-                        let acked = self.written.saturating_sub(u64::from(tcp.outq));
-                        self.kernel_acks.sample(now, acked, tcp.rtt);
-                    }
-                    let due = self.important.until_due(now);
-                    r.bytes_now(d.limit, tcp, due, self.kernel_acks.rate())
-                });
+                let reserve_bytes = self.config.importance_reserve.map(|r| r.bytes(mss));
                 let held = self.stage_data(d.allowance, room, mss, reserve_bytes);
                 if let (true, Some(r)) = (held, reserve_bytes) {
                     // What applies now is the limit without the reserve: block (and wake)
