@@ -117,6 +117,9 @@ pub fn run_variant(
                     .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
                 full_mark_delay: s.agent_full_mark_delay(v),
                 release_pacing: v.agent_release_pacing,
+                rto_guard: v
+                    .agent_rto_guard_ms
+                    .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
                 ..lowtide_rdc::AgentConfig::default()
             };
             Some(Agents::start(&net, &agent, v.agent_realtime, &ports)?)
