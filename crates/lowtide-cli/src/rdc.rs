@@ -160,10 +160,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<i32> {
                 .transpose()?,
             default_rtt: ms(a.default_rtt_ms, "default-rtt-ms")?,
             release_pacing: a.release_pacing,
-            rto_guard: a
-                .rto_guard_ms
-                .map(|v| ms(v, "rto-guard-ms"))
-                .transpose()?,
+            rto_guard: a.rto_guard_ms.map(|v| ms(v, "rto-guard-ms")).transpose()?,
             max_held: a.max_held,
             echo: !a.no_echo,
             ..AgentConfig::default()

@@ -397,7 +397,9 @@ mod tests {
         let s = LinkStats::new(start);
         let mut f = vec![0u8; 14];
         f[12..14].copy_from_slice(&[0x08, 0x00]);
-        f.extend([0x45, 0, 0x04, 0x10, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 1, 1, 1, 10, 2, 1, 1]);
+        f.extend([
+            0x45, 0, 0x04, 0x10, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 1, 1, 1, 10, 2, 1, 1,
+        ]);
         let mut tcp = [0u8; 20];
         tcp[0..4].copy_from_slice(&[0x9c, 0x40, 0x13, 0x88]); // 40000 -> 5000
         tcp[4..8].copy_from_slice(&42u32.to_be_bytes());
@@ -416,7 +418,11 @@ mod tests {
                 payload: 1000,
             }]
         );
-        assert_eq!(s.report().total_drops(), 2, "a frame that is not TCP still counts");
+        assert_eq!(
+            s.report().total_drops(),
+            2,
+            "a frame that is not TCP still counts"
+        );
         s.reset();
         assert!(s.dropped_segments().is_empty());
     }

@@ -949,7 +949,12 @@ mod tests {
         }
         released(&mut a);
         a.handle_incoming(t, &stamped(ack, then));
-        out(&mut a, t, &Spec::ack(ack + 1000 * (sacks + 2)).build(), 9999);
+        out(
+            &mut a,
+            t,
+            &Spec::ack(ack + 1000 * (sacks + 2)).build(),
+            9999,
+        );
         let due = a.poll_timeout().expect("held");
         (due - t, *a.counters())
     }
