@@ -74,6 +74,11 @@ struct AgentArgs {
     /// (e.g. 1.1), so a bunch of ACKs does not leave as one (default: each at its time).
     #[arg(long)]
     release_pacing: Option<f64>,
+    /// Hold no ACK past the sender's smallest possible RTO (its SRTT as the agent's releases
+    /// make it, plus 200 ms) less this margin, ms (e.g. 50; default: no bound, the paper's
+    /// agent).
+    #[arg(long)]
+    rto_guard_ms: Option<f64>,
     /// RTT assumed for flows without timestamps whose handshake was not seen, ms.
     #[arg(long, default_value_t = 100.0)]
     default_rtt_ms: f64,
@@ -155,6 +160,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<i32> {
                 .transpose()?,
             default_rtt: ms(a.default_rtt_ms, "default-rtt-ms")?,
             release_pacing: a.release_pacing,
+            rto_guard: a.rto_guard_ms.map(|v| ms(v, "rto-guard-ms")).transpose()?,
             max_held: a.max_held,
             echo: !a.no_echo,
             ..AgentConfig::default()

@@ -177,6 +177,7 @@ mod tests {
             lost: 0,
             unacked: 10,
             notsent: 0,
+            rto_ms: None,
         }
     }
 

@@ -41,6 +41,10 @@ pub struct TcpSample {
     pub unacked: u32,
     /// Bytes written but not yet sent.
     pub notsent: u32,
+    /// The retransmission timeout in force, ms (`tcpi_rto`; None in files written before it
+    /// was recorded).
+    #[serde(default)]
+    pub rto_ms: Option<f64>,
 }
 
 /// Every sample of one stream, and the samples that failed.
@@ -71,6 +75,7 @@ impl TcpTimeline {
                     lost: i.tcpi_lost,
                     unacked: i.tcpi_unacked,
                     notsent: i.tcpi_notsent_bytes,
+                    rto_ms: Some(f64::from(i.tcpi_rto) / 1e3),
                 });
             }
             Err(e) => {
@@ -184,6 +189,7 @@ mod tests {
             lost: 0,
             unacked: 0,
             notsent: 0,
+            rto_ms: Some(250.0),
         }
     }
 

@@ -62,6 +62,20 @@ pub fn tcp_flow(frame: &[u8]) -> Option<TcpFlow> {
     })
 }
 
+/// A TCP segment's sequence number and payload length (None for other packets, non-first
+/// fragments and truncated headers): what a drop log needs to tell a retransmission.
+pub fn tcp_seq(frame: &[u8]) -> Option<(u32, u16)> {
+    tcp_flow(frame)?;
+    let ip = ipv4(frame)?;
+    let ihl = usize::from(ip.first()? & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]));
+    let tcp = ip.get(ihl..ihl + 13)?;
+    let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+    let data_offset = usize::from(tcp[12] >> 4) * 4;
+    let payload = total.saturating_sub(ihl + data_offset);
+    Some((seq, u16::try_from(payload).unwrap_or(u16::MAX)))
+}
+
 /// Exact RDC: writes `max(D_in, delay)` into the packet; returns the delay written, or None
 /// for a packet that cannot carry one (not IPv4, or not an atomic datagram).
 pub fn stamp_rdc_delay(frame: &mut [u8], delay: Duration) -> Option<Duration> {
@@ -156,6 +170,20 @@ mod tests {
     }
 
     #[test]
+    fn tcp_seq_reads_the_sequence_number_and_payload_length() {
+        let mut f = frame(0);
+        f[38..42].copy_from_slice(&7_000_001u32.to_be_bytes());
+        f[46] = 0x50; // a 20-byte TCP header
+        assert_eq!(tcp_seq(&f), Some((7_000_001, 0)), "a pure ACK");
+        f[16..18].copy_from_slice(&1040u16.to_be_bytes());
+        assert_eq!(tcp_seq(&f), Some((7_000_001, 1000)));
+        let mut udp = frame(0);
+        udp[23] = 17;
+        assert_eq!(tcp_seq(&udp), None);
+        assert_eq!(tcp_seq(&f[..45]), None, "too short for the data offset");
+    }
+
+    #[test]
     fn an_echo_is_read_and_cleared_with_a_valid_checksum() {
         let mut f = frame(0);
         assert!(!is_rdc_echo(&f));
@@ -172,6 +200,7 @@ mod tests {
             let _ = is_rdc_echo(&bytes);
             let _ = clear_rdc_flag(&mut bytes.clone());
             let _ = tcp_flow(&bytes);
+            let _ = tcp_seq(&bytes);
             let capable = is_ecn_capable(&bytes);
             let changed = set_ce(&mut bytes);
             prop_assert_eq!(capable, changed);

@@ -86,7 +86,8 @@ impl<P: Packet> LinkQueue<P> {
             packet.delay_until(due.into());
             let size = packet.l3_length();
             if self.would_overflow(size) {
-                self.stats.dropped(Reason::QueueFull);
+                self.stats
+                    .dropped_frame(Reason::QueueFull, packet.as_slice(), due);
                 continue;
             }
             self.bytes += size;
@@ -120,7 +121,7 @@ impl<P: Packet> LinkQueue<P> {
     }
 
     /// Applies a verdict to the packet; returns whether the packet goes on.
-    fn apply(&self, packet: &mut P, verdict: Verdict) -> bool {
+    fn apply(&self, packet: &mut P, verdict: Verdict, now: Instant) -> bool {
         match verdict {
             Verdict::Pass => {}
             Verdict::Mark(reason) => {
@@ -136,7 +137,7 @@ impl<P: Packet> LinkQueue<P> {
             // Put in the delay line by `enqueue`, never applied here.
             Verdict::Hold(..) => {}
             Verdict::Drop(reason) => {
-                self.stats.dropped(reason);
+                self.stats.dropped_frame(reason, packet.as_slice(), now);
                 return false;
             }
         }
@@ -150,7 +151,7 @@ impl<P: Packet> LinkQueue<P> {
             let sojourn = now.saturating_duration_since(packet.get_timestamp().into_std());
             let ect = ecn::is_ecn_capable(packet.as_slice());
             let verdict = self.aqm.on_departure(sojourn, self.state(), ect, now);
-            if !self.apply(&mut packet, verdict) {
+            if !self.apply(&mut packet, verdict, now) {
                 continue;
             }
             self.stats
@@ -196,12 +197,13 @@ impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
     fn enqueue(&mut self, mut packet: P) {
         let size = packet.l3_length();
         self.stats.arrived(packet.l2_length());
-        if self.would_overflow(size) {
-            self.stats.dropped(Reason::QueueFull);
-            return;
-        }
         // The packet's timestamp is the logical time it reached the queue.
         let now = packet.get_timestamp().into_std();
+        if self.would_overflow(size) {
+            self.stats
+                .dropped_frame(Reason::QueueFull, packet.as_slice(), now);
+            return;
+        }
         self.read_echo(&mut packet, now);
         let arrival = Arrival {
             bytes: size,
@@ -212,11 +214,13 @@ impl<P: Packet> PacketQueue<P> for LinkQueue<P> {
         if let Verdict::Hold(delay, reason) = verdict {
             match self.held.push(packet, size, now + delay) {
                 Ok(()) => self.stats.held(reason, delay),
-                Err(_) => self.stats.dropped(Reason::RdcHoldFull),
+                Err(p) => self
+                    .stats
+                    .dropped_frame(Reason::RdcHoldFull, p.as_slice(), now),
             }
             return;
         }
-        if !self.apply(&mut packet, verdict) {
+        if !self.apply(&mut packet, verdict, now) {
             return;
         }
         self.bytes += size;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::aqm::{AnsweringFlows, AnsweringReport, Reason};
+use crate::ecn;
 
 /// At most this many samples per series are kept (about 12 MB for the queue series); later
 /// samples are counted in `samples_skipped` so a report says it is truncated.
@@ -38,6 +39,20 @@ pub struct LateDelivery {
     pub late_us: u32,
 }
 
+/// A TCP segment the link dropped (`LinkStats::dropped_segments`): with the flow's ports and
+/// sequence number a trace can tell a retransmission dropped again from a first loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DroppedSegment {
+    /// Microseconds since the network started.
+    pub t_us: u64,
+    pub reason: &'static str,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub seq: u32,
+    /// Payload bytes (0: a pure ACK or control segment).
+    pub payload: u16,
+}
+
 pub struct LinkStats {
     start: Instant,
     arrived_packets: AtomicU64,
@@ -53,6 +68,8 @@ pub struct LinkStats {
     lateness_us: Mutex<Vec<u32>>,
     /// Deliveries later than [`LATE_DELIVERY`], with their time: when the emulator stalled.
     late_deliveries: Mutex<Vec<LateDelivery>>,
+    /// The TCP segments dropped, with their time.
+    dropped_segments: Mutex<Vec<DroppedSegment>>,
     /// Exact RDC: the delays written into packets, and packets that could not carry one.
     stamps_us: Mutex<Vec<u32>>,
     stamp_skipped: AtomicU64,
@@ -79,6 +96,7 @@ impl LinkStats {
             queue: Mutex::new(Vec::new()),
             lateness_us: Mutex::new(Vec::new()),
             late_deliveries: Mutex::new(Vec::new()),
+            dropped_segments: Mutex::new(Vec::new()),
             stamps_us: Mutex::new(Vec::new()),
             stamp_skipped: AtomicU64::new(0),
             holds_us: Mutex::new(Vec::new()),
@@ -114,6 +132,32 @@ impl LinkStats {
 
     pub fn dropped(&self, reason: Reason) {
         self.drops[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    /// A drop of `frame` at `now`: counted, and logged with its flow and sequence number
+    /// when it is a TCP segment.
+    pub fn dropped_frame(&self, reason: Reason, frame: &[u8], now: Instant) {
+        self.dropped(reason);
+        let (Some(tcp), Some((seq, payload))) = (ecn::tcp_flow(frame), ecn::tcp_seq(frame)) else {
+            return;
+        };
+        let segment = DroppedSegment {
+            t_us: now.saturating_duration_since(self.start).as_micros() as u64,
+            reason: reason.as_str(),
+            src_port: tcp.key.src.port(),
+            dst_port: tcp.key.dst.port(),
+            seq,
+            payload,
+        };
+        push_bounded(&self.dropped_segments, segment, &self.samples_skipped);
+    }
+
+    /// The TCP segments dropped so far, in order.
+    pub fn dropped_segments(&self) -> Vec<DroppedSegment> {
+        self.dropped_segments
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
     }
 
     pub fn marked(&self, reason: Reason) {
@@ -209,6 +253,9 @@ impl LinkStats {
             }
         }
         if let Ok(mut l) = self.late_deliveries.lock() {
+            l.clear();
+        }
+        if let Ok(mut l) = self.dropped_segments.lock() {
             l.clear();
         }
     }
@@ -343,6 +390,42 @@ impl Percentiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dropped_tcp_segments_are_logged_with_flow_and_sequence() {
+        let start = Instant::now();
+        let s = LinkStats::new(start);
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f.extend([
+            0x45, 0, 0x04, 0x10, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 1, 1, 1, 10, 2, 1, 1,
+        ]);
+        let mut tcp = [0u8; 20];
+        tcp[0..4].copy_from_slice(&[0x9c, 0x40, 0x13, 0x88]); // 40000 -> 5000
+        tcp[4..8].copy_from_slice(&42u32.to_be_bytes());
+        tcp[12] = 0x50;
+        f.extend(tcp);
+        s.dropped_frame(Reason::QueueFull, &f, start + Duration::from_millis(3));
+        s.dropped_frame(Reason::QueueFull, &f[..20], start);
+        assert_eq!(
+            s.dropped_segments(),
+            vec![DroppedSegment {
+                t_us: 3000,
+                reason: Reason::QueueFull.as_str(),
+                src_port: 40000,
+                dst_port: 5000,
+                seq: 42,
+                payload: 1000,
+            }]
+        );
+        assert_eq!(
+            s.report().total_drops(),
+            2,
+            "a frame that is not TCP still counts"
+        );
+        s.reset();
+        assert!(s.dropped_segments().is_empty());
+    }
 
     #[test]
     fn report_counts_by_reason_and_summarises_series() {

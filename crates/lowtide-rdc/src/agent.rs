@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use crate::config::{AgentConfig, ConfigError, Mode};
 use crate::one_bit::{Change, MarkShare, OneBitLaw, Period};
 use crate::pacing::Pacer;
+use crate::rto_guard::SenderRto;
 use crate::rtt::RttEstimator;
 use crate::segment::{self, ParseError, Segment};
 use crate::status::{AgentStatus, Counters, DriverCounters, FlowStatus, PassCounts, PassReason};
@@ -99,6 +100,8 @@ struct Flow<H> {
     pacer: Pacer,
     delay: Duration,
     rtt: RttEstimator,
+    /// The sender's SRTT as the ACKs let go make it (`rto_guard`).
+    sender_rto: SenderRto,
     period: Period,
     /// 1-bit: the moving share of marked data packets (the delay estimate's input).
     mark_share: MarkShare,
@@ -145,6 +148,7 @@ impl<H> Flow<H> {
             pacer: Pacer::default(),
             delay: Duration::ZERO,
             rtt: RttEstimator::default(),
+            sender_rto: SenderRto::default(),
             period: Period::new(now, first_period),
             mark_share: MarkShare::default(),
             mss: 0,
@@ -163,6 +167,8 @@ struct Exit<'a, H> {
     counters: &'a mut Counters,
     held_now: &'a mut usize,
     log: &'a mut ReleaseLog,
+    /// The path RTT of a flow without an estimate (what the sender's SRTT copy adds holds to).
+    default_rtt: Duration,
 }
 
 impl<H> Exit<'_, H> {
@@ -170,6 +176,10 @@ impl<H> Exit<'_, H> {
         self.counters.passed.add(reason);
         if let Some(f) = flow {
             f.stats.passed.add(reason);
+            if reason != PassReason::Control {
+                let path = f.rtt.estimate(self.default_rtt).0;
+                f.sender_rto.on_ack(path, Duration::ZERO);
+            }
         }
         self.released.push_back(handle);
     }
@@ -191,6 +201,8 @@ impl<H> Exit<'_, H> {
             flow.stats.flushed += 1;
         }
         let hold = now.saturating_duration_since(held.since);
+        let path = flow.rtt.estimate(self.default_rtt).0;
+        flow.sender_rto.on_ack(path, hold);
         flow.stats.max_hold = flow.stats.max_hold.max(hold);
         if on_time {
             flow.stats.total_hold += hold;
@@ -330,6 +342,7 @@ impl<H> Agent<H> {
                 counters: &mut self.counters,
                 held_now: &mut self.held_now,
                 log: &mut self.log,
+                default_rtt: self.cfg.default_rtt,
             },
         )
     }
@@ -446,6 +459,7 @@ impl<H> Agent<H> {
         self.counters.outgoing += 1;
         let max_held = self.cfg.max_held;
         let pacing = self.cfg.release_pacing;
+        let rto_guard = self.cfg.rto_guard;
         let (flows, due, mut exit) = self.split();
         let seg = match parsed {
             Ok(s) => s,
@@ -482,7 +496,16 @@ impl<H> Agent<H> {
             return exit.pass(Some(flow), handle, reason);
         }
         let after_previous = flow.held.back().map_or(now, |h| h.release_at);
-        let release_at = (now + flow.delay).max(after_previous);
+        let mut hold = flow.delay;
+        if let Some(guard) = rto_guard {
+            let path = flow.rtt.estimate(exit.default_rtt).0;
+            if let Some(max) = flow.sender_rto.max_hold(path, guard).filter(|m| *m < hold) {
+                hold = max;
+                exit.counters.rto_bounded += 1;
+            }
+        }
+        // Order first: an ACK never overtakes the one held before it.
+        let release_at = (now + hold).max(after_previous);
         flow.pacer.on_held(now);
         if flow.held.is_empty() {
             due.push(Reverse((flow.leaves_at(pacing, release_at), key)));
@@ -881,6 +904,79 @@ mod tests {
             (c.delays_read, c.delays_clamped, c.delays_invalid),
             (2, 1, 1)
         );
+    }
+
+    /// Exact mode, path RTT 100 ms (the default, no timestamps): 200 ACKs held by
+    /// `steady`, then `sacks` ACKs with SACK blocks pass at once, then the stamp becomes
+    /// `then` and one pure ACK is held. Its hold, and the agent's counters.
+    fn hold_after(
+        guard: Option<Duration>,
+        steady: Duration,
+        sacks: u32,
+        then: Duration,
+    ) -> (Duration, Counters) {
+        let mut a: Agent<u32> = Agent::new(AgentConfig {
+            rto_guard: guard,
+            ..AgentConfig::exact()
+        })
+        .unwrap();
+        let stamped = |seq: u32, d: Duration| {
+            let mut p = data(seq, false);
+            wire::stamp_delay(&mut p, d).unwrap();
+            p
+        };
+        let mut t = Instant::now();
+        let mut ack = 1001;
+        a.handle_incoming(t, &stamped(1, steady));
+        for i in 0..200 {
+            out(&mut a, t, &Spec::ack(ack).build(), i);
+            ack += 1000;
+            t += 10 * MS;
+            a.handle_timeout(t);
+        }
+        // The rest leave at their times too.
+        for _ in 0..steady.as_millis() / 10 {
+            t += 10 * MS;
+            a.handle_timeout(t);
+        }
+        assert_eq!(a.held_now(), 0);
+        released(&mut a);
+        for i in 0..sacks {
+            let mut dup = Spec::ack(ack);
+            dup.sack = Some((ack + 1000 * (i + 1), ack + 1000 * (i + 2)));
+            out(&mut a, t, &dup.build(), 1000 + i);
+            t += MS;
+        }
+        released(&mut a);
+        a.handle_incoming(t, &stamped(ack, then));
+        out(
+            &mut a,
+            t,
+            &Spec::ack(ack + 1000 * (sacks + 2)).build(),
+            9999,
+        );
+        let due = a.poll_timeout().expect("held");
+        (due - t, *a.counters())
+    }
+
+    #[test]
+    fn the_rto_guard_shortens_a_hold_the_senders_rto_would_not_wait_for() {
+        let off = |steady, sacks, then| hold_after(None, steady, sacks, then).0;
+        let on = |steady, sacks, then| hold_after(Some(50 * MS), steady, sacks, then);
+        // Steady: the sender's SRTT is 400 ms, its RTO at least 600 ms; 300 ms is allowed.
+        let (hold, c) = on(300 * MS, 0, 300 * MS);
+        assert_eq!((hold, c.rto_bounded), (300 * MS, 0));
+        // After a loss, eight SACK ACKs passed at once pull the sender's SRTT to about
+        // 203 ms: the ACK that ends the recovery may wait about 253 ms (203 + 200 − 100 −
+        // 50), not the delay's 300 ms, which would reach the sender after its RTO.
+        assert_eq!(off(300 * MS, 8, 300 * MS), 300 * MS);
+        let (hold, c) = on(300 * MS, 8, 300 * MS);
+        assert!(hold > 250 * MS && hold < 255 * MS, "{hold:?}");
+        assert_eq!(c.rto_bounded, 1);
+        // A jump of the delay from 100 to 400 ms: the first ACK waits 250 ms (an SRTT of
+        // 200 ms + 200 − 100 − 50), later ones follow the sender's SRTT up.
+        assert_eq!(off(100 * MS, 0, 400 * MS), 400 * MS);
+        assert_eq!(on(100 * MS, 0, 400 * MS).0, 250 * MS);
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub struct AgentConfig {
     /// between held ACKs divided by this factor ([`crate::pacing`]; not in the paper).
     /// `None` (the default): each leaves at its time, bunches and all.
     pub release_pacing: Option<f64>,
+    /// Hold no ACK past the sender's smallest possible RTO less this margin
+    /// ([`crate::rto_guard`]; not in the paper). `None` (the default): the paper's agent,
+    /// whose holds may outrun the sender's RTO after a jump of the delay or a loss.
+    pub rto_guard: Option<Duration>,
 }
 
 impl Default for AgentConfig {
@@ -82,6 +86,7 @@ impl Default for AgentConfig {
             idle_timeout: Duration::from_secs(60),
             echo: true,
             release_pacing: None,
+            rto_guard: None,
         }
     }
 }
@@ -198,6 +203,17 @@ impl AgentConfig {
                 "a factor from 1 to 10 over the flow's ACK rate",
             )?;
         }
+        if let Some(g) = self.rto_guard {
+            check(
+                g < crate::rto_guard::RTO_MIN,
+                "rto_guard",
+                ms(g),
+                format!(
+                    "below the sender's RTO floor ({})",
+                    ms(crate::rto_guard::RTO_MIN)
+                ),
+            )?;
+        }
         check(
             self.idle_timeout >= Duration::from_secs(1),
             "idle_timeout",
@@ -263,5 +279,11 @@ mod tests {
         };
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("release_pacing") && e.contains("0.5"), "{e}");
+        let c = AgentConfig {
+            rto_guard: Some(Duration::from_millis(200)),
+            ..AgentConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("rto_guard") && e.contains("RTO floor"), "{e}");
     }
 }

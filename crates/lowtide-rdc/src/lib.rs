@@ -15,8 +15,9 @@
 //! - [`wire`]: the IPv4 header fields RDC uses (shared with the router);
 //! - [`segment`]: the TCP segment of a packet;
 //! - [`agent`]: the sans-IO core (per-flow state, ACK classification, holding), with
-//!   [`one_bit`] (the 1-bit delay law), [`rtt`] (RTT from TCP timestamps) and [`pacing`]
-//!   (held ACKs spread at their flow's rate, an option);
+//!   [`one_bit`] (the 1-bit delay law), [`rtt`] (RTT from TCP timestamps), [`pacing`]
+//!   (held ACKs spread at their flow's rate, an option) and [`rto_guard`] (no hold past the
+//!   sender's RTO, an option);
 //! - [`status`]: counters by reason, per flow;
 //! - [`driver`]: the thin NFQUEUE shell and [`iptables`]: the rules of its own chain;
 //! - [`bench`](mod@bench): the agent measured on real packets over loopback.
@@ -28,6 +29,7 @@ pub mod driver;
 pub mod iptables;
 pub mod one_bit;
 pub mod pacing;
+pub mod rto_guard;
 pub mod rtt;
 pub mod segment;
 pub mod status;

@@ -104,6 +104,9 @@ pub struct Counters {
     /// the longest such wait, µs.
     pub paced: u64,
     pub max_pace_wait_us: u64,
+    /// With `rto_guard`: held packets given a shorter hold than the flow's delay, so they
+    /// reach the sender before its RTO.
+    pub rto_bounded: u64,
     pub passed: PassCounts,
     /// Outgoing packets of tracked flows marked as the agent's echo, and those that could not
     /// be (not atomic datagrams, or not copied whole into the agent).

@@ -86,6 +86,9 @@ pub struct SenderRecord {
     pub sent_packets: Vec<u64>,
     pub timeline: TcpTimeline,
     pub bytes_written: u64,
+    /// The sender's own port: the name the agent's records (`releases.csv`,
+    /// `agent-delays.csv`) and the bottleneck's drop log give the flow.
+    pub local_port: Option<u16>,
     /// The video source's layers and counters (video flows only).
     pub video: Option<TcpSourceRecord>,
 }
@@ -208,6 +211,7 @@ pub fn send(plan: &FlowPlan, dst: SocketAddr, t0: Instant) -> Result<SenderRecor
     s.connect_timeout(&dst.into(), CONNECT_TIMEOUT)
         .map_err(|e| format!("flow {} connecting to {dst}: {e}", plan.index))?;
     let mut stream: std::net::TcpStream = s.into();
+    let local_port = stream.local_addr().ok().map(|a| a.port());
     let fd = stream.as_raw_fd();
     let stop = AtomicBool::new(false);
     // The sampler reads the socket's fd; the scope ends (and joins it) before the socket
@@ -227,6 +231,7 @@ pub fn send(plan: &FlowPlan, dst: SocketAddr, t0: Instant) -> Result<SenderRecor
     let _ = stream.shutdown(std::net::Shutdown::Both);
     let (written, video) = outcome.map_err(|e| format!("flow {} writing: {e}", plan.index))?;
     record.bytes_written = written;
+    record.local_port = local_port;
     record.video = video;
     Ok(record)
 }
@@ -301,6 +306,7 @@ fn sample(plan: &FlowPlan, fd: RawFd, t0: Instant, stop: &AtomicBool) -> SenderR
         sent_packets: cumulative.windows(2).map(|w| w[1] - w[0]).collect(),
         timeline,
         bytes_written: 0,
+        local_port: None,
         video: None,
     }
 }

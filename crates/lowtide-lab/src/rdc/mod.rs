@@ -65,6 +65,10 @@ pub const QUEUE_CSV: &str = "queue.csv";
 pub const RELEASES_CSV: &str = "releases.csv";
 /// The emulator's deliveries more than 1 ms late, both links.
 pub const LATE_CSV: &str = "late-deliveries.csv";
+/// Every flow's `TCP_INFO` samples, with the sender's port.
+pub const TCPINFO_CSV: &str = "tcpinfo.csv";
+/// The TCP segments the forward bottleneck dropped.
+pub const DROPS_CSV: &str = "drops.csv";
 pub const LAYERS_PLOT: &str = "layers.svg";
 pub const QUEUE_PLOT: &str = "queue.svg";
 pub const LAYERS_BY_RTT_PLOT: &str = "layers-by-rtt.svg";
@@ -231,7 +235,8 @@ fn write_folder(
 
 /// What the timing analysis of the queue reads (`scripts/rdc-queue-causes.py`):
 /// `queue.csv`, `releases.csv` (with an agent), `late-deliveries.csv`; times in µs from
-/// the flows' origin.
+/// the flows' origin. And what the analysis of timeouts reads (`scripts/rdc-timeouts.py`):
+/// `tcpinfo.csv` (s from the origin) and `drops.csv` (µs).
 fn write_timing(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabError> {
     let file = |name: &str| -> Result<_, LabError> {
         let f = std::fs::File::create(dir.join(name))
@@ -257,6 +262,54 @@ fn write_timing(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabErro
         }
     }
     l.flush().map_err(io(LATE_CSV))?;
+    let mut d = file(DROPS_CSV)?;
+    writeln!(d, "variant,t_us,reason,src_port,dst_port,seq,payload").map_err(io(DROPS_CSV))?;
+    for t in trials {
+        for x in &t.drops {
+            writeln!(
+                d,
+                "{},{},{},{},{},{},{}",
+                t.variant, x.t_us, x.reason, x.src_port, x.dst_port, x.seq, x.payload
+            )
+            .map_err(io(DROPS_CSV))?;
+        }
+    }
+    d.flush().map_err(io(DROPS_CSV))?;
+    let mut c = file(TCPINFO_CSV)?;
+    writeln!(
+        c,
+        "variant,flow,port,t_s,cwnd,srtt_ms,rttvar_ms,rto_ms,total_retrans,total_rto,backoff,\
+         ca_state,lost,unacked,notsent"
+    )
+    .map_err(io(TCPINFO_CSV))?;
+    let cell = |x: Option<String>| x.unwrap_or_default();
+    for t in trials {
+        for (i, snd) in t.senders.iter().enumerate() {
+            let Some(snd) = snd else { continue };
+            for x in &snd.timeline.samples {
+                writeln!(
+                    c,
+                    "{},{i},{},{:.3},{},{:.3},{:.3},{},{},{},{},{},{},{},{}",
+                    t.variant,
+                    cell(snd.local_port.map(|p| p.to_string())),
+                    x.t_s,
+                    x.cwnd,
+                    x.srtt_ms,
+                    x.rttvar_ms,
+                    cell(x.rto_ms.map(|r| format!("{r:.3}"))),
+                    x.total_retrans,
+                    cell(x.total_rto.map(|r| r.to_string())),
+                    x.backoff,
+                    x.ca_state,
+                    x.lost,
+                    x.unacked,
+                    x.notsent
+                )
+                .map_err(io(TCPINFO_CSV))?;
+            }
+        }
+    }
+    c.flush().map_err(io(TCPINFO_CSV))?;
     if trials.iter().all(|t| t.releases.is_empty()) {
         return Ok(());
     }

@@ -212,6 +212,10 @@ pub struct RdcVariant {
     /// (`lowtide_rdc::AgentConfig::release_pacing`); default: not paced (the paper's agent).
     #[serde(default)]
     pub agent_release_pacing: Option<f64>,
+    /// Hold no ACK past the sender's smallest possible RTO less this margin, ms
+    /// (`lowtide_rdc::AgentConfig::rto_guard`); default: no bound (the paper's agent).
+    #[serde(default)]
+    pub agent_rto_guard_ms: Option<f64>,
     /// The agents' threads at real-time priority (default; `lowtide_rdc::DriverConfig::
     /// realtime`); `false` runs them as ordinary threads, the baseline of that change.
     #[serde(default = "yes")]
@@ -478,6 +482,14 @@ impl RdcScenario {
                     format!("variant[{i}].agent_max_increase_ms"),
                     step,
                     "1 to 4000 ms, with an agent",
+                )?;
+            }
+            if let Some(g) = v.agent_rto_guard_ms {
+                check(
+                    v.agent.is_some() && (0.0..200.0).contains(&g),
+                    format!("variant[{i}].agent_rto_guard_ms"),
+                    g,
+                    "0 to 200 ms (exclusive; the sender's RTO floor), with an agent",
                 )?;
             }
             if let Some(f) = v.agent_release_pacing {

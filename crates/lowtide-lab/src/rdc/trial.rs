@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lowtide_netem::stats::{LateDelivery, QueueSample};
+use lowtide_netem::stats::{DroppedSegment, LateDelivery, QueueSample};
 use lowtide_netem::{Dumbbell, Host, LinkReport, RunOptions};
 use lowtide_rdc::agent::ReleaseRecord;
 
@@ -38,6 +38,9 @@ pub struct TrialRecord {
     /// Packets the emulator delivered more than 1 ms late, by link ("forward": the data's
     /// bottleneck, "reverse": the ACKs'), times from the flows' origin.
     pub late_deliveries: Vec<(&'static str, LateDelivery)>,
+    /// The TCP segments the forward bottleneck dropped from `measure_from_s` on, times from
+    /// the flows' origin.
+    pub drops: Vec<DroppedSegment>,
     pub errors: Vec<String>,
 }
 
@@ -114,6 +117,9 @@ pub fn run_variant(
                     .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
                 full_mark_delay: s.agent_full_mark_delay(v),
                 release_pacing: v.agent_release_pacing,
+                rto_guard: v
+                    .agent_rto_guard_ms
+                    .map(|ms| Duration::from_secs_f64(ms / 1000.0)),
                 ..lowtide_rdc::AgentConfig::default()
             };
             Some(Agents::start(&net, &agent, v.agent_realtime, &ports)?)
@@ -207,6 +213,15 @@ pub fn run_variant(
             ..q
         })
         .collect();
+    let drops = net
+        .forward()
+        .dropped_segments()
+        .into_iter()
+        .map(|d| DroppedSegment {
+            t_us: d.t_us.saturating_sub(origin_us),
+            ..d
+        })
+        .collect();
     let measured_s = r.duration_s - r.measure_from_s;
     let mut errors = vec![];
     let senders: Vec<Option<SenderRecord>> = senders
@@ -272,6 +287,7 @@ pub fn run_variant(
         agent_delays,
         releases,
         late_deliveries,
+        drops,
         errors,
     })
 }

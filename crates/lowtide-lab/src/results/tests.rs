@@ -249,6 +249,7 @@ fn transport_goals_read_tcp_info() {
         lost: 0,
         unacked: 0,
         notsent: 0,
+        rto_ms: None,
     };
     r.tcp = vec![(
         "MB".into(),
@@ -292,6 +293,7 @@ fn tail_causes_come_from_tcp_info_and_the_floor() {
                     lost: 0,
                     unacked: 0,
                     notsent: 0,
+                    rto_ms: None,
                 }
             })
             .collect(),
@@ -422,6 +424,7 @@ fn files_round_trip_every_record() {
                 lost: 2,
                 unacked: 9,
                 notsent: 4344,
+                rto_ms: Some(260.0),
             }],
             errors: 2,
             first_error: Some("boom".into()),
