@@ -490,9 +490,20 @@ impl Drop for Dumbbell {
         self.receivers.clear();
         // rattan deletes each pair through netlink while its namespaces still exist.
         self.veths.clear();
-        // The last handle on a namespace removes it; `ip netns delete` is the fallback.
+        // rattan removes a namespace when its last handle drops: that is the one owner of
+        // the removal. `ip netns delete` is only the fallback for a namespace rattan failed
+        // to remove, or one a host thread still holds (a caller that did not join it):
+        // removed now so nothing outlives the network, and rattan's own removal when that
+        // thread ends then fails with ENOENT, which the warning here explains.
         for (name, ns) in self.namespaces.drain(..).rev() {
+            let held = Arc::strong_count(&ns) - 1;
             drop(ns);
+            if held > 0 {
+                tracing::warn!(
+                    "namespace {name}: {held} handle(s) still held by threads of its host at \
+                     teardown; removed now (join host threads before dropping the network)"
+                );
+            }
             if cleanup::leftover_namespaces().contains(&name) {
                 cleanup::delete_namespace(&name);
             }

@@ -59,19 +59,21 @@ pub fn run_variant(
     };
     // A folder of an earlier run: the daemon's log appends, so start empty.
     let _ = std::fs::remove_dir_all(dir);
+    let mut net = None;
     let result = std::fs::create_dir_all(dir)
         .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))
         .and_then(|()| {
-            let net = Dumbbell::new(
-                s.topology.clone(),
-                RunOptions {
-                    seed,
-                    ..RunOptions::default()
-                },
-            )?;
-            trial.run(&net, progress)
+            let options = RunOptions {
+                seed,
+                ..RunOptions::default()
+            };
+            let net = net.insert(Dumbbell::new(s.topology.clone(), options)?);
+            trial.run(net, progress)
         });
-    // Stop everything (also when the trial failed), then read what was measured.
+    // Stop everything (also when the trial failed), then read what was measured. The
+    // network goes last: the sink's and the interferer's threads hold their hosts'
+    // namespaces, and one dropped under them is removed twice (the dumbbell's fallback,
+    // then rattan's own removal when the thread ends: "Failed to remove netns ... ENOENT").
     trial.stop.store(true, Ordering::Relaxed);
     for p in trial.procs.iter_mut().rev() {
         if let Some(st) = p.stop() {
@@ -80,6 +82,7 @@ pub fn run_variant(
     }
     trial.procs.clear();
     let collected = trial.threads.collect(secs, &mut record);
+    drop(net);
     record.link_kbps = trial.link;
     for (name, kind) in [
         ("daemon", FlowKind::Download),
@@ -268,12 +271,12 @@ impl Trial<'_> {
         let end = t0 + Duration::from_secs_f64(s.run.duration_s);
         let i = &s.bwss.interference;
         let sink_addr = SocketAddr::from((receiver.addr(), INTERFERER_PORT));
-        let secs = self.secs;
+        let (secs, stop) = (self.secs, self.stop.clone());
         let sink = receiver
             .run(move || UdpSocket::bind(sink_addr))?
             .map_err(|e| LabError::io(format!("binding the interferer's sink {sink_addr}"), e))?;
         self.threads.sink = Some(receiver.spawn("interferer-sink", move || {
-            count_per_second(sink, t0, secs, end + Duration::from_secs(1))
+            count_per_second(sink, t0, secs, end + Duration::from_secs(1), &stop)
         })?);
         let cbr = CbrConfig {
             server: sink_addr,
@@ -468,18 +471,19 @@ fn wait_daemon(host: &Host) -> Result<(), LabError> {
     }
 }
 
-/// UDP bytes received per second of the trial, until `until`.
+/// UDP bytes received per second of the trial, until `until` or the trial stops.
 fn count_per_second(
     sock: UdpSocket,
     t0: Instant,
     secs: usize,
     until: Instant,
+    stop: &AtomicBool,
 ) -> Result<Vec<u64>, LabError> {
     sock.set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| LabError::io("the interferer's sink", e))?;
     let mut bytes = vec![0u64; secs];
     let mut buf = vec![0u8; 65_536];
-    while Instant::now() < until {
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
         match sock.recv(&mut buf) {
             Ok(n) => {
                 let k = t0.elapsed().as_secs() as usize;
