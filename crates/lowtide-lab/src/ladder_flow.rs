@@ -64,10 +64,6 @@ pub struct LadderApp {
     /// Media buffered before play starts, and before it resumes after a rebuffer.
     pub startup_ms: u64,
     pub resume_ms: u64,
-    /// The server hands frames to the transport in groups of this many (each stamped with
-    /// its own capture time, so its wait for the group counts in its latency): fewer,
-    /// fuller packets, so fewer of the stream's packets meet a full drop-tail queue.
-    pub frames_per_write: u32,
 }
 
 impl Default for LadderApp {
@@ -78,7 +74,6 @@ impl Default for LadderApp {
             report_ms: 1000,
             startup_ms: 1000,
             resume_ms: 500,
-            frames_per_write: 1,
         }
     }
 }
@@ -100,7 +95,6 @@ impl LadderApp {
             ("report_ms", self.report_ms, 100, 10_000),
             ("startup_ms", self.startup_ms, 0, 30_000),
             ("resume_ms", self.resume_ms, 0, 30_000),
-            ("frames_per_write", u64::from(self.frames_per_write), 1, 25),
         ] {
             if !(lo..=hi).contains(&v) {
                 return bad(f, v.to_string(), &format!("{lo} to {hi}"));
@@ -267,9 +261,7 @@ pub(crate) fn start(
     };
     let report_addr = SocketAddr::from((tx_host.addr(), REPORT_PORT + index as u16));
     let receive_end = end + crate::runner::GRACE;
-    let mut app = s.application.ladder.clone();
-    app.frames_per_write = v.frames_per_write.unwrap_or(app.frames_per_write);
-    let rtransport = transport.clone();
+    let (app, rtransport) = (s.application.ladder.clone(), transport.clone());
     let rapp = app.clone();
     let (rstop, tstop) = (stop.clone(), stop.clone());
     Ok(Some(Measured::Ladder {
@@ -346,38 +338,25 @@ enum ServerLink {
 }
 
 impl ServerLink {
-    /// Hands frames over now, or says it could not take them (dropped at the server): over
-    /// lowtide all in one write when the channel is writable, else none; over TFRC each as
-    /// its send buffer has room.
-    async fn offer(&self, frames: Vec<Vec<u8>>) -> Result<Vec<bool>, LabError> {
+    /// Hands a frame over now, or says it could not take it (dropped at the server).
+    async fn offer(&self, data: Vec<u8>) -> Result<bool, LabError> {
         match self {
             ServerLink::Lowtide { ch, stream, .. } => {
                 match tokio::time::timeout(Duration::ZERO, ch.writable()).await {
-                    Err(_) => Ok(vec![false; frames.len()]),
+                    Err(_) => Ok(false),
                     Ok(r) => {
                         r.map_err(stream::transport("waiting to write"))?;
-                        let n = frames.len();
-                        ch.send_batch(*stream, frames.into_iter().map(bytes::Bytes::from))
+                        ch.send(*stream, lowtide::Message::new(data))
                             .map_err(stream::transport("sending a frame"))?;
-                        Ok(vec![true; n])
+                        Ok(true)
                     }
                 }
             }
-            ServerLink::Tfrc(s) => {
-                // After a refusal the rest are refused too: the accepted ones stay a prefix,
-                // numbered as stamped.
-                let mut taken = Vec::with_capacity(frames.len());
-                for data in frames {
-                    let ok = taken.last() != Some(&false)
-                        && match s.send(lowtide_tfrc::Message::new(data)) {
-                            Ok(_) => true,
-                            Err(lowtide_tfrc::SendError::BufferFull { .. }) => false,
-                            Err(e) => return Err(LabError::io("sending a frame over TFRC", e)),
-                        };
-                    taken.push(ok);
-                }
-                Ok(taken)
-            }
+            ServerLink::Tfrc(s) => match s.send(lowtide_tfrc::Message::new(data)) {
+                Ok(_) => Ok(true),
+                Err(lowtide_tfrc::SendError::BufferFull { .. }) => Ok(false),
+                Err(e) => Err(LabError::io("sending a frame over TFRC", e)),
+            },
         }
     }
 
@@ -577,7 +556,6 @@ pub fn serve(
         let mut rate = ladder.rate_bps(policy.rung());
         link.set_stream_rate(rate);
         let mut buf = [0u8; 256];
-        let mut held = Vec::with_capacity(app.frames_per_write as usize);
         let end_t = tokio::time::Instant::from_std(end);
         loop {
             tokio::select! {
@@ -633,15 +611,21 @@ pub fn serve(
                 rate = r;
                 link.set_stream_rate(rate);
             }
-            held.push(HeldFrame {
-                made: Instant::now(),
-                rate_bps: rate,
-                bytes: frame_bytes(rate, frame),
-                rung: policy.rung() as u8,
-            });
-            if held.len() >= app.frames_per_write as usize {
-                offer_held(&link, &mut held, start, &mut out).await?;
+            let now = Instant::now();
+            let bytes = frame_bytes(rate, frame);
+            let mut data = vec![0u8; bytes];
+            stream::stamp(&mut data, now, out.sent_s.len() as u64);
+            data[16] = policy.rung() as u8;
+            let accepted = link.offer(data).await?;
+            if accepted {
+                out.sent_s.push(t_s(now));
             }
+            out.frames.push(FrameSent {
+                t_s: t_s(now),
+                rate_bps: rate,
+                bytes: bytes as u32,
+                accepted,
+            });
             next += frame;
             // Late by more than a frame (the machine was busy): skip, never a burst.
             while next + frame < Instant::now() {
@@ -649,7 +633,6 @@ pub fn serve(
                 out.signals.frames_skipped += 1;
             }
         }
-        offer_held(&link, &mut held, start, &mut out).await?;
         if let Some(s) = sampler {
             out.tcp = s.finish().await;
         }
@@ -661,53 +644,6 @@ pub fn serve(
         }
         Ok(out)
     })
-}
-
-/// A frame made and not yet handed to the transport (`frames_per_write` > 1).
-struct HeldFrame {
-    made: Instant,
-    rate_bps: u64,
-    bytes: usize,
-    rung: u8,
-}
-
-/// Hands the held frames to the transport together, each stamped with its capture time and
-/// numbered among the accepted ones (a frame the transport cannot take is dropped, and the
-/// client sees the gap).
-async fn offer_held(
-    link: &ServerLink,
-    held: &mut Vec<HeldFrame>,
-    start: Instant,
-    out: &mut LadderSent,
-) -> Result<(), LabError> {
-    if held.is_empty() {
-        return Ok(());
-    }
-    let made_s = |f: &HeldFrame| round_us(f.made.saturating_duration_since(start).as_secs_f64());
-    let frames = held
-        .iter()
-        .enumerate()
-        .map(|(k, f)| {
-            let mut data = vec![0u8; f.bytes];
-            stream::stamp(&mut data, f.made, (out.sent_s.len() + k) as u64);
-            data[16] = f.rung;
-            data
-        })
-        .collect();
-    // The accepted frames are a prefix (`ServerLink::offer`), so their numbers are as stamped.
-    let accepted = link.offer(frames).await?;
-    for (f, ok) in held.drain(..).zip(accepted) {
-        if ok {
-            out.sent_s.push(made_s(&f));
-        }
-        out.frames.push(FrameSent {
-            t_s: made_s(&f),
-            rate_bps: f.rate_bps,
-            bytes: f.bytes as u32,
-            accepted: ok,
-        });
-    }
-    Ok(())
 }
 
 /// Bytes of one frame of a `rate_bps` rung, at least the header.

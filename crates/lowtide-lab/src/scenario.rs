@@ -396,10 +396,6 @@ pub struct Variant {
     /// per network namespace in Linux, so the host must not also send cross traffic.
     #[serde(default)]
     pub sender_sysctls: BTreeMap<String, String>,
-    /// Bit-rate ladder: frames per write for this variant (default:
-    /// `application.ladder.frames_per_write`).
-    #[serde(default)]
-    pub frames_per_write: Option<u32>,
     /// The paper's numbers for this variant, where it gives them.
     #[serde(default)]
     pub paper: Option<PaperNumbers>,
@@ -1098,17 +1094,6 @@ impl Scenario {
                 ));
             }
             self.check_sender_sysctls(i, v)?;
-            if let Some(k) = v.frames_per_write {
-                if self.application_of(v) != ApplicationKind::BitrateLadder
-                    || !(1..=25).contains(&k)
-                {
-                    return Err(invalid(
-                        field("frames_per_write"),
-                        k,
-                        "1 to 25, on a bitrate_ladder variant",
-                    ));
-                }
-            }
             if let Some(p) = &v.paper {
                 for (name, x) in [
                     ("share_over_160", p.share_over_160),
