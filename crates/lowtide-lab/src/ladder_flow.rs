@@ -674,9 +674,9 @@ pub fn serve(
 /// (it stays open, 25 segments at 120 kbit/s in the lab); a segment of ours lost at the
 /// shared queue says the path had no room above the rung. In the lab (branch dbat-loss, full
 /// run 1) the window estimate took 120 → 240 kbit/s at 88.7 s with the bulk flow still on,
-/// 13 s after the last repair; six repairs followed within 4 s, the onset took it back at
-/// 93.0 s, and three seconds went unmatched. Over TFRC the equation rate carries the loss
-/// event rate itself.
+/// 6.4 s after the last repair; six retransmissions followed within 4 s, the onset took it
+/// back at 93.0 s, and three seconds went unmatched. Over TFRC the equation rate carries the
+/// loss event rate itself.
 fn tcp_capacity_bps(
     cwnd: u32,
     mss: u32,
