@@ -333,6 +333,8 @@ enum ServerLink {
         ch: Channel,
         stream: u64,
         dbat: Option<DbatConfig>,
+        /// `tcpi_total_retrans` at the last client report.
+        retrans_seen: std::cell::Cell<u32>,
     },
     Tfrc(Session),
 }
@@ -447,19 +449,30 @@ impl ServerLink {
         out
     }
 
-    /// The transport at a client report: its capacity estimate, the one DBAT's rule goes up
-    /// by (bit/s: TFRC's equation rate for its loss event rate and RTT, none before its first
-    /// loss event; TCP's congestion window per smoothed RTT), and DBAT's queue over TFRC.
-    fn transport_sample(&self, t_s: f64) -> TransportSample {
+    /// The transport at a client report while streaming `rate_bps`: its capacity estimate,
+    /// the one DBAT's rule goes up by (bit/s: TFRC's equation rate for its loss event rate and
+    /// RTT, none before its first loss event; over TCP [`tcp_capacity_bps`]), and DBAT's queue.
+    fn transport_sample(&self, t_s: f64, rate_bps: u64) -> TransportSample {
         match self {
-            ServerLink::Lowtide { ch, .. } => {
+            ServerLink::Lowtide {
+                ch, retrans_seen, ..
+            } => {
                 let tcp = ch.last_tcp_state();
-                let window = f64::from(tcp.cwnd) * f64::from(tcp.mss_or_default());
                 let level = ch.controller_queue_level();
+                // A failed read counts as no retransmission: the window estimate, as before.
+                let retrans = lowtide::sys::tcp_info_ext(ch.raw_fd())
+                    .map(|x| x.info.tcpi_total_retrans)
+                    .unwrap_or(retrans_seen.get());
+                let retransmitted = retrans > retrans_seen.replace(retrans);
                 TransportSample {
                     t_s,
-                    capacity_bps: (!tcp.rtt.is_zero())
-                        .then(|| (window * 8.0 / tcp.rtt.as_secs_f64()) as u64),
+                    capacity_bps: tcp_capacity_bps(
+                        tcp.cwnd,
+                        tcp.mss_or_default(),
+                        tcp.rtt,
+                        retransmitted,
+                        rate_bps,
+                    ),
                     achieved_bps: Some(tcp.delivery_rate * 8),
                     queue: Some(u64::from(tcp.outq) + ch.queued_bytes()),
                     queue_average: level.map(|(avg, _)| avg),
@@ -525,7 +538,15 @@ pub fn serve(
                     .open_stream(StreamConfig::default())
                     .map_err(stream::transport("opening a stream"))?;
                 let sampler = stream::Sampler::start(&ch, start);
-                (ServerLink::Lowtide { ch, stream, dbat }, Some(sampler))
+                (
+                    ServerLink::Lowtide {
+                        ch,
+                        stream,
+                        dbat,
+                        retrans_seen: std::cell::Cell::new(0),
+                    },
+                    Some(sampler),
+                )
             }
             LadderTransport::Tfrc(cfg) => {
                 (ServerLink::Tfrc(tfrc_flow::connect(dst, *cfg).await?), None)
@@ -565,7 +586,7 @@ pub fn serve(
                     match decode_report(&buf[..n]) {
                         Some(rep) => {
                             out.signals.reports += 1;
-                            let ts = link.transport_sample(t_s(Instant::now()));
+                            let ts = link.transport_sample(t_s(Instant::now()), rate);
                             let mut sigs = vec![];
                             if let (Some(average), Some(threshold)) = (ts.queue_average, ts.threshold) {
                                 sigs.push(ServerSignal::Queue { average, threshold });
@@ -644,6 +665,32 @@ pub fn serve(
         }
         Ok(out)
     })
+}
+
+/// TCP's capacity estimate for the DBAT rule's up-switch gate, bit/s: the congestion window
+/// per smoothed RTT (`None` before an RTT sample), except over a report interval in which TCP
+/// retransmitted: then the stream's rate `rate_bps`, so no up-switch follows within the rule's
+/// wait. The window of a stream the application limits does not see the bulk flow's share
+/// (it stays open, 25 segments at 120 kbit/s in the lab); a segment of ours lost at the
+/// shared queue says the path had no room above the rung. In the lab (branch dbat-loss, full
+/// run 1) the window estimate took 120 → 240 kbit/s at 88.7 s with the bulk flow still on,
+/// 6.4 s after the last repair; six retransmissions followed within 4 s, the onset took it
+/// back at 93.0 s, and three seconds went unmatched. Over TFRC the equation rate carries the
+/// loss event rate itself.
+fn tcp_capacity_bps(
+    cwnd: u32,
+    mss: u32,
+    srtt: Duration,
+    retransmitted: bool,
+    rate_bps: u64,
+) -> Option<u64> {
+    if srtt.is_zero() {
+        None
+    } else if retransmitted {
+        Some(rate_bps)
+    } else {
+        Some((f64::from(cwnd) * f64::from(mss) * 8.0 / srtt.as_secs_f64()) as u64)
+    }
 }
 
 /// Bytes of one frame of a `rate_bps` rung, at least the header.
@@ -869,6 +916,54 @@ pub struct LadderRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repair_in_the_interval_keeps_the_dbat_rule_from_going_up_for_its_wait() {
+        let srtt = Duration::from_millis(780);
+        // the lab's DBAT TCP at 120 kbit/s: a window of 25 segments, 371 kbit/s by the window
+        assert_eq!(
+            tcp_capacity_bps(25, 1448, srtt, false, 120_000),
+            Some(371_282)
+        );
+        assert_eq!(
+            tcp_capacity_bps(25, 1448, srtt, true, 120_000),
+            Some(120_000)
+        );
+        assert_eq!(
+            tcp_capacity_bps(25, 1448, Duration::ZERO, false, 120_000),
+            None
+        );
+        // Reports every second at 120 kbit/s (rung 1), the window's estimate 371 kbit/s, one
+        // repair at 10 s: the rule goes up to 240 only a wait after the repair, not before.
+        let t0 = Instant::now();
+        let cfg = DbatRuleConfig::default();
+        let mut rule = DbatRule::new(hasan_ladder(), 1, cfg, t0).unwrap();
+        let mut up_at = None;
+        for s in 1..=60u64 {
+            let bps = tcp_capacity_bps(25, 1448, srtt, s == 10, 120_000).unwrap();
+            let at = t0 + Duration::from_secs(s);
+            if rule
+                .on_signal(at, &ServerSignal::Capacity { bps })
+                .is_some()
+            {
+                up_at.get_or_insert(s);
+            }
+        }
+        let without = {
+            let mut rule = DbatRule::new(hasan_ladder(), 1, cfg, t0).unwrap();
+            (1..=60u64).find(|&s| {
+                let at = t0 + Duration::from_secs(s);
+                let bps = tcp_capacity_bps(25, 1448, srtt, false, 120_000).unwrap();
+                rule.on_signal(at, &ServerSignal::Capacity { bps })
+                    .is_some()
+            })
+        };
+        let (with, without) = (up_at.expect("up after the wait"), without.expect("up"));
+        assert!(
+            with > 10 + 19 && with > without,
+            "with {with}, without {without}"
+        );
+    }
 
     #[test]
     fn reports_round_trip_and_garbage_is_refused() {

@@ -708,6 +708,9 @@ fn run_trial(
     if let Err(e) = set_ecn(s, &net, variants) {
         return failed(e);
     }
+    if let Err(e) = set_sender_sysctls(s, &net, variants) {
+        return failed(e);
+    }
     let duration = Duration::from_secs_f64(s.run.duration_s);
     let start = Instant::now() + LEAD_IN;
     let end = start + duration;
@@ -1145,6 +1148,18 @@ fn set_ecn(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Result<(), LabEr
     if any && !s.topology.hosts.ecn {
         for r in net.receivers() {
             r.sysctl("net.ipv4.tcp_ecn", "2")?;
+        }
+    }
+    Ok(())
+}
+
+/// A variant's `sender_sysctls` on its sender host (the scenario check keeps them off hosts
+/// that send cross traffic, and off hosts shared side by side with other values).
+fn set_sender_sysctls(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Result<(), LabError> {
+    for &i in variants {
+        let v = &s.variants[i];
+        for (key, value) in &v.sender_sysctls {
+            net.sender(v.sender).sysctl(key, value)?;
         }
     }
     Ok(())

@@ -38,6 +38,7 @@
 //!
 //! Every error names the field, the value and what is allowed.
 
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
@@ -390,6 +391,11 @@ pub struct Variant {
     /// `quic` (QUIC always encrypts).
     #[serde(default)]
     pub tls: bool,
+    /// TCP sysctls of the variant's sender host, set before the trial starts, e.g.
+    /// `sender_sysctls = { "net.ipv4.tcp_reordering" = "1" }`: loss-repair knobs that are
+    /// per network namespace in Linux, so the host must not also send cross traffic.
+    #[serde(default)]
+    pub sender_sysctls: BTreeMap<String, String>,
     /// The paper's numbers for this variant, where it gives them.
     #[serde(default)]
     pub paper: Option<PaperNumbers>,
@@ -1087,6 +1093,7 @@ impl Scenario {
                     ),
                 ));
             }
+            self.check_sender_sysctls(i, v)?;
             if let Some(p) = &v.paper {
                 for (name, x) in [
                     ("share_over_160", p.share_over_160),
@@ -1100,10 +1107,22 @@ impl Scenario {
                 }
             }
         }
-        // ECN is a host setting: side by side, variants that differ in it need their own host.
+        // ECN and sysctls are host settings: side by side, variants that differ in them need
+        // their own host.
         if self.run.modes.contains(&Mode::SideBySide) {
             for (i, v) in self.variants.iter().enumerate() {
                 for w in &self.variants[..i] {
+                    if w.sender == v.sender && w.sender_sysctls != v.sender_sysctls {
+                        return Err(invalid(
+                            format!("variant[{i}].sender"),
+                            v.sender,
+                            format!(
+                                "a sender of its own: side by side, {:?} has other sender_sysctls \
+                                 on the same host",
+                                w.name
+                            ),
+                        ));
+                    }
                     if w.sender == v.sender && self.ecn_of(w) != self.ecn_of(v) {
                         return Err(invalid(
                             format!("variant[{i}].sender"),
@@ -1123,6 +1142,46 @@ impl Scenario {
     /// Whether a variant negotiates ECN.
     pub fn ecn_of(&self, v: &Variant) -> bool {
         v.ecn.unwrap_or(self.topology.hosts.ecn)
+    }
+
+    /// `sender_sysctls`: TCP names (`net.ipv4.tcp_*`) with numeric values, on a host that
+    /// sends no cross traffic (forward flows start on sender 0), so the knob reaches only
+    /// the variant's stream.
+    fn check_sender_sysctls(&self, i: usize, v: &Variant) -> Result<(), ScenarioError> {
+        let field = format!("variant[{i}].sender_sysctls");
+        for (key, value) in &v.sender_sysctls {
+            let name = key.strip_prefix("net.ipv4.tcp_").unwrap_or("");
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            {
+                return Err(invalid(
+                    &field,
+                    format!("{key:?}"),
+                    "a TCP sysctl name such as \"net.ipv4.tcp_reordering\"",
+                ));
+            }
+            let numeric = value.split_whitespace().count() > 0
+                && value.len() <= 64
+                && value.bytes().all(|b| b.is_ascii_digit() || b == b' ');
+            if !numeric {
+                return Err(invalid(
+                    format!("{field}.\"{key}\""),
+                    format!("{value:?}"),
+                    "one or more non-negative integers separated by spaces",
+                ));
+            }
+        }
+        if !v.sender_sysctls.is_empty() && v.sender == 0 && !self.forward_traffic.flows.is_empty() {
+            return Err(invalid(
+                format!("variant[{i}].sender"),
+                0,
+                "a sender other than 0 with sender_sysctls: the forward cross traffic runs on \
+                 sender 0 and would get them too",
+            ));
+        }
+        Ok(())
     }
 
     fn check_schedule(
@@ -1276,6 +1335,46 @@ controller = { min_buf = { a = 1, b = 3 } }
             "ecn = true\ncontroller = { min_buf",
         ));
         assert!(e.starts_with("variant[1].sender = 0"), "{e}");
+    }
+
+    #[test]
+    fn sender_sysctls_need_a_tcp_name_a_number_and_a_host_without_cross_traffic() {
+        let two = GOOD.replace("receivers = 2", "receivers = 2\nsenders = 2");
+        let with = |text: &str, sysctls: &str| {
+            text.replace(
+                "controller = { min_buf",
+                &format!("sender = 1\nsender_sysctls = {sysctls}\ncontroller = {{ min_buf"),
+            )
+        };
+        let ok = Scenario::from_toml(&with(
+            &two.replace("\"side_by_side\", ", ""),
+            r#"{ "net.ipv4.tcp_reordering" = "1", "net.ipv4.tcp_recovery" = "5" }"#,
+        ))
+        .unwrap();
+        assert_eq!(ok.scenario.variants[1].sender_sysctls.len(), 2);
+        let e = err(&with(&two, r#"{ "kernel.panic" = "1" }"#));
+        assert!(
+            e.starts_with("variant[1].sender_sysctls = \"kernel.panic\""),
+            "{e}"
+        );
+        let e = err(&with(&two, r#"{ "net.ipv4.tcp_../../x" = "1" }"#));
+        assert!(e.starts_with("variant[1].sender_sysctls"), "{e}");
+        let e = err(&with(
+            &two,
+            r#"{ "net.ipv4.tcp_reordering" = "1; reboot" }"#,
+        ));
+        assert!(
+            e.starts_with("variant[1].sender_sysctls.\"net.ipv4.tcp_reordering\""),
+            "{e}"
+        );
+        // Sender 0 also sends the forward cross traffic.
+        let e = err(&with(&two, r#"{ "net.ipv4.tcp_reordering" = "1" }"#)
+            .replace("sender = 1", "sender = 0"));
+        assert!(e.starts_with("variant[1].sender = 0"), "{e}");
+        // Side by side, a host is shared: other values on it need a host of their own.
+        let e = err(&with(&two, r#"{ "net.ipv4.tcp_reordering" = "1" }"#)
+            .replace("name = \"TCP\"", "name = \"TCP\"\nsender = 1"));
+        assert!(e.starts_with("variant[1].sender = 1"), "{e}");
     }
 
     #[test]

@@ -48,7 +48,10 @@
 //! - Over TCP the capacity estimate is the congestion window per smoothed RTT in MSS-sized
 //!   segments; while the stream is application-limited Linux lets the window grow to about
 //!   twice what is in flight, and with frames smaller than an MSS it overstates the bytes the
-//!   window carries, so the queue gate and the revert carry most of the weight there.
+//!   window carries, so the queue gate and the revert carry most of the weight there. The
+//!   lab's ladder server (`lowtide-lab`'s `ladder_flow::tcp_capacity_bps`) gives the stream's
+//!   own rate instead for a report interval in which TCP retransmitted: no up-switch within a
+//!   wait of a segment of ours lost at the shared queue.
 //! - Loss and rebuffer reports are ignored (and counted): this server listens to the
 //!   transport.
 

@@ -687,7 +687,13 @@ impl Dbat {
 
     /// The queue threshold: probed bandwidth (else `rate_estimate`) × weighted RTT, bytes;
     /// at least one MSS. After slow start the probed bandwidth is bounded by `SHARE_BOUND` ×
-    /// `rate_estimate`: the probe measures the bottleneck, not this stream's share of it.
+    /// `rate_estimate`: the probe measures the bottleneck, not this stream's share of it. A
+    /// probe below the rate the transport carries of the stream (its rate estimate, at most
+    /// the stream's rate) is disproved, and `SHARE_BOUND` × that rate takes its place: a
+    /// packet pair with cross traffic between its packets measures far less than the path
+    /// (12 kbit/s against an 80 kbit/s stream carried whole in the lab), and a threshold of
+    /// one MSS then holds every frame beyond one window in lowtide's queue, where the
+    /// application's next frame is dropped.
     ///
     /// ```
     /// use lowtide_proto::controller::{Dbat, DbatConfig};
@@ -702,7 +708,12 @@ impl Dbat {
     pub fn threshold(&self, srtt: Option<Duration>, rate_estimate: u64, mss: u32) -> u64 {
         let bw = match self.probe.and_then(|p| p.bandwidth) {
             Some(bw) if self.phase == Phase::Steady && rate_estimate > 0 => {
-                bw.min((rate_estimate as f64 * SHARE_BOUND) as u64)
+                let carried = rate_estimate.min(self.rate);
+                if bw < carried {
+                    (carried as f64 * SHARE_BOUND) as u64
+                } else {
+                    bw.min((rate_estimate as f64 * SHARE_BOUND) as u64)
+                }
             }
             Some(bw) => bw,
             None => rate_estimate.max(self.rate),
@@ -1141,8 +1152,38 @@ mod tests {
         assert_eq!(d.threshold(rtt, 6_000, 1448), 4_800);
         // a share above half the bottleneck leaves the probe's bound
         assert_eq!(d.threshold(rtt, 40_000, 1448), 25_000);
+        // a transport faster than the stream: the probe, within twice each rate
+        assert_eq!(d.threshold(rtt, 50_000, 1448), 25_000);
+        d.set_stream_rate(10_000);
+        assert_eq!(d.threshold(rtt, 50_000, 1448), 25_000);
         // no rate estimate yet: the probe
         assert_eq!(d.threshold(rtt, 0, 1448), 25_000);
+    }
+
+    #[test]
+    fn a_probe_below_what_the_transport_carries_does_not_pin_the_threshold_at_one_mss() {
+        // The lab's DBAT TCP row: the packet pair said 1532 B/s (bulk-flow packets between
+        // its two), the stream is 10 kB/s (80 kbit/s) and TCP delivers it whole.
+        let mut d = Dbat::new(DbatConfig::default()).unwrap();
+        d.set_stream_rate(10_000);
+        d.on_probe(probe(800, 1_532));
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(800));
+        let ms = Duration::from_millis;
+        d.on_queue(t0, 1_000, rtt, 37_500, 1448);
+        d.on_queue(t0 + ms(900), 1_000, rtt, 37_500, 1448);
+        assert!(!d.in_slow_start());
+        // twice the stream's bytes in flight (10 kB/s × 0.8 s), not one MSS
+        assert_eq!(d.threshold(rtt, 37_500, 1448), 16_000);
+        assert_eq!(d.buffer_limit(rtt, 37_500, 1448), 32_000);
+        // the queue the lab's run held (in flight plus a frame or two, 4-9 kB) is no onset
+        for i in 2..100u32 {
+            let q = if i % 2 == 0 { 4_000 } else { 9_000 };
+            d.on_queue(t0 + ms(900) + ms(100) * i, q, rtt, 37_500, 1448);
+        }
+        assert_eq!(d.poll_signal(), None);
+        // a transport that carries less than the stream: twice what it carries
+        assert_eq!(d.threshold(rtt, 6_000, 1448), 9_600);
     }
 
     #[test]
@@ -1214,7 +1255,12 @@ mod tests {
         let d = c.decide(&tcp, &AppProgress::default(), now);
         // slow start: max(allowance, 2 × 25 kB threshold) = 50 kB
         assert_eq!(d.limit, 50_000);
-        // steady with a tiny probe: the window floor (cwnd + 1 segments)
+        // steady with a tiny probe and a transport that delivers almost nothing: the window
+        // floor (cwnd + 1 segments)
+        let tcp = TcpState {
+            delivery_rate: 100,
+            ..tcp
+        };
         let mut c = DbatController::new(DbatConfig::default()).unwrap();
         c.on_probe(&probe(400, 100));
         let queued = AppProgress {
