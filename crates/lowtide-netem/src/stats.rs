@@ -124,6 +124,11 @@ impl LinkStats {
         self.start
     }
 
+    /// Microseconds from the network's start to `now`: every logged event's `t_us`.
+    fn since_start_us(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.start).as_micros() as u64
+    }
+
     pub fn arrived(&self, bytes: usize) {
         self.arrived_packets.fetch_add(1, Relaxed);
         self.arrived_bytes.fetch_add(bytes as u64, Relaxed);
@@ -142,7 +147,7 @@ impl LinkStats {
             return;
         };
         let segment = DroppedSegment {
-            t_us: now.saturating_duration_since(self.start).as_micros() as u64,
+            t_us: self.since_start_us(now),
             reason: reason.as_str(),
             src_port: tcp.key.src.port(),
             dst_port: tcp.key.dst.port(),
@@ -154,10 +159,7 @@ impl LinkStats {
 
     /// The TCP segments dropped so far, in order.
     pub fn dropped_segments(&self) -> Vec<DroppedSegment> {
-        self.dropped_segments
-            .lock()
-            .map(|l| l.clone())
-            .unwrap_or_default()
+        copy_of(&self.dropped_segments)
     }
 
     pub fn marked(&self, reason: Reason) {
@@ -171,7 +173,7 @@ impl LinkStats {
 
     pub fn dequeued(&self, now: Instant, packets: usize, bytes: usize, sojourn: Duration) {
         let sample = QueueSample {
-            t_us: now.saturating_duration_since(self.start).as_micros() as u64,
+            t_us: self.since_start_us(now),
             packets: packets as u32,
             bytes: bytes as u32,
             sojourn_us: sojourn.as_micros().min(u32::MAX as u128) as u32,
@@ -200,7 +202,7 @@ impl LinkStats {
             .min(u32::MAX as u128) as u32;
         push_bounded(&self.lateness_us, late, &self.samples_skipped);
         if late > LATE_DELIVERY.as_micros() as u32 {
-            let t_us = now.saturating_duration_since(self.start).as_micros() as u64;
+            let t_us = self.since_start_us(now);
             let event = LateDelivery {
                 t_us,
                 late_us: late,
@@ -211,15 +213,12 @@ impl LinkStats {
 
     /// The deliveries later than [`LATE_DELIVERY`] so far, in order.
     pub fn late_deliveries(&self) -> Vec<LateDelivery> {
-        self.late_deliveries
-            .lock()
-            .map(|l| l.clone())
-            .unwrap_or_default()
+        copy_of(&self.late_deliveries)
     }
 
     /// A copy of the queue time series.
     pub fn queue_samples(&self) -> Vec<QueueSample> {
-        self.queue.lock().map(|q| q.clone()).unwrap_or_default()
+        copy_of(&self.queue)
     }
 
     /// Forgets everything measured so far (e.g. after a warm-up).
@@ -244,20 +243,12 @@ impl LinkStats {
         {
             c.store(0, Relaxed);
         }
-        if let Ok(mut q) = self.queue.lock() {
-            q.clear();
-        }
+        clear(&self.queue);
         for series in [&self.lateness_us, &self.stamps_us, &self.holds_us] {
-            if let Ok(mut l) = series.lock() {
-                l.clear();
-            }
+            clear(series);
         }
-        if let Ok(mut l) = self.late_deliveries.lock() {
-            l.clear();
-        }
-        if let Ok(mut l) = self.dropped_segments.lock() {
-            l.clear();
-        }
+        clear(&self.late_deliveries);
+        clear(&self.dropped_segments);
     }
 
     pub fn report(&self) -> LinkReport {
@@ -270,13 +261,9 @@ impl LinkStats {
         };
         let samples = self.queue_samples();
         let mut sojourn: Vec<u32> = samples.iter().map(|s| s.sojourn_us).collect();
-        let mut lateness = self
-            .lateness_us
-            .lock()
-            .map(|l| l.clone())
-            .unwrap_or_default();
-        let mut stamps = self.stamps_us.lock().map(|l| l.clone()).unwrap_or_default();
-        let mut holds = self.holds_us.lock().map(|l| l.clone()).unwrap_or_default();
+        let mut lateness = copy_of(&self.lateness_us);
+        let mut stamps = copy_of(&self.stamps_us);
+        let mut holds = copy_of(&self.holds_us);
         let answering = self.answering.lock().ok().and_then(|slot| {
             let table = slot.as_ref()?;
             let table = table.lock().unwrap_or_else(|p| p.into_inner());
@@ -301,6 +288,17 @@ impl LinkStats {
             rdc_answering: answering,
             samples_skipped: self.samples_skipped.load(Relaxed),
         }
+    }
+}
+
+/// A copy of a logged series (empty if a writer panicked holding it).
+fn copy_of<T: Clone>(series: &Mutex<Vec<T>>) -> Vec<T> {
+    series.lock().map(|l| l.clone()).unwrap_or_default()
+}
+
+fn clear<T>(series: &Mutex<Vec<T>>) {
+    if let Ok(mut l) = series.lock() {
+        l.clear();
     }
 }
 
