@@ -1430,9 +1430,9 @@ impl Connection {
                     .max_batch
                     .saturating_sub(self.staged_len)
                     .min(kernel);
-                let reserve_bytes = self.config.importance_reserve.map(|r| r.bytes(mss));
-                let held = self.stage_data(d.allowance, room, mss, reserve_bytes);
-                if let (true, Some(r)) = (held, reserve_bytes) {
+                let reserve = self.config.importance_reserve;
+                let held = self.stage_data(d.allowance, room, mss);
+                if let (true, Some(r)) = (held, reserve) {
                     // What applies now is the limit without the reserve: block (and wake)
                     // for the less important data waiting, not for the reserve's free room.
                     let app = AppProgress {
@@ -1440,7 +1440,7 @@ impl Connection {
                         queued: self.queued_bytes,
                         ..app
                     };
-                    let low = d.limit.saturating_sub(r);
+                    let low = d.limit.saturating_sub(r.bytes(mss));
                     d = crate::controller::decide_for_limit(low, tcp, &app, now);
                 }
             }
@@ -1504,18 +1504,11 @@ impl Connection {
     /// two frames costs the receiver a copy, and with 64 KB messages in 256 KB batches every
     /// fourth message was cut.
     ///
-    /// With an importance reserve (`reserve_bytes`: its size now), a message below its
-    /// `min_importance` may use the budget only beyond the reserve's bytes; returns whether
-    /// the reserve held one back.
-    fn stage_data(
-        &mut self,
-        allowance: u64,
-        room: u64,
-        mss: u32,
-        reserve_bytes: Option<u64>,
-    ) -> bool {
+    /// With an importance reserve, a message below its `min_importance` may use the budget
+    /// only beyond the reserve's bytes; returns whether the reserve held one back.
+    fn stage_data(&mut self, allowance: u64, room: u64, mss: u32) -> bool {
         let reserve = self.config.importance_reserve;
-        let reserve_bytes = reserve_bytes.unwrap_or(0);
+        let reserve_bytes = reserve.map_or(0, |r| r.bytes(mss));
         let mut held = false;
         let mut budget = allowance.min(room);
         let mut room_left = room;
