@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::config::{Config, FlowInfo};
 use crate::shm::{monotonic_ns, Region, SLOTS};
+use crate::sigma::SigmaCounters;
 use crate::system::{Bwss, FlowId};
 use crate::unix;
 use crate::wire::{Reply, Request, MAX_LINE};
@@ -433,6 +434,8 @@ struct RateLine<'a> {
     /// The receiver's round-trip estimate, ms; `None` until the reader reports one.
     #[serde(skip_serializing_if = "Option::is_none")]
     rtt_ms: Option<f64>,
+    /// The σ rule's transitions so far, by reason: why σ moved in this second.
+    sigma_counters: SigmaCounters,
 }
 
 struct RateLog {
@@ -493,6 +496,7 @@ impl RateLog {
                 target_kbps: f.target_kbps,
                 sigma_kbps: status.sigma_kbps,
                 rtt_ms: f.rtt_ms,
+                sigma_counters: status.counters,
             };
             if let Ok(s) = serde_json::to_string(&line) {
                 let _ = writeln!(self.out, "{s}");
