@@ -72,7 +72,13 @@
 //!   short there, σ yields at once to what the flows get now less [`ONSET_DRAIN`] times
 //!   the shortfall (the queue that grew must drain to give the flow its bytes back), and
 //!   again each recent window while the flow stays short and its rate does not rise; the
-//!   yield is then judged as above, a window after its last step.
+//!   yield is then judged as above, a window after its last step. A flow that has never
+//!   been at its minimum, not even over a recent window, is *starting* (slow start, its
+//!   player's first rung): what the flows get over its first windows is no measure of the
+//!   link, so σ yields from itself by what the flow can take at once (its shortfall, at most
+//!   its rate or TCP's initial window, [`STARTING_SEGMENTS`]), and steps again only once
+//!   the others gave way (they get no more than their targets) and its rate still does
+//!   not rise.
 //! - **A margin under the link while a minimum is in force** ([`MIN_MARGIN`],
 //!   [`SigmaRule::ceiling`]): σ at the link's full rate leaves no room for a burst of
 //!   arrivals above the reads, the drop-tail queue overflows and the losses fall on the
