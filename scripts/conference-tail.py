@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where a conference run's latency tail comes from, per ADU (docs/failover.md, "What sets the
 worst bucket's p99.9"). Reads a lab run folder: adus.csv, messages.csv (the floor probe),
-tcpinfo.csv (the sender's TCP_INFO every 10 ms; the first connection only).
+tcpinfo.csv (the sender's TCP_INFO every 10 ms; after a failover, the backup's: runs before
+the sampler followed the switch have the first connection only).
 
 For each ADU captured in the measured window and delivered:
   lowtide's queue   capture to its last byte's write into the kernel (`written_ms`);
@@ -85,8 +86,9 @@ def main():
         eps = episodes(tcp)
         ep_starts = [s for s, _ in eps]
 
-        # A failover variant's sampler stops with the first connection (its file descriptor
-        # is closed after a switch): no TCP_INFO is no data, not "no repair".
+        # In runs recorded before the sampler followed a failover, it stopped with the first
+        # connection (its file descriptor closed at the switch): no TCP_INFO is no data, not
+        # "no repair".
         sampled_to = max(
             (float(r["t_s"]) for i, r in enumerate(tcp)
              if i and any(r[k] != tcp[i - 1][k] for k in ("srtt_ms", "unacked", "notsent"))),
