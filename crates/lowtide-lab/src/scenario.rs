@@ -1551,6 +1551,37 @@ controller = { min_buf = { a = 1, b = 3 } }
     }
 
     #[test]
+    fn age_cancellation_is_checked_and_reaches_the_videos() {
+        let text = include_str!("../../../scenarios/paceline-fig6.toml");
+        let s = Scenario::from_toml(text).unwrap().scenario;
+        let videos = |name: &str| {
+            let v = s.variants.iter().find(|v| v.name == name).unwrap();
+            s.conference_videos(v)[0].age_cancel
+        };
+        assert_eq!(
+            videos("MinBuf(1,3)+failover+age cancel"),
+            Some(std::time::Duration::from_millis(15))
+        );
+        assert_eq!(videos("MinBuf(1,3)+failover"), None);
+        let bad = |from: &str, to: &str| {
+            let e = err(&text.replace(from, to));
+            assert!(e.contains("age_cancel_ms"), "{e}");
+            e
+        };
+        let e = bad("age_cancel_ms = 15.0", "age_cancel_ms = 0.0");
+        assert!(e.contains("1 to 600000 ms"), "{e}");
+        bad("age_cancel_ms = 15.0", "age_cancel_ms = nan");
+        // Not on the QUIC variant, nor outside a conference.
+        let e = bad(
+            "quic = { congestion",
+            "age_cancel_ms = 20.0\nquic = { congestion",
+        );
+        assert!(e.contains("conference variants only"), "{e}");
+        let r = format!("{GOOD}[[variant]]\nname = \"A\"\nage_cancel_ms = 20.0\n");
+        assert!(err(&r).contains("conference variants only"));
+    }
+
+    #[test]
     fn fig6_reserves_parse_and_the_removed_timed_form_is_refused() {
         let text = include_str!("../../../scenarios/paceline-fig6.toml");
         let s = Scenario::from_toml(text).unwrap().scenario;
