@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where a conference run's latency tail comes from, per ADU (docs/failover.md, "What sets the
 worst bucket's p99.9"). Reads a lab run folder: adus.csv, messages.csv (the floor probe),
-tcpinfo.csv (the sender's TCP_INFO every 10 ms; the first connection only).
+tcpinfo.csv (the sender's TCP_INFO every 10 ms; after a failover, the backup's: runs before
+the sampler followed the switch have the first connection only).
 
 For each ADU captured in the measured window and delivered:
   lowtide's queue   capture to its last byte's write into the kernel (`written_ms`);
@@ -12,7 +13,8 @@ Recovery or Loss (`tcpi_ca_state` >= 3) or within one floor one-way latency (+15
 such an episode began: TCP delivers in order, so every byte sent after a lost segment waits
 for its retransmission. Prints per importance bucket the count, p50 and p99.9 (as the lab:
 linear interpolation), how many ADUs are over the threshold and how many of those rode a
-repair; then the worst ADUs with their parts and the TCP_INFO at capture and at arrival.
+repair; lowtide's queue of the base and of the enhancement ADUs (p50, p99, max); then the
+worst ADUs with their parts and the TCP_INFO at capture and at arrival.
 Usage: conference-tail.py RUN_DIR [--variant NAME] [--over 200] [--top 12]
        [--from-s 10] [--to-s 55]
 """
@@ -85,8 +87,9 @@ def main():
         eps = episodes(tcp)
         ep_starts = [s for s, _ in eps]
 
-        # A failover variant's sampler stops with the first connection (its file descriptor
-        # is closed after a switch): no TCP_INFO is no data, not "no repair".
+        # In runs recorded before the sampler followed a failover, it stopped with the first
+        # connection (its file descriptor closed at the switch): no TCP_INFO is no data, not
+        # "no repair".
         sampled_to = max(
             (float(r["t_s"]) for i, r in enumerate(tcp)
              if i and any(r[k] != tcp[i - 1][k] for k in ("srtt_ms", "unacked", "notsent"))),
@@ -134,6 +137,13 @@ def main():
             print("%10d  %4d  %7d  %6.1f  %8.1f  %11d  %d%s" % (
                 imp, len(by_imp[imp]), len(got), quantile(lat, 0.5), quantile(lat, 0.999),
                 len(over), len(rode), " (%d: no TCP_INFO)" % unknown if unknown else ""))
+        for name, layers in (("base", lambda l: l == 0), ("enhancement", lambda l: l > 0)):
+            w = [float(r["written_ms"]) for r in adus
+                 if r["latency_ms"] and r["written_ms"] and layers(int(r["layer"]))]
+            if w:
+                print("lowtide's queue (capture to the last byte's write) of the arrived %s ADUs:"
+                      " p50 %.1f, p99 %.1f, max %.1f ms" % (
+                          name, quantile(w, 0.5), quantile(w, 0.99), max(w)))
         late.sort(key=lambda r: -float(r["latency_ms"]))
         print("worst ADUs: capture s, importance, latency = lowtide's queue + floor at the write"
               " + the rest (kernel, loss repair); the repair episode (start, arrival after it)")

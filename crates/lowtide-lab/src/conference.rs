@@ -203,11 +203,14 @@ pub struct ConferenceSummary {
     pub adus: usize,
     pub adus_arrived: usize,
     /// The sender's counts over the whole run: ADUs handed to lowtide, cancelled at their
-    /// deadline, and cancelled as superseded by a newer frame.
+    /// deadline, cancelled as superseded by a newer frame, and cancelled at the age budget
+    /// (the variant's `age_cancel_ms`).
     pub adus_sent: u64,
     pub adus_cancelled: u64,
     #[serde(default)]
     pub adus_superseded: u64,
+    #[serde(default)]
+    pub adus_aged: u64,
 }
 
 impl ConferenceSummary {
@@ -247,12 +250,13 @@ impl ConferenceSummary {
             }
         }
         let sender = runs.iter().filter_map(|(_, s)| *s);
-        let (adus_sent, adus_cancelled, adus_superseded) =
-            sender.fold((0, 0, 0), |(s, c, o), x| {
+        let (adus_sent, adus_cancelled, adus_superseded, adus_aged) =
+            sender.fold((0, 0, 0, 0), |(s, c, o, a), x| {
                 (
                     s + x.sent.iter().sum::<u64>(),
                     c + x.cancelled.iter().sum::<u64>(),
                     o + x.superseded.iter().sum::<u64>(),
+                    a + x.aged.iter().sum::<u64>(),
                 )
             });
         Self {
@@ -287,6 +291,7 @@ impl ConferenceSummary {
             adus_sent,
             adus_cancelled,
             adus_superseded,
+            adus_aged,
         }
     }
 }
@@ -359,6 +364,7 @@ impl ConferenceApp {
             fps: crate::video::FPS,
             threshold: Duration::from_secs_f64(self.threshold_ms.max(0.0) / 1e3),
             drop_superseded: self.drop_superseded,
+            age_cancel: None,
         }
     }
 }

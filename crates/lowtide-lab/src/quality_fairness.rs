@@ -247,6 +247,7 @@ pub fn section(
                 fps: crate::video::FPS,
                 threshold: std::time::Duration::from_secs_f64(c.threshold_ms / 1e3),
                 drop_superseded: true,
+                age_cancel: None,
             })
             .collect();
         let first = records
@@ -298,6 +299,7 @@ mod tests {
             fps: 30.0,
             threshold: Duration::from_millis(200),
             drop_superseded: true,
+            age_cancel: None,
         }
     }
 

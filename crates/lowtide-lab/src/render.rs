@@ -397,8 +397,8 @@ fn conference_section(variants: &[&VariantSummary]) -> String {
                 }),
                 c.mean_layers.map_or(NO_DATA.into(), |l| format!("{l:.2}")),
                 format!(
-                    "{} of {} (over the run the sender cancelled {} of {} at their deadline, {} as superseded)",
-                    c.adus_arrived, c.adus, c.adus_cancelled, c.adus_sent, c.adus_superseded
+                    "{} of {} (over the run the sender cancelled {} of {} at their deadline, {} as superseded, {} at the age budget)",
+                    c.adus_arrived, c.adus, c.adus_cancelled, c.adus_sent, c.adus_superseded, c.adus_aged
                 ),
             ];
             for importance in (0..8).rev() {

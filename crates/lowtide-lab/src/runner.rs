@@ -348,7 +348,7 @@ pub fn summary_inputs(
                 tolerance_ms: s.application.video.tolerance_ms,
             }),
             conference: (s.application_of(v) == ApplicationKind::Conference)
-                .then(|| s.application.conference.videos()),
+                .then(|| s.conference_videos(v)),
             ladder: s.application_of(v) == ApplicationKind::BitrateLadder,
         })
         .collect();
@@ -1064,7 +1064,7 @@ fn start_trial(
                     ))
                 }
                 ApplicationKind::Conference => {
-                    let videos = s.application.conference.videos();
+                    let videos = s.conference_videos(v);
                     let frames = videos[0].frames_in(s.run.duration_s);
                     let rvideos = videos.clone();
                     Measured::Conference {

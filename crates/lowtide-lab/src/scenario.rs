@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::goals::{Goal, Metric, Relation};
 
 /// Variants per scenario at most (each side-by-side variant is one more stream in the queue).
-pub const MAX_VARIANTS: usize = 8;
+pub const MAX_VARIANTS: usize = 9;
 /// Runs per mode at most.
 pub const MAX_RUNS: u32 = 100;
 /// Shortest and longest run, seconds.
@@ -378,6 +378,12 @@ pub struct Variant {
     /// duplicate`); needs `failover`.
     #[serde(default)]
     pub duplicate: Option<lowtide::proto::DuplicateConfig>,
+    /// Conference: age cancellation, ms. An enhancement ADU (not the base layer) not written
+    /// whole to the kernel this long after capture is cancelled before it reaches it, so a
+    /// loss cannot catch it late (`lowtide_media::conference::Conference::age_cancel`).
+    /// Lowtide's TCP variants only.
+    #[serde(default)]
+    pub age_cancel_ms: Option<f64>,
     /// Run the application over TFRC (`lowtide-tfrc`, RFC 5348) instead of lowtide over TCP
     /// (`crate::tfrc_flow`; latency stream and bit-rate ladder); `controller`, `congestion` and
     /// `sndbuf` then do not apply.
@@ -622,6 +628,22 @@ impl Scenario {
     /// What a variant runs.
     pub fn application_of(&self, v: &Variant) -> ApplicationKind {
         v.application.unwrap_or(self.application.kind)
+    }
+
+    /// The conference's videos as variant `v` sends them (its age cancellation).
+    pub fn conference_videos(&self, v: &Variant) -> Vec<lowtide_media::conference::Conference> {
+        let age = v
+            .age_cancel_ms
+            .map(|ms| std::time::Duration::from_secs_f64(ms / 1e3));
+        self.application
+            .conference
+            .videos()
+            .into_iter()
+            .map(|c| lowtide_media::conference::Conference {
+                age_cancel: age,
+                ..c
+            })
+            .collect()
     }
 
     /// The `--quick` form: every time scaled by `quick.time_scale`, `quick.runs` runs.
@@ -1021,6 +1043,22 @@ impl Scenario {
                 }
                 d.validate()
                     .map_err(|e| invalid(field("duplicate"), format!("{d:?}"), e.to_string()))?;
+            }
+            if let Some(ms) = v.age_cancel_ms {
+                if v.quic.is_some() || self.application_of(v) != ApplicationKind::Conference {
+                    return Err(invalid(
+                        field("age_cancel_ms"),
+                        format!("{ms}"),
+                        "age cancellation on lowtide's conference variants only",
+                    ));
+                }
+                if !(ms.is_finite() && (1.0..=600_000.0).contains(&ms)) {
+                    return Err(invalid(
+                        field("age_cancel_ms"),
+                        format!("{ms}"),
+                        "1 to 600000 ms",
+                    ));
+                }
             }
             if let Some(r) = &v.importance_reserve {
                 if v.quic.is_some() || v.tfrc.is_some() {
@@ -1510,6 +1548,37 @@ controller = { min_buf = { a = 1, b = 3 } }
             "quic = {}\nimportance_reserve = { segments = 2, min_importance = 7 }",
         ));
         assert!(e.contains("lowtide's TCP variants only"), "{e}");
+    }
+
+    #[test]
+    fn age_cancellation_is_checked_and_reaches_the_videos() {
+        let text = include_str!("../../../scenarios/paceline-fig6.toml");
+        let s = Scenario::from_toml(text).unwrap().scenario;
+        let videos = |name: &str| {
+            let v = s.variants.iter().find(|v| v.name == name).unwrap();
+            s.conference_videos(v)[0].age_cancel
+        };
+        assert_eq!(
+            videos("MinBuf(1,3)+failover+age cancel"),
+            Some(std::time::Duration::from_millis(15))
+        );
+        assert_eq!(videos("MinBuf(1,3)+failover"), None);
+        let bad = |from: &str, to: &str| {
+            let e = err(&text.replace(from, to));
+            assert!(e.contains("age_cancel_ms"), "{e}");
+            e
+        };
+        let e = bad("age_cancel_ms = 15.0", "age_cancel_ms = 0.0");
+        assert!(e.contains("1 to 600000 ms"), "{e}");
+        bad("age_cancel_ms = 15.0", "age_cancel_ms = nan");
+        // Not on the QUIC variant, nor outside a conference.
+        let e = bad(
+            "quic = { congestion",
+            "age_cancel_ms = 20.0\nquic = { congestion",
+        );
+        assert!(e.contains("conference variants only"), "{e}");
+        let r = format!("{GOOD}[[variant]]\nname = \"A\"\nage_cancel_ms = 20.0\n");
+        assert!(err(&r).contains("conference variants only"));
     }
 
     #[test]

@@ -286,7 +286,7 @@ pub(crate) struct Sampler {
 impl Sampler {
     pub(crate) fn start(ch: &Channel, start: Instant) -> Self {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(tcpinfo::sample_until(ch.raw_fd(), start, rx));
+        let task = tokio::spawn(tcpinfo::sample_until(ch.active_fd(), start, rx));
         Self {
             stop: Some(tx),
             task,

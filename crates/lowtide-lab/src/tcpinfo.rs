@@ -5,6 +5,7 @@
 //!
 //! The sampler runs on the sender's own runtime (a few microseconds per sample, 100 samples a
 //! second) and stops before the channel closes, so it never reads a socket it does not own.
+//! It reads the socket the channel uses at each sample: after a failover, the backup's.
 //! A sample that fails is counted with its error; a stream with no samples has no data.
 
 use std::os::fd::RawFd;
@@ -53,6 +54,19 @@ pub struct TcpTimeline {
     pub samples: Vec<TcpSample>,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// Times the sampled socket changed (failover moved the channel to a backup).
+    pub(crate) switches: u32,
+    /// The socket of the last sample, and what its cumulative counters add to a later
+    /// socket's (the earlier sockets' totals).
+    pub(crate) socket: Option<RawFd>,
+    pub(crate) carried: Carried,
+}
+
+/// The cumulative counters of the sockets sampled before the current one.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Carried {
+    total_retrans: u32,
+    total_rto: Option<u16>,
 }
 
 impl TcpTimeline {
@@ -61,22 +75,25 @@ impl TcpTimeline {
         match lowtide::sys::tcp_info_ext(fd) {
             Ok(x) => {
                 let i = x.info;
-                self.samples.push(TcpSample {
-                    t_s: Instant::now()
-                        .saturating_duration_since(start)
-                        .as_secs_f64(),
-                    cwnd: i.tcpi_snd_cwnd,
-                    srtt_ms: f64::from(i.tcpi_rtt) / 1e3,
-                    rttvar_ms: f64::from(i.tcpi_rttvar) / 1e3,
-                    total_retrans: i.tcpi_total_retrans,
-                    total_rto: x.total_rto,
-                    backoff: i.tcpi_backoff,
-                    ca_state: i.tcpi_ca_state,
-                    lost: i.tcpi_lost,
-                    unacked: i.tcpi_unacked,
-                    notsent: i.tcpi_notsent_bytes,
-                    rto_ms: Some(f64::from(i.tcpi_rto) / 1e3),
-                });
+                self.push(
+                    fd,
+                    TcpSample {
+                        t_s: Instant::now()
+                            .saturating_duration_since(start)
+                            .as_secs_f64(),
+                        cwnd: i.tcpi_snd_cwnd,
+                        srtt_ms: f64::from(i.tcpi_rtt) / 1e3,
+                        rttvar_ms: f64::from(i.tcpi_rttvar) / 1e3,
+                        total_retrans: i.tcpi_total_retrans,
+                        total_rto: x.total_rto,
+                        backoff: i.tcpi_backoff,
+                        ca_state: i.tcpi_ca_state,
+                        lost: i.tcpi_lost,
+                        unacked: i.tcpi_unacked,
+                        notsent: i.tcpi_notsent_bytes,
+                        rto_ms: Some(f64::from(i.tcpi_rto) / 1e3),
+                    },
+                );
             }
             Err(e) => {
                 self.errors += 1;
@@ -85,15 +102,41 @@ impl TcpTimeline {
         }
     }
 
+    /// Adds a reading of socket `fd`. A new socket's counters start at 0: its readings
+    /// continue from the last one of the sockets before, so the timeline's counters stay
+    /// cumulative over the channel and a window's differences count every socket's
+    /// retransmissions and timeouts.
+    fn push(&mut self, fd: RawFd, mut s: TcpSample) {
+        if self.socket.is_some_and(|old| old != fd) {
+            if let Some(last) = self.samples.last() {
+                self.carried = Carried {
+                    total_retrans: last.total_retrans,
+                    total_rto: last.total_rto,
+                };
+            }
+            self.switches += 1;
+        }
+        self.socket = Some(fd);
+        s.total_retrans = s.total_retrans.saturating_add(self.carried.total_retrans);
+        if self.switches > 0 {
+            s.total_rto = match (s.total_rto, self.carried.total_rto) {
+                (Some(now), Some(before)) => Some(now.saturating_add(before)),
+                _ => None,
+            };
+        }
+        self.samples.push(s);
+    }
+
     /// Whether sampling failed outright: errors and not one sample.
     pub fn failed(&self) -> bool {
         self.samples.is_empty() && self.errors > 0
     }
 }
 
-/// Samples `fd` every [`INTERVAL`] until `stop` fires; for a task on the sender's runtime.
+/// Samples the channel's socket in use every [`INTERVAL`] until `stop` fires; for a task on
+/// the sender's runtime.
 pub async fn sample_until(
-    fd: RawFd,
+    fd: lowtide::ActiveFd,
     start: Instant,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> TcpTimeline {
@@ -104,7 +147,7 @@ pub async fn sample_until(
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            _ = tick.tick() => timeline.sample(fd, start),
+            _ = tick.tick() => timeline.sample(fd.get(), start),
         }
     }
     timeline
@@ -223,6 +266,34 @@ mod tests {
             ..TcpTimeline::default()
         };
         assert_eq!(TransportSummary::of(&[&old], w).timeouts.value, Some(2.0));
+    }
+
+    #[test]
+    fn counters_stay_cumulative_across_a_switch_to_another_socket() {
+        let mut t = TcpTimeline::default();
+        t.push(5, at(0.5, 4, Some(1), 0));
+        t.push(5, at(1.5, 10, Some(2), 0));
+        // Failover: the backup's socket counts from 0 again.
+        t.push(7, at(2.0, 0, Some(0), 0));
+        t.push(7, at(2.5, 3, Some(1), 0));
+        let retrans: Vec<u32> = t.samples.iter().map(|s| s.total_retrans).collect();
+        let rto: Vec<Option<u16>> = t.samples.iter().map(|s| s.total_rto).collect();
+        assert_eq!(retrans, vec![4, 10, 10, 13]);
+        assert_eq!(rto, vec![Some(1), Some(2), Some(2), Some(3)]);
+        assert_eq!(t.switches, 1);
+        let w = Window {
+            from_s: 1.0,
+            to_s: 3.0,
+        };
+        let s = TransportSummary::of(&[&t], w);
+        assert_eq!(s.retransmitted_segments.value, Some(9.0), "10 - 4 + 3");
+        assert_eq!(s.timeouts.value, Some(2.0));
+        // A kernel without tcpi_total_rto on one socket: no count across the switch.
+        t.push(9, at(2.8, 1, None, 0));
+        assert_eq!(
+            (t.samples[4].total_retrans, t.samples[4].total_rto),
+            (14, None)
+        );
     }
 
     #[test]

@@ -11,6 +11,11 @@
 //! - with [`Conference::drop_superseded`] (our addition, [`crate::supersede`]) the sender also
 //!   cancels an unsent ADU once a newer frame's ADU of the same or higher importance is
 //!   written;
+//! - with [`Conference::age_cancel`] (our addition) an enhancement ADU expires at a shorter
+//!   budget after capture than the threshold: one that waited that long in lowtide's queue
+//!   is cancelled before it reaches the kernel, where a loss would make it wait a whole
+//!   repair more (a fast retransmit costs about srtt + one floor latency). The base layer
+//!   keeps the threshold: the frame rate does not pay for it;
 //! - the receiver measures temporal quality: a frame is shown when its base ADU arrives
 //!   within the threshold of its capture, with the enhancement layers whose whole prefix
 //!   arrived by then; the frame rate is shown frames per second ([`Viewer`]).
@@ -24,7 +29,7 @@
 //! - ADUs use lowtide-media's data header ([`crate::wire`]) with the video's index as window
 //!   (several videos share one channel, one stream each: Fig. 7's quality fairness).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::wire::DATA_HEADER;
 
@@ -47,6 +52,10 @@ pub struct Conference {
     /// Cancel an unsent ADU once a newer frame's ADU of the same or higher importance is
     /// written ([`crate::supersede`]); `false`: the threshold alone, as the paper.
     pub drop_superseded: bool,
+    /// Age cancellation: an enhancement ADU (layer 1 and up) not written whole to the kernel
+    /// this long after capture is cancelled (its deadline, if shorter than the threshold);
+    /// `None`: the threshold for every layer, as the paper.
+    pub age_cancel: Option<Duration>,
 }
 
 impl Conference {
@@ -57,6 +66,21 @@ impl Conference {
             fps: 30.0,
             threshold,
             drop_superseded: true,
+            age_cancel: None,
+        }
+    }
+
+    /// Whether ADU `layer` expires at the age budget rather than at the threshold.
+    pub fn aged_by_budget(&self, layer: u8) -> bool {
+        layer > 0 && self.age_cancel.is_some_and(|b| b < self.threshold)
+    }
+
+    /// When ADU `layer` of a frame captured at `capture` expires at the sender: capture +
+    /// the threshold, or + the age budget for an enhancement layer ([`Self::age_cancel`]).
+    pub fn deadline(&self, capture: Instant, layer: u8) -> Instant {
+        match self.age_cancel {
+            Some(budget) if self.aged_by_budget(layer) => capture + budget,
+            _ => capture + self.threshold,
         }
     }
 
@@ -80,6 +104,15 @@ impl Conference {
             600_000.0,
             "ms",
         )?;
+        if let Some(b) = self.age_cancel {
+            range(
+                "age cancel budget",
+                b.as_secs_f64() * 1e3,
+                1.0,
+                600_000.0,
+                "ms",
+            )?;
+        }
         if self.adu_bytes() <= DATA_HEADER {
             return Err(format!(
                 "rate {} kbit/s at {} frames/s leaves {} bytes per ADU, not more than its {DATA_HEADER}-byte header",
@@ -235,12 +268,44 @@ mod tests {
             fps: 120.0,
             threshold: Duration::from_millis(100),
             drop_superseded: true,
+            age_cancel: None,
         };
         assert!(c.check().unwrap_err().contains("header"), "{:?}", c.check());
         assert!(conf(0)
             .check()
             .unwrap_err()
             .starts_with("latency threshold"));
+    }
+
+    #[test]
+    fn the_age_budget_shortens_enhancement_deadlines_only() {
+        let capture = Instant::now();
+        let plain = conf(1000);
+        assert_eq!(plain.deadline(capture, 3), capture + plain.threshold);
+        let aged = Conference {
+            age_cancel: Some(Duration::from_millis(40)),
+            ..plain
+        };
+        assert_eq!(aged.deadline(capture, 0), capture + aged.threshold, "base");
+        for layer in 1..ADUS_PER_FRAME {
+            assert!(aged.aged_by_budget(layer));
+            assert_eq!(
+                aged.deadline(capture, layer),
+                capture + Duration::from_millis(40)
+            );
+        }
+        // A budget past the threshold changes nothing.
+        let long = Conference {
+            age_cancel: Some(Duration::from_secs(2)),
+            ..plain
+        };
+        assert!(!long.aged_by_budget(5));
+        assert_eq!(long.deadline(capture, 5), capture + long.threshold);
+        let bad = Conference {
+            age_cancel: Some(Duration::ZERO),
+            ..plain
+        };
+        assert!(bad.check().unwrap_err().starts_with("age cancel budget"));
     }
 
     #[test]

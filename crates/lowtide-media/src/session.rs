@@ -191,12 +191,15 @@ pub async fn receive_video(
 pub struct ConferenceSent {
     pub frames: u32,
     /// ADUs handed to lowtide, written whole to the kernel, and cancelled: expired at their
-    /// deadline (`cancelled`) or superseded by a newer frame ([`crate::supersede`]).
+    /// deadline (`cancelled`), superseded by a newer frame ([`crate::supersede`]), or
+    /// expired at the age budget ([`Conference::age_cancel`], `aged`).
     pub sent: [u64; ADUS_PER_FRAME as usize],
     pub written: [u64; ADUS_PER_FRAME as usize],
     pub cancelled: [u64; ADUS_PER_FRAME as usize],
     #[serde(default)]
     pub superseded: [u64; ADUS_PER_FRAME as usize],
+    #[serde(default)]
+    pub aged: [u64; ADUS_PER_FRAME as usize],
     pub bytes_written: u64,
     /// When each ADU written whole had its last byte handed to the kernel (the lab puts it
     /// beside the ADU's arrival in `adus.csv`; not kept in `summary.json`).
@@ -225,6 +228,7 @@ impl ConferenceSent {
                 t.written[l] += v.written[l];
                 t.cancelled[l] += v.cancelled[l];
                 t.superseded[l] += v.superseded[l];
+                t.aged[l] += v.aged[l];
             }
             t.bytes_written += v.bytes_written;
             t.writes.extend_from_slice(&v.writes);
@@ -236,7 +240,8 @@ impl ConferenceSent {
 /// Sends `frames` frames of each conference video in `videos` from `start` (Erbad and
 /// Krasic's videoconferencing application, [`crate::conference`]), each video on its own
 /// stream of `ch`: at each frame's capture, its eight ADUs with importance by layer, the
-/// deadline capture + threshold and a quality-fairness cost of 1 (so under
+/// deadline capture + threshold (enhancement layers: the age budget if shorter,
+/// [`Conference::deadline`]) and a quality-fairness cost of 1 (so under
 /// `Fairness::Quality` the channel shares ADUs, not bytes, among the videos; under resource
 /// fairness the cost is ignored). The media header's window carries the video's index.
 /// A video with [`Conference::drop_superseded`] cancels its superseded ADUs as soon as the
@@ -284,7 +289,7 @@ pub async fn send_conference(
                 let data = MediaHeader::data_message(video as u32, frame, layer, conf.adu_bytes());
                 let msg = Message::new(data)
                     .importance(conference::importance(layer))
-                    .deadline(capture + conf.threshold)
+                    .deadline(conf.deadline(capture, layer))
                     .cost(1.0);
                 let id = ch.send(stream, msg)?;
                 queued.queue(
@@ -294,6 +299,7 @@ pub async fn send_conference(
                         frame,
                         layer,
                         bytes: conf.adu_bytes() as u64,
+                        aged_by_budget: conf.aged_by_budget(layer),
                     },
                 );
                 out[video].sent[usize::from(layer)] += 1;
@@ -314,6 +320,8 @@ struct Pending {
     frame: u32,
     layer: u8,
     bytes: u64,
+    /// Its deadline is the age budget: expiring, it counts as aged.
+    aged_by_budget: bool,
 }
 
 /// The conference's ADUs in lowtide's queue, and per video the superseding rule (`None`: the
@@ -360,7 +368,11 @@ impl<K: Copy + Eq + std::hash::Hash> Queued<K> {
         let out = &mut out[p.video];
         let layer = usize::from(p.layer);
         if !written {
-            out.cancelled[layer] += 1;
+            if p.aged_by_budget {
+                out.aged[layer] += 1;
+            } else {
+                out.cancelled[layer] += 1;
+            }
             if let Some(rule) = rule {
                 rule.gone(p.frame, p.layer);
             }
@@ -471,6 +483,7 @@ mod tests {
                             frame,
                             layer,
                             bytes: 100,
+                            aged_by_budget: video == 0 && layer > 0,
                         },
                     );
                 }
@@ -510,9 +523,13 @@ mod tests {
         assert_eq!(out[0].bytes_written, 400);
         assert_eq!(out[1].superseded, [0; 8]);
         assert_eq!(out[1].cancelled, [0, 0, 0, 1, 0, 0, 0, 0]);
-        // Frame 1's seven enhancements of video 0 and frame 0's four and frame 1's seven of
-        // video 1 wait; nothing is remembered twice.
-        assert_eq!(q.adus.len(), 7 + 4 + 7);
-        assert_eq!(q.rules[0].as_ref().map(Supersede::len), Some(7));
+        // Video 0's enhancements expire at the age budget: counted as aged, not cancelled.
+        q.fate(&mut out, id(0, 1, 5), false, |_| unreachable!());
+        assert_eq!(out[0].aged, [0, 0, 0, 0, 0, 1, 0, 0]);
+        assert_eq!((out[0].cancelled, out[1].aged), ([0; 8], [0; 8]));
+        // Frame 1's six other enhancements of video 0 and frame 0's four and frame 1's seven
+        // of video 1 wait; nothing is remembered twice.
+        assert_eq!(q.adus.len(), 6 + 4 + 7);
+        assert_eq!(q.rules[0].as_ref().map(Supersede::len), Some(6));
     }
 }

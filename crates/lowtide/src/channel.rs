@@ -160,8 +160,8 @@ pub trait ReadGate: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 struct Shared {
     inner: Mutex<Inner>,
-    /// The socket in use (failover replaces it).
-    fd: AtomicI32,
+    /// The socket in use (failover replaces it); shared with [`ActiveFd`]s.
+    fd: Arc<AtomicI32>,
     /// Wakes the driver (app queued data, read messages, closed).
     to_driver: Notify,
     /// Wakes the application (messages, events, writability, end).
@@ -231,6 +231,33 @@ pub struct Channel {
     shared: Arc<Shared>,
     local: SocketAddr,
     peer: SocketAddr,
+}
+
+/// The file descriptor of the socket a [`Channel`] uses now ([`Channel::active_fd`]).
+#[derive(Debug, Clone)]
+pub struct ActiveFd(Arc<AtomicI32>);
+
+impl ActiveFd {
+    /// The socket in use at this moment.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// let fd = client.active_fd();
+    /// assert!(lowtide::sys::tcp_info(fd.get()).is_ok());
+    /// # let _ = server;
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
+    pub fn get(&self) -> RawFd {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// Connects to `addr` and starts the driver on the current tokio runtime.
@@ -562,7 +589,7 @@ impl Channel {
                 active_local: local,
                 backups: 0,
             }),
-            fd: AtomicI32::new(fd),
+            fd: Arc::new(AtomicI32::new(fd)),
             to_driver: Notify::new(),
             to_app: Notify::new(),
             max_events: cfg.max_events,
@@ -683,6 +710,32 @@ impl Channel {
     /// ```
     pub fn raw_fd(&self) -> RawFd {
         self.shared.fd.load(Ordering::Relaxed)
+    }
+
+    /// The socket in use, readable from another task: a `TCP_INFO` sampler that must follow
+    /// the channel to a backup connection after a failover (a number read once from
+    /// [`raw_fd`](Self::raw_fd) would keep naming the old socket, and once that is closed,
+    /// whatever reuses its number). Read it only while the channel is open.
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// let fd = client.active_fd();
+    /// let sampler = tokio::spawn(async move { lowtide::sys::tcp_info(fd.get()).map(|i| i.tcpi_state) });
+    /// assert_eq!(sampler.await.unwrap()?, 1); // ESTABLISHED
+    /// assert_eq!(client.active_fd().get(), client.raw_fd());
+    /// # let _ = server;
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
+    pub fn active_fd(&self) -> ActiveFd {
+        ActiveFd(self.shared.fd.clone())
     }
 
     /// Local address of the connection in use (failover moves the channel to backups).

@@ -50,7 +50,7 @@ mod read_buf;
 pub mod sys;
 mod tls;
 
-pub use channel::{connect, listen, Channel, Listener, ReadGate};
+pub use channel::{connect, listen, ActiveFd, Channel, Listener, ReadGate};
 pub use config::ChannelConfig;
 pub use error::Error;
 pub use handles::{Messages, SendStream};

@@ -183,6 +183,14 @@ impl Drop for Netns {
     }
 }
 
+/// The local port of socket `fd` (borrowed, not closed).
+fn local_port(fd: std::os::fd::RawFd) -> u16 {
+    // SAFETY: the channel keeps `fd` open while the test reads it.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let addr = socket2::SockRef::from(&fd).local_addr().unwrap();
+    addr.as_socket().unwrap().port()
+}
+
 fn run(cmd: &str, args: &[&str]) {
     let st = Command::new(cmd).args(args).status().unwrap_or_else(|e| {
         panic!("{cmd}: {e} (this test needs root, iproute2 and iptables; `bash run.sh test` installs them)")
@@ -242,6 +250,8 @@ fn forced_failovers(failovers: u64, quiet: Duration, duplicate: bool) {
                     got
                 })
             };
+            // Taken once, as the lab's TCP_INFO sampler does: it must follow every switch.
+            let active = c.active_fd();
             let t0 = Instant::now();
             for k in 0..failovers {
                 wait_for("a ready backup", Duration::from_secs(10), || c.backups() >= 1).await;
@@ -249,6 +259,11 @@ fn forced_failovers(failovers: u64, quiet: Duration, duplicate: bool) {
                 ns.blackhole(port, true);
                 wait_for("the failover", Duration::from_secs(10), || c.stats().failovers > k).await;
                 ns.blackhole(port, false);
+                assert_eq!(
+                    local_port(active.get()),
+                    c.active_local_addr().port(),
+                    "ActiveFd names the backup in use after switch {k}"
+                );
             }
             let forced = t0.elapsed();
             let before = c.stats().failovers;

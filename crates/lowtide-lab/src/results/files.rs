@@ -209,9 +209,9 @@ pub fn read_records(dir: &Path) -> Result<Vec<TrialRecord>, LabError> {
                 .into_iter()
                 .map(|(n, errors, first_error)| {
                     let t = TcpTimeline {
-                        samples: vec![],
                         errors,
                         first_error,
+                        ..TcpTimeline::default()
                     };
                     (n, t)
                 })

@@ -86,7 +86,7 @@ pub fn text_table(s: &LabSummary) -> String {
             .map(|(i, l)| format!("{i}: {}/{}", l.show("p50", 0), l.show("p999", 0)))
             .collect();
         out.push_str(&format!(
-            "conference {}: threshold {:.0} ms, {} frames/s, layers per shown frame {}; by importance p50/p99.9 ms {}; ADUs cancelled {} at their deadline, {} as superseded\n",
+            "conference {}: threshold {:.0} ms, {} frames/s, layers per shown frame {}; by importance p50/p99.9 ms {}; ADUs cancelled {} at their deadline, {} as superseded, {} at the age budget\n",
             v.name,
             c.threshold_ms,
             c.fps.map_or(NO_DATA.into(), |f| format!("{:.1}", f.mean)),
@@ -94,6 +94,7 @@ pub fn text_table(s: &LabSummary) -> String {
             if buckets.is_empty() { NO_DATA.to_string() } else { buckets.join(", ") },
             c.adus_cancelled,
             c.adus_superseded,
+            c.adus_aged,
         ));
     }
     let videos: Vec<(&VariantSummary, &VideoSummary)> = s

@@ -428,6 +428,7 @@ fn files_round_trip_every_record() {
             }],
             errors: 2,
             first_error: Some("boom".into()),
+            ..TcpTimeline::default()
         },
     )];
     r[0].streams[1].1[3] = Sample::censored(0.03, 10.0);
@@ -467,10 +468,11 @@ fn files_round_trip_every_record() {
         lowtide_media::session::ConferenceSent {
             frames: 1,
             sent: [1; 8],
-            written: [1, 1, 1, 1, 1, 1, 1, 0],
+            written: [1, 1, 1, 1, 1, 1, 0, 0],
             cancelled: [0, 0, 0, 0, 0, 0, 0, 1],
             superseded: [0; 8],
-            bytes_written: 14_000,
+            aged: [0, 0, 0, 0, 0, 0, 1, 0],
+            bytes_written: 12_000,
             writes: vec![],
         },
     )];
