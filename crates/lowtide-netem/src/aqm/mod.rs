@@ -134,10 +134,13 @@ pub enum Reason {
     RdcNotAnswering,
     /// RDC's delay line held `size_tb` already.
     RdcHoldFull,
+    /// 1-bit RDC marked (or dropped) a packet because the real FIFO was above
+    /// `saturate_above_packets`.
+    RdcFifo,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::QueueFull,
         Reason::RedEarly,
         Reason::RedForced,
@@ -153,6 +156,7 @@ impl Reason {
         Reason::RdcEcnSetup,
         Reason::RdcNotAnswering,
         Reason::RdcHoldFull,
+        Reason::RdcFifo,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -172,6 +176,7 @@ impl Reason {
             Reason::RdcEcnSetup => "rdc_ecn_setup",
             Reason::RdcNotAnswering => "rdc_not_answering",
             Reason::RdcHoldFull => "rdc_hold_full",
+            Reason::RdcFifo => "rdc_fifo",
         }
     }
 
