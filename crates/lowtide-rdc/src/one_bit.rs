@@ -48,12 +48,7 @@
 //!   period as the paper's law is;
 //! - a period in which every packet was marked, with s ≥ a, says only "at least
 //!   full_mark_delay": D rises to full_mark_delay, then doubles per such period (the paper's
-//!   multiplicative increase, `max_step` and `max_delay` apply); so does a period of at
-//!   least [`SATURATED_PERIOD_PACKETS`] packets all marked whatever s is (the moving average
-//!   lags a sudden saturation by tens of packets, about a second for a video stream, while
-//!   the cell's `saturate_above_packets` says the FIFO is filling; at a marking probability
-//!   p such a period comes by chance with p^16, under 3% a period at p = 0.8, where the
-//!   estimate is 0.8 of the ramp already);
+//!   multiplicative increase, `max_step` and `max_delay` apply);
 //! - below `zero_below` the delay is 0, as above.
 //!
 //! The price is that the receiver must know the router's ramp; a deployment would fix it in
@@ -67,10 +62,6 @@ use serde::Serialize;
 /// marking probability of 0.5 it errs by about 4% of `full_mark_delay` (one standard
 /// deviation), and it follows a change within about this many packets.
 pub const MARK_SHARE_PACKETS: f64 = 64.0;
-
-/// A period with at least this many data packets, every one marked, saturates the delay
-/// estimate at once (module doc).
-pub const SATURATED_PERIOD_PACKETS: u32 = 16;
 
 /// The share of marked data packets, a per-packet exponentially weighted moving average.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -213,9 +204,7 @@ impl OneBitLaw {
         full: Duration,
         share: f64,
     ) -> (Duration, Change) {
-        let all_marked = seen.marked == seen.packets;
-        if all_marked && (share >= self.increase_above || seen.packets >= SATURATED_PERIOD_PACKETS)
-        {
+        if seen.marked == seen.packets && share >= self.increase_above {
             let wanted = if delay < full { full } else { delay * 2 };
             return self.increase(delay, wanted);
         }
@@ -333,38 +322,6 @@ mod tests {
         assert_eq!(d, Duration::ZERO, "1.1 ms halves below 1 ms");
         let (d, c) = LAW.next(Duration::from_secs(3), seen(10, 10), RTT, 1.0, NO_SHARE);
         assert_eq!((d, c), (Duration::from_secs(4), Change::Capped));
-    }
-
-    #[test]
-    fn the_estimate_reads_the_share_and_saturates_on_a_whole_marked_period() {
-        let full = Duration::from_millis(625);
-        let law = OneBitLaw {
-            full_mark_delay: Some(full),
-            ..LAW
-        };
-        let mut share = MarkShare::default();
-        for i in 0..400 {
-            share.record(i % 10 < 3);
-        }
-        assert!((share.get() - 0.3).abs() < 0.05, "{}", share.get());
-        // A period like the average: the delay is the share of the ramp.
-        let (d, c) = law.next(Duration::ZERO, seen(20, 6), RTT, 20.0, share);
-        assert_eq!(c, Change::Increased);
-        assert_eq!(d, full.mul_f64(share.get()));
-        // A sudden saturation (the cell marks everything while its FIFO fills): after one
-        // whole period of 20 marked packets the average is still near 0.5, but the delay goes
-        // to the ramp's top, and doubles on the next such period.
-        for _ in 0..20 {
-            share.record(true);
-        }
-        assert!(share.get() < 0.6);
-        let (d, c) = law.next(d, seen(20, 20), RTT, 20.0, share);
-        assert_eq!((d, c), (full, Change::Increased));
-        let (d, _) = law.next(d, seen(20, 20), RTT, 20.0, share);
-        assert_eq!(d, 2 * full);
-        // A short period all marked is chance, not saturation: the share decides.
-        let (d, _) = law.next(Duration::ZERO, seen(15, 15), RTT, 20.0, share);
-        assert_eq!(d, full.mul_f64(share.get()));
     }
 
     #[test]

@@ -134,13 +134,10 @@ pub enum Reason {
     RdcNotAnswering,
     /// RDC's delay line held `size_tb` already.
     RdcHoldFull,
-    /// 1-bit RDC marked (or dropped) a packet because the real FIFO was above
-    /// `saturate_above_packets`.
-    RdcFifo,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 15] = [
         Reason::QueueFull,
         Reason::RedEarly,
         Reason::RedForced,
@@ -156,7 +153,6 @@ impl Reason {
         Reason::RdcEcnSetup,
         Reason::RdcNotAnswering,
         Reason::RdcHoldFull,
-        Reason::RdcFifo,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -176,7 +172,6 @@ impl Reason {
             Reason::RdcEcnSetup => "rdc_ecn_setup",
             Reason::RdcNotAnswering => "rdc_not_answering",
             Reason::RdcHoldFull => "rdc_hold_full",
-            Reason::RdcFifo => "rdc_fifo",
         }
     }
 

@@ -61,18 +61,6 @@
 //!   it; the bucket's excess marking a plain ECN flow halves it on every mark while the RDC
 //!   flow pays a few ms (docs/rdc.md). `non_answering = "notify"` is the paper's cell: every
 //!   flow is stamped or marked.
-//! - Not in the paper, off by default: `saturate_above_packets` (1-bit). RDC slows a sender
-//!   only once the ACK delay binds its window; a sender limited by its application sends at
-//!   the application's rate whatever the delay, until `window / (RTT + D)` falls below that
-//!   rate. Measured in the 100-stream scenario (docs/rdc.md, "The FIFO overflow while the
-//!   delays rise"): the video streams added layers past the link's rate while the delay was
-//!   200 ms and none of them was window-limited (40 packets need about 460 ms there), and
-//!   the bucket's excess, the only thing the paper's cell marks by, grows by at most
-//!   (1 − ρ)·C while the FIFO fills, so the delay could not catch up before the 200-packet
-//!   FIFO overflowed. With this option the cell marks every packet of an answering flow while
-//!   the real FIFO is above the threshold (counted `rdc_fifo`): a FIFO that fills says the
-//!   delay is too short to bind the senders, and a receiver that sees a whole period marked
-//!   takes the delay to the ramp's top and doubles it from there (the paper's increase).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -162,11 +150,6 @@ pub struct RdcConfig {
     /// do not count ([`super::answering`]).
     #[serde(default = "answer_timeout_ms")]
     pub answer_timeout_ms: f64,
-    /// 1-bit: while the real FIFO holds more than this many packets, every packet of a flow
-    /// that answers is marked (counted `rdc_fifo`); None (the default): the paper's cell,
-    /// which marks by the bucket's excess alone.
-    #[serde(default)]
-    pub saturate_above_packets: Option<usize>,
 }
 
 fn rho() -> f64 {
@@ -200,7 +183,6 @@ impl Default for RdcConfig {
             not_ect: NotEct::Drop,
             non_answering: NonAnswering::Hold,
             answer_timeout_ms: answer_timeout_ms(),
-            saturate_above_packets: None,
         }
     }
 }
@@ -257,13 +239,6 @@ impl RdcConfig {
             (10.0..=600_000.0).contains(&self.answer_timeout_ms),
             self.answer_timeout_ms,
             "10 to 600000 ms (longer than the flows' round trip with the ACK delay)".into(),
-        )?;
-        let saturate = self.saturate_above_packets.map_or(1.0, |p| p as f64);
-        check(
-            "saturate_above_packets",
-            saturate >= 1.0,
-            saturate,
-            "at least 1 packet (below the FIFO's limit to have an effect)".into(),
         )
     }
 }
@@ -286,7 +261,6 @@ pub struct Rdc {
     rng: StdRng,
     /// Flows whose receiver answers (`NonAnswering::Hold`); the others are held.
     answering: Option<Arc<Mutex<AnsweringFlows>>>,
-    saturate_above: Option<usize>,
 }
 
 impl Rdc {
@@ -312,7 +286,6 @@ impl Rdc {
                     MAX_ANSWERING_FLOWS,
                 )))
             }),
-            saturate_above: cfg.saturate_above_packets,
         }
     }
 
@@ -368,10 +341,10 @@ impl Rdc {
         self.ecn_flows.insert(tcp.key);
     }
 
-    /// 1-bit: the verdict for a packet the marking law picked (for `reason`).
-    fn mark_drop_or_spare(&self, packet: Arrival, reason: Reason) -> Verdict {
+    /// 1-bit: the verdict for a packet the marking law picked.
+    fn mark_drop_or_spare(&self, packet: Arrival) -> Verdict {
         if !self.ecn || packet.ecn_capable {
-            return mark_or_drop(self.ecn, packet.ecn_capable, reason);
+            return mark_or_drop(self.ecn, packet.ecn_capable, Reason::RdcExcess);
         }
         match (self.not_ect, packet.tcp) {
             (NotEct::Pass, _) => Verdict::Spare(Reason::RdcNotEct),
@@ -381,13 +354,8 @@ impl Rdc {
             (NotEct::SpareEcnFlows, Some(tcp)) if self.ecn_flows.contains(&tcp.key) => {
                 Verdict::Spare(Reason::RdcEcnFlow)
             }
-            _ => Verdict::Drop(reason),
+            _ => Verdict::Drop(Reason::RdcExcess),
         }
-    }
-
-    /// 1-bit: whether the real FIFO is past `saturate_above_packets`.
-    fn fifo_saturated(&self, queue: QueueState) -> bool {
-        self.saturate_above.is_some_and(|p| queue.packets > p)
     }
 }
 
@@ -406,10 +374,8 @@ impl Aqm for Rdc {
             RdcMode::OneBit => {
                 self.learn_ecn_flow(packet);
                 let p = self.mark_probability(queue);
-                if self.fifo_saturated(queue) {
-                    self.mark_drop_or_spare(packet, Reason::RdcFifo)
-                } else if p > 0.0 && self.rng.gen::<f64>() < p {
-                    self.mark_drop_or_spare(packet, Reason::RdcExcess)
+                if p > 0.0 && self.rng.gen::<f64>() < p {
+                    self.mark_drop_or_spare(packet)
                 } else {
                     Verdict::Pass
                 }
@@ -592,53 +558,6 @@ mod tests {
         );
         feed(&mut c, t, 200, Duration::ZERO, 0);
         c
-    }
-
-    #[test]
-    fn a_filling_fifo_saturates_the_marks_of_answering_flows_when_asked() {
-        let t = Instant::now();
-        let cfg = RdcConfig {
-            thresh_tb: 100.0,
-            saturate_above_packets: Some(50),
-            ..RdcConfig::default()
-        };
-        let mut c = Rdc::new(&cfg, RATE, 1);
-        echo(&c, 1, t);
-        // Packets at half the link's rate keep the bucket empty: the paper's cell marks
-        // nothing, whatever the FIFO holds; with the option nothing below the threshold...
-        let mut now = t;
-        let mut marks = |c: &mut Rdc, q: usize, ect: bool| {
-            (0..100)
-                .map(|_| {
-                    now += 2 * GAP;
-                    c.on_arrival(QueueState::of_packets(q), segment(ect, 1, false), now)
-                })
-                .filter(|v| *v != Verdict::Pass)
-                .collect::<Vec<_>>()
-        };
-        assert!(marks(&mut c, 50, true).is_empty());
-        // ...above it, every packet, counted apart from the bucket's marks.
-        let above = marks(&mut c, 51, true);
-        assert_eq!(above.len(), 100);
-        assert!(above.iter().all(|v| *v == Verdict::Mark(Reason::RdcFifo)));
-        // A packet that cannot be marked follows `not_ect` (here: dropped, as RED).
-        assert_eq!(
-            marks(&mut c, 51, false)[0],
-            Verdict::Drop(Reason::RdcFifo)
-        );
-        // A flow that does not answer is not marked (held by the bucket's delay, here none).
-        assert_eq!(
-            c.on_arrival(QueueState::of_packets(51), segment(true, 2, false), now),
-            Verdict::Pass
-        );
-        // Off by default (the paper's cell), and checked.
-        assert_eq!(RdcConfig::default().saturate_above_packets, None);
-        let bad = RdcConfig {
-            saturate_above_packets: Some(0),
-            ..RdcConfig::default()
-        };
-        let e = bad.validate("x").unwrap_err().to_string();
-        assert!(e.contains("x.saturate_above_packets"), "{e}");
     }
 
     /// An MTU-sized TCP segment from port `from` to 10.2.1.1:5000.
