@@ -226,12 +226,18 @@ mod tests {
         assert!(!table.on_packet(&data_flow(1), t), "never echoed");
         table.on_echo(ack_flow(1), t);
         assert!(table.answers(&data_flow(1)));
-        assert!(!table.answers(&ack_flow(1)), "the ACKs' own direction does not");
+        assert!(
+            !table.answers(&ack_flow(1)),
+            "the ACKs' own direction does not"
+        );
         assert!(!table.answers(&data_flow(2)), "nor another flow");
         // The agent is gone: the flow sends a packet every 50 ms and no echo comes back.
         let answered = send(&mut table, 1, t, t + 11 * S, 50 * ms);
         let first_refusal = answered.iter().position(|a| !a).expect("stops answering");
-        assert_eq!(first_refusal, 200, "after 10 s of sending: 200 gaps of 50 ms");
+        assert_eq!(
+            first_refusal, 200,
+            "after 10 s of sending: 200 gaps of 50 ms"
+        );
         assert_eq!(table.report().flows_now, 0);
         // An echo makes it answer again.
         table.on_echo(ack_flow(1), t + 11 * S);
@@ -295,7 +301,10 @@ mod tests {
         assert_eq!(table.report().refused, 2);
         table.on_echo(ack_flow(5), t + 21 * S + 500 * ms);
         assert!(table.answers(&data_flow(5)));
-        assert!(table.answers(&data_flow(4)), "heard from 9.5 s before: kept");
+        assert!(
+            table.answers(&data_flow(4)),
+            "heard from 9.5 s before: kept"
+        );
         assert_eq!(table.len(), 2);
         let r = table.report();
         assert_eq!((r.learned, r.forgotten, r.refused), (6, 4, 2));
