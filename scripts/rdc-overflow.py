@@ -114,12 +114,13 @@ def main():
     )
     for ep in episodes:
         t0, t1 = ep[0][0], ep[-1][0]
-        i = bisect.bisect_left(q_t, t0)
+        # The queue series is capped (netem keeps the first 1,000,000 samples).
+        i = min(bisect.bisect_left(q_t, t0), len(queue) - 1)
         peak = max((q[1] for q in queue[max(0, i - 20000) : i + 1]), default=0)
         j = i
         while j > 0 and queue[j][1] >= peak / 2:
             j -= 1
-        rise = queue[j][0] if queue else t0
+        rise = queue[j][0] if queue and q_t[-1] >= t0 else t0
         print(
             f"\nepisode {t0:.2f}-{t1:.2f} s: {len(ep)} drops of {len(set(p for _, p in ep))} "
             f"flows; the FIFO above {peak // 2} packets from {rise:.2f} s"
