@@ -267,7 +267,7 @@ impl LinkStats {
         let answering = self.answering.lock().ok().and_then(|slot| {
             let table = slot.as_ref()?;
             let table = table.lock().unwrap_or_else(|p| p.into_inner());
-            Some(table.report(std::time::Instant::now()))
+            Some(table.report())
         });
         LinkReport {
             arrived_packets: self.arrived_packets.load(Relaxed),

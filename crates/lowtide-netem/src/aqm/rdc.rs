@@ -146,7 +146,8 @@ pub struct RdcConfig {
     /// A flow whose receiver does not echo ("hold" or "notify").
     #[serde(default)]
     pub non_answering: NonAnswering,
-    /// A flow answers while its last echo is younger than this (ms).
+    /// A flow stops answering once it has sent this long (ms) without an echo; its silences
+    /// do not count ([`super::answering`]).
     #[serde(default = "answer_timeout_ms")]
     pub answer_timeout_ms: f64,
 }
@@ -288,14 +289,15 @@ impl Rdc {
         }
     }
 
-    /// Whether the packet's receiver answers RDC (always, with `NonAnswering::Notify`).
+    /// Whether the packet's receiver answers RDC (always, with `NonAnswering::Notify`); the
+    /// packet counts toward its flow's time sent without an echo.
     fn answers(&self, packet: Arrival, now: Instant) -> bool {
         let Some(table) = &self.answering else {
             return true;
         };
         let Some(tcp) = packet.tcp else { return false };
-        let table = table.lock().unwrap_or_else(|p| p.into_inner());
-        table.answers(&tcp.key, now)
+        let mut table = table.lock().unwrap_or_else(|p| p.into_inner());
+        table.on_packet(&tcp.key, now)
     }
 
     /// The bucket level in bytes, drained up to `now`.
@@ -724,11 +726,23 @@ mod tests {
         );
         let d = c.local_delay(q);
         assert_eq!(c.on_arrival(q, segment(false, 2, false), t), held(d));
-        // Ten seconds without an echo: held again.
-        let later = t + Duration::from_secs(10);
+        // Silent for 15.7 s, then restarting: still told, not held (docs/rdc.md, a video
+        // stream at 0 layers).
+        let restart = t + Duration::from_millis(15_700);
         assert!(matches!(
-            c.on_arrival(q, segment(false, 1, false), later),
-            Verdict::Hold(..) | Verdict::Pass
+            c.on_arrival(q, segment(false, 1, false), restart),
+            Verdict::Stamp(_)
+        ));
+        // Sending for ten seconds without an echo: held again.
+        let mut at = restart;
+        while at < restart + Duration::from_secs(10) {
+            at += Duration::from_millis(100);
+            c.on_arrival(q, segment(false, 1, false), at);
+        }
+        feed(&mut c, at, 100, Duration::ZERO, 0);
+        assert!(matches!(
+            c.on_arrival(q, segment(false, 1, false), at),
+            Verdict::Hold(..)
         ));
     }
 
