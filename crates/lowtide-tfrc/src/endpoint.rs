@@ -40,7 +40,8 @@ pub struct TfrcConfig {
     pub max_message_size: u64,
     /// Receive memory: partial and unread messages.
     pub max_reassembly_bytes: u64,
-    /// Send a packet-pair probe before the first data packet.
+    /// Send a packet-pair probe before the first data packet; an unanswered pair goes
+    /// again after [`PROBE_TIMEOUT`], at most [`PROBE_TRIES`] pairs.
     pub probe_at_start: bool,
     /// TFRC-SP (Floyd, Kohler, RFC 4828) instead of standard TFRC: the equation gives a
     /// small-packet flow a TCP flow's bytes, not its packets (`crate::small_packets`). Both

@@ -19,8 +19,12 @@
 //! - The seed's equation uses the mean size of the data packets received as `s`, as the
 //!   sender does (`crate::sender`); with TFRC-SP it is that variant's equation
 //!   ([`crate::small_packets`]), whose loss-interval rules the history then applies.
-//! - `X_recv` covers the time since the previous report (at least one RTT when the timer
-//!   drives it; an expedited report covers less).
+//! - `X_recv` covers the time since the previous periodic report (at least one RTT). The
+//!   report the first data packet triggers carries `X_recv` = 0 (one packet has no rate; an
+//!   interval of the microseconds until the driver polled gave megabytes per second, which an
+//!   application-limited sender kept as its receive limit), and a report brought forward by a
+//!   loss event repeats the previous `X_recv` without starting a new interval, as Linux's
+//!   CCID 3 does (`ccid3_hc_rx_send_feedback`: "we do not have a reliable estimate").
 
 use std::time::{Duration, Instant};
 

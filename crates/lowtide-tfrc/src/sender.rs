@@ -26,6 +26,12 @@
 //!   handshake's RTT does for CCID 3 (RFC 4342 §5; Linux's `ccid3_hc_tx_send_packet`), instead
 //!   of one packet per second until the first report (§4.2 speaks of a sender "when it does
 //!   not yet have a round-trip sample"). The first report's sample replaces it.
+//! - `W_init` is RFC 5348's (RFC 3390's `min(4s, max(2s, 4380))`) by default; with
+//!   [`InitialWindow::Rfc6928`] it is TCP's of RFC 6928, `min(10s, max(2s, 14600))`, the
+//!   window the Linux TCP flows beside it start with. At the lab's 0.7 s RTT the RFC's 4,380
+//!   bytes are 50 kbit/s, below the bit-rate ladder's lowest rung (86 kbit/s with headers),
+//!   so the stream's first RTT queued a backlog, and a loss event then seeded TFRC's history
+//!   from that start's receive rate (`docs/dbat.md`).
 //! - The optional oscillation damping (§4.5) is not implemented.
 //! - `s` in the equation is the average size of the data packets sent (§4.1: when the size
 //!   varies with the data, the sender estimates it as an average over recent loss intervals,
