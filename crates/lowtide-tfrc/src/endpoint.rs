@@ -26,7 +26,7 @@ use crate::loss::SeqJump;
 use crate::packet::{self, DecodeError, Packet, MAX_DATA_HEADER};
 use crate::reassembly::{Reassembly, ReassemblyStats, Received};
 use crate::receiver::{FirstLossSeed, Receiver};
-use crate::sender::{FeedbackError, RateControl};
+use crate::sender::{FeedbackError, InitialWindow, RateControl};
 
 /// A session's configuration, typed and checked ([`TfrcConfig::validate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -40,7 +40,8 @@ pub struct TfrcConfig {
     pub max_message_size: u64,
     /// Receive memory: partial and unread messages.
     pub max_reassembly_bytes: u64,
-    /// Send a packet-pair probe before the first data packet.
+    /// Send a packet-pair probe before the first data packet; an unanswered pair goes
+    /// again after [`PROBE_TIMEOUT`], at most [`PROBE_TRIES`] pairs.
     pub probe_at_start: bool,
     /// TFRC-SP (Floyd, Kohler, RFC 4828) instead of standard TFRC: the equation gives a
     /// small-packet flow a TCP flow's bytes, not its packets (`crate::small_packets`). Both
@@ -49,6 +50,9 @@ pub struct TfrcConfig {
     /// The rate the first loss interval is seeded for: half the receive rate (the default)
     /// or the receive rate, as RFC 5348 §6.3.1 says (`crate::receiver`). A receiver's choice.
     pub first_loss_seed: FirstLossSeed,
+    /// The initial window `W_init`: RFC 5348's `"rfc3390"` (the default) or `"rfc6928"`,
+    /// TCP's ten segments (`crate::sender`).
+    pub initial_window: InitialWindow,
 }
 
 impl Default for TfrcConfig {
@@ -61,6 +65,7 @@ impl Default for TfrcConfig {
             probe_at_start: false,
             small_packets: false,
             first_loss_seed: FirstLossSeed::default(),
+            initial_window: InitialWindow::default(),
         }
     }
 }
@@ -179,15 +184,32 @@ pub struct Stats {
     pub reassembly: ReassemblyStats,
 }
 
+/// An unanswered packet pair is sent again after this long (one of the pair lost at a full
+/// queue leaves the peer nothing to time).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Packet pairs sent at most, the first included.
+pub const PROBE_TRIES: u64 = 3;
+
 #[derive(Debug, Default)]
 struct Probing {
     /// Probe packets still to send now (0, 1 or 2).
     to_send: u8,
+    /// The pair being sent; pair `k` has id `k`.
     id: u64,
-    /// When our second probe packet left.
-    sent_at: Option<Instant>,
+    /// When the second packet of each pair sent left, by id; cleared by the first report.
+    sent_at: Vec<Instant>,
+    answered: bool,
     /// The peer's first probe packet: id and arrival.
     first_arrival: Option<(u64, Instant)>,
+}
+
+impl Probing {
+    /// When the last pair goes unanswered: a retry is due then, if any is left.
+    fn retry_due(&self) -> Option<Instant> {
+        let tries = self.sent_at.len() as u64;
+        let last = self.sent_at.last()?;
+        (!self.answered && self.to_send == 0 && tries < PROBE_TRIES).then(|| *last + PROBE_TIMEOUT)
+    }
 }
 
 /// One end of a TFRC session.
@@ -217,7 +239,9 @@ impl Endpoint {
     pub fn new(cfg: TfrcConfig, now: Instant) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(Self {
-            rc: RateControl::new(cfg.segment_size, now).with_small_packets(cfg.small_packets),
+            rc: RateControl::new(cfg.segment_size, now)
+                .with_small_packets(cfg.small_packets)
+                .with_initial_window(cfg.initial_window),
             buffer: SendBuffer::new(cfg.buffer)?,
             receiver: Receiver::new(cfg.segment_size, cfg.small_packets, cfg.first_loss_seed),
             reasm: Reassembly::new(cfg.max_reassembly_bytes),
@@ -418,8 +442,13 @@ impl Endpoint {
                 dispersion_us,
                 second_len,
             } => {
-                if let Some(sent) = self.probing.sent_at.filter(|_| id == self.probing.id) {
-                    self.probing.sent_at = None;
+                // (a report for any pair of ours: a late answer to an earlier try counts)
+                let sent = usize::try_from(id)
+                    .ok()
+                    .and_then(|i| self.probing.sent_at.get(i).copied())
+                    .filter(|_| !self.probing.answered);
+                if let Some(sent) = sent {
+                    self.probing.answered = true;
                     let dispersion = Duration::from_micros(dispersion_us);
                     let rtt = now
                         .saturating_duration_since(sent)
@@ -472,7 +501,7 @@ impl Endpoint {
             Packet::probe_of_len(self.probing.id, index, self.cfg.segment_size as usize)
                 .encode(&mut out);
             if index == 1 {
-                self.probing.sent_at = Some(now);
+                self.probing.sent_at.push(now);
             }
             self.stats.probes_sent += 1;
             return Some(out);
@@ -519,6 +548,7 @@ impl Endpoint {
             nofeedback,
             self.receiver.poll_timeout(),
             self.next_deadline,
+            self.probing.retry_due().filter(|_| !self.closed),
         ]
         .into_iter()
         .flatten()
@@ -527,6 +557,10 @@ impl Endpoint {
 
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.probing.retry_due().is_some_and(|t| t <= now) {
+            self.probing.id += 1;
+            self.probing.to_send = 2;
+        }
         if self.sent_any && !self.closed && self.rc.nofeedback_deadline() <= now {
             self.stats.nofeedback_expiries += 1;
             self.rc.on_nofeedback_timeout(now);
@@ -613,6 +647,71 @@ mod tests {
             }],
         );
         out
+    }
+
+    /// A packet pair with one packet lost at a full queue leaves the peer nothing to time
+    /// (the lab's quick runs: no answer in any of three, so TFRC sent one packet per second
+    /// until its first report). The pair goes again after `PROBE_TIMEOUT`, at most
+    /// `PROBE_TRIES` pairs in all; a late answer to an earlier pair counts, once.
+    #[test]
+    fn an_unanswered_probe_is_sent_again() {
+        let t0 = Instant::now();
+        let cfg = TfrcConfig {
+            probe_at_start: true,
+            ..TfrcConfig::default()
+        };
+        let mut a = Endpoint::new(cfg, t0).unwrap();
+        let mut b = Endpoint::new(TfrcConfig::default(), t0).unwrap();
+        let pair = |a: &mut Endpoint, t: Instant| {
+            let p: Vec<_> = std::iter::from_fn(|| a.poll_transmit(t)).collect();
+            assert_eq!(p.len(), 2);
+            p
+        };
+        let first = pair(&mut a, t0);
+        // the first pair's second packet is lost: no report
+        b.handle_datagram(t0, &first[0]).unwrap();
+        assert!(b.poll_transmit(t0).is_none());
+        assert_eq!(a.poll_timeout(), Some(t0 + PROBE_TIMEOUT));
+        let t1 = t0 + PROBE_TIMEOUT;
+        a.handle_timeout(t1);
+        let second = pair(&mut a, t1);
+        let arrive = t1 + Duration::from_millis(300);
+        b.handle_datagram(arrive, &second[0]).unwrap();
+        b.handle_datagram(arrive + Duration::from_millis(20), &second[1])
+            .unwrap();
+        let report = b.poll_transmit(arrive).unwrap();
+        a.handle_datagram(t1 + Duration::from_millis(620), &report)
+            .unwrap();
+        let probed: Vec<_> = std::iter::from_fn(|| a.poll_event())
+            .filter_map(|e| match e {
+                Event::Probed(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(probed.len(), 1);
+        assert_eq!(probed[0].rtt, Duration::from_millis(600));
+        assert_eq!(probed[0].bandwidth, Some(60_000));
+        // answered: no further pair; a repeated report is ignored
+        a.handle_datagram(t1 + Duration::from_millis(700), &report)
+            .unwrap();
+        assert!(a.poll_event().is_none());
+        assert_eq!(a.poll_timeout(), None);
+        assert_eq!(a.stats().probes_sent, 4);
+
+        // never answered: PROBE_TRIES pairs, then none
+        let mut c = Endpoint::new(cfg, t0).unwrap();
+        let mut t = t0;
+        pair(&mut c, t);
+        for _ in 1..PROBE_TRIES {
+            assert_eq!(c.poll_timeout(), Some(t + PROBE_TIMEOUT));
+            t += PROBE_TIMEOUT;
+            c.handle_timeout(t);
+            pair(&mut c, t);
+        }
+        c.handle_timeout(t + PROBE_TIMEOUT);
+        assert!(c.poll_transmit(t + PROBE_TIMEOUT).is_none());
+        assert_eq!(c.poll_timeout(), None);
+        assert_eq!(c.stats().probes_sent, 2 * PROBE_TRIES);
     }
 
     #[test]

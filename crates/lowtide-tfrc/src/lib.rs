@@ -32,3 +32,4 @@ pub use buffer::{BufferConfig, DropReason, Message, MessageId, SendError};
 pub use endpoint::{Endpoint, Event, Stats, TfrcConfig, TfrcError};
 pub use reassembly::Received;
 pub use receiver::FirstLossSeed;
+pub use sender::InitialWindow;

@@ -19,8 +19,12 @@
 //! - The seed's equation uses the mean size of the data packets received as `s`, as the
 //!   sender does (`crate::sender`); with TFRC-SP it is that variant's equation
 //!   ([`crate::small_packets`]), whose loss-interval rules the history then applies.
-//! - `X_recv` covers the time since the previous report (at least one RTT when the timer
-//!   drives it; an expedited report covers less).
+//! - `X_recv` covers the time since the previous periodic report (at least one RTT). The
+//!   report the first data packet triggers carries `X_recv` = 0 (one packet has no rate; an
+//!   interval of the microseconds until the driver polled gave megabytes per second, which an
+//!   application-limited sender kept as its receive limit), and a report brought forward by a
+//!   loss event repeats the previous `X_recv` without starting a new interval, as Linux's
+//!   CCID 3 does (`ccid3_hc_rx_send_feedback`: "we do not have a reliable estimate").
 
 use std::time::{Duration, Instant};
 
@@ -61,6 +65,8 @@ pub struct Receiver {
     rtt: Duration,
     feedback_due: Option<Instant>,
     last_p: f64,
+    /// The report due was brought forward by a new loss event.
+    expedited: bool,
     /// TFRC-SP (RFC 4828).
     small_packets: bool,
     seed: FirstLossSeed,
@@ -88,6 +94,7 @@ impl Receiver {
             rtt: DEFAULT_RTT,
             feedback_due: None,
             last_p: 0.0,
+            expedited: false,
             reports: 0,
         }
     }
@@ -136,6 +143,7 @@ impl Receiver {
         }
         if self.history.loss_event_rate(now, self.rtt) > self.last_p {
             self.feedback_due = Some(now);
+            self.expedited = true;
         }
         Ok(arrival)
     }
@@ -174,12 +182,22 @@ impl Receiver {
             self.feedback_due = None;
             return None;
         }
-        let x_recv = self.current_rate(now);
+        let x_recv = if self.reports == 0 {
+            // the first packet's report: one packet has no rate yet
+            0.0
+        } else if self.expedited && self.last_x_recv > 0.0 {
+            // a loss event's report: the interval so far may be a few packets long
+            self.last_x_recv
+        } else {
+            let x = self.current_rate(now);
+            self.bytes_since_report = 0;
+            self.interval_start = Some(now);
+            x
+        };
         let p = self.history.loss_event_rate(now, self.rtt);
         self.last_x_recv = x_recv;
         self.last_p = p;
-        self.bytes_since_report = 0;
-        self.interval_start = Some(now);
+        self.expedited = false;
         self.feedback_due = Some(now + self.rtt);
         self.reports += 1;
         Some(Feedback {
@@ -195,6 +213,57 @@ impl Receiver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lab's ladder stream: 440-byte datagrams every 40 ms (11 kB/s), 0.7 s RTT. The
+    /// report the first packet triggers carries no receive rate (before: 440 B over the 100 µs
+    /// until the driver polled, 4.4 MB/s, which the sender kept as its receive limit while
+    /// application-limited); a loss event's report 600 ms after a periodic one repeats that
+    /// one's rate (as Linux's CCID 3 does) and restarts the feedback timer, and the next
+    /// periodic report measures from the last periodic one.
+    #[test]
+    fn reports_measure_the_receive_rate_over_whole_intervals() {
+        let t0 = Instant::now();
+        let mut rx = Receiver::new(1200, true, FirstLossSeed::ReceiveRate);
+        let h = |seq: u64| DataHeader {
+            seq,
+            timestamp_us: 40_000 * seq,
+            rtt_us: 700_000,
+        };
+        let at = |seq: u64| t0 + Duration::from_millis(40 * seq);
+        rx.on_data(at(0), &h(0), 440).unwrap();
+        let first = rx
+            .poll_feedback(at(0) + Duration::from_micros(100))
+            .unwrap();
+        assert_eq!(first.x_recv, 0);
+        let mut reports = vec![];
+        for seq in 1..60u64 {
+            if seq != 30 {
+                rx.on_data(at(seq), &h(seq), 440).unwrap();
+            }
+            if let Some(fb) = rx.poll_feedback(at(seq)) {
+                reports.push((seq, fb));
+            }
+        }
+        // periodic at 0.72 s (packet 18), packet 30's loss known at 33 (three later
+        // packets), then one RTT after that report (51)
+        let seqs: Vec<u64> = reports.iter().map(|r| r.0).collect();
+        assert_eq!(seqs, [18, 33, 51]);
+        let rate = |i: usize| reports[i].1.x_recv as f64;
+        // packets 0-18 over the 0.72 s since the first arrival
+        assert!(
+            (rate(0) / (19.0 * 440.0 / 0.72) - 1.0).abs() < 1e-3,
+            "{}",
+            rate(0)
+        );
+        assert!(reports[1].1.p > 0.0);
+        assert_eq!(reports[1].1.x_recv, reports[0].1.x_recv);
+        // 32 packets (one lost) over the 1.32 s since the report at packet 18
+        assert!(
+            (rate(2) / (32.0 * 440.0 / 1.32) - 1.0).abs() < 1e-3,
+            "{}",
+            rate(2)
+        );
+    }
 
     /// RFC 5348 §6.3.1: an application-limited stream of 400-byte packets every 40 ms
     /// (10 kB/s, the lab ladder's 80 kbit/s rung) at a 900 ms RTT loses one packet. The first

@@ -26,6 +26,12 @@
 //!   handshake's RTT does for CCID 3 (RFC 4342 §5; Linux's `ccid3_hc_tx_send_packet`), instead
 //!   of one packet per second until the first report (§4.2 speaks of a sender "when it does
 //!   not yet have a round-trip sample"). The first report's sample replaces it.
+//! - `W_init` is RFC 5348's (RFC 3390's `min(4s, max(2s, 4380))`) by default; with
+//!   [`InitialWindow::Rfc6928`] it is TCP's of RFC 6928, `min(10s, max(2s, 14600))`, the
+//!   window the Linux TCP flows beside it start with. At the lab's 0.7 s RTT the RFC's 4,380
+//!   bytes are 50 kbit/s, below the bit-rate ladder's lowest rung (86 kbit/s with headers),
+//!   so the stream's first RTT queued a backlog, and a loss event then seeded TFRC's history
+//!   from that start's receive rate (`docs/dbat.md`).
 //! - The optional oscillation damping (§4.5) is not implemented.
 //! - `s` in the equation is the average size of the data packets sent (§4.1: when the size
 //!   varies with the data, the sender estimates it as an average over recent loss intervals,
@@ -42,8 +48,33 @@
 
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use crate::packet::Feedback;
 use crate::{equation, small_packets};
+
+/// The initial window `W_init` (RFC 5348 §4.2), bytes, for segments of `s` bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum InitialWindow {
+    /// RFC 5348's (TCP's of RFC 3390): `min(4s, max(2s, 4380))`.
+    #[default]
+    Rfc3390,
+    /// TCP's of RFC 6928 (Linux's since 2.6.39): `min(10s, max(2s, 14600))`, as the TCP
+    /// flows beside this one start.
+    Rfc6928,
+}
+
+impl InitialWindow {
+    /// `W_init` in bytes for segments of `s` bytes.
+    pub fn bytes(self, s: f64) -> f64 {
+        match self {
+            InitialWindow::Rfc3390 => (4.0 * s).min((2.0 * s).max(4380.0)),
+            InitialWindow::Rfc6928 => (10.0 * s).min((2.0 * s).max(14600.0)),
+        }
+    }
+}
 
 /// `t_mbi`: the longest interval between packets, 64 s (RFC 5348 §4.3).
 pub const T_MBI: Duration = Duration::from_secs(64);
@@ -107,6 +138,7 @@ pub struct RateControl {
     last_sent_us: Option<u64>,
     /// TFRC-SP (RFC 4828).
     small_packets: bool,
+    initial_window: InitialWindow,
 }
 
 impl RateControl {
@@ -132,7 +164,14 @@ impl RateControl {
             last_slot: None,
             last_sent_us: None,
             small_packets: false,
+            initial_window: InitialWindow::default(),
         }
+    }
+
+    /// With `W_init` from `w` (RFC 5348 §4.2's by default).
+    pub fn with_initial_window(mut self, w: InitialWindow) -> Self {
+        self.initial_window = w;
+        self
     }
 
     /// With TFRC-SP's equation and minimum interval (RFC 4828 §3) when `on`.
@@ -179,7 +218,7 @@ impl RateControl {
     }
 
     fn w_init(&self) -> f64 {
-        (4.0 * self.s).min((2.0 * self.s).max(4380.0))
+        self.initial_window.bytes(self.s)
     }
 
     fn min_rate(&self) -> f64 {
@@ -425,6 +464,40 @@ mod tests {
         rc.on_feedback(t, 300_000, &fb(200_000, 30_000, 0.0, 0))
             .unwrap();
         assert!(rc.rate() <= 80_000.0 + 1e-6);
+    }
+
+    /// RFC 6928's window: ten 1200-byte segments (12,000 B, under the 14,600-byte cap), and
+    /// the 14,600-byte cap for 1460-byte segments; at the lab's 0.7 s probe RTT the first rate
+    /// is 137 kbit/s, above the ladder's 80 kbit/s rung (86 kbit/s with headers), where RFC
+    /// 5348's 4,380 bytes give 50 kbit/s and a backlog in the stream's first RTT.
+    #[test]
+    fn rfc6928_starts_at_ten_segments_per_rtt() {
+        assert_eq!(InitialWindow::Rfc6928.bytes(1200.0), 12_000.0);
+        assert_eq!(InitialWindow::Rfc6928.bytes(1460.0), 14_600.0);
+        assert_eq!(InitialWindow::Rfc6928.bytes(9000.0), 18_000.0);
+        assert_eq!(InitialWindow::Rfc3390.bytes(1200.0), 4380.0);
+        let t0 = Instant::now();
+        let rtt = Duration::from_millis(700);
+        let mut rc = RateControl::new(1200, t0).with_initial_window(InitialWindow::Rfc6928);
+        rc.on_handshake_rtt(rtt);
+        assert!(
+            (rc.rate() * 8.0 - 137_142.857).abs() < 0.01,
+            "{}",
+            rc.rate()
+        );
+        let mut std = RateControl::new(1200, t0);
+        std.on_handshake_rtt(rtt);
+        assert!(
+            (std.rate() * 8.0 - 50_057.142).abs() < 0.01,
+            "{}",
+            std.rate()
+        );
+        // the first report (no receive rate yet: `X_recv` = 0) keeps `W_init/R`
+        rc.on_sent(t0, 1200, 0);
+        let t = t0 + rtt;
+        rc.on_feedback(t, 700_000, &fb(0, 0, 0.0, 0)).unwrap();
+        assert!((rc.rate() - 12_000.0 / 0.7).abs() < 1e-6, "{}", rc.rate());
+        assert_eq!(rc.recv_limit(), 0.0);
     }
 
     /// The probe's 900 ms RTT: `X = W_init/R` = 4380/0.9 B/s before any report, not one
