@@ -132,8 +132,8 @@ fn row(what: &str, unit: &str, v: &Versus) {
 fn print_table(r: &BenchReport) {
     let p = &r.provenance;
     println!(
-        "# lowtide {} on Linux {}, congestion {:?}, {} s in {} rounds per measurement, goodput in {} pairs",
-        p.version, p.kernel, p.config.congestion, p.config.seconds, p.config.rounds, p.config.bulk_pairs
+        "# lowtide {} on Linux {}, congestion {:?}, {} s in {} rounds per measurement, goodput in {} pairs, threads placed by {:?}",
+        p.version, p.kernel, p.config.congestion, p.config.seconds, p.config.rounds, p.config.bulk_pairs, p.config.placement
     );
     if let Some(g) = &r.goodput {
         let what = format!("goodput, {} B messages", p.config.bulk_message);

@@ -36,7 +36,9 @@
 //! cancels most of the drift, and the median of many pairs the rest. On loopback the kernel's TCP
 //! work also moves between the threads (a segment is processed in the sending thread's softirq
 //! unless the receiver holds its socket, an ACK in the receiving thread's unless the sender holds
-//! its own), so the two threads' sum per GB is reported beside the receiver's share. Hardware
+//! its own), so the two threads' sum per GB is reported beside the receiver's share. Where the
+//! scheduler puts the two threads (one core or two) moved a transfer's cost per GB up to 3x;
+//! [`ThreadPlacement::OneCpu`] fixes that (both threads on one CPU, for both variants). Hardware
 //! counters (instructions, cycles through `perf_event_open`) would be steadier still; virtual
 //! machines without a PMU (as the one these notes were measured on) do not have them.
 
