@@ -4,7 +4,7 @@
 use clap::{Args, ValueEnum};
 
 use lowtide::bench::channels::ChannelsConfig;
-use lowtide::bench::{BenchConfig, BenchReport, Part, Versus};
+use lowtide::bench::{BenchConfig, BenchReport, Part, ThreadPlacement, Versus};
 
 /// A part of the benchmark, as named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -15,6 +15,17 @@ pub enum PartArg {
     Small,
     /// CPU per GB at a paced rate.
     Cpu,
+}
+
+/// Where the bench's threads run, as named on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PlacementArg {
+    /// Wherever the scheduler puts them.
+    Scheduler,
+    /// Both threads on the first CPU.
+    OneCpu,
+    /// The sender on the first CPU, the receiver on the second.
+    TwoCpus,
 }
 
 /// Loopback benchmarks against raw TCP: goodput, small-message rate, CPU per GB.
@@ -29,6 +40,15 @@ pub struct BenchArgs {
     /// Rounds per measurement; variants alternate round by round, medians are reported.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// The goodput part's rounds: A/B pairs (lowtide, raw TCP back to back), each transfer
+    /// seconds/rounds long; each pair's ratios are printed.
+    #[arg(long, default_value_t = 9)]
+    pub bulk_pairs: usize,
+    /// Where each transfer's sender and receiver threads run, lowtide and raw TCP alike:
+    /// scheduler (wherever it puts them), one-cpu (both on the first CPU), two-cpus (sender
+    /// on the first, receiver on the second).
+    #[arg(long, value_enum, default_value_t = PlacementArg::Scheduler)]
+    pub placement: PlacementArg,
     /// Run only these parts (comma-separated; default all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<PartArg>,
@@ -64,6 +84,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut cfg = BenchConfig {
         seconds: args.seconds,
         rounds: args.rounds,
+        bulk_pairs: args.bulk_pairs,
+        placement: match args.placement {
+            PlacementArg::Scheduler => ThreadPlacement::Scheduler,
+            PlacementArg::OneCpu => ThreadPlacement::OneCpu,
+            PlacementArg::TwoCpus => ThreadPlacement::TwoCpus,
+        },
         paced_rate: args.paced_rate_mb * 1e6,
         paced_message: args.paced_message,
         paced_mss: (args.paced_mss > 0).then_some(args.paced_mss),
@@ -106,8 +132,8 @@ fn row(what: &str, unit: &str, v: &Versus) {
 fn print_table(r: &BenchReport) {
     let p = &r.provenance;
     println!(
-        "# lowtide {} on Linux {}, congestion {:?}, {} s in {} rounds per measurement",
-        p.version, p.kernel, p.config.congestion, p.config.seconds, p.config.rounds
+        "# lowtide {} on Linux {}, congestion {:?}, {} s in {} rounds per measurement, goodput in {} pairs, threads placed by {:?}",
+        p.version, p.kernel, p.config.congestion, p.config.seconds, p.config.rounds, p.config.bulk_pairs, p.config.placement
     );
     if let Some(g) = &r.goodput {
         let what = format!("goodput, {} B messages", p.config.bulk_message);
@@ -115,6 +141,20 @@ fn print_table(r: &BenchReport) {
         row("  sender CPU", "s/GB", &g.sender_cpu_s_per_gb);
         row("  receiver CPU", "s/GB", &g.receiver_cpu_s_per_gb);
         row("  receiver wake-ups", "per GB", &g.receiver_wakeups_per_gb);
+        row("  sender + receiver CPU", "s/GB", &g.both_cpu_s_per_gb);
+        let ratios = |f: fn(&lowtide::bench::BulkPair) -> f64| {
+            let v: Vec<String> = g.pairs.iter().map(|p| format!("{:.2}", f(p))).collect();
+            v.join(" ")
+        };
+        println!(
+            "  per pair: receiver CPU ratio {}",
+            ratios(|p| p.receiver_cpu_s_per_gb.ratio)
+        );
+        println!(
+            "  per pair: sender + receiver CPU ratio {}",
+            ratios(|p| p.both_cpu_s_per_gb.ratio)
+        );
+        println!("  per pair: goodput ratio {}", ratios(|p| p.mb_s.ratio));
     }
     if let Some(s) = &r.small_messages {
         let what = format!("{} B messages", p.config.small_message);

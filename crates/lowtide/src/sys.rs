@@ -690,6 +690,54 @@ pub fn thread_usage() -> Result<ThreadUsage, SysError> {
     rusage(libc::RUSAGE_THREAD, "getrusage(RUSAGE_THREAD)")
 }
 
+/// The CPUs this thread may run on (`sched_getaffinity`), in ascending order.
+///
+/// ```
+/// let cpus = lowtide::sys::allowed_cpus()?;
+/// assert!(!cpus.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
+    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `set` is valid for writes of `size` bytes.
+    let r = unsafe { libc::sched_getaffinity(0, size, set.as_mut_ptr()) };
+    check(r, || "sched_getaffinity".to_owned())?;
+    // SAFETY: written by the kernel.
+    let set = unsafe { set.assume_init() };
+    let max = libc::CPU_SETSIZE as usize;
+    // SAFETY: `CPU_ISSET` reads the set within its size.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Pins the calling thread to one CPU (`sched_setaffinity`).
+///
+/// ```
+/// let first = lowtide::sys::allowed_cpus()?[0];
+/// std::thread::spawn(move || lowtide::sys::pin_thread(first)).join().unwrap()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn pin_thread(cpu: usize) -> Result<(), SysError> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(SysError {
+            what: format!("sched_setaffinity(cpu {cpu})"),
+            source: io::ErrorKind::InvalidInput.into(),
+        });
+    }
+    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
+    // SAFETY: a zeroed `cpu_set_t` is an empty set; `CPU_SET` writes within it.
+    let set = unsafe {
+        libc::CPU_SET(cpu, &mut *set.as_mut_ptr());
+        set.assume_init()
+    };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `set` is a valid `cpu_set_t` of `size` bytes.
+    let r = unsafe { libc::sched_setaffinity(0, size, &set) };
+    check(r, || format!("sched_setaffinity(cpu {cpu})")).map(|_| ())
+}
+
 fn rusage(who: libc::c_int, what: &str) -> Result<ThreadUsage, SysError> {
     let mut u = MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `u` is valid for writes.

@@ -2,7 +2,8 @@
 //!
 //! - **goodput**: bulk 64 KB messages through a channel (default controller, MinBuf(1,3)) vs a
 //!   raw TCP socket writing the same bytes in 64 KB writes; sender and receiver CPU per GB of
-//!   both, and the receiver's wake-ups per GB;
+//!   both, and the receiver's wake-ups per GB; run as [`BenchConfig::bulk_pairs`] A/B pairs,
+//!   each pair's figures reported ([`BulkPair`]);
 //! - **small messages**: 100-byte messages per second through one channel vs raw TCP with a
 //!   4-byte length prefix per message behind a 64 KB `BufWriter`;
 //! - **CPU per GB**: sender-thread CPU (`getrusage(RUSAGE_THREAD)`, user + system) per GB at
@@ -28,6 +29,18 @@
 //! as the lab does. Receiver goodput is measured from the first to the last message received.
 //! The variants of a comparison alternate round by round (so background load hits both
 //! alike); each figure is the median over rounds, each ratio the median of per-round ratios.
+//!
+//! Why pairs, and why both threads: on a shared machine raw TCP's own receiver cost moved
+//! 0.12-0.25 s/GB between runs of one binary, so one ratio of two 2-second measurements was
+//! noise. Two transfers run back to back see about the same machine, so the ratio within a pair
+//! cancels most of the drift, and the median of many pairs the rest. On loopback the kernel's TCP
+//! work also moves between the threads (a segment is processed in the sending thread's softirq
+//! unless the receiver holds its socket, an ACK in the receiving thread's unless the sender holds
+//! its own), so the two threads' sum per GB is reported beside the receiver's share. Where the
+//! scheduler puts the two threads (one core or two) moved a transfer's cost per GB up to 3x;
+//! [`ThreadPlacement::OneCpu`] fixes that (both threads on one CPU, for both variants). Hardware
+//! counters (instructions, cycles through `perf_event_open`) would be steadier still; virtual
+//! machines without a PMU (as the one these notes were measured on) do not have them.
 
 pub mod channels;
 mod transfer;
@@ -35,7 +48,7 @@ mod transfer;
 use serde::{Deserialize, Serialize};
 
 use crate::{ControllerConfig, Error};
-use transfer::{lowtide_transfer, raw_transfer, Pattern, Transfer};
+use transfer::{lowtide_transfer, raw_transfer, Pattern, Placement, Transfer};
 
 /// The parts of the benchmark.
 ///
@@ -76,6 +89,9 @@ pub struct BenchConfig {
     pub rounds: usize,
     /// Which parts to run.
     pub parts: Vec<Part>,
+    /// The goodput part's rounds: A/B pairs (a lowtide and a raw TCP transfer back to back,
+    /// the order alternating), each transfer `seconds / rounds` long, instead of `rounds`.
+    pub bulk_pairs: usize,
     /// Bulk message size, bytes.
     pub bulk_message: usize,
     /// Small message size, bytes.
@@ -89,6 +105,28 @@ pub struct BenchConfig {
     pub paced_mss: Option<u32>,
     /// Congestion control for every socket (`None`: system default).
     pub congestion: Option<String>,
+    /// Where each transfer's sender and receiver threads run (lowtide and raw TCP alike).
+    pub placement: ThreadPlacement,
+}
+
+/// Where a transfer's two threads run.
+///
+/// ```
+/// use lowtide::bench::{BenchConfig, ThreadPlacement};
+/// let cfg = BenchConfig { placement: ThreadPlacement::OneCpu, ..BenchConfig::default() };
+/// assert_eq!(serde_json::to_string(&cfg.placement).unwrap(), r#""one_cpu""#);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadPlacement {
+    /// Wherever the scheduler puts them.
+    #[default]
+    Scheduler,
+    /// Both on the first CPU the process may use.
+    OneCpu,
+    /// The sender on the first CPU the process may use, the receiver on the second (with a
+    /// single CPU: both on it).
+    TwoCpus,
 }
 
 impl Default for BenchConfig {
@@ -97,12 +135,14 @@ impl Default for BenchConfig {
             seconds: 2.0,
             rounds: 3,
             parts: vec![Part::Goodput, Part::Small, Part::Cpu],
+            bulk_pairs: 9,
             bulk_message: 64 << 10,
             small_message: 100,
             paced_rate: 200e6,
             paced_message: 8 << 10,
             paced_mss: Some(1448),
             congestion: Some("cubic".into()),
+            placement: ThreadPlacement::Scheduler,
         }
     }
 }
@@ -164,6 +204,30 @@ pub struct Goodput {
     /// Receiver thread wake-ups per GB: voluntary context switches (`getrusage`'s `ru_nvcsw`),
     /// each a sleep in `epoll_wait` (lowtide) or a blocking `read` (raw TCP) and its wake-up.
     pub receiver_wakeups_per_gb: Versus,
+    /// Sender and receiver threads together, CPU seconds per GB: on loopback each thread
+    /// also does some of the other's kernel work, and the sum does not depend on who did it.
+    pub both_cpu_s_per_gb: Versus,
+    /// Every A/B pair, in the order run ([`BenchConfig::bulk_pairs`]); the ratios above are the
+    /// medians of these pairs' ratios.
+    pub pairs: Vec<BulkPair>,
+}
+
+/// One A/B pair of the goodput part: a lowtide and a raw TCP transfer run back to back. Each
+/// [`Versus`] here holds that pair's two transfers and their ratio (no medians).
+///
+/// ```
+/// fn receiver_ratios(g: &lowtide::bench::Goodput) -> Vec<f64> {
+///     g.pairs.iter().map(|p| p.receiver_cpu_s_per_gb.ratio).collect()
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BulkPair {
+    /// Received MB/s.
+    pub mb_s: Versus,
+    /// Receiver thread CPU seconds per GB.
+    pub receiver_cpu_s_per_gb: Versus,
+    /// Sender and receiver threads together, CPU seconds per GB.
+    pub both_cpu_s_per_gb: Versus,
 }
 
 /// Small-message rate.
@@ -264,6 +328,22 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The CPUs of [`BenchConfig::placement`], among those this process may use.
+fn placement(cfg: &BenchConfig) -> Result<Placement, Error> {
+    let cpus = match cfg.placement {
+        ThreadPlacement::Scheduler => return Ok(None),
+        _ => crate::sys::allowed_cpus()?,
+    };
+    let Some(&first) = cpus.first() else {
+        return Ok(None);
+    };
+    let second = match cfg.placement {
+        ThreadPlacement::TwoCpus => cpus.get(1).copied().unwrap_or(first),
+        _ => first,
+    };
+    Ok(Some([first, second]))
+}
+
 /// Runs the variants round-robin (order rotated each round); returns, per variant, the
 /// transfers of every round.
 fn rounds(
@@ -319,18 +399,23 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
     if !(1..=100).contains(&cfg.rounds) {
         return Err(lowtide_proto::ConfigError::new("bench.rounds", cfg.rounds, "1..=100").into());
     }
+    if !(1..=100).contains(&cfg.bulk_pairs) {
+        let e = lowtide_proto::ConfigError::new("bench.bulk_pairs", cfg.bulk_pairs, "1..=100");
+        return Err(e.into());
+    }
     let n = cfg.rounds;
     let secs = cfg.seconds / n as f64;
     let cc = || cfg.congestion.clone();
-    let lt = |ctl, mss, pattern| lowtide_transfer(cfg, ctl, mss, pattern, secs);
+    let cpus = placement(cfg)?;
+    let lt = |ctl, mss, pattern| lowtide_transfer(cfg, ctl, mss, pattern, secs, cpus);
     let mut goals = Vec::new();
 
     let goodput = if cfg.parts.contains(&Part::Goodput) {
         let bulk = Pattern::Bulk(cfg.bulk_message);
         let r = rounds(
-            n,
+            cfg.bulk_pairs,
             &[&|| lt(ControllerConfig::default(), None, bulk), &|| {
-                raw_transfer(cc(), None, bulk, false, secs)
+                raw_transfer(cc(), None, bulk, false, secs, cpus)
             }],
         )?;
         let g = Goodput {
@@ -338,6 +423,19 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
             sender_cpu_s_per_gb: versus(&r[0], &r[1], Transfer::sender_cpu_s_per_gb),
             receiver_cpu_s_per_gb: versus(&r[0], &r[1], Transfer::receiver_cpu_s_per_gb),
             receiver_wakeups_per_gb: versus(&r[0], &r[1], Transfer::receiver_wakeups_per_gb),
+            both_cpu_s_per_gb: versus(&r[0], &r[1], Transfer::both_cpu_s_per_gb),
+            pairs: r[0]
+                .iter()
+                .zip(&r[1])
+                .map(|(a, b)| {
+                    let one = |f: fn(&Transfer) -> f64| versus(&[*a], &[*b], f);
+                    BulkPair {
+                        mb_s: one(Transfer::mb_s),
+                        receiver_cpu_s_per_gb: one(Transfer::receiver_cpu_s_per_gb),
+                        both_cpu_s_per_gb: one(Transfer::both_cpu_s_per_gb),
+                    }
+                })
+                .collect(),
         };
         goals.push(goal(
             "bulk goodput / raw TCP",
@@ -361,7 +459,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
         let r = rounds(
             n,
             &[&|| lt(ControllerConfig::default(), None, small), &|| {
-                raw_transfer(cc(), None, small, true, secs)
+                raw_transfer(cc(), None, small, true, secs, cpus)
             }],
         )?;
         let s = SmallMessages {
@@ -392,7 +490,7 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
                     )
                 },
                 &|| lt(ControllerConfig::Unlimited, cfg.paced_mss, paced),
-                &|| raw_transfer(cc(), cfg.paced_mss, paced, false, secs),
+                &|| raw_transfer(cc(), cfg.paced_mss, paced, false, secs, cpus),
             ],
         )?;
         let rate = |v: &[Transfer]| median(v.iter().map(Transfer::mb_s).collect());

@@ -48,6 +48,10 @@ impl Transfer {
     pub(super) fn receiver_wakeups_per_gb(&self) -> f64 {
         self.receiver.sleeps as f64 / self.gb()
     }
+    /// Sender and receiver threads together.
+    pub(super) fn both_cpu_s_per_gb(&self) -> f64 {
+        (self.sender_cpu + self.receiver.cpu).as_secs_f64() / self.gb()
+    }
     fn gb(&self) -> f64 {
         (self.bytes as f64 / 1e9).max(1e-9)
     }
@@ -60,14 +64,24 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     crate::current_thread_runtime()
 }
 
-/// A named thread (the name shows in `perf` and `top`).
+/// Where a transfer's two threads run: the sender on the first CPU, the receiver on the
+/// second (`None`: wherever the scheduler puts them).
+pub(super) type Placement = Option<[usize; 2]>;
+
+/// A named thread (the name shows in `perf` and `top`), pinned to `cpu` if given.
 fn spawn<T: Send + 'static>(
     name: &str,
+    cpu: Option<usize>,
     f: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> thread::JoinHandle<Result<T, Error>> {
     thread::Builder::new()
         .name(name.into())
-        .spawn(f)
+        .spawn(move || {
+            if let Some(cpu) = cpu {
+                sys::pin_thread(cpu)?;
+            }
+            f()
+        })
         .expect("spawning a bench thread")
 }
 
@@ -103,49 +117,58 @@ pub(super) fn lowtide_transfer(
     mss: Option<u32>,
     pattern: Pattern,
     secs: f64,
+    cpus: Placement,
 ) -> Result<Transfer, Error> {
     let cfg = channel_cfg(bench, controller, mss);
     let (tx, rx) = mpsc::channel::<SocketAddr>();
     let server_cfg = cfg.clone();
-    let receiver = spawn("lt-recv", move || -> Result<Received, Error> {
-        runtime()?.block_on(async move {
-            let l = crate::listen("127.0.0.1:0".parse().expect("literal"), server_cfg).await?;
-            let _ = tx.send(l.local_addr()?);
-            let ch = l.accept().await?;
-            let usage0 = sys::thread_usage()?;
-            let (mut bytes, mut msgs, mut first, mut last) = (0u64, 0u64, None, Instant::now());
-            let mut buf = Vec::with_capacity(4096);
-            loop {
-                buf.clear();
-                if ch.recv_many(&mut buf, 4096).await == 0 {
-                    break;
+    let receiver = spawn(
+        "lt-recv",
+        cpus.map(|c| c[1]),
+        move || -> Result<Received, Error> {
+            runtime()?.block_on(async move {
+                let l = crate::listen("127.0.0.1:0".parse().expect("literal"), server_cfg).await?;
+                let _ = tx.send(l.local_addr()?);
+                let ch = l.accept().await?;
+                let usage0 = sys::thread_usage()?;
+                let (mut bytes, mut msgs, mut first, mut last) = (0u64, 0u64, None, Instant::now());
+                let mut buf = Vec::with_capacity(4096);
+                loop {
+                    buf.clear();
+                    if ch.recv_many(&mut buf, 4096).await == 0 {
+                        break;
+                    }
+                    for m in &buf {
+                        first.get_or_insert(m.received_at);
+                        last = m.received_at;
+                        bytes += m.data.len() as u64;
+                    }
+                    msgs += buf.len() as u64;
                 }
-                for m in &buf {
-                    first.get_or_insert(m.received_at);
-                    last = m.received_at;
-                    bytes += m.data.len() as u64;
-                }
-                msgs += buf.len() as u64;
-            }
-            Ok((
-                bytes,
-                msgs,
-                last.saturating_duration_since(first.unwrap_or(last)),
-                sys::thread_usage()?.since(&usage0),
-            ))
-        })
-    });
+                Ok((
+                    bytes,
+                    msgs,
+                    last.saturating_duration_since(first.unwrap_or(last)),
+                    sys::thread_usage()?.since(&usage0),
+                ))
+            })
+        },
+    );
     let addr = rx.recv().map_err(|_| Error::Closed)?;
-    let sender = spawn("lt-send", move || -> Result<Duration, Error> {
-        runtime()?.block_on(async move {
-            let ch = crate::connect(addr, cfg).await?;
-            let cpu0 = sys::thread_cpu_time()?;
-            drive_sender(&ch, pattern, secs).await?;
-            let cpu = sys::thread_cpu_time()? - cpu0;
-            ch.close(0, "bench done").await;
-            Ok(cpu)
-        })
-    });
+    let sender = spawn(
+        "lt-send",
+        cpus.map(|c| c[0]),
+        move || -> Result<Duration, Error> {
+            runtime()?.block_on(async move {
+                let ch = crate::connect(addr, cfg).await?;
+                let cpu0 = sys::thread_cpu_time()?;
+                drive_sender(&ch, pattern, secs).await?;
+                let cpu = sys::thread_cpu_time()? - cpu0;
+                ch.close(0, "bench done").await;
+                Ok(cpu)
+            })
+        },
+    );
     finish(sender, receiver)
 }
 
@@ -194,6 +217,7 @@ pub(super) fn raw_transfer(
     pattern: Pattern,
     framed: bool,
     secs: f64,
+    cpus: Placement,
 ) -> Result<Transfer, Error> {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
         .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
@@ -207,116 +231,124 @@ pub(super) fn raw_transfer(
     let l: TcpListener = sock.into();
     let addr = l.local_addr().map_err(|e| Error::io("getsockname", e))?;
     let cc = congestion.clone();
-    let receiver = spawn("raw-recv", move || -> Result<Received, Error> {
-        let (mut s, _) = l.accept().map_err(|e| Error::io("accept", e))?;
-        let usage0 = sys::thread_usage()?;
-        if let Some(cc) = &cc {
-            sys::set_congestion(s.as_raw_fd(), cc)?;
-        }
-        let mut buf = vec![0u8; 256 << 10];
-        let (mut bytes, mut msgs, mut first, mut last) = (0u64, 0u64, None, Instant::now());
-        // framing state: bytes left in the current record (header or payload)
-        let (mut hdr, mut hdr_len, mut left) = ([0u8; 4], 0usize, 0usize);
-        loop {
-            let n = s.read(&mut buf).map_err(|e| Error::io("read", e))?;
-            if n == 0 {
-                break;
+    let receiver = spawn(
+        "raw-recv",
+        cpus.map(|c| c[1]),
+        move || -> Result<Received, Error> {
+            let (mut s, _) = l.accept().map_err(|e| Error::io("accept", e))?;
+            let usage0 = sys::thread_usage()?;
+            if let Some(cc) = &cc {
+                sys::set_congestion(s.as_raw_fd(), cc)?;
             }
-            let now = Instant::now();
-            first.get_or_insert(now);
-            last = now;
-            if !framed {
-                bytes += n as u64;
-                continue;
-            }
-            let mut p = &buf[..n];
-            while !p.is_empty() {
-                if left == 0 {
-                    let take = (4 - hdr_len).min(p.len());
-                    hdr[hdr_len..hdr_len + take].copy_from_slice(&p[..take]);
-                    hdr_len += take;
-                    p = &p[take..];
-                    if hdr_len == 4 {
-                        left = u32::from_le_bytes(hdr) as usize;
-                        hdr_len = 0;
+            let mut buf = vec![0u8; 256 << 10];
+            let (mut bytes, mut msgs, mut first, mut last) = (0u64, 0u64, None, Instant::now());
+            // framing state: bytes left in the current record (header or payload)
+            let (mut hdr, mut hdr_len, mut left) = ([0u8; 4], 0usize, 0usize);
+            loop {
+                let n = s.read(&mut buf).map_err(|e| Error::io("read", e))?;
+                if n == 0 {
+                    break;
+                }
+                let now = Instant::now();
+                first.get_or_insert(now);
+                last = now;
+                if !framed {
+                    bytes += n as u64;
+                    continue;
+                }
+                let mut p = &buf[..n];
+                while !p.is_empty() {
+                    if left == 0 {
+                        let take = (4 - hdr_len).min(p.len());
+                        hdr[hdr_len..hdr_len + take].copy_from_slice(&p[..take]);
+                        hdr_len += take;
+                        p = &p[take..];
+                        if hdr_len == 4 {
+                            left = u32::from_le_bytes(hdr) as usize;
+                            hdr_len = 0;
+                            if left == 0 {
+                                msgs += 1;
+                            }
+                        }
+                    } else {
+                        let take = left.min(p.len());
+                        left -= take;
+                        bytes += take as u64;
+                        p = &p[take..];
                         if left == 0 {
                             msgs += 1;
                         }
                     }
-                } else {
-                    let take = left.min(p.len());
-                    left -= take;
-                    bytes += take as u64;
-                    p = &p[take..];
-                    if left == 0 {
-                        msgs += 1;
+                }
+            }
+            Ok((
+                bytes,
+                msgs,
+                last.saturating_duration_since(first.unwrap_or(last)),
+                sys::thread_usage()?.since(&usage0),
+            ))
+        },
+    );
+    let sender = spawn(
+        "raw-send",
+        cpus.map(|c| c[0]),
+        move || -> Result<Duration, Error> {
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+            if let Some(cc) = &congestion {
+                sys::set_congestion(sock.as_raw_fd(), cc)?;
+            }
+            if let Some(m) = mss {
+                sys::set_maxseg(sock.as_raw_fd(), m)?;
+            }
+            sock.connect(&addr.into())
+                .map_err(|e| Error::io(format!("connect({addr})"), e))?;
+            let s: TcpStream = sock.into();
+            s.set_nodelay(true)
+                .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
+            let cpu0 = sys::thread_cpu_time()?;
+            let t0 = Instant::now();
+            let end = t0 + Duration::from_secs_f64(secs);
+            let mut w = BufWriter::with_capacity(64 << 10, &s);
+            let (size, rate) = match pattern {
+                Pattern::Bulk(size) => (size, None),
+                Pattern::Paced(size, rate) => (size, Some(rate)),
+            };
+            let payload = vec![0x77u8; size];
+            let mut sent = 0u64;
+            let write_one = |w: &mut BufWriter<&TcpStream>| -> Result<(), Error> {
+                if framed {
+                    w.write_all(&(size as u32).to_le_bytes())
+                        .map_err(|e| Error::io("write", e))?;
+                }
+                w.write_all(&payload).map_err(|e| Error::io("write", e))
+            };
+            while Instant::now() < end {
+                match rate {
+                    None => {
+                        for _ in 0..64 {
+                            write_one(&mut w)?;
+                        }
+                    }
+                    Some(rate) => {
+                        let due = (t0.elapsed().as_secs_f64() * rate) as u64;
+                        while sent + size as u64 <= due {
+                            write_one(&mut w)?;
+                            sent += size as u64;
+                        }
+                        w.flush().map_err(|e| Error::io("write", e))?;
+                        thread::sleep(Duration::from_millis(1));
                     }
                 }
             }
-        }
-        Ok((
-            bytes,
-            msgs,
-            last.saturating_duration_since(first.unwrap_or(last)),
-            sys::thread_usage()?.since(&usage0),
-        ))
-    });
-    let sender = spawn("raw-send", move || -> Result<Duration, Error> {
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
-        if let Some(cc) = &congestion {
-            sys::set_congestion(sock.as_raw_fd(), cc)?;
-        }
-        if let Some(m) = mss {
-            sys::set_maxseg(sock.as_raw_fd(), m)?;
-        }
-        sock.connect(&addr.into())
-            .map_err(|e| Error::io(format!("connect({addr})"), e))?;
-        let s: TcpStream = sock.into();
-        s.set_nodelay(true)
-            .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
-        let cpu0 = sys::thread_cpu_time()?;
-        let t0 = Instant::now();
-        let end = t0 + Duration::from_secs_f64(secs);
-        let mut w = BufWriter::with_capacity(64 << 10, &s);
-        let (size, rate) = match pattern {
-            Pattern::Bulk(size) => (size, None),
-            Pattern::Paced(size, rate) => (size, Some(rate)),
-        };
-        let payload = vec![0x77u8; size];
-        let mut sent = 0u64;
-        let write_one = |w: &mut BufWriter<&TcpStream>| -> Result<(), Error> {
-            if framed {
-                w.write_all(&(size as u32).to_le_bytes())
-                    .map_err(|e| Error::io("write", e))?;
-            }
-            w.write_all(&payload).map_err(|e| Error::io("write", e))
-        };
-        while Instant::now() < end {
-            match rate {
-                None => {
-                    for _ in 0..64 {
-                        write_one(&mut w)?;
-                    }
-                }
-                Some(rate) => {
-                    let due = (t0.elapsed().as_secs_f64() * rate) as u64;
-                    while sent + size as u64 <= due {
-                        write_one(&mut w)?;
-                        sent += size as u64;
-                    }
-                    w.flush().map_err(|e| Error::io("write", e))?;
-                    thread::sleep(Duration::from_millis(1));
-                }
-            }
-        }
-        w.flush().map_err(|e| Error::io("write", e))?;
-        drop(w);
-        let cpu = sys::thread_cpu_time()? - cpu0;
-        s.shutdown(std::net::Shutdown::Write)
-            .map_err(|e| Error::io("shutdown(SHUT_WR)", e))?;
-        Ok(cpu)
-    });
+            w.flush().map_err(|e| Error::io("write", e))?;
+            drop(w);
+            let cpu = sys::thread_cpu_time()? - cpu0;
+            s.shutdown(std::net::Shutdown::Write)
+                .map_err(|e| Error::io("shutdown(SHUT_WR)", e))?;
+            Ok(cpu)
+        },
+    );
     finish(sender, receiver)
 }
 
