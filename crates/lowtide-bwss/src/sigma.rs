@@ -174,7 +174,7 @@ pub const RECENT_DIV: u32 = 4;
 /// interference seconds at the minimum with 2 against 36 with 1 (σ drained lower climbs
 /// back with more probes, and a probe into the full link costs a second or two).
 pub const ONSET_DRAIN: f64 = 2.0;
-/// A starting flow short of its minimum ([`SigmaRule::onset_yield`]) is yielded at least
+/// A starting flow short of its minimum (the onset yield, module doc) is yielded at least
 /// this many full-size segments per recent window at once, even when it reads less: TCP's
 /// initial window (RFC 6928), what a flow can take in its first round trip.
 pub const STARTING_SEGMENTS: f64 = 10.0;
