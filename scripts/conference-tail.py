@@ -24,37 +24,14 @@ import csv
 import math
 from collections import defaultdict
 
+from tail_common import loss_episodes, quantile
+
 FLOOR = "network floor (UDP)"
-
-
-def quantile(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def rows(path, series):
     with open(path) as f:
         return [r for r in csv.DictReader(f) if r["series"] == series]
-
-
-def episodes(tcp):
-    """Intervals [start, end] of TCP_INFO samples in Recovery or Loss."""
-    out, start, last = [], None, None
-    for r in tcp:
-        t, lossy = float(r["t_s"]), int(r["ca_state"]) >= 3
-        if lossy and start is None:
-            start = t
-        if not lossy and start is not None:
-            out.append((start, last))
-            start = None
-        last = t
-    if start is not None:
-        out.append((start, last))
-    return out
 
 
 def main():
@@ -84,7 +61,7 @@ def main():
     for v in variants:
         tcp = rows(f"{a.run}/tcpinfo.csv", v)
         tcp_t = [float(r["t_s"]) for r in tcp]
-        eps = episodes(tcp)
+        eps = loss_episodes(tcp)
         ep_starts = [s for s, _ in eps]
 
         # In runs recorded before the sampler followed a failover, it stopped with the first

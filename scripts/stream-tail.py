@@ -20,36 +20,12 @@ Usage: stream-tail.py RUN_DIR [--variant NAME] [--over 100] [--top 8] [--from-s 
 import argparse
 import bisect
 import csv
-import math
+
+from tail_common import loss_episodes, quantile
 
 FLOOR = "network floor (UDP)"
 MSS = 1448
 MAX_FLOOR_AGE_S = 0.05  # as the lab: an older probe does not stand for the network
-
-
-def quantile(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def episodes(tcp):
-    """Start times of runs of TCP_INFO samples in Recovery or Loss, and their ends."""
-    out, start, last = [], None, None
-    for r in tcp:
-        t, lossy = float(r["t_s"]), int(r["ca_state"]) >= 3
-        if lossy and start is None:
-            start = t
-        if not lossy and start is not None:
-            out.append((start, last))
-            start = None
-        last = t
-    if start is not None:
-        out.append((start, last))
-    return out
 
 
 def main():
@@ -78,7 +54,7 @@ def main():
     for v in variants:
         tcp = [r for r in tcp_all if r["series"] == v]
         tcp_t = [float(r["t_s"]) for r in tcp]
-        starts = [s for s, _ in episodes(tcp)]
+        starts = [s for s, _ in loss_episodes(tcp)]
         if not tcp:
             print(f"{v}: no TCP_INFO")
             continue
@@ -94,7 +70,7 @@ def main():
             fl = floor_at(s) or 0.0
             return arrive_s <= e + 0.01 or arrive_s - s <= (fl + 15.0) / 1e3
 
-        episodes_of = episodes(tcp)
+        episodes_of = loss_episodes(tcp)
         rows = []
         for r in msgs:
             if r["series"] != v:
