@@ -25,7 +25,8 @@ pub enum LabCommand {
 pub struct RunArgs {
     /// The scenario file.
     file: PathBuf,
-    /// Runs per mode (overrides the scenario's run.runs, after --quick).
+    /// Runs per mode (overrides the scenario's run.runs, after --quick); for a BWSS scenario,
+    /// trials of every variant.
     #[arg(long)]
     runs: Option<u32>,
     /// The scenario's [quick] form: times scaled down, one run (for CI).
@@ -198,17 +199,19 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
 fn run_bwss(args: RunArgs, text: String, folder: &std::path::Path) -> anyhow::Result<i32> {
     use lowtide_lab::bwss::{self, BwssOptions, BwssScenario, Tools};
     anyhow::ensure!(
-        args.runs.is_none()
-            && args.queue_bdp.is_empty()
+        args.queue_bdp.is_empty()
             && args.cc.is_empty()
             && args.window_frames.is_none()
             && args.threshold_ms.is_empty(),
-        "a BWSS scenario takes only --quick, --out and --no-fail-on-goals"
+        "a BWSS scenario takes only --quick, --runs, --variant, --out and --no-fail-on-goals"
     );
     let mut s = BwssScenario::from_toml_in(&text, folder)
         .with_context(|| format!("checking scenario {}", args.file.display()))?;
     if args.quick {
-        s = s.scaled(s.quick.time_scale).context("the --quick form")?;
+        s = s.quick_form().context("the --quick form")?;
+    }
+    if let Some(n) = args.runs {
+        s = s.with_runs(n).context("--runs")?;
     }
     let out_dir = args.out.unwrap_or_else(|| {
         PathBuf::from("out/lab").join(format!(

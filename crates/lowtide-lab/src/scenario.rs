@@ -1704,7 +1704,7 @@ controller = { min_buf = { a = 1, b = 3 } }
                 if crate::bwss::is_bwss_scenario(&text) {
                     let s = crate::bwss::BwssScenario::from_toml_in(&text, &dir)
                         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                    s.scaled(s.quick.time_scale)
+                    s.quick_form()
                         .unwrap_or_else(|e| panic!("{} --quick: {e}", path.display()));
                     n += 1;
                     continue;

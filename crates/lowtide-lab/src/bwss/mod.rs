@@ -8,7 +8,8 @@
 //! receiver (observing only in the variants without BWSS, so every flow is measured the same
 //! way), `lowtide ladder serve`/`play` for the video (the player under the `LD_PRELOAD`
 //! library), and unmodified `curl` fetching from `python3 -m http.server`, also under the
-//! library. Variants run one after another, each in a fresh dumbbell.
+//! library. Variants run one after another, each trial in a fresh dumbbell; a variant with
+//! several trials (`runs`) has its seconds pooled, and trials run in rounds.
 //!
 //! - [`scenario`]: the scenario file (`[bwss]`), checked;
 //! - [`procs`]: the programs, found before the run, stopped and reaped by their guards;
@@ -63,30 +64,36 @@ pub fn run(
     let dir = &opts.out_dir;
     std::fs::create_dir_all(dir)
         .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+    let trials = trial_order(s);
     let mut records = vec![];
     let mut failed = None;
-    for (i, v) in s.variants.iter().enumerate() {
-        progress(&format!("[{}/{}] {}", i + 1, s.variants.len(), v.name));
-        let r = trial::run_variant(
+    for (k, (i, run)) in trials.iter().copied().enumerate() {
+        let v = &s.variants[i];
+        let runs = s.runs_of(v);
+        let label = if runs > 1 {
+            format!("{} (trial {} of {runs})", v.name, run + 1)
+        } else {
+            v.name.clone()
+        };
+        progress(&format!("[{}/{}] {label}", k + 1, trials.len()));
+        let mut r = trial::run_variant(
             s,
             v,
-            opts.seed,
+            opts.seed + u64::from(run),
             &opts.tools,
-            &dir.join(format!("variant-{i}")),
+            &dir.join(trial_folder(i, run)),
             &mut progress,
         );
+        r.run = run;
         let stop = r.failed.clone();
         records.push(r);
         if let Some(e) = stop {
-            failed = Some(format!("variant {}: {e}", v.name));
+            failed = Some(format!("{label}: {e}"));
             break;
         }
     }
     progress("writing the report");
-    let variants: Vec<_> = records
-        .iter()
-        .map(|r| summary::summarize_variant(s, r))
-        .collect();
+    let variants = summary::summarize(s, &records);
     let summary = BwssSummary {
         name: s.name.clone(),
         paper: format!("{}: {}", s.paper.figure, s.paper.text),
@@ -110,6 +117,30 @@ pub fn run(
     }
 }
 
+/// The trials in the order they run, as (variant index, trial): in rounds, every variant
+/// with trials left once per round, so slow drift of a shared machine falls on all alike.
+pub fn trial_order(s: &BwssScenario) -> Vec<(usize, u32)> {
+    let most = s.variants.iter().map(|v| s.runs_of(v)).max().unwrap_or(0);
+    (0..most)
+        .flat_map(|run| {
+            s.variants
+                .iter()
+                .enumerate()
+                .filter(move |(_, v)| run < s.runs_of(v))
+                .map(move |(i, _)| (i, run))
+        })
+        .collect()
+}
+
+/// A trial's folder: `variant-I` for a variant's first trial, `variant-I-trial-K` (K from 2)
+/// for the others.
+pub fn trial_folder(variant: usize, run: u32) -> String {
+    match run {
+        0 => format!("variant-{variant}"),
+        k => format!("variant-{variant}-trial-{}", k + 1),
+    }
+}
+
 fn write_folder(
     dir: &Path,
     s: &BwssScenario,
@@ -129,15 +160,16 @@ fn write_folder(
         "records.json",
         &serde_json::to_string(records).unwrap_or_default(),
     )?;
-    let mut csv = String::from("variant,second,flow,kind,kbps,target_kbps\n");
+    let mut csv = String::from("variant,trial,second,flow,kind,kbps,target_kbps\n");
     let opt = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.1}"));
     for r in records {
         for f in &r.flows {
             for (k, x) in f.kbps.iter().enumerate() {
                 let t = f.target_kbps.get(k).copied().flatten();
                 csv += &format!(
-                    "{},{k},{},{:?},{},{}\n",
+                    "{},{},{k},{},{:?},{},{}\n",
                     r.variant,
+                    r.run + 1,
                     f.name,
                     f.kind,
                     opt(*x),
@@ -146,12 +178,14 @@ fn write_folder(
             }
         }
         for (k, x) in r.link_kbps.iter().enumerate() {
-            csv += &format!("{},{k},link,Link,{},\n", r.variant, opt(*x));
+            csv += &format!("{},{},{k},link,Link,{},\n", r.variant, r.run + 1, opt(*x));
         }
     }
     write("rates.csv", &csv)?;
-    for (i, r) in records.iter().enumerate() {
-        report::rates_plot(&dir.join(report::plot_name(i)), s, r)?;
+    for r in records {
+        if let Some(i) = s.variants.iter().position(|v| v.name == r.variant) {
+            report::rates_plot(&dir.join(report::plot_name(i, r.run)), s, r)?;
+        }
     }
     write("report.html", &report::html(s, summary))
 }
@@ -184,4 +218,71 @@ fn provenance(s: &BwssScenario, opts: &BwssOptions) -> Vec<(String, String)> {
         ("curl".into(), opts.tools.curl.display().to_string()),
         ("python3".into(), opts.tools.python3.display().to_string()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(runs: &str) -> Result<BwssScenario, crate::scenario::ScenarioError> {
+        BwssScenario::from_toml_in(
+            &format!(
+                r#"
+name = "t"
+[run]
+duration_s = 50.0
+{runs}
+[topology]
+senders = 2
+receivers = 2
+forward = {{ rate_mbps = 0.96, delay_ms = 15.0 }}
+reverse = {{ rate_mbps = 0.96, delay_ms = 15.0 }}
+[bwss]
+downloads = 1
+interference = {{ start_s = 20.0, stop_s = 40.0, rate_kbps = 240 }}
+[[bwss.rules.rule]]
+name = "video"
+remote_port = 8450
+min_kbps = 520
+[[variant]]
+name = "A"
+video = "tcp"
+steer = false
+[[variant]]
+name = "B"
+video = "tcp"
+steer = true
+runs = 3
+"#
+            ),
+            Path::new("."),
+        )
+    }
+
+    #[test]
+    fn trials_run_in_rounds_each_variant_as_often_as_it_asks() {
+        let s = scenario("runs = 2").unwrap();
+        assert_eq!(
+            trial_order(&s),
+            vec![(0, 0), (1, 0), (0, 1), (1, 1), (1, 2)]
+        );
+        assert_eq!(trial_folder(1, 0), "variant-1");
+        assert_eq!(trial_folder(1, 2), "variant-1-trial-3");
+        // --quick caps every variant at quick.runs (1); --runs sets every variant.
+        assert_eq!(trial_order(&s.quick_form().unwrap()), vec![(0, 0), (1, 0)]);
+        assert_eq!(trial_order(&s.with_runs(2).unwrap()).len(), 4);
+    }
+
+    #[test]
+    fn a_trial_count_out_of_range_is_an_error_naming_the_field() {
+        let e = scenario("runs = 0").unwrap_err().to_string();
+        assert!(e.contains("run.runs"), "{e}");
+        let s = scenario("").unwrap();
+        let e = s.with_runs(1000).unwrap_err().to_string();
+        assert!(e.contains("run.runs"), "{e}");
+        let mut bad = s.clone();
+        bad.variants[1].runs = Some(0);
+        let e = bad.check().unwrap_err().to_string();
+        assert!(e.contains("variant[1].runs"), "{e}");
+    }
 }

@@ -10,9 +10,12 @@ use super::summary::{BwssSummary, FlowKind, Measured, VariantRecord};
 use crate::report::{self as plot, escape, html_table};
 use crate::LabError;
 
-/// The plot's file name for variant `i` (SVG; a PNG copy beside it).
-pub fn plot_name(i: usize) -> String {
-    format!("rates-{i}.svg")
+/// The plot's file name for variant `i`'s trial `run` (SVG; a PNG copy beside it).
+pub fn plot_name(i: usize, run: u32) -> String {
+    match run {
+        0 => format!("rates-{i}.svg"),
+        k => format!("rates-{i}-trial-{}.svg", k + 1),
+    }
 }
 
 /// Per-second kbit/s of every flow and of the link, the interference shaded, the video's
@@ -30,7 +33,12 @@ pub fn rates_plot(path: &Path, s: &BwssScenario, r: &VariantRecord) -> Result<()
     let min = s.video_min_kbps().unwrap_or(0.0);
     let i = &s.bwss.interference;
     plot::draw(path, |root| {
-        let mut chart = plot::titled(&root, &format!("{}: rate per second", r.variant))
+        let trial = match s.variants.iter().find(|v| v.name == r.variant) {
+            Some(v) if s.runs_of(v) > 1 => format!(" (trial {})", r.run + 1),
+            _ => String::new(),
+        };
+        let title = format!("{}{trial}: rate per second", r.variant);
+        let mut chart = plot::titled(&root, &title)
             .build_cartesian_2d(0f64..secs, 0f64..ymax)
             .map_err(|e| e.to_string())?;
         chart
@@ -157,16 +165,28 @@ pub fn html(s: &BwssScenario, summary: &BwssSummary) -> String {
             &rows
         )
     ));
+    if let Some(table) = outside_html(summary) {
+        sections.push(table);
+    }
     sections.push(crate::goals::experiment_goals_html(&summary.goals));
-    for (i, v) in summary.variants.iter().enumerate() {
-        sections.push(format!(
-            "<h2>{}</h2>{}",
-            escape(&v.name),
-            plot::figure(&plot_name(i), &format!("rates of {}", v.name))
-        ));
+    for v in &summary.variants {
+        let Some(i) = s.variants.iter().position(|o| o.name == v.name) else {
+            continue;
+        };
+        let plots: Vec<String> = v
+            .trials
+            .iter()
+            .map(|t| {
+                plot::figure(
+                    &plot_name(i, t.run),
+                    &format!("rates of {}, trial {}", v.name, t.run + 1),
+                )
+            })
+            .collect();
+        sections.push(format!("<h2>{}</h2>{}", escape(&v.name), plots.join("")));
     }
     sections.push(
-        "<p>Raw data: <code>rates.csv</code> (variant, second, flow, kbit/s, target), each \
+        "<p>Raw data: <code>rates.csv</code> (variant, trial, second, flow, kbit/s, target), each \
          variant's folder (daemon logs, program output, rules).</p>"
             .into(),
     );
@@ -175,6 +195,47 @@ pub fn html(s: &BwssScenario, summary: &BwssSummary) -> String {
         &summary.provenance,
         &sections,
     )
+}
+
+/// Each trial's outside download beside the pooled mean, for the variants that have one:
+/// how far trials of one variant differ is the noise the "no harm outside" goal is read
+/// against.
+fn outside_html(summary: &BwssSummary) -> Option<String> {
+    let rows: Vec<Vec<String>> = summary
+        .variants
+        .iter()
+        .filter_map(|v| {
+            let pooled = v.outside_mean_kbps?;
+            let trials = v
+                .trials
+                .iter()
+                .map(|t| t.outside_mean_kbps.map_or("no data".into(), |m| num(m, 0)))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let ci = v.outside_kbps_over_trials.map_or("–".into(), |c| {
+                format!(
+                    "{:.0} to {:.0} ({} trials)",
+                    c.ci95_low, c.ci95_high, c.runs
+                )
+            });
+            Some(vec![v.name.clone(), trials, num(pooled, 0), ci])
+        })
+        .collect();
+    (!rows.is_empty()).then(|| {
+        format!(
+            "<h2>The other host's download</h2><p>The goal compares the pooled means (every \
+             measured second of every trial).</p>{}",
+            html_table(
+                &[
+                    "variant",
+                    "each trial's mean kbit/s (seconds)",
+                    "pooled mean",
+                    "95% interval of the trials' means",
+                ],
+                &rows
+            )
+        )
+    })
 }
 
 /// The text table `lab run` prints.
@@ -200,6 +261,26 @@ pub fn text_table(summary: &BwssSummary) -> String {
         );
         for (name, m) in &v.flow_mean_kbps {
             out += &format!("    {name}: {}\n", n(*m));
+        }
+        if v.trials.len() > 1 {
+            let each = |f: &dyn Fn(&super::summary::TrialNumbers) -> Option<Measured>| {
+                v.trials
+                    .iter()
+                    .map(|t| f(t).map_or("no data".into(), n))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            out += &format!(
+                "    {} trials pooled; video per trial: {}\n",
+                v.trials.len(),
+                each(&|t| Some(t.video_mean_kbps))
+            );
+            if v.outside_mean_kbps.is_some() {
+                out += &format!(
+                    "    outside per trial: {}\n",
+                    each(&|t| t.outside_mean_kbps)
+                );
+            }
         }
     }
     for g in &summary.goals {

@@ -17,6 +17,7 @@
 //! video = "tcp"                    # or "tfrc"
 //! steer = true                     # false: the daemon only observes
 //! paper_video_kbps = 488
+//! runs = 3                         # trials of this variant (default run.runs, 1)
 //! ```
 
 use std::path::Path;
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::scenario::{
     check_name_and_topology, check_range, invalid, PaperFigure, ScenarioError, DURATION_RANGE_S,
+    MAX_RUNS,
 };
 
 /// Port of the ladder server (and of the TFRC video) on sender 0.
@@ -74,6 +76,15 @@ pub struct BwssRun {
     /// Means are taken over seconds from here to the end (the start-up is left out).
     #[serde(default)]
     pub measure_from_s: f64,
+    /// Trials of every variant that does not name its own `runs`. Trials run in rounds (each
+    /// variant once per round), so a machine that slows down for a while slows every variant
+    /// alike, and a variant's numbers pool the seconds of all its trials.
+    #[serde(default = "one_run")]
+    pub runs: u32,
+}
+
+fn one_run() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -81,11 +92,17 @@ pub struct BwssRun {
 pub struct BwssQuick {
     /// `--quick` multiplies every time by this.
     pub time_scale: f64,
+    /// `--quick` runs every variant at most this many times.
+    #[serde(default = "one_run")]
+    pub runs: u32,
 }
 
 impl Default for BwssQuick {
     fn default() -> Self {
-        Self { time_scale: 0.2 }
+        Self {
+            time_scale: 0.2,
+            runs: 1,
+        }
     }
 }
 
@@ -159,6 +176,9 @@ pub struct BwssVariant {
     /// The paper's average video rate, kbit/s.
     #[serde(default)]
     pub paper_video_kbps: Option<f64>,
+    /// Trials of this variant (default `run.runs`): more for a noisy comparison.
+    #[serde(default)]
+    pub runs: Option<u32>,
 }
 
 /// A number a variant must reach.
@@ -231,13 +251,36 @@ impl BwssScenario {
         self.topology.forward.rate_mbps.map(|m| m * 1000.0)
     }
 
-    /// Every time multiplied by `k` (`--quick`), checked again.
-    pub fn scaled(&self, k: f64) -> Result<BwssScenario, ScenarioError> {
+    /// Trials of variant `v`.
+    pub fn runs_of(&self, v: &BwssVariant) -> u32 {
+        v.runs.unwrap_or(self.run.runs)
+    }
+
+    /// The `--quick` form: every time multiplied by `quick.time_scale`, every variant run at
+    /// most `quick.runs` times; checked again.
+    pub fn quick_form(&self) -> Result<BwssScenario, ScenarioError> {
+        let k = self.quick.time_scale;
         let mut s = self.clone();
         s.run.duration_s *= k;
         s.run.measure_from_s *= k;
         s.bwss.interference.start_s *= k;
         s.bwss.interference.stop_s *= k;
+        let cap = self.quick.runs;
+        s.run.runs = s.run.runs.min(cap);
+        for v in &mut s.variants {
+            v.runs = v.runs.map(|n| n.min(cap));
+        }
+        s.check()?;
+        Ok(s)
+    }
+
+    /// Every variant run `n` times (`lab run --runs`), checked again.
+    pub fn with_runs(&self, n: u32) -> Result<BwssScenario, ScenarioError> {
+        let mut s = self.clone();
+        s.run.runs = n;
+        for v in &mut s.variants {
+            v.runs = None;
+        }
         s.check()?;
         Ok(s)
     }
@@ -261,6 +304,11 @@ impl BwssScenario {
             self.run.duration_s - 1.0,
         )?;
         check_range("quick.time_scale", self.quick.time_scale, 0.01, 1.0)?;
+        for (field, n) in [("run.runs", self.run.runs), ("quick.runs", self.quick.runs)] {
+            if !(1..=MAX_RUNS).contains(&n) {
+                return Err(invalid(field, n, format!("1 to {MAX_RUNS}")));
+            }
+        }
         let b = &self.bwss;
         if !(1..=MAX_DOWNLOADS).contains(&b.downloads) {
             return Err(invalid(
@@ -332,6 +380,13 @@ impl BwssScenario {
                     format!("variant[{k}].name"),
                     &v.name,
                     "a name no other variant has",
+                ));
+            }
+            if let Some(n) = v.runs.filter(|n| !(1..=MAX_RUNS).contains(n)) {
+                return Err(invalid(
+                    format!("variant[{k}].runs"),
+                    n,
+                    format!("1 to {MAX_RUNS}"),
                 ));
             }
         }
