@@ -9,6 +9,7 @@
 //! observe = false        # true: measure and log, steer nothing
 //! judge_arrivals = true  # judge flows without a minimum by bytes arrived (false: read)
 //! keep_share = true      # no minimum in force: never take less than the TCP flows would
+//! clamp_rtts = 2         # a steered flow's window clamp: round trips of its target (0: none)
 //!
 //! [default]              # flows no rule matches
 //! priority = 0
@@ -104,6 +105,10 @@ pub struct SystemConfig {
     /// and a minimum its flow does not take goes to the others; false: the paper's
     /// reactive rule throughout (`sigma.rs`, "Keeping the host's share").
     pub keep_share: bool,
+    /// A steered flow's window is clamped to this many round trips of its target, at the
+    /// reader's round-trip estimate (`tcpi_rcv_rtt`), so its arrivals do not burst far
+    /// ahead of its paced reads; 0: no clamp, the reads alone steer (docs/bwss.md).
+    pub clamp_rtts: f64,
 }
 
 impl Default for SystemConfig {
@@ -118,6 +123,7 @@ impl Default for SystemConfig {
             observe: false,
             judge_arrivals: true,
             keep_share: true,
+            clamp_rtts: crate::fcs::CLAMP_RTTS,
         }
     }
 }
@@ -235,6 +241,15 @@ impl Config {
                 "system.probe_step",
                 s.probe_step,
                 "0 < probe_step <= 1",
+            ));
+        }
+        if !(s.clamp_rtts.is_finite()
+            && (s.clamp_rtts == 0.0 || (0.5..=64.0).contains(&s.clamp_rtts)))
+        {
+            return Err(ConfigError::invalid(
+                "system.clamp_rtts",
+                s.clamp_rtts,
+                "0 (no clamp) or 0.5 to 64",
             ));
         }
         if !(s.link_kbps.is_finite() && s.link_kbps >= 0.0) {
@@ -416,6 +431,9 @@ mod tests {
         assert!(e.contains("unknown field") && e.contains("progam"), "{e}");
         let e = bad("[system]\ninterval_ms = 500\nwindow_ms = 100");
         assert!(e.contains("system.window_ms"), "{e}");
+        let e = bad("[system]\nclamp_rtts = 0.1");
+        assert!(e.contains("system.clamp_rtts") && e.contains("0.1"), "{e}");
+        assert!(Config::from_toml("[system]\nclamp_rtts = 0").is_ok());
         assert!(Config::from_toml("").is_ok());
     }
 }

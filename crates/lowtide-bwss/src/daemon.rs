@@ -266,16 +266,17 @@ fn tick(shared: &Shared, now: Instant) {
 fn publish(shared: &Shared, st: &State) {
     for e in st.flows.values() {
         if let Some(slot) = shared.region.slot(e.slot) {
-            let (rate, depth, clamp) = match st.bwss.budget(e.id) {
+            let (rate, depth, clamp_rtts) = match st.bwss.budget(e.id) {
                 Some(b) => (
                     (b.rate.round() as u64).max(1),
                     b.depth.round() as u64,
-                    b.clamp,
+                    b.clamp_rtts,
                 ),
-                None => (0, 0, true),
+                None => (0, 0, 0.0),
             };
             slot.depth.store(depth, Ordering::Relaxed);
-            slot.unclamped.store(u64::from(!clamp), Ordering::Relaxed);
+            slot.clamp_milli_rtts
+                .store((clamp_rtts * 1e3).round() as u64, Ordering::Relaxed);
             slot.rate.store(rate, Ordering::Release);
         }
     }

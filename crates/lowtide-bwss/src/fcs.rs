@@ -37,7 +37,8 @@ use std::time::Instant;
 pub const MIN_DEPTH: f64 = 1448.0;
 /// The bucket holds this much time of the target rate.
 pub const DEPTH_SECS: f64 = 0.05;
-/// The window clamp allows this many round trips of the target rate.
+/// The window clamp allows this many round trips of the target rate (the default of
+/// `[system] clamp_rtts`).
 pub const CLAMP_RTTS: f64 = 2.0;
 /// The clamp is never below this many segments: a window under one segment is advertised
 /// as zero (receiver silly-window avoidance) and the flow would stall. Two also stay above
@@ -49,11 +50,12 @@ pub const CLAMP_EVERY_MS: u64 = 100;
 pub const NO_CLAMP: u32 = 1 << 30;
 
 /// `TCP_WINDOW_CLAMP` for a flow paced at `rate` bytes/s over a path of `rtt` with segments
-/// of `mss`: room for [`CLAMP_RTTS`] round trips of the target, so the sender cannot burst
-/// far ahead of the reads (at 100 kbit/s the arrivals measured per 2 s stay within 10% of
-/// the target with it, against up to 40% without), while the reads alone hold the average.
-pub fn window_clamp(rate: f64, rtt: std::time::Duration, mss: u32) -> u32 {
-    let w = rate * rtt.as_secs_f64() * CLAMP_RTTS;
+/// of `mss`: room for `rtts` round trips of the target (default [`CLAMP_RTTS`]), so the
+/// sender cannot burst far ahead of the reads (at 100 kbit/s the arrivals measured per 2 s
+/// stay within 10% of the target with 2, against up to 40% without), while the reads alone
+/// hold the average.
+pub fn window_clamp(rate: f64, rtt: std::time::Duration, mss: u32, rtts: f64) -> u32 {
+    let w = rate * rtt.as_secs_f64() * rtts;
     (w.min(NO_CLAMP as f64) as u32).max(CLAMP_MIN_SEGMENTS * mss.max(536))
 }
 
@@ -123,11 +125,11 @@ pub struct Budget {
     pub rate: f64,
     /// Bytes the bucket may save up.
     pub depth: f64,
-    /// Whether the reader clamps the window to [`CLAMP_RTTS`] round trips of the rate.
-    /// Not for a flow held at its minimum rate: the clamp, sized on the receiver's lagging
-    /// RTT estimate, caps the flow below its rate while a queue grows, and the minimum comes
-    /// first (the lab, `docs/bwss.md`).
-    pub clamp: bool,
+    /// Round trips of the rate the reader clamps the window to ([`window_clamp`]); 0: no
+    /// clamp. None for a flow held at its minimum rate: the clamp, sized on the receiver's
+    /// lagging RTT estimate, caps the flow below its rate while a queue grows, and the
+    /// minimum comes first (the lab, `docs/bwss.md`).
+    pub clamp_rtts: f64,
 }
 
 /// One flow's control: target in, read budget out.
@@ -177,7 +179,7 @@ impl Fcs {
         Some(Budget {
             rate,
             depth,
-            clamp: true,
+            clamp_rtts: CLAMP_RTTS,
         })
     }
 }
@@ -227,11 +229,12 @@ mod tests {
     #[test]
     fn clamp_is_two_round_trips_with_a_floor() {
         let ms = std::time::Duration::from_millis;
-        assert_eq!(window_clamp(27_500.0, ms(60), 1448), 3_300);
-        assert_eq!(window_clamp(12_500.0, ms(20), 1448), 2 * 1448);
+        assert_eq!(window_clamp(27_500.0, ms(60), 1448, 2.0), 3_300);
+        assert_eq!(window_clamp(27_500.0, ms(60), 1448, 4.0), 6_600);
+        assert_eq!(window_clamp(12_500.0, ms(20), 1448, 2.0), 2 * 1448);
         // Loopback's 64 KB segments: never a window below two of them.
-        assert_eq!(window_clamp(2e6, ms(1), 65483), 2 * 65483);
-        assert_eq!(window_clamp(1e12, ms(1000), 1448), NO_CLAMP);
+        assert_eq!(window_clamp(2e6, ms(1), 65483, 2.0), 2 * 65483);
+        assert_eq!(window_clamp(1e12, ms(1000), 1448, 2.0), NO_CLAMP);
     }
 
     #[test]

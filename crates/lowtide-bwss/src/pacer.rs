@@ -39,8 +39,9 @@ pub struct Pacer {
     maintained_at: Option<Instant>,
     /// A clamp is in force.
     clamped: bool,
-    /// The budget asks for no clamp ([`crate::Budget::clamp`]).
-    unclamped: bool,
+    /// Round trips of the rate the window is clamped to ([`crate::Budget::clamp_rtts`]);
+    /// 0: no clamp.
+    clamp_rtts: f64,
 }
 
 impl Pacer {
@@ -52,7 +53,7 @@ impl Pacer {
             return None;
         }
         let depth = slot.depth.load(Ordering::Relaxed).max(1);
-        self.unclamped = slot.unclamped.load(Ordering::Relaxed) != 0;
+        self.clamp_rtts = slot.clamp_milli_rtts.load(Ordering::Relaxed) as f64 / 1e3;
         let (rate, depth) = (rate as f64, depth as f64);
         let bucket = self
             .bucket
@@ -71,9 +72,9 @@ impl Pacer {
     /// Every [`CLAMP_EVERY_MS`]: publishes the bytes that have arrived and when (the σ
     /// rule judges flows without a minimum by them: a download reading its budget out of a
     /// backlog is not carried by the link), the round-trip estimate (what `keep_share`
-    /// grows σ at) and applies the window clamp:
-    /// two round trips of the target while steered; unclamped again once the flow is not,
-    /// or its budget asks for no clamp.
+    /// grows σ at) and applies the window clamp: `[system] clamp_rtts` round trips of the
+    /// target while steered; unclamped again once the flow is not, or its budget asks for
+    /// no clamp.
     pub fn maintain(&mut self, fd: RawFd, slot: &Slot, now: Instant) {
         if self
             .maintained_at
@@ -97,11 +98,12 @@ impl Pacer {
         if let Some(rtt) = rcv.rtt {
             slot.rtt_us.store(rtt.as_micros() as u64, Ordering::Relaxed);
         }
-        match self.bucket.as_ref().filter(|_| !self.unclamped) {
+        match self.bucket.as_ref().filter(|_| self.clamp_rtts > 0.0) {
             Some(b) => {
                 // Without an RTT estimate yet, assume 100 ms (a generous window).
                 let rtt = rcv.rtt.unwrap_or(Duration::from_millis(100));
-                tcp::set_window_clamp(fd, window_clamp(b.rate, rtt, rcv.mss));
+                let clamp = window_clamp(b.rate, rtt, rcv.mss, self.clamp_rtts);
+                tcp::set_window_clamp(fd, clamp);
                 self.clamped = true;
             }
             None if self.clamped => {

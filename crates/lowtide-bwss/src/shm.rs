@@ -9,8 +9,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// "LTBWSS04" (the slot gained `rtt_us`).
-pub const MAGIC: u64 = 0x4c54_4257_5353_3034;
+/// "LTBWSS05" (the slot's clamp became a number of round trips, `clamp_milli_rtts`).
+pub const MAGIC: u64 = 0x4c54_4257_5353_3035;
 /// Flows one daemon steers at once.
 pub const SLOTS: usize = 4096;
 /// A heartbeat older than this means the daemon is gone.
@@ -41,8 +41,9 @@ pub struct Slot {
     /// When `bytes_arrived` was taken ([`monotonic_ns`]): a reader that reads rarely (a
     /// starved download) publishes rarely, and the count is as old as this.
     pub arrived_at_ns: AtomicU64,
-    /// 1: no window clamp (a flow held at its minimum rate, [`crate::Budget::clamp`]).
-    pub unclamped: AtomicU64,
+    /// The window clamp in thousandths of round trips of the rate
+    /// ([`crate::Budget::clamp_rtts`]); 0: no clamp.
+    pub clamp_milli_rtts: AtomicU64,
     /// The receiver's round-trip estimate, µs (`tcpi_rcv_rtt`, published with
     /// `bytes_arrived`); 0: none yet.
     pub rtt_us: AtomicU64,

@@ -244,7 +244,11 @@ impl Bwss {
         // A flow held at (or below) its minimum is not clamped (see `Budget::clamp`).
         let at_min = f.fcs.target().is_some_and(|t| t <= f.class.min_kbps * 1e3);
         Some(Budget {
-            clamp: !at_min,
+            clamp_rtts: if at_min {
+                0.0
+            } else {
+                self.config.system.clamp_rtts
+            },
             ..b
         })
     }
@@ -854,7 +858,7 @@ mod tests {
         let curl = b.add_flow(t0, info("curl", "10.2.1.1:2"));
         let (v, c) = (b.budget(video).unwrap(), b.budget(curl).unwrap());
         assert_eq!((v.rate * 8.0, c.rate * 8.0), (520e3, 440e3));
-        assert!(!v.clamp && c.clamp);
+        assert_eq!((v.clamp_rtts, c.clamp_rtts), (0.0, 2.0));
     }
 
     fn info(program: &str, local: &str) -> FlowInfo {
