@@ -264,7 +264,7 @@ mod tests {
                 late_us: 6_000,
             }],
             agent_late: vec![LateEvent {
-                t_us: 1_001_000,
+                t_us: 998_000,
                 late_us: 2_000,
             }],
             round_trip_ms: 108.0,
