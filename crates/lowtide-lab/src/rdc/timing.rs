@@ -273,7 +273,11 @@ mod tests {
         assert_eq!(h.stall_episodes, 1);
         assert_eq!(h.worst_late_ms, Some(6.0));
         assert_eq!(h.queue_p99_outside_shadow.value, Some(2.0));
-        assert_eq!(h.queue_in_shadow.value, Some(100.0 / 1100.0));
+        assert_eq!(
+            h.queue_in_shadow.value,
+            Some(105.0 / 1100.0),
+            "the bunch and the 5 quiet samples after the stall"
+        );
         assert_eq!(h.cpu_pressure.value, None, "no /proc: no data, not 0");
         assert!(h.note().contains("1 stall episodes"), "{}", h.note());
     }
