@@ -20,7 +20,11 @@ Causes, first that applies:
                    they were generated (the order rule: the delay fell) ...
   other            ... or none of these: the ACK clock's own bursts (two segments per ACK,
                    flows colliding).
-Usage: rdc-queue-causes.py RUN_DIR [--variant NAME] [--bound 5] [--reverse-ms 21]
+Then the same samples by the time from the last stall (an emulator delivery or an agent's
+release > 1 ms late) to the packet's arrival, in round trips (--round-trip-ms: base RTT plus the
+router's delay), against the share of all samples in each bin: how much of the queue's top is
+the stalls and their replays (docs/rdc.md, "Exact RDC's queue p99: the machine's stalls").
+Usage: rdc-queue-causes.py RUN_DIR [--variant NAME] [--bound 5] [--reverse-ms 21] [--round-trip-ms 108]
 """
 import argparse
 import bisect
@@ -51,6 +55,7 @@ def main():
     ap.add_argument("--variant", default="exact RDC")
     ap.add_argument("--bound", type=int, default=5)
     ap.add_argument("--reverse-ms", type=float, default=21.0)
+    ap.add_argument("--round-trip-ms", type=float, default=108.0)
     ap.add_argument("--from-s", type=float, default=None, help="ignore samples before (default: all in queue.csv)")
     a = ap.parse_args()
     q = [(int(r["t_us"]), int(r["packets"]), int(r["sojourn_us"])) for r in load(os.path.join(a.run, "queue.csv"), a.variant)]
@@ -119,6 +124,30 @@ def main():
               f"{len(stretch)} stretch ACKs (> {2 * usual} bytes; usual {usual})")
     fl = Counter(r["link"] for r in late)
     print(f"  emulator: deliveries > 1 ms late: forward {fl['forward']}, reverse {fl['reverse']}")
+    since_stall(q, sorted(late_any + [left for left, due, *_ in rel if left - due > 1000]), a.bound, a.round_trip_ms)
+
+
+def since_stall(q, stalls, bound, rtt_ms):
+    """Samples above the bound by time from the last stall to their packet's arrival."""
+    edges = [0.5, 1.0, 1.5, 2.0, 3.0, 5.0]
+    names = ["< 0.5 RTT", "0.5-1 RTT", "1-1.5 RTT", "1.5-2 RTT", "2-3 RTT", "3-5 RTT", "> 5 RTT or none"]
+    every, over = Counter(), Counter()
+    for t, packets, soj in q:
+        ta = t - soj
+        i = bisect.bisect_right(stalls, ta) - 1
+        rtts = (ta - stalls[i]) / (rtt_ms * 1000) if i >= 0 else float("inf")
+        k = bisect.bisect_right(edges, rtts)
+        every[k] += 1
+        over[k] += packets > bound
+    n, m = max(len(q), 1), max(sum(over.values()), 1)
+    print(f"  by time since the last stall ({len(stalls)} late events; round trip {rtt_ms:.0f} ms):")
+    for k, name in enumerate(names):
+        print(f"    {name:16s} {100.0 * every[k] / n:5.1f}% of samples, {100.0 * over[k] / m:5.1f}% of those above {bound}"
+              f" ({100.0 * over[k] / max(every[k], 1):.2f}% of the bin)")
+    outside = sorted(p for t, p, s in q if not (lambda i: i >= 0 and (t - s) - stalls[i] <= 2 * rtt_ms * 1000)(bisect.bisect_right(stalls, t - s) - 1))
+    if outside:
+        p99 = outside[min(len(outside) - 1, round((len(outside) - 1) * 0.99))]
+        print(f"    queue p99 more than 2 round trips after any stall: {p99} ({len(outside)} samples, {100.0 * len(outside) / n:.1f}%)")
 
 
 if __name__ == "__main__":

@@ -260,6 +260,10 @@ pub struct ExperimentGoalResult {
     pub measured: Measured,
     pub met: bool,
     pub why: String,
+    /// For a metric that depends on the machine's timing: how well the machine kept time in
+    /// that run, so a goal missed (or met) on a stalling machine says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
 }
 
 /// The goals section of an experiment's `report.html`: one row per goal, "no data" where a
@@ -281,7 +285,10 @@ pub fn experiment_goals_html(goals: &[ExperimentGoalResult]) -> String {
                     |v| format!("{v:.3} ({} samples)", g.measured.samples),
                 ),
                 if g.met { "met" } else { "NOT met" }.into(),
-                g.why.clone(),
+                match &g.timing {
+                    Some(note) => format!("{} ({note})", g.why),
+                    None => g.why.clone(),
+                },
             ]
         })
         .collect();
@@ -312,6 +319,7 @@ impl ExperimentGoalResult {
             met: measured.within(min, max),
             measured,
             why: why.to_string(),
+            timing: None,
         }
     }
 }

@@ -33,6 +33,7 @@ pub mod report;
 pub mod rtt_groups;
 pub mod scenario;
 pub mod summary;
+pub mod timing;
 pub mod trial;
 
 use std::collections::BTreeMap;

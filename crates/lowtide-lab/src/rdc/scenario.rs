@@ -290,6 +290,12 @@ impl RdcMetric {
             RdcMetric::LayerDisparity => "layer_disparity",
         }
     }
+
+    /// Whether a stall of the machine moves this metric by itself (a stall bunches packets,
+    /// and the bunch builds the queue): its goal then carries the run's timing health.
+    pub fn depends_on_timing(self) -> bool {
+        matches!(self, RdcMetric::QueueP99Packets)
+    }
 }
 
 /// A field outside what is allowed.

@@ -12,6 +12,7 @@ use super::flows::SenderRecord;
 use super::measure;
 use super::rtt_groups::{self, RttGroupLayers};
 use super::scenario::{RdcMetric, RdcScenario};
+use super::timing::{self, LateEvent, TimingHealth, TimingInputs};
 use super::trial::TrialRecord;
 use crate::results::Window;
 use crate::summary::Measured;
@@ -82,6 +83,9 @@ pub struct VariantSummary {
     pub rtt_groups: Option<RttGroupLayers>,
     /// How late the emulator sent packets on the forward link (is it keeping up?), ms.
     pub emulator_lateness_ms: Option<lowtide_netem::Percentiles>,
+    /// How well the machine kept time (stalls of the emulator and the agents, CPU pressure),
+    /// and the queue outside the stalls' shadows.
+    pub timing: TimingHealth,
     pub agents: Vec<AgentReport>,
     pub errors: Vec<String>,
 }
@@ -268,6 +272,7 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
             None,
         ),
     };
+    let timing = timing_of(s, t, delay.map(|d| d.p50));
     VariantSummary {
         name: v.name.clone(),
         aqm: v.aqm.name().into(),
@@ -295,9 +300,46 @@ pub fn of_trial(s: &RdcScenario, t: &TrialRecord, rate_bps: f64) -> VariantSumma
         layers,
         rtt_groups,
         emulator_lateness_ms: lateness,
+        timing,
         agents: t.agents.clone(),
         errors: t.errors.clone(),
     }
+}
+
+/// The trial's [`TimingHealth`]: late events from the window's start less one shadow (a stall
+/// just before the window still shapes its first samples) to its end.
+fn timing_of(s: &RdcScenario, t: &TrialRecord, router_delay_ms: Option<f64>) -> TimingHealth {
+    let base_rtt_ms = (0..s.rdc.flows)
+        .map(|f| s.min_rtt_ms(f))
+        .fold(0.0, f64::max);
+    let round_trip_ms = base_rtt_ms + router_delay_ms.unwrap_or(0.0);
+    let shadow_us = (timing::SHADOW_ROUND_TRIPS * round_trip_ms * 1000.0) as u64;
+    let from_us = ((s.rdc.measure_from_s * 1e6) as u64).saturating_sub(shadow_us);
+    let to_us = (s.rdc.duration_s * 1e6) as u64;
+    let within = |e: &LateEvent| (from_us..=to_us).contains(&e.t_us);
+    timing::health(TimingInputs {
+        queue: &t.queue,
+        emulator_late: t
+            .late_deliveries
+            .iter()
+            .map(|(_, d)| LateEvent {
+                t_us: d.t_us,
+                late_us: u64::from(d.late_us),
+            })
+            .filter(within)
+            .collect(),
+        agent_late: t
+            .releases
+            .iter()
+            .map(|(_, r)| LateEvent {
+                t_us: r.left_us,
+                late_us: r.left_us.saturating_sub(r.due_us),
+            })
+            .filter(|e| e.late_us > timing::LATE_US && within(e))
+            .collect(),
+        round_trip_ms,
+        cpu: t.cpu,
+    })
 }
 
 impl VariantSummary {
@@ -348,7 +390,14 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
                     )
                 }
             };
-            GoalResult::judge(&g.variant, &label, g.min, g.max, measured, &g.why)
+            let mut result = GoalResult::judge(&g.variant, &label, g.min, g.max, measured, &g.why);
+            if g.metric.depends_on_timing() {
+                result.timing = variants
+                    .iter()
+                    .find(|v| v.name == g.variant)
+                    .map(|v| v.timing.note());
+            }
+            result
         })
         .collect()
 }
@@ -441,6 +490,7 @@ pub fn text_table(s: &RdcSummary) -> String {
                 v.name, late.p99, late.max, late.count
             );
         }
+        out += &format!("{:<12} {}\n", v.name, v.timing.note());
     }
     for g in &s.goals {
         out += &format!(
@@ -453,6 +503,9 @@ pub fn text_table(s: &RdcSummary) -> String {
             if g.met { "met" } else { "NOT met" },
             g.why
         );
+        if let Some(note) = &g.timing {
+            out += &format!("  {note}\n");
+        }
     }
     for e in &s.errors {
         out += &format!("error: {e}\n");

@@ -12,6 +12,7 @@ use lowtide_rdc::agent::ReleaseRecord;
 use super::agents::{AgentReport, Agents};
 use super::flows::{self, FlowPlan, ReceiverRecord, SenderRecord};
 use super::scenario::{RdcScenario, RdcVariant};
+use super::timing::CpuTimes;
 use crate::LabError;
 use lowtide_media::rdc_video::TcpSourceOptions;
 
@@ -41,6 +42,8 @@ pub struct TrialRecord {
     /// The TCP segments the forward bottleneck dropped from `measure_from_s` on, times from
     /// the flows' origin.
     pub drops: Vec<DroppedSegment>,
+    /// The machine's CPU counters at the start and the end of the measured window.
+    pub cpu: Option<(CpuTimes, CpuTimes)>,
     pub errors: Vec<String>,
 }
 
@@ -156,6 +159,8 @@ pub fn run_variant(
     let end = t0 + Duration::from_secs_f64(r.duration_s);
     let mut reset = false;
     let mut agent_delays = vec![];
+    let mut cpu_from = None;
+    let at_us = || t0.elapsed().as_micros() as u64;
     loop {
         let now = Instant::now();
         if now >= end {
@@ -163,6 +168,7 @@ pub fn run_variant(
         }
         if !reset && now >= from {
             net.forward().reset();
+            cpu_from = CpuTimes::read(at_us());
             reset = true;
         }
         if let Some(e) = net.failure() {
@@ -198,12 +204,15 @@ pub fn run_variant(
         ));
     }
     let forward = net.forward().report();
+    let cpu = cpu_from.zip(CpuTimes::read(at_us()));
     // The emulator counts from the network's start, the flows from `t0` (after the agents
     // started): one origin for every figure, or the queue plot runs seconds ahead of the
     // layers and packets it explains (100 streams take several seconds to set up).
     let origin_us = t0
         .saturating_duration_since(net.forward().started())
         .as_micros() as u64;
+    // Only the window: after its end the agents are stopped, which releases every held ACK.
+    let end_us = (r.duration_s * 1e6) as u64;
     let queue = net
         .forward()
         .queue_samples()
@@ -212,6 +221,7 @@ pub fn run_variant(
             t_us: q.t_us.saturating_sub(origin_us),
             ..q
         })
+        .filter(|q| q.t_us <= end_us)
         .collect();
     let drops = net
         .forward()
@@ -288,6 +298,7 @@ pub fn run_variant(
         releases,
         late_deliveries,
         drops,
+        cpu,
         errors,
     })
 }
