@@ -138,6 +138,7 @@ fn row_opt(what: &str, unit: &str, v: &Option<Versus>) {
 }
 
 fn machine_rows(m: &MachineCpu) {
+    row_opt("  both ends (process + ksoftirqd) CPU", "s/GB", &m.both_ends_s_per_gb);
     row_opt("  whole process (both ends) CPU", "s/GB", &m.process_s_per_gb);
     row_opt("  every CPU's busy time", "s/GB", &m.machine_s_per_gb);
     row_opt("  ksoftirqd", "s/GB", &m.ksoftirqd_s_per_gb);
@@ -178,6 +179,10 @@ fn print_table(r: &BenchReport) {
             ratios(|p| Some(p.both_cpu_s_per_gb.ratio))
         );
         println!(
+            "  per pair: both ends CPU ratio {}",
+            ratios(|p| Some(p.machine.both_ends_s_per_gb?.ratio))
+        );
+        println!(
             "  per pair: every CPU's busy time ratio {}",
             ratios(|p| Some(p.machine.machine_s_per_gb?.ratio))
         );
@@ -211,12 +216,15 @@ fn print_table(r: &BenchReport) {
         );
     }
     for g in &r.goals {
+        let verdict = match (g.judged, g.met) {
+            (true, true) => "met",
+            (true, false) => "NOT met",
+            (false, true) => "(thread share, not judged) within",
+            (false, false) => "(thread share, not judged) above",
+        };
         println!(
-            "goal: {:<40} {:>12.3} {:<8} {}",
-            g.what,
-            g.value,
-            g.bound,
-            if g.met { "met" } else { "NOT met" }
+            "goal: {:<44} {:>8.3} {:<8} {verdict}",
+            g.what, g.value, g.bound
         );
     }
 }

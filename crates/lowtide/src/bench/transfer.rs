@@ -61,6 +61,11 @@ impl Transfer {
     pub(super) fn process_cpu_s_per_gb(&self) -> Option<f64> {
         Some(self.machine.process?.as_secs_f64() / self.gb())
     }
+    /// Both ends, whoever was charged: the whole process and `ksoftirqd`.
+    pub(super) fn both_ends_cpu_s_per_gb(&self) -> Option<f64> {
+        let m = &self.machine;
+        Some((m.process? + m.ksoftirqd?).as_secs_f64() / self.gb())
+    }
     /// Every CPU's busy time (`/proc/stat`), including softirq work in any context.
     pub(super) fn machine_cpu_s_per_gb(&self) -> Option<f64> {
         Some(self.machine.busy()?.as_secs_f64() / self.gb())
