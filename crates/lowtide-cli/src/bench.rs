@@ -138,8 +138,16 @@ fn row_opt(what: &str, unit: &str, v: &Option<Versus>) {
 }
 
 fn machine_rows(m: &MachineCpu) {
-    row_opt("  both ends (process + ksoftirqd) CPU", "s/GB", &m.both_ends_s_per_gb);
-    row_opt("  whole process (both ends) CPU", "s/GB", &m.process_s_per_gb);
+    row_opt(
+        "  both ends (process + ksoftirqd) CPU",
+        "s/GB",
+        &m.both_ends_s_per_gb,
+    );
+    row_opt(
+        "  whole process (both ends) CPU",
+        "s/GB",
+        &m.process_s_per_gb,
+    );
     row_opt("  every CPU's busy time", "s/GB", &m.machine_s_per_gb);
     row_opt("  ksoftirqd", "s/GB", &m.ksoftirqd_s_per_gb);
     if m.sender_side_s_per_gb.is_some() || m.receiver_side_s_per_gb.is_some() {
@@ -192,7 +200,10 @@ fn print_table(r: &BenchReport) {
                 ratios(|p| Some(p.machine.receiver_side_s_per_gb?.ratio))
             );
         }
-        println!("  per pair: goodput ratio {}", ratios(|p| Some(p.mb_s.ratio)));
+        println!(
+            "  per pair: goodput ratio {}",
+            ratios(|p| Some(p.mb_s.ratio))
+        );
     }
     if let Some(s) = &r.small_messages {
         let what = format!("{} B messages", p.config.small_message);
@@ -208,7 +219,11 @@ fn print_table(r: &BenchReport) {
         row(&format!("sender CPU {at}, MinBuf(1,3)"), "s/GB", &c.min_buf);
         row(&format!("sender CPU {at}, Unlimited"), "s/GB", &c.unlimited);
         row("  receiver CPU, MinBuf(1,3)", "s/GB", &c.receiver_min_buf);
-        row("  sender + receiver CPU, MinBuf(1,3)", "s/GB", &c.both_min_buf);
+        row(
+            "  sender + receiver CPU, MinBuf(1,3)",
+            "s/GB",
+            &c.both_min_buf,
+        );
         machine_rows(&c.machine_min_buf);
         println!(
             "  MinBuf / Unlimited {:.3}; achieved MB/s: MinBuf {:.1}, Unlimited {:.1}, raw TCP {:.1}",

@@ -190,6 +190,9 @@ mod tests {
         // CPUs counted about as much busy time as this thread spent.
         let per_cpu = used.per_cpu.clone().expect("/proc/stat on Linux");
         assert!(!per_cpu.is_empty());
-        assert!(used.busy().unwrap() >= Duration::from_millis(20), "{used:?}");
+        assert!(
+            used.busy().unwrap() >= Duration::from_millis(20),
+            "{used:?}"
+        );
     }
 }

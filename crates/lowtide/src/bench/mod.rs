@@ -423,7 +423,11 @@ fn versus(a: &[Transfer], b: &[Transfer], f: impl Fn(&Transfer) -> f64) -> Versu
 
 /// [`versus`] of a figure some transfers may lack (`None` if any does). A ratio whose raw TCP
 /// figure is 0 is left out of the median (`null` if none is left).
-fn versus_opt(a: &[Transfer], b: &[Transfer], f: impl Fn(&Transfer) -> Option<f64>) -> Option<Versus> {
+fn versus_opt(
+    a: &[Transfer],
+    b: &[Transfer],
+    f: impl Fn(&Transfer) -> Option<f64>,
+) -> Option<Versus> {
     let fa: Vec<f64> = a.iter().map(&f).collect::<Option<_>>()?;
     let fb: Vec<f64> = b.iter().map(&f).collect::<Option<_>>()?;
     let ratios: Vec<f64> = fa
@@ -435,7 +439,11 @@ fn versus_opt(a: &[Transfer], b: &[Transfer], f: impl Fn(&Transfer) -> Option<f6
     Some(Versus {
         lowtide: median(fa),
         raw_tcp: median(fb),
-        ratio: if ratios.is_empty() { f64::NAN } else { median(ratios) },
+        ratio: if ratios.is_empty() {
+            f64::NAN
+        } else {
+            median(ratios)
+        },
     })
 }
 
