@@ -7,8 +7,13 @@
 //! - **small messages**: 100-byte messages per second through one channel vs raw TCP with a
 //!   4-byte length prefix per message behind a 64 KB `BufWriter`;
 //! - **CPU per GB**: sender-thread CPU (`getrusage(RUSAGE_THREAD)`, user + system) per GB at
-//!   the same paced rate, MinBuf(1,3) and Unlimited, each against raw TCP. Goel et al.,
-//!   "Low-Latency Adaptive Streaming over TCP", §5.2 and Table I: MIN_BUF(1,0) cost 2.7× TCP.
+//!   the same paced rate, MinBuf(1,3) and Unlimited, each against raw TCP; for MinBuf also the
+//!   receiver thread and both ends ([`MachineCpu`]). Goel et al., "Low-Latency Adaptive
+//!   Streaming over TCP", §5.2 and Table I: MIN_BUF(1,0) cost 2.7× TCP.
+//!
+//! Which CPU figure is judged: both ends' ([`MachineCpu::both_ends_s_per_gb`]), since on
+//! loopback the kernel charges a segment's receive work to whichever thread runs on the CPU
+//! that sent it, so one thread's share depends on who happened to be in a system call.
 //!
 //! - **many channels** (`channels.rs`, `lowtide bench --channels N`): one server thread
 //!   streaming paced messages to N channels, memory per channel, CPU, p99 latency, against N
