@@ -647,3 +647,30 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
         goals,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_figure_without_readings_is_no_data_not_zero() {
+        let none = [Transfer::default()];
+        let m = machine_cpu(&none, &none);
+        assert!(m.both_ends_s_per_gb.is_none() && m.process_s_per_gb.is_none());
+        assert!(m.machine_s_per_gb.is_none() && m.ksoftirqd_s_per_gb.is_none());
+        assert!(m.sender_side_s_per_gb.is_none() && m.receiver_side_s_per_gb.is_none());
+        assert!(
+            both_ends_goal("x", &m).is_none(),
+            "no goal judged on no data"
+        );
+        let json = serde_json::to_value(m).unwrap();
+        assert!(json["both_ends_s_per_gb"].is_null());
+    }
+
+    #[test]
+    fn thread_share_goals_are_reported_not_judged() {
+        let g = thread_share_goal("receiver thread", 1.4);
+        assert!(!g.judged && !g.met);
+        assert!(goal("both ends", 1.0, "<= 1.3", true).judged);
+    }
+}
