@@ -4,7 +4,7 @@
 use clap::{Args, ValueEnum};
 
 use lowtide::bench::channels::ChannelsConfig;
-use lowtide::bench::{BenchConfig, BenchReport, Part, ThreadPlacement, Versus};
+use lowtide::bench::{BenchConfig, BenchReport, MachineCpu, Part, ThreadPlacement, Versus};
 
 /// A part of the benchmark, as named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -129,6 +129,33 @@ fn row(what: &str, unit: &str, v: &Versus) {
     );
 }
 
+/// A figure that may have no data: printed as such, never as 0.
+fn row_opt(what: &str, unit: &str, v: &Option<Versus>) {
+    match v {
+        Some(v) => row(what, unit, v),
+        None => println!("{what:<42} no data"),
+    }
+}
+
+fn machine_rows(m: &MachineCpu) {
+    row_opt(
+        "  both ends (process + ksoftirqd) CPU",
+        "s/GB",
+        &m.both_ends_s_per_gb,
+    );
+    row_opt(
+        "  whole process (both ends) CPU",
+        "s/GB",
+        &m.process_s_per_gb,
+    );
+    row_opt("  every CPU's busy time", "s/GB", &m.machine_s_per_gb);
+    row_opt("  ksoftirqd", "s/GB", &m.ksoftirqd_s_per_gb);
+    if m.sender_side_s_per_gb.is_some() || m.receiver_side_s_per_gb.is_some() {
+        row_opt("  sender's CPU busy", "s/GB", &m.sender_side_s_per_gb);
+        row_opt("  receiver's CPU busy", "s/GB", &m.receiver_side_s_per_gb);
+    }
+}
+
 fn print_table(r: &BenchReport) {
     let p = &r.provenance;
     println!(
@@ -142,19 +169,41 @@ fn print_table(r: &BenchReport) {
         row("  receiver CPU", "s/GB", &g.receiver_cpu_s_per_gb);
         row("  receiver wake-ups", "per GB", &g.receiver_wakeups_per_gb);
         row("  sender + receiver CPU", "s/GB", &g.both_cpu_s_per_gb);
-        let ratios = |f: fn(&lowtide::bench::BulkPair) -> f64| {
-            let v: Vec<String> = g.pairs.iter().map(|p| format!("{:.2}", f(p))).collect();
+        machine_rows(&g.machine);
+        let ratios = |f: fn(&lowtide::bench::BulkPair) -> Option<f64>| {
+            let v: Vec<String> = g
+                .pairs
+                .iter()
+                .map(|p| f(p).map_or("-".into(), |r| format!("{r:.2}")))
+                .collect();
             v.join(" ")
         };
         println!(
             "  per pair: receiver CPU ratio {}",
-            ratios(|p| p.receiver_cpu_s_per_gb.ratio)
+            ratios(|p| Some(p.receiver_cpu_s_per_gb.ratio))
         );
         println!(
             "  per pair: sender + receiver CPU ratio {}",
-            ratios(|p| p.both_cpu_s_per_gb.ratio)
+            ratios(|p| Some(p.both_cpu_s_per_gb.ratio))
         );
-        println!("  per pair: goodput ratio {}", ratios(|p| p.mb_s.ratio));
+        println!(
+            "  per pair: both ends CPU ratio {}",
+            ratios(|p| Some(p.machine.both_ends_s_per_gb?.ratio))
+        );
+        println!(
+            "  per pair: every CPU's busy time ratio {}",
+            ratios(|p| Some(p.machine.machine_s_per_gb?.ratio))
+        );
+        if g.machine.receiver_side_s_per_gb.is_some() {
+            println!(
+                "  per pair: receiver's CPU busy ratio {}",
+                ratios(|p| Some(p.machine.receiver_side_s_per_gb?.ratio))
+            );
+        }
+        println!(
+            "  per pair: goodput ratio {}",
+            ratios(|p| Some(p.mb_s.ratio))
+        );
     }
     if let Some(s) = &r.small_messages {
         let what = format!("{} B messages", p.config.small_message);
@@ -170,18 +219,27 @@ fn print_table(r: &BenchReport) {
         row(&format!("sender CPU {at}, MinBuf(1,3)"), "s/GB", &c.min_buf);
         row(&format!("sender CPU {at}, Unlimited"), "s/GB", &c.unlimited);
         row("  receiver CPU, MinBuf(1,3)", "s/GB", &c.receiver_min_buf);
+        row(
+            "  sender + receiver CPU, MinBuf(1,3)",
+            "s/GB",
+            &c.both_min_buf,
+        );
+        machine_rows(&c.machine_min_buf);
         println!(
             "  MinBuf / Unlimited {:.3}; achieved MB/s: MinBuf {:.1}, Unlimited {:.1}, raw TCP {:.1}",
             c.min_buf_vs_unlimited, c.achieved_mb_s[0], c.achieved_mb_s[1], c.achieved_mb_s[2]
         );
     }
     for g in &r.goals {
+        let verdict = match (g.judged, g.met) {
+            (true, true) => "met",
+            (true, false) => "NOT met",
+            (false, true) => "(thread share, not judged) within",
+            (false, false) => "(thread share, not judged) above",
+        };
         println!(
-            "goal: {:<40} {:>12.3} {:<8} {}",
-            g.what,
-            g.value,
-            g.bound,
-            if g.met { "met" } else { "NOT met" }
+            "goal: {:<44} {:>8.3} {:<8} {verdict}",
+            g.what, g.value, g.bound
         );
     }
 }

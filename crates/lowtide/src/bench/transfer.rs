@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::machine::{MachineUsage, Probe};
 use super::BenchConfig;
 use crate::{sys, Channel, ChannelConfig, Config, ControllerConfig, Error, StreamConfig};
 
@@ -21,7 +22,7 @@ pub(super) enum Pattern {
     Paced(usize, f64),
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Transfer {
     bytes: u64,
     msgs: u64,
@@ -29,6 +30,10 @@ pub(super) struct Transfer {
     sender_cpu: Duration,
     /// The receiving thread from the accepted connection on.
     receiver: sys::ThreadUsage,
+    /// The whole machine, from before the threads started to after both ended.
+    machine: MachineUsage,
+    /// Where the two threads ran.
+    cpus: Placement,
 }
 
 impl Transfer {
@@ -51,6 +56,40 @@ impl Transfer {
     /// Sender and receiver threads together.
     pub(super) fn both_cpu_s_per_gb(&self) -> f64 {
         (self.sender_cpu + self.receiver.cpu).as_secs_f64() / self.gb()
+    }
+    /// Every thread of the process: both ends, whichever was charged for the kernel's work.
+    pub(super) fn process_cpu_s_per_gb(&self) -> Option<f64> {
+        Some(self.machine.process?.as_secs_f64() / self.gb())
+    }
+    /// Both ends, whoever was charged: the whole process and `ksoftirqd`.
+    pub(super) fn both_ends_cpu_s_per_gb(&self) -> Option<f64> {
+        let m = &self.machine;
+        Some((m.process? + m.ksoftirqd?).as_secs_f64() / self.gb())
+    }
+    /// Every CPU's busy time (`/proc/stat`), including softirq work in any context.
+    pub(super) fn machine_cpu_s_per_gb(&self) -> Option<f64> {
+        Some(self.machine.busy()?.as_secs_f64() / self.gb())
+    }
+    /// Softirq work the kernel deferred to `ksoftirqd`.
+    pub(super) fn ksoftirqd_cpu_s_per_gb(&self) -> Option<f64> {
+        Some(self.machine.ksoftirqd?.as_secs_f64() / self.gb())
+    }
+    /// Busy time of the CPU the sender was pinned to (`None` unless the two ends ran on two
+    /// different CPUs).
+    pub(super) fn sender_side_cpu_s_per_gb(&self) -> Option<f64> {
+        self.side(0)
+    }
+    /// Busy time of the CPU the receiver was pinned to.
+    pub(super) fn receiver_side_cpu_s_per_gb(&self) -> Option<f64> {
+        self.side(1)
+    }
+    fn side(&self, end: usize) -> Option<f64> {
+        let cpus = self.cpus?;
+        if cpus[0] == cpus[1] {
+            return None;
+        }
+        let busy = self.machine.per_cpu.as_ref()?.get(cpus[end])?;
+        Some(busy.as_secs_f64() / self.gb())
     }
     fn gb(&self) -> f64 {
         (self.bytes as f64 / 1e9).max(1e-9)
@@ -89,20 +128,32 @@ fn spawn<T: Send + 'static>(
 /// connection on.
 type Received = (u64, u64, Duration, sys::ThreadUsage);
 
+/// Where a transfer ran and how the machine was read: `start` was read before its threads
+/// were spawned.
+pub(super) struct Run<'a> {
+    pub(super) probe: &'a Probe,
+    pub(super) cpus: Placement,
+}
+
 /// Joins a transfer's threads: the sender's CPU time; the receiver's bytes, messages, span
-/// and usage.
+/// and usage; the machine's usage since `start`.
 fn finish(
+    run: &Run<'_>,
+    start: super::machine::Reading,
     sender: thread::JoinHandle<Result<Duration, Error>>,
     receiver: thread::JoinHandle<Result<Received, Error>>,
 ) -> Result<Transfer, Error> {
     let sender_cpu = join(sender)?;
     let (bytes, msgs, span, receiver) = join(receiver)?;
+    let machine = run.probe.since(&start, &run.probe.read());
     Ok(Transfer {
         bytes,
         msgs,
         span,
         sender_cpu,
         receiver,
+        machine,
+        cpus: run.cpus,
     })
 }
 
@@ -117,8 +168,10 @@ pub(super) fn lowtide_transfer(
     mss: Option<u32>,
     pattern: Pattern,
     secs: f64,
-    cpus: Placement,
+    run: &Run<'_>,
 ) -> Result<Transfer, Error> {
+    let cpus = run.cpus;
+    let start = run.probe.read();
     let cfg = channel_cfg(bench, controller, mss);
     let (tx, rx) = mpsc::channel::<SocketAddr>();
     let server_cfg = cfg.clone();
@@ -169,7 +222,7 @@ pub(super) fn lowtide_transfer(
             })
         },
     );
-    finish(sender, receiver)
+    finish(run, start, sender, receiver)
 }
 
 async fn drive_sender(ch: &Channel, pattern: Pattern, secs: f64) -> Result<(), Error> {
@@ -217,8 +270,10 @@ pub(super) fn raw_transfer(
     pattern: Pattern,
     framed: bool,
     secs: f64,
-    cpus: Placement,
+    run: &Run<'_>,
 ) -> Result<Transfer, Error> {
+    let cpus = run.cpus;
+    let start = run.probe.read();
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
         .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
     if let Some(m) = mss {
@@ -349,7 +404,7 @@ pub(super) fn raw_transfer(
             Ok(cpu)
         },
     );
-    finish(sender, receiver)
+    finish(run, start, sender, receiver)
 }
 
 fn channel_cfg(cfg: &BenchConfig, controller: ControllerConfig, mss: Option<u32>) -> ChannelConfig {
