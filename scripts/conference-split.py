@@ -48,13 +48,13 @@ def read_pcap(path):
     """(wall-clock seconds, Ethernet frame) for every packet of a pcap file."""
     with open(path, "rb") as f:
         data = f.read()
-    magic = struct.unpack("<I", data[:4])[0]
-    if magic == 0xA1B2C3D4:
-        scale, endian = 1e-6, "<"
-    elif magic == 0xA1B23C4D:
-        scale, endian = 1e-9, "<"
-    else:
-        sys.exit(f"{path}: not a little-endian pcap file")
+    scale, endian = None, None
+    for e in "<>":
+        magic = struct.unpack(e + "I", data[:4])[0]
+        if magic in (0xA1B2C3D4, 0xA1B23C4D):
+            scale, endian = (1e-6 if magic == 0xA1B2C3D4 else 1e-9), e
+    if endian is None:
+        sys.exit(f"{path}: not a pcap file")
     out, pos = [], 24
     while pos + 16 <= len(data):
         sec, frac, incl, _ = struct.unpack(endian + "IIII", data[pos:pos + 16])
@@ -151,8 +151,8 @@ def varint(b, i):
 
 
 def messages(b, end):
-    """(stream, seq) -> [first byte, end, importance, media header] of every message's data
-    frames in a lowtide byte stream (docs/wire.md), up to `end`."""
+    """(stream, seq) -> [its first frame's first byte, its last byte + 1, importance, media
+    header] of every message in a lowtide byte stream (docs/wire.md), up to `end`."""
     if b[:4] != b"LWTD":
         return {}
     i = 5
@@ -162,6 +162,7 @@ def messages(b, end):
     out = {}
     try:
         while i < end:
+            frame_start = i
             kind, i = varint(b, i)
             if kind == 3 or kind == 4:
                 stream, i = varint(b, i)
@@ -175,7 +176,7 @@ def messages(b, end):
                 n, i = varint(b, i)
                 m = out.setdefault((stream, seq), [i, i + n, None, None])
                 if kind == 3:
-                    m[0], m[2], m[3] = i, imp, b[i:i + 10]
+                    m[0], m[2], m[3] = frame_start, imp, b[i:i + 10]
                 m[1] = i + n
                 i += n
             elif kind in (1, 6):
@@ -236,9 +237,13 @@ def main():
         floor_t = [t for t, _ in floor]
 
         def floor_at(t):
+            """The probes' one-way latency, s, at a bottleneck exit at `t`: interpolated
+            between the probes that left just before and just after."""
             i = bisect.bisect_left(floor_t, t)
-            near = [j for j in (i - 1, i) if 0 <= j < len(floor)]
-            return min((floor[j] for j in near), key=lambda x: abs(x[0] - t))[1] / 1e3
+            if i == 0 or i == len(floor):
+                return floor[min(i, len(floor) - 1)][1] / 1e3
+            (t0, l0), (t1, l1) = floor[i - 1], floor[i]
+            return (l0 + (l1 - l0) * (t - t0) / (t1 - t0)) / 1e3 if t1 > t0 else l0 / 1e3
 
         # Calibration: a probe's receipt minus its exit from the bottleneck (the receiver's
         # UDP socket and thread); large or negative means the clocks do not line up.
@@ -267,7 +272,7 @@ def main():
               f"the one used, {len(msgs)} messages decoded; probe receipt - exit p50 "
               f"{quantile(cal, 0.5):.2f} ms, p99 {quantile(cal, 0.99):.2f} ms ({len(cal)} probes)")
         parts = ["lowtide's queue", "unsent ahead", "own bytes", "network", "in-order wait",
-                 "receiver"]
+                 "receiver", "(kernel: both)"]
         for name, which in (("base", lambda l: l == 0), ("enhancement", lambda l: l > 0)):
             split, lat, ahead, missing = defaultdict(list), [], [], 0
             for r in rows:
@@ -288,7 +293,8 @@ def main():
                 prev = st.exit(s0 - 1) - floor_at(st.exit(s0 - 1)) if s0 > 0 else w
                 got = st.in_order(e0 - 1)
                 own_from = max(w, prev)
-                vals = [w - c, max(prev - w, 0.0), dep - own_from, fl, got - x, arr - got]
+                vals = [w - c, max(prev - w, 0.0), dep - own_from, fl, got - x, arr - got,
+                        dep - w]
                 for p, val in zip(parts, vals):
                     split[p].append(val * 1e3)
                 lat.append((arr - c) * 1e3)
