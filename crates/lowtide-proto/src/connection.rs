@@ -1442,9 +1442,6 @@ impl Connection {
                     };
                     let low = d.limit.saturating_sub(r.bytes(mss));
                     d = crate::controller::decide_for_limit(low, tcp, &app, now);
-                    if let Wake::At(_) = d.wake {
-                        d.wake = Wake::At(now + r.poll_interval(tcp));
-                    }
                 }
             }
         }

@@ -18,13 +18,14 @@
 //!   important message of up to that size finds room in the window itself and waits for no
 //!   ACK. The price is that much of the window for the less important data.
 //! - `segments = b`: MIN_BUF(a, 0) for the less important data, MIN_BUF(a, b) for the
-//!   important: the less important data never waits unsent in the kernel, so an important
+//!   important: the less important data does not wait unsent in the kernel, so an important
 //!   message finds no unsent bytes ahead of it, only the window's own wait.
 //!
-//! With `segments >= b` the less important data is blocked by bytes in flight alone, and no
-//! kernel event says "an ACK freed room": its writer polls at a quarter of one segment's
-//! ACK time ([`ImportanceReserve::poll_interval`]; MIN_BUF's quarter RTT would leave the
-//! window short of full for most of every ACK interval).
+//! With `segments >= b` the less important data is blocked by bytes in flight alone, and its
+//! writer wakes by timer (a quarter RTT, at most 10 ms, as MIN_BUF when only in-flight bytes
+//! block it), since no kernel event says "an ACK freed room". (A poll at a quarter of one
+//! segment's ACK time instead was tried for `segments = b` and changed nothing measurable,
+//! in the simulation or in a quick lab run: `docs/failover.md`.)
 //!
 //! Paceline orders the data it has not written by importance; this carries that order into
 //! the part of the kernel's queue a latency controller keeps for itself.
@@ -51,19 +52,13 @@
 //! assert!(r.covers(7) && !r.covers(6));
 //! ```
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use crate::config::{check_range, ConfigError};
-use crate::controller::{ControllerConfig, TcpState};
+use crate::controller::ControllerConfig;
 
 /// Most segments a reserve may hold back.
 const MAX_SEGMENTS: u32 = 16;
-
-/// Bounds of [`ImportanceReserve::poll_interval`].
-const MIN_POLL: Duration = Duration::from_micros(250);
-const MAX_POLL: Duration = Duration::from_millis(10);
 
 /// `importance_reserve = { segments = 2, min_importance = 7 }`, checked by
 /// [`ImportanceReserve::validate`] against the controller.
@@ -85,27 +80,6 @@ impl ImportanceReserve {
     /// Whether a message of `importance` may use the reserve.
     pub fn covers(&self, importance: u8) -> bool {
         importance >= self.min_importance
-    }
-
-    /// How long the writer sleeps when the reserve holds the less important data back and
-    /// only bytes in flight block it (no kernel event says that an ACK freed room): a quarter
-    /// of one segment's ACK time, `srtt / cwnd / 4`, within 0.25 to 10 ms. MIN_BUF's own
-    /// fallback, a quarter RTT, would leave the window short of full for most of an ACK
-    /// interval each time, and with `segments >= b` that is every ACK (module doc).
-    ///
-    /// ```
-    /// use lowtide_proto::reserve::ImportanceReserve;
-    /// use lowtide_proto::TcpState;
-    /// use std::time::Duration;
-    /// let r = ImportanceReserve { segments: 3, min_importance: 7 };
-    /// let tcp = TcpState { cwnd: 8, rtt: Duration::from_millis(88), ..TcpState::default() };
-    /// assert_eq!(r.poll_interval(&tcp), Duration::from_micros(2750));
-    /// ```
-    pub fn poll_interval(&self, tcp: &TcpState) -> Duration {
-        if tcp.rtt.is_zero() {
-            return Duration::from_millis(1);
-        }
-        (tcp.rtt / tcp.cwnd.max(1) / 4).clamp(MIN_POLL, MAX_POLL)
     }
 
     /// Checks the reserve: 1 to 16 segments, cut from a limit-based controller (MIN_BUF or

@@ -125,8 +125,7 @@ fn a_reserve_larger_than_b_keeps_headroom_in_the_window() {
 fn a_reserve_of_b_segments_leaves_no_unsent_bytes_ahead_of_the_base_and_the_window_full() {
     let plain = conference(None);
     // MIN_BUF(1, 0) for layers 1-7, MIN_BUF(1, 3) for the base: the less important layers
-    // are blocked by bytes in flight alone, and their writer polls at a quarter of one
-    // segment's ACK time (0.5 ms here; a quarter RTT, 10 ms, left the window short).
+    // never wait unsent in the kernel, and (the ACKs coming 4 ms apart) keep the window full.
     let three = conference(Some(ImportanceReserve {
         segments: 3,
         min_importance: 7,
