@@ -259,6 +259,10 @@ def main():
             continue
         key, segs = max(conns, key=lambda c: sum(len(p[3]) for p in c[1]))
         st = Stream(segs)
+        # The ACKs of that connection as they reached the sender (the reverse link's exit).
+        back, _ = packets(f"{trial}/reverse.pcap", start_wall)
+        src, sport, dst, dport = key
+        acks = sorted(t for t, _, _, _ in back.get((dst, dport, src, sport), []))
         msgs = messages(st.bytes, st.complete)
         adus = {}
         for (_, seq), (s0, e0, imp, hdr) in msgs.items():
@@ -274,7 +278,8 @@ def main():
         parts = ["lowtide's queue", "unsent ahead", "own bytes", "network", "in-order wait",
                  "receiver", "(kernel: both)"]
         for name, which in (("base", lambda l: l == 0), ("enhancement", lambda l: l > 0)):
-            split, lat, ahead, missing = defaultdict(list), [], [], 0
+            split, lat, ahead, missing, gaps = defaultdict(list), [], [], 0, []
+            by_adu = []
             for r in rows:
                 layer = int(r["layer"])
                 if not which(layer):
@@ -298,6 +303,7 @@ def main():
                 for p, val in zip(parts, vals):
                     split[p].append(val * 1e3)
                 lat.append((arr - c) * 1e3)
+                by_adu.append(((arr - c) * 1e3, [v * 1e3 for v in vals]))
                 # Bytes of the stream before this ADU that had not left the sender at its
                 # write: departures grow with the offset but for repairs, so search by offset.
                 lo, hi = 0, s0
@@ -309,18 +315,36 @@ def main():
                     else:
                         hi = mid
                 ahead.append((s0 - lo) / MSS)
+                # A check of the departure estimate: the kernel sends a segment at its write
+                # or when an ACK frees the window, so a right estimate lies just after one of
+                # the two (an estimate off by X ms lies anywhere in the ACK interval).
+                i = bisect.bisect_right(acks, dep + 0.0005) - 1
+                last = max(w, acks[i]) if i >= 0 else w
+                if last <= dep + 0.0005:
+                    gaps.append((dep - last) * 1e3)
             if not lat:
                 continue
             fp = quantile([l for _, l in floor], 0.5)
             print(f"{name}: {len(lat)} ADUs ({missing} not found in the pcap); latency p50 "
                   f"{quantile(lat, 0.5):.1f} ms, the trial's floor p50 {fp:.1f} ms, above it "
                   f"{quantile(lat, 0.5) - fp:.1f} ms")
-            print("  %-16s %7s %7s %7s %7s" % ("part", "mean", "p50", "p90", "p99"))
-            for p in parts:
+            # The median's own split: the mean parts of the ADUs whose latency lies within
+            # 2.5 ms of the median (these add up to their mean latency).
+            mid = quantile(lat, 0.5)
+            near = [v for l, v in by_adu if abs(l - mid) <= 2.5]
+            print("  %-16s %7s %7s %7s %7s %12s" % ("part", "mean", "p50", "p90", "p99",
+                                                   "at the p50"))
+            for k, p in enumerate(parts):
                 xs = split[p]
-                print("  %-16s %7.1f %7.1f %7.1f %7.1f" % (
+                print("  %-16s %7.1f %7.1f %7.1f %7.1f %12.1f" % (
                     p, sum(xs) / len(xs), quantile(xs, 0.5), quantile(xs, 0.9),
-                    quantile(xs, 0.99)))
+                    quantile(xs, 0.99), sum(v[k] for v in near) / max(len(near), 1)))
+            print(f"  (at the p50: the mean of the {len(near)} ADUs within 2.5 ms of the median)")
+            if gaps:
+                print("  its last byte's estimated departure after the write or ACK that sent it:"
+                      " p50 %.2f, p90 %.2f ms (ACKs %.1f ms apart at the median)" % (
+                          quantile(gaps, 0.5), quantile(gaps, 0.9),
+                          quantile([b - a for a, b in zip(acks, acks[1:])], 0.5) * 1e3))
             print("  segments of the stream ahead of it unsent at its write: p50 %.1f, p90 %.1f,"
                   " none for %d%%" % (quantile(ahead, 0.5), quantile(ahead, 0.9),
                                       100 * sum(x < 0.05 for x in ahead) / len(ahead)))

@@ -145,7 +145,8 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         text = only_variants(&text, &names)?;
     }
     let folder = args.file.parent().unwrap_or(std::path::Path::new("."));
-    let special = lowtide_lab::rdc::is_rdc_scenario(&text) || lowtide_lab::bwss::is_bwss_scenario(&text);
+    let special =
+        lowtide_lab::rdc::is_rdc_scenario(&text) || lowtide_lab::bwss::is_bwss_scenario(&text);
     anyhow::ensure!(
         !(special && args.pcap),
         "--pcap is for the lab's own scenarios, not RDC or BWSS ones"

@@ -761,7 +761,10 @@ fn run_trial(
         let written = std::fs::write(dir.join("start.txt"), format!("{secs:.6}\n"))
             .and_then(|()| std::fs::write(dir.join("variants.txt"), names));
         if let Err(e) = written {
-            return failed(LabError::io("writing the trial's start and variants for the pcap", e));
+            return failed(LabError::io(
+                "writing the trial's start and variants for the pcap",
+                e,
+            ));
         }
     }
     let stop_flag = Arc::new(AtomicBool::new(false));

@@ -1591,14 +1591,6 @@ controller = { min_buf = { a = 1, b = 3 } }
         };
         assert_eq!(reserve("MinBuf(1,3)+failover+reserve 2"), Some((2, 7)));
         assert_eq!(reserve("MinBuf(1,3)+reserve 5"), Some((5, 7)));
-        // The base's headroom: the whole of MIN_BUF's b, beside a 25 ms age budget.
-        let headroom = "MinBuf(1,3)+failover+age cancel 25+reserve 3";
-        assert_eq!(reserve(headroom), Some((3, 7)));
-        let v = s.variants.iter().find(|v| v.name == headroom).unwrap();
-        assert_eq!(
-            s.conference_videos(v)[0].age_cancel,
-            Some(std::time::Duration::from_millis(25))
-        );
         let timed = text.replace(
             "importance_reserve = { segments = 2, min_importance = 7 }",
             "importance_reserve = { segments = 2, min_importance = 7, timed = true }",

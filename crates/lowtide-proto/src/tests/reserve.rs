@@ -130,10 +130,7 @@ fn a_reserve_of_b_segments_leaves_no_unsent_bytes_ahead_of_the_base_and_the_wind
         segments: 3,
         min_importance: 7,
     }));
-    let (p50, t50) = (
-        quantile(&plain.base_ms, 0.5),
-        quantile(&three.base_ms, 0.5),
-    );
+    let (p50, t50) = (quantile(&plain.base_ms, 0.5), quantile(&three.base_ms, 0.5));
     eprintln!(
         "base p50 {p50:.1} -> {t50:.1} ms; delivered {} -> {} bytes",
         plain.delivered, three.delivered
