@@ -235,6 +235,9 @@ def main():
             for r in floor_rows if r["censored"] == "0" and r["trial"] == str(int(n) - 1)
         )
         floor_t = [t for t, _ in floor]
+        if not floor:
+            print(f"{trial} ({v}): no floor probe delivered in this trial: no split")
+            continue
 
         def floor_at(t):
             """The probes' one-way latency, s, at a bottleneck exit at `t`: interpolated
