@@ -34,6 +34,7 @@ import argparse
 import bisect
 import csv
 import glob
+import os
 import struct
 import sys
 from collections import defaultdict
@@ -209,6 +210,9 @@ def main():
     ap.add_argument("--from-s", type=float, default=10.0)
     ap.add_argument("--to-s", type=float, default=55.0)
     a = ap.parse_args()
+    for need in ("adus.csv", "messages.csv"):
+        if not os.path.exists(f"{a.run}/{need}"):
+            sys.exit(f"{a.run}/{need} is missing: not a conference run folder")
     with open(f"{a.run}/adus.csv") as f:
         all_adus = list(csv.DictReader(f))
     with open(f"{a.run}/messages.csv") as f:
