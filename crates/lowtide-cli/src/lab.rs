@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// others are left out too.
     #[arg(long)]
     variant: Vec<String>,
+    /// Write every packet leaving the bottleneck, per trial, to OUT/pcap/trial-N/ (forward.pcap,
+    /// reverse.pcap, start.txt: the trial's start on the pcap's wall clock); for
+    /// scripts/conference-split.py. About 90 MB per minute at 12 Mbit/s.
+    #[arg(long)]
+    pcap: bool,
 }
 
 /// Splits a `--variant` list at the commas outside parentheses (variant names such as
@@ -141,6 +146,12 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         text = only_variants(&text, &names)?;
     }
     let folder = args.file.parent().unwrap_or(std::path::Path::new("."));
+    let special =
+        lowtide_lab::rdc::is_rdc_scenario(&text) || lowtide_lab::bwss::is_bwss_scenario(&text);
+    anyhow::ensure!(
+        !(special && args.pcap),
+        "--pcap is for the lab's own scenarios, not RDC or BWSS ones"
+    );
     if lowtide_lab::rdc::is_rdc_scenario(&text) {
         return run_rdc(&args, &text, folder);
     }
@@ -183,6 +194,7 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         runs: args.runs,
         overrides,
         out_dir,
+        pcap: args.pcap,
         ..LabOptions::default()
     };
     println!(
@@ -325,6 +337,7 @@ fn run_sweep(
         quick: args.quick,
         runs: args.runs,
         out_dir,
+        pcap: args.pcap,
         ..LabOptions::default()
     };
     println!(

@@ -50,6 +50,11 @@ pub struct LabOptions {
     /// Queue and congestion-control changes for sensitivity runs.
     pub overrides: Overrides,
     pub out_dir: PathBuf,
+    /// Write every packet leaving each bottleneck direction (`forward.pcap`, `reverse.pcap`)
+    /// into `OUT/pcap/trial-N/`, with `start.txt` (the wall clock at the trial's start, which
+    /// the pcap's timestamps use, so packets line up with the run's records) and
+    /// `variants.txt` (the trial's variants, one a line).
+    pub pcap: bool,
     /// For tests of failure handling only: the forward link's rate cell fails this many
     /// seconds into every trial, as a bug in a cell would.
     #[doc(hidden)]
@@ -82,6 +87,12 @@ pub fn run(
             }
         }
     }
+    // An earlier run's packets in a reused `--out` must not pass for this run's.
+    let pcap_root = opts.out_dir.join("pcap");
+    if pcap_root.is_dir() {
+        std::fs::remove_dir_all(&pcap_root)
+            .map_err(|e| LabError::io(format!("removing the old {}", pcap_root.display()), e))?;
+    }
     progress("measuring this machine's timer wake-up noise (2 s)");
     let inputs = summary_inputs(&checked, opts, &[wakeup_noise()]);
     let mut records = vec![];
@@ -99,11 +110,17 @@ pub fn run(
             names.join(", ")
         );
         let seed = s.run.seed + u64::from(run) - 1;
+        let pcap_dir = opts
+            .pcap
+            .then(|| opts.out_dir.join("pcap").join(format!("trial-{}", k + 1)));
         let TrialOutcome { mut record, error } = run_trial(
             &checked,
             &variants,
             seed,
-            opts.emulator_fault_at_s,
+            TrialOptions {
+                fault_at_s: opts.emulator_fault_at_s,
+                pcap_dir,
+            },
             &label,
             &mut progress,
         );
@@ -680,12 +697,23 @@ struct TrialOutcome {
     error: Option<LabError>,
 }
 
+/// What one trial does besides measuring.
+struct TrialOptions {
+    /// The forward link's rate cell fails this many seconds in (tests only).
+    fault_at_s: Option<f64>,
+    /// Write the bottleneck's pcaps and the trial's start here.
+    pcap_dir: Option<PathBuf>,
+}
+
 /// One emulated network: cross traffic, floor probe and the streams of `variants`.
 fn run_trial(
     checked: &Checked,
     variants: &[usize],
     seed: u64,
-    fault_at_s: Option<f64>,
+    TrialOptions {
+        fault_at_s,
+        pcap_dir,
+    }: TrialOptions,
     label: &str,
     progress: &mut impl FnMut(&str),
 ) -> TrialOutcome {
@@ -695,10 +723,15 @@ fn run_trial(
         record: TrialRecord::default(),
         error: Some(e),
     };
+    if let Some(dir) = &pcap_dir {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return failed(LabError::io("creating the pcap folder", e));
+        }
+    }
     let net = match Dumbbell::new(
         s.topology.clone(),
         RunOptions {
-            pcap_dir: None,
+            pcap_dir: pcap_dir.clone(),
             seed,
         },
     ) {
@@ -714,6 +747,26 @@ fn run_trial(
     let duration = Duration::from_secs_f64(s.run.duration_s);
     let start = Instant::now() + LEAD_IN;
     let end = start + duration;
+    if let Some(dir) = &pcap_dir {
+        // The pcap's timestamps are the wall clock; the records count from `start`.
+        let wall = std::time::SystemTime::now() + start.saturating_duration_since(Instant::now());
+        let secs = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let names: String = variants
+            .iter()
+            .map(|&i| format!("{}\n", s.variants[i].name))
+            .collect();
+        let written = std::fs::write(dir.join("start.txt"), format!("{secs:.6}\n"))
+            .and_then(|()| std::fs::write(dir.join("variants.txt"), names));
+        if let Err(e) = written {
+            return failed(LabError::io(
+                "writing the trial's start and variants for the pcap",
+                e,
+            ));
+        }
+    }
     let stop_flag = Arc::new(AtomicBool::new(false));
     // Whatever ends this trial (an error, a panic) stops its threads too.
     let _stop_on_exit = StopOnDrop(stop_flag.clone());

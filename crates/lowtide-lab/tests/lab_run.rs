@@ -77,6 +77,8 @@ fn min_buf_beats_plain_tcp_on_latency_and_video_without_giving_up_goodput() {
         runs: None,
         overrides: Default::default(),
         out_dir: out.clone(),
+        // Also the bottleneck's packets, checked below.
+        pcap: true,
         emulator_fault_at_s: None,
     };
     let run = runner::run(&checked, &opts, |_| {}).expect("the lab runs (as root)");
@@ -158,6 +160,31 @@ fn min_buf_beats_plain_tcp_on_latency_and_video_without_giving_up_goodput() {
     ] {
         assert!(out.join(f).exists(), "{f} missing in {}", out.display());
     }
+    // --pcap: the one side-by-side trial's packets, its start on their clock, its variants.
+    let trial = out.join("pcap").join("trial-1");
+    for f in ["forward.pcap", "reverse.pcap"] {
+        let len = std::fs::metadata(trial.join(f)).map_or(0, |m| m.len());
+        assert!(len > 100_000, "{f}: {len} bytes");
+    }
+    let start: f64 = std::fs::read_to_string(trial.join("start.txt"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        start < now && now - start < 600.0,
+        "start {start}, now {now}"
+    );
+    let names = std::fs::read_to_string(trial.join("variants.txt")).unwrap();
+    assert_eq!(
+        names.lines().count(),
+        checked.scenario.variants.len(),
+        "{names}"
+    );
     let again = runner::recompute(&out).unwrap();
     assert!(again.differences.is_empty(), "{:#?}", again.differences);
     std::fs::remove_dir_all(&out).unwrap();

@@ -16,9 +16,19 @@
 //!   segments ahead of it; the less important data keeps the window full as before.
 //! - `segments > b`: the less important data stays `segments − b` segments below cwnd, so an
 //!   important message of up to that size finds room in the window itself and waits for no
-//!   ACK. The price is that much of the window for the less important data, and its writer
-//!   wakes by timer (a quarter RTT, at most 10 ms, as MIN_BUF when only in-flight bytes block
-//!   it), since no kernel event says "an ACK freed room".
+//!   ACK. The price is that much of the window for the less important data.
+//! - `segments = b`: MIN_BUF(a, 0) for the less important data, MIN_BUF(a, b) for the
+//!   important: the less important data does not wait unsent in the kernel, so an important
+//!   message finds no unsent bytes ahead of it, only the window's own wait. On Fig. 6's
+//!   congested link (with age cancellation, at full scale) this did not lower the base
+//!   layer's median and cost a tenth of the enhancement layers: cubic's window changes and
+//!   losses still leave a segment unsent ahead half the time (`docs/failover.md`).
+//!
+//! With `segments >= b` the less important data is blocked by bytes in flight alone, and its
+//! writer wakes by timer (a quarter RTT, at most 10 ms, as MIN_BUF when only in-flight bytes
+//! block it), since no kernel event says "an ACK freed room". (A poll at a quarter of one
+//! segment's ACK time instead was tried for `segments = b` and changed nothing measurable,
+//! in the simulation or in a quick lab run, so it is not kept: `docs/failover.md`.)
 //!
 //! Paceline orders the data it has not written by importance; this carries that order into
 //! the part of the kernel's queue a latency controller keeps for itself.

@@ -122,6 +122,32 @@ fn a_reserve_larger_than_b_keeps_headroom_in_the_window() {
 }
 
 #[test]
+fn a_reserve_of_b_segments_leaves_no_unsent_bytes_ahead_of_the_base_and_the_window_full() {
+    let plain = conference(None);
+    // MIN_BUF(1, 0) for layers 1-7, MIN_BUF(1, 3) for the base: the less important layers
+    // never wait unsent in the kernel, and (the ACKs coming 4 ms apart) keep the window full.
+    let three = conference(Some(ImportanceReserve {
+        segments: 3,
+        min_importance: 7,
+    }));
+    let (p50, t50) = (quantile(&plain.base_ms, 0.5), quantile(&three.base_ms, 0.5));
+    eprintln!(
+        "base p50 {p50:.1} -> {t50:.1} ms; delivered {} -> {} bytes",
+        plain.delivered, three.delivered
+    );
+    assert_eq!(three.base_ms.len(), 300);
+    // Three unsent segments fewer ahead of the base: 12 ms at one segment every 4 ms; allow
+    // a third of it for header bytes and the ACK clock's phase.
+    assert!(t50 + 8.0 <= p50, "median {p50:.1} -> {t50:.1} ms");
+    assert!(
+        three.delivered as f64 >= 0.95 * plain.delivered as f64,
+        "{} -> {} bytes",
+        plain.delivered,
+        three.delivered
+    );
+}
+
+#[test]
 fn a_reserve_the_controller_cannot_give_is_refused_when_built() {
     let cfg = Config {
         controller: ControllerConfig::MinBuf { a: 1, b: 3 },
