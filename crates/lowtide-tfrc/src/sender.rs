@@ -137,9 +137,10 @@ pub struct RateControl {
     rate_limited: bool,
     /// Nothing was sent since the no-feedback timer was last set.
     idle_since_timer: bool,
-    /// The last data packet's slot in the schedule and its length: the next may leave
-    /// `len / X` later, with `X` as it is then (a rate change applies at once).
-    last_slot: Option<(Instant, usize)>,
+    /// The slot in the schedule of the last data packet (of the last burst's first), and the
+    /// bytes and packets sent from it: the next may leave `bytes / X` later, with `X` as it is
+    /// then (a rate change applies at once).
+    last_slot: Option<(Instant, usize, u32)>,
     /// Packets per burst ([`RateControl::with_send_burst`]; 1: evenly paced).
     burst: u32,
     /// Packets of the current burst that may still leave before their slots.
@@ -258,16 +259,18 @@ impl RateControl {
         self.slot_due()
     }
 
-    /// The next packet's slot in the schedule (`t_ipi = s/X` after the last one's slot).
+    /// The next packet's slot in the schedule (`t_ipi = s/X` after the last one's slot, or
+    /// the whole burst's bytes over `X` after the burst's first).
     fn slot_due(&self) -> Option<Instant> {
-        self.last_slot.map(|(t, len)| t + self.interval(len))
+        self.last_slot
+            .map(|(t, bytes, packets)| t + self.interval(bytes, packets))
     }
 
-    /// `t_ipi` after a packet of `len` bytes (TFRC-SP: at least 10 ms).
-    fn interval(&self, len: usize) -> Duration {
-        let ipi = Duration::from_secs_f64(len.max(1) as f64 / self.x);
+    /// The time `bytes` in `packets` take at `X` (TFRC-SP: at least 10 ms per packet).
+    fn interval(&self, bytes: usize, packets: u32) -> Duration {
+        let ipi = Duration::from_secs_f64(bytes.max(1) as f64 / self.x);
         if self.small_packets {
-            ipi.max(small_packets::MIN_INTERVAL)
+            ipi.max(small_packets::MIN_INTERVAL * packets)
         } else {
             ipi
         }
@@ -283,21 +286,26 @@ impl RateControl {
 
     /// A data packet of `len` bytes with timestamp `ts_us` left at `now`.
     pub fn on_sent(&mut self, now: Instant, len: usize, ts_us: u64) {
-        let ipi = self.interval(len);
-        // A packet sent a little late keeps the schedule (timer granularity must not lower the
-        // rate); after an idle period the schedule restarts from now (no credit).
-        let slot = match self.slot_due() {
-            Some(t) if now <= t + ipi => t,
-            _ => now,
-        };
-        // a packet ahead of its slot is part of the burst its predecessor opened; one at its
-        // slot opens the next burst
-        self.burst_left = if now < slot && self.burst_left > 0 {
-            self.burst_left - 1
-        } else {
-            self.burst - 1
-        };
-        self.last_slot = Some((slot, len));
+        let ipi = self.interval(len, 1);
+        match (self.slot_due(), self.last_slot.as_mut()) {
+            // ahead of its slot: part of the burst the last slot opened
+            (Some(due), Some(last)) if self.burst_left > 0 && now < due => {
+                self.burst_left -= 1;
+                last.1 += len;
+                last.2 += 1;
+            }
+            (due, _) => {
+                // A packet sent a little late keeps the schedule (timer granularity must not
+                // lower the rate); after an idle period the schedule restarts from now (no
+                // credit).
+                let slot = match due {
+                    Some(t) if now <= t + ipi => t,
+                    _ => now,
+                };
+                self.last_slot = Some((slot, len, 1));
+                self.burst_left = self.burst - 1;
+            }
+        }
         // (never above the segment size: the equation's rate stays within what `s` allows)
         let size = (len.max(1) as f64).min(self.s);
         self.mean_size += SIZE_WEIGHT * (size - self.mean_size);
@@ -863,6 +871,15 @@ mod tests {
             rc.on_sent(t, 1000, 2_000_000 + i);
         }
         assert!(rc.next_send_time(t) >= t + Duration::from_millis(39));
+        // a burst at one packet a second, then a higher rate: the next burst waits for the
+        // burst's bytes at the new rate (40 ms), not for the slow schedule's slots (4 s)
+        let mut rc = RateControl::new(1000, t0).with_send_burst(4);
+        for i in 0..4 {
+            assert_eq!(rc.next_send_time(t0), t0, "packet {i}");
+            rc.on_sent(t0, 1000, i + 1);
+        }
+        rc.on_handshake_rtt(Duration::from_millis(40));
+        assert_eq!(rc.next_send_time(t0), t0 + Duration::from_millis(40));
     }
 
 }
