@@ -881,5 +881,4 @@ mod tests {
         rc.on_handshake_rtt(Duration::from_millis(40));
         assert_eq!(rc.next_send_time(t0), t0 + Duration::from_millis(40));
     }
-
 }
