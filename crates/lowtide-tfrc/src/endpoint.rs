@@ -53,6 +53,9 @@ pub struct TfrcConfig {
     /// The initial window `W_init`: RFC 5348's `"rfc3390"` (the default) or `"rfc6928"`,
     /// TCP's ten segments (`crate::sender`).
     pub initial_window: InitialWindow,
+    /// Data packets per burst at the average rate (1, the default: evenly paced, as RFC 5348
+    /// §4.6 schedules them; more is an experiment, `crate::sender`).
+    pub send_burst: u32,
 }
 
 impl Default for TfrcConfig {
@@ -66,6 +69,7 @@ impl Default for TfrcConfig {
             small_packets: false,
             first_loss_seed: FirstLossSeed::default(),
             initial_window: InitialWindow::default(),
+            send_burst: 1,
         }
     }
 }
@@ -106,9 +110,19 @@ impl TfrcConfig {
                 "at least max_message_size",
             ));
         }
+        if !(1..=MAX_SEND_BURST).contains(&self.send_burst) {
+            return Err(ConfigError::new(
+                "tfrc.send_burst",
+                self.send_burst,
+                "1..=64",
+            ));
+        }
         self.buffer.validate()
     }
 }
+
+/// Largest [`TfrcConfig::send_burst`].
+pub const MAX_SEND_BURST: u32 = 64;
 
 /// What happened, for the application.
 #[derive(Debug, Clone, PartialEq)]
@@ -241,7 +255,8 @@ impl Endpoint {
         Ok(Self {
             rc: RateControl::new(cfg.segment_size, now)
                 .with_small_packets(cfg.small_packets)
-                .with_initial_window(cfg.initial_window),
+                .with_initial_window(cfg.initial_window)
+                .with_send_burst(cfg.send_burst),
             buffer: SendBuffer::new(cfg.buffer)?,
             receiver: Receiver::new(cfg.segment_size, cfg.small_packets, cfg.first_loss_seed),
             reasm: Reassembly::new(cfg.max_reassembly_bytes),

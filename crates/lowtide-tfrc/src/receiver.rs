@@ -5,10 +5,11 @@
 //!   When the feedback timer (one RTT, the sender's estimate from the packet header) expires
 //!   and data arrived since the last report, send feedback.
 //! - §6.3.1: at the first loss event the history is seeded with the interval that would give
-//!   the receive rate of the last RTT, `X_recv`, through the equation.
+//!   `X_target` through the equation: the maximum `X_recv` so far (RFC 3448 took the last
+//!   RTT's; in slow start the largest receive rate is about half the largest sending rate).
 //!
 //! Where we differ:
-//! - By default ([`FirstLossSeed::HalfReceiveRate`]) the seed targets half `X_recv`, as TCP
+//! - By default ([`FirstLossSeed::HalfReceiveRate`]) the seed targets half `X_target`, as TCP
 //!   halves its window at its first loss: the last RTT of slow start receives about the
 //!   bottleneck's rate, which the sender could not keep. [`FirstLossSeed::ReceiveRate`] is
 //!   the RFC's rule: for an application-limited stream, which receives exactly its bit rate,
@@ -16,13 +17,20 @@
 //!   seconds at the lab's 0.9 s RTT (`docs/dbat.md`). It stays an option until a
 //!   TCP-friendliness comparison of several runs decides the default (one run each: TFRC's
 //!   share 0.56 of cubic's with it, 0.63 without, `docs/tfrc.md`).
+//! - Before the first report with a rate, `X_target` is the receive rate of the interval so far.
+//!   Until 2026-11-24 it was the larger of the last report's `X_recv` and the interval so far:
+//!   for an application-limited stream whose first loss comes while the bottleneck queue
+//!   rises, that is below the stream's rate (77 kbit/s for the lab's 86 kbit/s rung), and
+//!   TFRC then ran below the stream for about two seconds (`docs/dbat.md`).
 //! - The seed's equation uses the mean size of the data packets received as `s`, as the
 //!   sender does (`crate::sender`); with TFRC-SP it is that variant's equation
 //!   ([`crate::small_packets`]), whose loss-interval rules the history then applies.
 //! - `X_recv` covers the time since the previous periodic report (at least one RTT). The
 //!   report the first data packet triggers carries `X_recv` = 0 (one packet has no rate; an
 //!   interval of the microseconds until the driver polled gave megabytes per second, which an
-//!   application-limited sender kept as its receive limit), and a report brought forward by a
+//!   application-limited sender kept as its receive limit); the first interval starts at that
+//!   report and leaves out the packet that marks its start (counting it put the first
+//!   interval's rate one packet high, 5 % for the lab's stream), and a report brought forward by a
 //!   loss event repeats the previous `X_recv` without starting a new interval, as Linux's
 //!   CCID 3 does (`ccid3_hc_rx_send_feedback`: "we do not have a reliable estimate").
 
@@ -38,10 +46,10 @@ use crate::{equation, small_packets};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FirstLossSeed {
-    /// Half the receive rate of the last RTT (as TCP halves its window).
+    /// Half the largest receive rate reported so far (as TCP halves its window).
     #[default]
     HalfReceiveRate,
-    /// The receive rate of the last RTT, as the RFC says.
+    /// The largest receive rate reported so far, as the RFC says.
     ReceiveRate,
 }
 
@@ -58,8 +66,10 @@ pub struct Receiver {
     /// Bytes and start of the current measurement interval.
     bytes_since_report: u64,
     interval_start: Option<Instant>,
-    /// The receive rate of the previous interval (for the §6.3.1 seed).
+    /// The receive rate of the previous interval (repeated by a loss event's report).
     last_x_recv: f64,
+    /// The largest receive rate reported so far (§6.3.1's `X_target`).
+    max_x_recv: f64,
     /// The last data packet: its timestamp and our arrival time.
     last_data: Option<(u64, Instant)>,
     rtt: Duration,
@@ -90,6 +100,7 @@ impl Receiver {
             bytes_since_report: 0,
             interval_start: None,
             last_x_recv: 0.0,
+            max_x_recv: 0.0,
             last_data: None,
             rtt: DEFAULT_RTT,
             feedback_due: None,
@@ -116,10 +127,14 @@ impl Receiver {
         }
         self.s += crate::sender::SIZE_WEIGHT * ((len.max(1) as f64).min(self.segment) - self.s);
         let (s, rtt, small_packets) = (self.s, self.rtt, self.small_packets);
-        let recent = self.current_rate(now).max(self.last_x_recv);
+        let x_target = if self.max_x_recv > 0.0 {
+            self.max_x_recv
+        } else {
+            self.current_rate(now)
+        };
         let recent = match self.seed {
-            FirstLossSeed::HalfReceiveRate => recent / 2.0,
-            FirstLossSeed::ReceiveRate => recent,
+            FirstLossSeed::HalfReceiveRate => x_target / 2.0,
+            FirstLossSeed::ReceiveRate => x_target,
         };
         let arrival = self.history.on_packet(h.seq, now, self.rtt, || {
             // §6.3.1: the interval whose equation rate is the receive rate (or half of it)
@@ -183,7 +198,10 @@ impl Receiver {
             return None;
         }
         let x_recv = if self.reports == 0 {
-            // the first packet's report: one packet has no rate yet
+            // the first packet's report: one packet has no rate yet; the first interval starts
+            // here, without that packet (it only marks the start)
+            self.bytes_since_report = 0;
+            self.interval_start = Some(now);
             0.0
         } else if self.expedited && self.last_x_recv > 0.0 {
             // a loss event's report: the interval so far may be a few packets long
@@ -196,6 +214,7 @@ impl Receiver {
         };
         let p = self.history.loss_event_rate(now, self.rtt);
         self.last_x_recv = x_recv;
+        self.max_x_recv = self.max_x_recv.max(x_recv);
         self.last_p = p;
         self.expedited = false;
         self.feedback_due = Some(now + self.rtt);
@@ -249,9 +268,10 @@ mod tests {
         let seqs: Vec<u64> = reports.iter().map(|r| r.0).collect();
         assert_eq!(seqs, [18, 33, 51]);
         let rate = |i: usize| reports[i].1.x_recv as f64;
-        // packets 0-18 over the 0.72 s since the first arrival
+        // packets 1-18 over the 0.72 s since the first arrival (the first packet marks the
+        // start: counting it too gave 19 packets, 5 % above the stream's 11 kB/s)
         assert!(
-            (rate(0) / (19.0 * 440.0 / 0.72) - 1.0).abs() < 1e-3,
+            (rate(0) / (18.0 * 440.0 / 0.72) - 1.0).abs() < 1e-3,
             "{}",
             rate(0)
         );
@@ -262,6 +282,46 @@ mod tests {
             (rate(2) / (32.0 * 440.0 / 1.32) - 1.0).abs() < 1e-3,
             "{}",
             rate(2)
+        );
+    }
+
+    /// RFC 5348 §6.3.1 with a rising bottleneck queue (the lab's first loss event at full
+    /// scale): 440-byte packets sent every 40 ms (11 kB/s) at a 0.7 s RTT; from 9 s each
+    /// arrives 8 ms later than the one before it, so the last intervals receive 9.2 kB/s, and
+    /// packet 250 is lost. The seed targets the largest receive rate so far, the stream's;
+    /// the last interval's (the rule before) would put TFRC 16 % below the stream.
+    #[test]
+    fn the_first_interval_targets_the_largest_receive_rate_so_far() {
+        let rtt = Duration::from_millis(700);
+        let t0 = Instant::now();
+        let mut rx = Receiver::new(1200, true, FirstLossSeed::ReceiveRate);
+        let mut last_report = 0.0;
+        for seq in 0..260u64 {
+            let sent_ms = 40 * seq;
+            let queued_ms = (seq.saturating_sub(225)) * 8;
+            let t = t0 + Duration::from_millis(sent_ms + queued_ms);
+            if seq != 250 {
+                let h = DataHeader {
+                    seq,
+                    timestamp_us: 1_000 * sent_ms,
+                    rtt_us: 700_000,
+                };
+                rx.on_data(t, &h, 440).unwrap();
+            }
+            if let Some(fb) = rx.poll_feedback(t) {
+                if fb.p == 0.0 {
+                    last_report = fb.x_recv as f64;
+                }
+            }
+        }
+        assert_eq!(rx.history().loss_events, 1);
+        // the last report before the loss measured the slower arrivals
+        assert!(last_report < 0.9 * 11_000.0, "{last_report}");
+        let p = 1.0 / rx.history().intervals().next().unwrap() as f64;
+        let rate = small_packets::allowed_rate(440.0, rtt, p);
+        assert!(
+            (0.95..1.05).contains(&(rate / 11_000.0)),
+            "the seed's rate {rate} B/s, want the stream's 11,000"
         );
     }
 

@@ -17,6 +17,11 @@
 //!   at once after an idle period, never in a burst. The gap after a packet is computed with
 //!   the rate in force when the next one is due, so a higher `X` (the first feedback raises it
 //!   from one packet per second) applies at once.
+//! - [`RateControl::with_send_burst`] (an experiment, off by default) sends bursts of up to
+//!   `n` packets at the average rate `X`, up to `n − 1` packets ahead of the schedule. §4.6
+//!   lets a packet leave at most `t_delta = min(t_ipi, t_gran)/2` early, so beyond a pair
+//!   this is not the RFC's rule: it measures what an ACK clock's small bursts would change at
+//!   a drop-tail queue (`docs/tfrc.md`).
 //! - "Data-limited" (§4.3, §8.2) is judged by the sender: an interval is data-limited unless
 //!   a packet waited for the rate at some point since the previous feedback.
 //! - Between slow-start doublings (less than an RTT since the last) a lower receive limit
@@ -132,9 +137,14 @@ pub struct RateControl {
     rate_limited: bool,
     /// Nothing was sent since the no-feedback timer was last set.
     idle_since_timer: bool,
-    /// The last data packet's slot in the schedule and its length: the next may leave
-    /// `len / X` later, with `X` as it is then (a rate change applies at once).
-    last_slot: Option<(Instant, usize)>,
+    /// The slot in the schedule of the last data packet (of the last burst's first), and the
+    /// bytes and packets sent from it: the next may leave `bytes / X` later, with `X` as it is
+    /// then (a rate change applies at once).
+    last_slot: Option<(Instant, usize, u32)>,
+    /// Packets per burst ([`RateControl::with_send_burst`]; 1: evenly paced).
+    burst: u32,
+    /// Packets of the current burst that may still leave before their slots.
+    burst_left: u32,
     last_sent_us: Option<u64>,
     /// TFRC-SP (RFC 4828).
     small_packets: bool,
@@ -162,6 +172,8 @@ impl RateControl {
             rate_limited: false,
             idle_since_timer: true,
             last_slot: None,
+            burst: 1,
+            burst_left: 0,
             last_sent_us: None,
             small_packets: false,
             initial_window: InitialWindow::default(),
@@ -171,6 +183,15 @@ impl RateControl {
     /// With `W_init` from `w` (RFC 5348 §4.2's by default).
     pub fn with_initial_window(mut self, w: InitialWindow) -> Self {
         self.initial_window = w;
+        self
+    }
+
+    /// Data packets leave in bursts of up to `packets` (at least 1): the first when its slot
+    /// in the schedule is due, the rest of the burst at once, ahead of their slots; the next
+    /// burst waits for its first packet's slot. The average rate is `X` as before; the sender
+    /// is never more than `packets − 1` packets ahead of the evenly paced schedule.
+    pub fn with_send_burst(mut self, packets: u32) -> Self {
+        self.burst = packets.max(1);
         self
     }
 
@@ -230,16 +251,26 @@ impl RateControl {
         self.due().map_or(now, |t| t.max(now))
     }
 
-    /// When the next packet is due by the schedule (`t_ipi = s/X` after the last one's slot).
+    /// When the next packet may leave: at once within a burst, else its slot.
     fn due(&self) -> Option<Instant> {
-        self.last_slot.map(|(t, len)| t + self.interval(len))
+        if self.burst_left > 0 {
+            return None;
+        }
+        self.slot_due()
     }
 
-    /// `t_ipi` after a packet of `len` bytes (TFRC-SP: at least 10 ms).
-    fn interval(&self, len: usize) -> Duration {
-        let ipi = Duration::from_secs_f64(len.max(1) as f64 / self.x);
+    /// The next packet's slot in the schedule (`t_ipi = s/X` after the last one's slot, or
+    /// the whole burst's bytes over `X` after the burst's first).
+    fn slot_due(&self) -> Option<Instant> {
+        self.last_slot
+            .map(|(t, bytes, packets)| t + self.interval(bytes, packets))
+    }
+
+    /// The time `bytes` in `packets` take at `X` (TFRC-SP: at least 10 ms per packet).
+    fn interval(&self, bytes: usize, packets: u32) -> Duration {
+        let ipi = Duration::from_secs_f64(bytes.max(1) as f64 / self.x);
         if self.small_packets {
-            ipi.max(small_packets::MIN_INTERVAL)
+            ipi.max(small_packets::MIN_INTERVAL * packets)
         } else {
             ipi
         }
@@ -255,14 +286,26 @@ impl RateControl {
 
     /// A data packet of `len` bytes with timestamp `ts_us` left at `now`.
     pub fn on_sent(&mut self, now: Instant, len: usize, ts_us: u64) {
-        let ipi = self.interval(len);
-        // A packet sent a little late keeps the schedule (timer granularity must not lower the
-        // rate); after an idle period the schedule restarts from now (no credit).
-        let slot = match self.due() {
-            Some(t) if now <= t + ipi => t,
-            _ => now,
-        };
-        self.last_slot = Some((slot, len));
+        let ipi = self.interval(len, 1);
+        match (self.slot_due(), self.last_slot.as_mut()) {
+            // ahead of its slot: part of the burst the last slot opened
+            (Some(due), Some(last)) if self.burst_left > 0 && now < due => {
+                self.burst_left -= 1;
+                last.1 += len;
+                last.2 += 1;
+            }
+            (due, _) => {
+                // A packet sent a little late keeps the schedule (timer granularity must not
+                // lower the rate); after an idle period the schedule restarts from now (no
+                // credit).
+                let slot = match due {
+                    Some(t) if now <= t + ipi => t,
+                    _ => now,
+                };
+                self.last_slot = Some((slot, len, 1));
+                self.burst_left = self.burst - 1;
+            }
+        }
         // (never above the segment size: the equation's rate stays within what `s` allows)
         let size = (len.max(1) as f64).min(self.s);
         self.mean_size += SIZE_WEIGHT * (size - self.mean_size);
@@ -776,5 +819,66 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A backlogged sender at `X` = 100 packets of 1000 B a second (`W_init` = 4,000 B over
+    /// a 40 ms handshake RTT): evenly paced by default, in bursts of four
+    /// with `with_send_burst(4)`, at the same average rate and never more than three packets
+    /// ahead of the even schedule; after an idle second the burst starts again at once.
+    #[test]
+    fn bursts_keep_the_average_rate() {
+        let t0 = Instant::now();
+        // drive a backlogged sender for 1 s, polled every 100 µs: the send times
+        let send_times = |burst: u32| {
+            let mut rc = RateControl::new(1000, t0).with_send_burst(burst);
+            rc.on_handshake_rtt(Duration::from_millis(40));
+            assert!((rc.rate() - 100_000.0).abs() < 1e-6, "{}", rc.rate());
+            let mut out = vec![];
+            let mut t = t0;
+            while t < t0 + Duration::from_secs(1) {
+                if rc.next_send_time(t) <= t {
+                    rc.on_sent(t, 1000, t.duration_since(t0).as_micros() as u64);
+                    out.push(t.duration_since(t0).as_secs_f64());
+                } else {
+                    t += Duration::from_micros(100);
+                }
+            }
+            (rc, out)
+        };
+        let (_, even) = send_times(1);
+        let (mut rc, bursty) = send_times(4);
+        // the same number of packets in the second (the even schedule's 100, the bursts'
+        // three more at most)
+        assert_eq!(even.len(), 100);
+        assert!((100..=103).contains(&bursty.len()), "{}", bursty.len());
+        // even: 10 ms apart; bursts: four at once, then 40 ms to the next four
+        assert!(even.windows(2).all(|w| (w[1] - w[0] - 0.01).abs() < 2e-4));
+        for (k, group) in bursty.chunks(4).enumerate() {
+            let start = k as f64 * 0.04;
+            assert!(
+                group.iter().all(|&t| (t - start).abs() < 2e-4),
+                "burst {k}: {group:?}"
+            );
+        }
+        // never more than three packets ahead of the even schedule
+        for (i, &t) in bursty.iter().enumerate() {
+            assert!(t >= (i as f64 - 3.0) * 0.01 - 2e-4, "packet {i} at {t}");
+        }
+        // after an idle second, a whole burst leaves at once
+        let t = t0 + Duration::from_secs(2);
+        for i in 0..4 {
+            assert_eq!(rc.next_send_time(t), t, "packet {i}");
+            rc.on_sent(t, 1000, 2_000_000 + i);
+        }
+        assert!(rc.next_send_time(t) >= t + Duration::from_millis(39));
+        // a burst at one packet a second, then a higher rate: the next burst waits for the
+        // burst's bytes at the new rate (40 ms), not for the slow schedule's slots (4 s)
+        let mut rc = RateControl::new(1000, t0).with_send_burst(4);
+        for i in 0..4 {
+            assert_eq!(rc.next_send_time(t0), t0, "packet {i}");
+            rc.on_sent(t0, 1000, i + 1);
+        }
+        rc.on_handshake_rtt(Duration::from_millis(40));
+        assert_eq!(rc.next_send_time(t0), t0 + Duration::from_millis(40));
     }
 }
