@@ -651,7 +651,7 @@ impl SigmaRule {
             // A reset to what the flows obtain capped each window's upswing at its mean,
             // and the other hosts' flows took the rest (the lab: 1.6 × their plain-TCP
             // rate, pooled over three trials, `docs/bwss.md`).
-            if !(self.params.keep_share && !in_force) {
+            if !self.params.keep_share || in_force {
                 self.set(now, aggregate);
             }
             return;
