@@ -135,9 +135,15 @@ pub fn trial_order(s: &BwssScenario) -> Vec<(usize, u32)> {
 /// A trial's folder: `variant-I` for a variant's first trial, `variant-I-trial-K` (K from 2)
 /// for the others.
 pub fn trial_folder(variant: usize, run: u32) -> String {
+    format!("variant-{variant}{}", trial_suffix(run))
+}
+
+/// What names a trial's files after its variant's: nothing for the first trial (a scenario
+/// of one trial per variant names its files as before), `-trial-K` (K from 2) for the others.
+pub fn trial_suffix(run: u32) -> String {
     match run {
-        0 => format!("variant-{variant}"),
-        k => format!("variant-{variant}-trial-{}", k + 1),
+        0 => String::new(),
+        k => format!("-trial-{}", k + 1),
     }
 }
 

@@ -12,10 +12,7 @@ use crate::LabError;
 
 /// The plot's file name for variant `i`'s trial `run` (SVG; a PNG copy beside it).
 pub fn plot_name(i: usize, run: u32) -> String {
-    match run {
-        0 => format!("rates-{i}.svg"),
-        k => format!("rates-{i}-trial-{}.svg", k + 1),
-    }
+    format!("rates-{i}{}.svg", super::trial_suffix(run))
 }
 
 /// Per-second kbit/s of every flow and of the link, the interference shaded, the video's

@@ -125,6 +125,22 @@ fn values(xs: &[Option<f64>], r: std::ops::Range<usize>) -> impl Iterator<Item =
     xs.get(r).unwrap_or(&[]).iter().flatten().copied()
 }
 
+/// Each trial's first flow of `kind` (a trial without one has none).
+fn flows_of<'a>(records: &[&'a VariantRecord], kind: FlowKind) -> Vec<&'a FlowSeries> {
+    records
+        .iter()
+        .filter_map(|r| r.flows.iter().find(|f| f.kind == kind))
+        .collect()
+}
+
+/// The measured seconds `r` of `flows`, one after another.
+fn seconds_of(flows: &[&FlowSeries], r: std::ops::Range<usize>) -> Vec<f64> {
+    flows
+        .iter()
+        .flat_map(|f| values(&f.kbps, r.clone()))
+        .collect()
+}
+
 /// The numbers of one variant: every per-second figure over the seconds of all its trials
 /// (`records`, the variant's trials in order), and each trial's own beside them.
 pub fn summarize_variant(
@@ -141,16 +157,9 @@ pub fn summarize_variant(
     let strict_kbps = min_kbps.min(top_kbps);
     let at_min_kbps = strict_kbps - SEGMENT_KBPS;
     let link = s.link_kbps();
-    // The seconds `r` of one flow kind (the first such flow) over every trial.
-    let kind_seconds = |kind: FlowKind, r: std::ops::Range<usize>| -> Vec<f64> {
-        records
-            .iter()
-            .filter_map(|rec| rec.flows.iter().find(|f| f.kind == kind))
-            .flat_map(|f| values(&f.kbps, r.clone()))
-            .collect()
-    };
-    let video = kind_seconds(FlowKind::Video, measured.clone());
-    let video_during = kind_seconds(FlowKind::Video, during.clone());
+    let videos = flows_of(records, FlowKind::Video);
+    let video = seconds_of(&videos, measured.clone());
+    let video_during = seconds_of(&videos, during.clone());
     let utilization = |recs: &[&VariantRecord]| {
         Measured::mean(
             recs.iter()
@@ -159,12 +168,9 @@ pub fn summarize_variant(
         )
     };
     let outside = |recs: &[&VariantRecord]| {
-        let flows: Vec<_> = recs
-            .iter()
-            .filter_map(|r| r.flows.iter().find(|f| f.kind == FlowKind::Outside))
-            .collect();
+        let flows = flows_of(recs, FlowKind::Outside);
         (!flows.is_empty())
-            .then(|| Measured::mean(flows.iter().flat_map(|f| values(&f.kbps, measured.clone()))))
+            .then(|| Measured::mean(seconds_of(&flows, measured.clone()).into_iter()))
     };
     // Every flow by name, in the order of first appearance.
     let mut names: Vec<&str> = vec![];
@@ -178,11 +184,7 @@ pub fn summarize_variant(
         .map(|r| TrialNumbers {
             run: r.run,
             video_mean_kbps: Measured::mean(
-                r.flows
-                    .iter()
-                    .find(|f| f.kind == FlowKind::Video)
-                    .into_iter()
-                    .flat_map(|f| values(&f.kbps, measured.clone())),
+                seconds_of(&flows_of(&[r], FlowKind::Video), measured.clone()).into_iter(),
             ),
             link_utilization: utilization(&[r]),
             outside_mean_kbps: outside(&[r]),
