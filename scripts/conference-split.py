@@ -29,6 +29,7 @@ for a full segment at 12 Mbit/s, which lands in "own bytes"). The parts add up t
 latency: the means add up exactly, the medians need not.
 
 Usage: conference-split.py RUN_DIR [--variant NAME] [--from-s 10] [--to-s 55]
+(The pcap reading, the stream's rebuilding and lowtide's frames: lowtide_pcap.py.)
 """
 import argparse
 import bisect
@@ -39,168 +40,8 @@ import struct
 import sys
 from collections import defaultdict
 
+from lowtide_pcap import FLOOR, MSS, Floor, Stream, lowtide_connections, messages, packets
 from tail_common import quantile
-
-FLOOR = "network floor (UDP)"
-MSS = 1448
-
-
-def read_pcap(path):
-    """(wall-clock seconds, Ethernet frame) for every packet of a pcap file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    scale, endian = None, None
-    for e in "<>":
-        magic = struct.unpack(e + "I", data[:4])[0]
-        if magic in (0xA1B2C3D4, 0xA1B23C4D):
-            scale, endian = (1e-6 if magic == 0xA1B2C3D4 else 1e-9), e
-    if endian is None:
-        sys.exit(f"{path}: not a pcap file")
-    out, pos = [], 24
-    while pos + 16 <= len(data):
-        sec, frac, incl, _ = struct.unpack(endian + "IIII", data[pos:pos + 16])
-        pos += 16
-        out.append((sec + frac * scale, data[pos:pos + incl]))
-        pos += incl
-    return out
-
-
-def packets(path, start_wall):
-    """Per TCP connection its segments (time, seq, flags, payload); the UDP floor probes'
-    exit times. Times are seconds since the trial's start."""
-    tcp, probes = defaultdict(list), []
-    for ts, eth in read_pcap(path):
-        if len(eth) < 34 or eth[12:14] != b"\x08\x00":
-            continue
-        ip = eth[14:]
-        ihl = (ip[0] & 15) * 4
-        total = struct.unpack("!H", ip[2:4])[0]
-        proto, src, dst = ip[9], ip[12:16], ip[16:20]
-        l4 = ip[ihl:total]
-        t = ts - start_wall
-        if proto == 17 and len(l4) == 16:
-            probes.append(t)
-        elif proto == 6:
-            sport, dport, seq = struct.unpack("!HHI", l4[:8])
-            off = (l4[12] >> 4) * 4
-            tcp[(src, sport, dst, dport)].append((t, seq, l4[13], l4[off:]))
-    return tcp, probes
-
-
-class Stream:
-    """One direction of a TCP connection rebuilt from the packets that left the bottleneck:
-    its bytes, and per byte the exit of the first copy to leave."""
-
-    def __init__(self, segs):
-        syn = [s for s in segs if s[2] & 0x02]
-        isn = (syn[0][1] + 1) if syn else min(s[1] for s in segs if s[3])
-        self.pieces = []  # (start, end, time): newly covered bytes
-        holes, top = [], 0
-        buf = bytearray()
-        for t, seq, _, pl in segs:
-            if not pl:
-                continue
-            s = (seq - isn) % 2**32
-            e = s + len(pl)
-            if e > top:
-                if s > top:
-                    holes.append([top, s])
-                lo = max(s, top)
-                self.pieces.append((lo, e, t))
-                buf.extend(b"\0" * (e - len(buf)))
-                buf[lo:e] = pl[lo - s:]
-                top = e
-            for h in holes:
-                a, b = max(h[0], s), min(h[1], e)
-                if a < b:
-                    self.pieces.append((a, b, t))
-                    buf[a:b] = pl[a - s:b - s]
-                    if a == h[0]:
-                        h[0] = b
-                    elif b == h[1]:
-                        h[1] = a
-                    else:
-                        holes.append([b, h[1]])
-                        h[1] = a
-            holes = [h for h in holes if h[0] < h[1]]
-        self.pieces.sort()
-        self.starts = [p[0] for p in self.pieces]
-        self.bytes = bytes(buf)
-        # Delivered in order: a byte is usable once every byte before it has left too.
-        self.avail, m = [], float("-inf")
-        for p in self.pieces:
-            m = max(m, p[2])
-            self.avail.append(m)
-        self.complete = min((h[0] for h in holes), default=len(buf))
-
-    def exit(self, off):
-        return self.pieces[bisect.bisect_right(self.starts, off) - 1][2]
-
-    def in_order(self, off):
-        return self.avail[bisect.bisect_right(self.starts, off) - 1]
-
-
-def varint(b, i):
-    v = shift = 0
-    while True:
-        x = b[i]
-        i += 1
-        v |= (x & 0x7F) << shift
-        shift += 7
-        if not x & 0x80:
-            return v, i
-
-
-def messages(b, end):
-    """(stream, seq) -> [its first frame's first byte, its last byte + 1, importance, media
-    header] of every message in a lowtide byte stream (docs/wire.md), up to `end`."""
-    if b[:4] != b"LWTD":
-        return {}
-    i = 5
-    n, i = varint(b, i)
-    for _ in range(2 * n):
-        _, i = varint(b, i)
-    out = {}
-    try:
-        while i < end:
-            frame_start = i
-            kind, i = varint(b, i)
-            if kind == 3 or kind == 4:
-                stream, i = varint(b, i)
-                seq, i = varint(b, i)
-                if kind == 3:
-                    imp, i = varint(b, i)
-                    _, i = varint(b, i)
-                    _, i = varint(b, i)
-                else:
-                    _, i = varint(b, i)
-                n, i = varint(b, i)
-                m = out.setdefault((stream, seq), [i, i + n, None, None])
-                if kind == 3:
-                    m[0], m[2], m[3] = frame_start, imp, b[i:i + 10]
-                m[1] = i + n
-                i += n
-            elif kind in (1, 6):
-                i = varint(b, varint(b, i)[1])[1]
-            elif kind in (2, 8):
-                i = varint(b, i)[1]
-            elif kind in (5, 13):
-                for _ in range(3):
-                    i = varint(b, i)[1]
-            elif kind == 7:
-                i = varint(b, i)[1]
-                n, i = varint(b, i)
-                i += n
-            elif kind == 12:
-                for _ in range(2):
-                    i = varint(b, i)[1]
-                n, i = varint(b, i)
-                i += n
-            else:
-                break
-    except IndexError:
-        pass
-    return out
 
 
 def main():
@@ -234,33 +75,16 @@ def main():
         tcp, probe_exits = packets(f"{trial}/forward.pcap", start_wall)
         # The floor probes of this trial (messages.csv counts trials from 0, the folders from 1).
         n = trial.rsplit("-", 1)[1]
-        floor = sorted(
-            (float(r["sent_s"]) + float(r["latency_ms"]) / 1e3, float(r["latency_ms"]))
-            for r in floor_rows if r["censored"] == "0" and r["trial"] == str(int(n) - 1)
-        )
-        floor_t = [t for t, _ in floor]
+        floor_probes = Floor(floor_rows, int(n) - 1)
+        floor = floor_probes.probes
         if not floor:
             print(f"{trial} ({v}): no floor probe delivered in this trial: no split")
             continue
-
-        def floor_at(t):
-            """The probes' one-way latency, s, at a bottleneck exit at `t`: interpolated
-            between the probes that left just before and just after."""
-            i = bisect.bisect_left(floor_t, t)
-            if i == 0 or i == len(floor):
-                return floor[min(i, len(floor) - 1)][1] / 1e3
-            (t0, l0), (t1, l1) = floor[i - 1], floor[i]
-            return (l0 + (l1 - l0) * (t - t0) / (t1 - t0)) / 1e3 if t1 > t0 else l0 / 1e3
-
+        floor_at = floor_probes.at_exit
         # Calibration: a probe's receipt minus its exit from the bottleneck (the receiver's
         # UDP socket and thread); large or negative means the clocks do not line up.
-        cal = []
-        for x in probe_exits:
-            i = bisect.bisect_left(floor_t, x - 0.002)
-            if i < len(floor_t) and floor_t[i] - x < 0.005:
-                cal.append((floor_t[i] - x) * 1e3)
-        conns = [(k2, s) for k2, s in tcp.items()
-                 if any(p[3][:4] == b"LWTD" for p in s[:4])]
+        cal = floor_probes.receipt_minus_exit(probe_exits)
+        conns = list(lowtide_connections(tcp).items())
         if not conns:
             print(f"{trial} ({v}): no lowtide connection in the pcap")
             continue
@@ -272,8 +96,8 @@ def main():
         acks = sorted(t for t, _, _, _ in back.get((dst, dport, src, sport), []))
         msgs = messages(st.bytes, st.complete)
         adus = {}
-        for (_, seq), (s0, e0, imp, hdr) in msgs.items():
-            if hdr and len(hdr) == 10 and hdr[0] == 1:
+        for (_, seq), (s0, e0, imp, hdr, _) in msgs.items():
+            if hdr and len(hdr) >= 10 and hdr[0] == 1:
                 frame, layer = struct.unpack("!I", hdr[5:9])[0], hdr[9]
                 adus[(frame, layer)] = (s0, e0, imp)
         rows = [r for r in all_adus if r["series"] == v and r.get("video", "0") == "0"
