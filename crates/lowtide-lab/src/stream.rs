@@ -337,10 +337,13 @@ pub(crate) async fn finish_gracefully(ch: &Channel, until: Instant, stop: &Stop)
 }
 
 /// Streams from `start` until `end`, then lets what is queued flow until `receive_end`;
-/// blocking (builds its own runtime), for a thread inside a sender host.
+/// blocking (builds its own runtime), for a thread inside a sender host. Each message is
+/// [`MESSAGE_BYTES`], or with `one_segment` what fills exactly one segment with lowtide's
+/// frame header (`Channel::one_segment_payload`).
 pub fn send(
     dst: SocketAddr,
     cfg: ChannelConfig,
+    one_segment: bool,
     start: Instant,
     end: Instant,
     receive_end: Instant,
@@ -363,6 +366,10 @@ pub fn send(
                 r = ch.writable() => r.map_err(transport("waiting to write"))?,
                 _ = tokio::time::sleep_until(end_t) => break,
                 _ = stopped(&stop) => break,
+            }
+            if one_segment {
+                let n = ch.one_segment_payload(stream, 0).unwrap_or(MESSAGE_BYTES);
+                payload.resize(n.max(STAMP_BYTES), 0x5a);
             }
             let now = Instant::now();
             stamp(&mut payload, now, sent_s.len() as u64);
@@ -401,6 +408,9 @@ fn note_writes(ch: &Channel, start: Instant, written_s: &mut Vec<Option<f64>>) {
         }
     }
 }
+
+/// Bytes of a message's stamp ([`stamp`]).
+const STAMP_BYTES: usize = 16;
 
 /// Stamps a message: the send time `now` (lab clock) and its number `seq`, 8 bytes each.
 pub(crate) fn stamp(payload: &mut [u8], now: Instant, seq: u64) {
