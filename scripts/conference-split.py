@@ -28,7 +28,10 @@ then (the probe crosses the same FIFO queue; its own serialization is 0.03 ms ag
 for a full segment at 12 Mbit/s, which lands in "own bytes"). The parts add up to the
 latency: the means add up exactly, the medians need not.
 
-Usage: conference-split.py RUN_DIR [--variant NAME] [--from-s 10] [--to-s 55]
+With --worst N it also lists the N latest ADUs with their parts (the p99.9 of a bucket is
+among them), and whether their own bytes first left in a retransmission.
+
+Usage: conference-split.py RUN_DIR [--variant NAME] [--from-s 10] [--to-s 55] [--worst N]
 (The pcap reading, the stream's rebuilding and lowtide's frames: lowtide_pcap.py.)
 """
 import argparse
@@ -50,6 +53,7 @@ def main():
     ap.add_argument("--variant")
     ap.add_argument("--from-s", type=float, default=10.0)
     ap.add_argument("--to-s", type=float, default=55.0)
+    ap.add_argument("--worst", type=int, default=0)
     a = ap.parse_args()
     for need in ("adus.csv", "messages.csv"):
         if not os.path.exists(f"{a.run}/{need}"):
@@ -108,6 +112,7 @@ def main():
               f"{quantile(cal, 0.5):.2f} ms, p99 {quantile(cal, 0.99):.2f} ms ({len(cal)} probes)")
         parts = ["lowtide's queue", "unsent ahead", "own bytes", "network", "in-order wait",
                  "receiver", "(kernel: both)"]
+        every = []  # (latency ms, capture s, layer, parts ms, own bytes retransmitted)
         for name, which in (("base", lambda l: l == 0), ("enhancement", lambda l: l > 0)):
             split, lat, ahead, missing, gaps = defaultdict(list), [], [], 0, []
             by_adu = []
@@ -135,6 +140,8 @@ def main():
                     split[p].append(val * 1e3)
                 lat.append((arr - c) * 1e3)
                 by_adu.append(((arr - c) * 1e3, [v * 1e3 for v in vals]))
+                every.append(((arr - c) * 1e3, c, layer, [v * 1e3 for v in vals],
+                              any(p[3] for p in st.pieces_of(s0, e0))))
                 # Bytes of the stream before this ADU that had not left the sender at its
                 # write: departures grow with the offset but for repairs, so search by offset.
                 lo, hi = 0, s0
@@ -179,6 +186,22 @@ def main():
             print("  segments of the stream ahead of it unsent at its write: p50 %.1f, p90 %.1f,"
                   " none for %d%%" % (quantile(ahead, 0.5), quantile(ahead, 0.9),
                                       100 * sum(x < 0.05 for x in ahead) / len(ahead)))
+        if every:
+            # Per importance bucket (layer), the p99.9 of the latency and of the path's parts
+            # alone (network + in-order wait: every other part is >= 0, so a lower bound).
+            print("  per layer: ADUs, latency p99.9, the path's parts alone (network + in-order "
+                  "wait) p99.9, ms")
+            for layer in sorted({e[2] for e in every}):
+                es = [e for e in every if e[2] == layer]
+                print(f"  layer {layer}: {len(es)}, {quantile([e[0] for e in es], 0.999):.1f}, "
+                      f"{quantile([e[3][3] + e[3][4] for e in es], 0.999):.1f}")
+        if a.worst and every:
+            print(f"  the {a.worst} latest ADUs: capture s, layer, latency, then the parts (ms) "
+                  "queue, unsent ahead, own bytes, network, in-order wait, receiver; "
+                  "own bytes retransmitted")
+            for lat_ms, c, layer, vals, rx in sorted(every, key=lambda e: -e[0])[:a.worst]:
+                print(f"  {c:.3f} {layer} {lat_ms:.1f} "
+                      + " ".join(f"{x:.1f}" for x in vals[:6]) + (" yes" if rx else " no"))
 
 
 if __name__ == "__main__":
