@@ -504,7 +504,10 @@ mod tests {
         let written: Vec<Option<f64>> = samples.iter().map(|s| s.written_ms).collect();
         assert!((written[0].unwrap() - 4.0).abs() < 1e-9, "{written:?}");
         assert_eq!(written[1], None, "never reported written");
-        assert!((written[2].unwrap() - 500.0).abs() < 1e-9, "censored, written");
+        assert!(
+            (written[2].unwrap() - 500.0).abs() < 1e-9,
+            "censored, written"
+        );
         assert!(samples[2].censored);
     }
 

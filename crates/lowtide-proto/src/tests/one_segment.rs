@@ -39,7 +39,11 @@ fn each_message_of_one_segment_payload_is_one_whole_segment_on_the_wire() {
             let p = c.one_segment_payload(now, s, 0, mss).unwrap();
             c.send(now, s, Message::new(vec![7u8; p])).unwrap();
             c.poll_transmit(now, &kernel(mss));
-            assert_eq!(c.staged_len(), u64::from(mss), "message {k}, mss {mss}: payload {p}");
+            assert_eq!(
+                c.staged_len(),
+                u64::from(mss),
+                "message {k}, mss {mss}: payload {p}"
+            );
             c.handle_written(now, mss as usize);
         }
     }
