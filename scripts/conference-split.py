@@ -13,10 +13,13 @@ stream. For each ADU captured in the measured window and delivered:
 
   lowtide's queue    capture to its last byte's write into the kernel (adus.csv written_ms)
   unsent ahead       the write to the departure of the last stream byte before the ADU's first
-                     (bytes already in the kernel, unsent: MIN_BUF's extra segments, or in
-                     flight ahead waiting for the window)
+                     (its first copy: a retransmitted byte left late; bytes already in the
+                     kernel, unsent: MIN_BUF's extra segments, or in flight ahead waiting
+                     for the window)
   own bytes          then to its own last byte's departure (the window's room for its own
                      segments)
+  own repair         a retransmitted last byte: its departure after the first copy's (at
+                     most the next byte's first copy's departure: a lower bound)
   network            departure to leaving the bottleneck: the floor probe's one-way latency
                      at that moment (propagation, the shared queue)
   in-order wait      leaving the bottleneck to the moment every earlier byte had left it too
@@ -110,8 +113,8 @@ def main():
         print(f"== {v} ({trial}): {len(conns)} lowtide connection(s), {len(st.bytes)} bytes in "
               f"the one used, {len(msgs)} messages decoded; probe receipt - exit p50 "
               f"{quantile(cal, 0.5):.2f} ms, p99 {quantile(cal, 0.99):.2f} ms ({len(cal)} probes)")
-        parts = ["lowtide's queue", "unsent ahead", "own bytes", "network", "in-order wait",
-                 "receiver", "(kernel: both)"]
+        parts = ["lowtide's queue", "unsent ahead", "own bytes", "own repair", "network",
+                 "in-order wait", "receiver", "(kernel: both)"]
         every = []  # (latency ms, capture s, layer, parts ms, own bytes retransmitted)
         for name, which in (("base", lambda l: l == 0), ("enhancement", lambda l: l > 0)):
             split, lat, ahead, missing, gaps = defaultdict(list), [], [], 0, []
@@ -130,12 +133,10 @@ def main():
                 arr = c + float(r["latency_ms"]) / 1e3
                 x = st.exit(e0 - 1)
                 fl = floor_at(x)
-                dep = x - fl
-                prev = st.exit(s0 - 1) - floor_at(st.exit(s0 - 1)) if s0 > 0 else w
+                prev, first, dep = st.departures(s0, e0, w, floor_at)
                 got = st.in_order(e0 - 1)
-                own_from = max(w, prev)
-                vals = [w - c, max(prev - w, 0.0), dep - own_from, fl, got - x, arr - got,
-                        dep - w]
+                vals = [w - c, max(prev - w, 0.0), first - max(w, prev), dep - first, fl,
+                        got - x, arr - got, dep - w]
                 for p, val in zip(parts, vals):
                     split[p].append(val * 1e3)
                 lat.append((arr - c) * 1e3)
@@ -188,20 +189,21 @@ def main():
                                       100 * sum(x < 0.05 for x in ahead) / len(ahead)))
         if every:
             # Per importance bucket (layer), the p99.9 of the latency and of the path's parts
-            # alone (network + in-order wait: every other part is >= 0, so a lower bound).
-            print("  per layer: ADUs, latency p99.9, the path's parts alone (network + in-order "
-                  "wait) p99.9, ms")
+            # alone (own repair + network + in-order wait: every other part is >= 0, so a
+            # lower bound).
+            print("  per layer: ADUs, latency p99.9, the path's parts alone (own repair + network"
+                  " + in-order wait) p99.9, ms")
             for layer in sorted({e[2] for e in every}):
                 es = [e for e in every if e[2] == layer]
                 print(f"  layer {layer}: {len(es)}, {quantile([e[0] for e in es], 0.999):.1f}, "
-                      f"{quantile([e[3][3] + e[3][4] for e in es], 0.999):.1f}")
+                      f"{quantile([e[3][3] + e[3][4] + e[3][5] for e in es], 0.999):.1f}")
         if a.worst and every:
             print(f"  the {a.worst} latest ADUs: capture s, layer, latency, then the parts (ms) "
-                  "queue, unsent ahead, own bytes, network, in-order wait, receiver; "
-                  "own bytes retransmitted")
+                  "queue, unsent ahead, own bytes, own repair, network, in-order wait, receiver;"
+                  " own bytes retransmitted")
             for lat_ms, c, layer, vals, rx in sorted(every, key=lambda e: -e[0])[:a.worst]:
                 print(f"  {c:.3f} {layer} {lat_ms:.1f} "
-                      + " ".join(f"{x:.1f}" for x in vals[:6]) + (" yes" if rx else " no"))
+                      + " ".join(f"{x:.1f}" for x in vals[:7]) + (" yes" if rx else " no"))
 
 
 if __name__ == "__main__":

@@ -115,6 +115,39 @@ class Stream:
     def in_order(self, off):
         return self.avail[bisect.bisect_right(self.starts, off) - 1]
 
+    def first_copy_before(self, off):
+        """The exit of the last byte before `off` that left in its first transmission, or
+        None (a retransmitted byte left late: its lost copy went out before its neighbours)."""
+        i = bisect.bisect_right(self.starts, off - 1) - 1
+        while i >= 0 and self.pieces[i][3]:
+            i -= 1
+        return self.pieces[i][2] if i >= 0 else None
+
+    def first_copy_after(self, off):
+        """The exit of the first byte after `off` that left in its first transmission, or
+        None. A lost byte's copy left before it, so this bounds that departure from above."""
+        i = bisect.bisect_right(self.starts, off)
+        while i < len(self.pieces) and self.pieces[i][3]:
+            i += 1
+        return self.pieces[i][2] if i < len(self.pieces) else None
+
+    def departures(self, s0, e0, written, floor_at):
+        """For a message in bytes [s0, e0) whose last byte was written at `written`: the
+        departure of the byte before it (its first copy; `written` for the stream's first
+        message), of its own last byte's first copy (for a retransmitted last byte at the
+        latest the next first copy's: a lower bound on the repair), and of the copy that left
+        the bottleneck. Departure = exit - the floor probe's latency then."""
+        dep_of = lambda x: x - floor_at(x)
+        xp = self.first_copy_before(s0) if s0 > 0 else None
+        prev = dep_of(xp) if xp is not None else written
+        dep = dep_of(self.exit(e0 - 1))
+        first = dep
+        if self.piece(e0 - 1)[3]:
+            xa = self.first_copy_after(e0 - 1)
+            if xa is not None:
+                first = min(dep, dep_of(xa))
+        return prev, first, dep
+
     def pieces_of(self, s0, e0):
         """The pieces holding bytes [s0, e0): one per packet that first carried some."""
         i = bisect.bisect_right(self.starts, s0) - 1

@@ -14,8 +14,11 @@ that add up exactly (as conference-split.py):
 
   lowtide's queue    send to its last byte's write into the kernel (written_ms)
   unsent ahead       the write to the departure of the last stream byte before the message
+                     (its first copy)
   own bytes          then to its own last byte's departure (the window's room for its own
                      segments)
+  own repair         a retransmitted last byte: its departure after the first copy's (at
+                     most the next byte's first copy's departure: a lower bound)
   network            departure to leaving the bottleneck: the floor probe's one-way latency
   in-order wait      leaving the bottleneck to every earlier byte having left it (a repair)
   receiver           then to the application's receipt
@@ -26,8 +29,8 @@ retransmission (it filled a hole) or it waited over 1 ms for an earlier byte's. 
 messages and for those behind no repair, the split at the sender-side p50, p90 and p99: the
 mean parts of the messages ranked within +-0.5% of the quantile (at least 5 messages).
 
-It also prints a lower bound from the path's parts alone (the in-order wait plus the network's
-time above the floor at the send; every other part is >= 0) and how many messages it puts
+It also prints a lower bound from the path's parts alone (own repair, in-order wait and the
+network's time above the floor at the send; every other part is >= 0) and how many messages it puts
 over `--over` ms (the goal's 1 RTT): more than 1% there and the sender-side p99 exceeds it
 whatever the sender's own parts.
 
@@ -44,7 +47,8 @@ from collections import Counter, defaultdict
 from lowtide_pcap import FLOOR, MSS, Floor, Stream, lowtide_connections, messages, packets
 from tail_common import quantile
 
-PARTS = ["lowtide's queue", "unsent ahead", "own bytes", "network", "in-order wait", "receiver"]
+PARTS = ["lowtide's queue", "unsent ahead", "own bytes", "own repair", "network", "in-order wait",
+         "receiver"]
 REPAIR_WAIT_S = 0.001
 
 
@@ -71,14 +75,10 @@ def split_message(st, floor, m, row):
     arr = c + float(row["latency_ms"]) / 1e3
     x = st.exit(e0 - 1)
     fl = floor.at_exit(x)
-    dep = x - fl
-    if s0 > 0:
-        xp = st.exit(s0 - 1)
-        prev = xp - floor.at_exit(xp)
-    else:
-        prev = w
+    prev, first, dep = st.departures(s0, e0, w, floor.at_exit)
     got = st.in_order(e0 - 1)
-    parts = [w - c, max(prev - w, 0.0), dep - max(w, prev), fl, got - x, arr - got]
+    parts = [w - c, max(prev - w, 0.0), first - max(w, prev), dep - first, fl, got - x,
+             arr - got]
     own = st.pieces_of(s0, e0)
     x0 = st.exit(s0)
     facts = {
@@ -124,20 +124,21 @@ def report(v, rows, worst, a_over):
     # The path's parts alone: the wait for a repair after leaving the bottleneck, plus the
     # network's time above the floor at the send (negative when the queue fell meanwhile).
     # Every other part is >= 0, so this bounds the sender-side latency from below.
-    wait = [r[1][4] for r in rows]
-    bound = [r[1][4] + r[1][3] - r[3] for r in rows]
+    wait = [r[1][5] for r in rows]
+    bound = [r[1][3] + r[1][4] + r[1][5] - r[3] for r in rows]
     over = sum(x > a_over for x in bound)
-    own_rx = sum(r[2]["repair"] and r[1][4] <= REPAIR_WAIT_S * 1e3 for r in rows)
+    own_rx = sum(r[1][3] > 0 for r in rows)
     print(f"  in-order wait (a repair after leaving the bottleneck) p90 {quantile(wait, 0.9):.1f},"
-          f" p99 {quantile(wait, 0.99):.1f} ms; the path's parts alone (in-order wait + network"
-          f" - floor at the send) over {a_over:.0f} ms: {over} ({100 * over / n:.1f}%), their "
-          f"p99 {quantile(bound, 0.99):.1f} ms; own bytes retransmitted, no in-order wait: {own_rx}")
+          f" p99 {quantile(wait, 0.99):.1f} ms; own last byte retransmitted: {own_rx}; the path's "
+          f"parts alone (own repair + network + in-order wait - floor at the send) over "
+          f"{a_over:.0f} ms: {over} ({100 * over / n:.1f}%), their p99 {quantile(bound, 0.99):.1f}"
+          f" ms")
     ht = [r[2]["head_to_tail"] * 1e3 for r in rows]
     print(f"  its last byte's departure after its first byte's: p50 {quantile(ht, 0.5):.1f}, "
           f"p90 {quantile(ht, 0.9):.1f}, p99 {quantile(ht, 0.99):.1f} ms; last byte in a packet "
           f"of under 100 bytes: {100 * sum(r[2]['last_packet_bytes'] < 100 for r in rows) / n:.1f}%")
-    print("  %-22s %7s %7s %7s %7s %7s %7s %8s %7s %7s %7s" % (
-        "at the sender-side", "queue", "ahead", "own", "network", "in-ord", "recv",
+    print("  %-22s %7s %7s %7s %7s %7s %7s %7s %8s %7s %7s %7s" % (
+        "at the sender-side", "queue", "ahead", "own", "own-rx", "network", "in-ord", "recv",
         "latency", "fl.send", "packets", "hd-tl"))
     for name, group in (("all", rows), ("no repair", clean)):
         if not group:
@@ -149,7 +150,7 @@ def report(v, rows, worst, a_over):
             fls = sum(r[3] for r in near) / len(near)
             pks = sum(r[2]["packets"] for r in near) / len(near)
             hd = sum(r[2]["head_to_tail"] for r in near) / len(near) * 1e3
-            print("  %-22s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.2f %7.1f" % (
+            print("  %-22s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.2f %7.1f" % (
                 f"{name} p{round(q * 100)} ({len(near)})", *parts, lat, fls, pks, hd))
     if worst:
         print("  worst behind no repair: sent s, sender-side ms, parts ms, packets, head-to-tail ms")
