@@ -13,10 +13,13 @@ stream. For each ADU captured in the measured window and delivered:
 
   lowtide's queue    capture to its last byte's write into the kernel (adus.csv written_ms)
   unsent ahead       the write to the departure of the last stream byte before the ADU's first
-                     (bytes already in the kernel, unsent: MIN_BUF's extra segments, or in
-                     flight ahead waiting for the window)
+                     (its first copy: a retransmitted byte left late; bytes already in the
+                     kernel, unsent: MIN_BUF's extra segments, or in flight ahead waiting
+                     for the window)
   own bytes          then to its own last byte's departure (the window's room for its own
                      segments)
+  own repair         a retransmitted last byte: its departure after the first copy's (at
+                     most the next byte's first copy's departure: a lower bound)
   network            departure to leaving the bottleneck: the floor probe's one-way latency
                      at that moment (propagation, the shared queue)
   in-order wait      leaving the bottleneck to the moment every earlier byte had left it too
@@ -28,7 +31,11 @@ then (the probe crosses the same FIFO queue; its own serialization is 0.03 ms ag
 for a full segment at 12 Mbit/s, which lands in "own bytes"). The parts add up to the
 latency: the means add up exactly, the medians need not.
 
-Usage: conference-split.py RUN_DIR [--variant NAME] [--from-s 10] [--to-s 55]
+With --worst N it also lists the N latest ADUs with their parts (the p99.9 of a bucket is
+among them), and whether their own bytes first left in a retransmission.
+
+Usage: conference-split.py RUN_DIR [--variant NAME] [--from-s 10] [--to-s 55] [--worst N]
+(The pcap reading, the stream's rebuilding and lowtide's frames: lowtide_pcap.py.)
 """
 import argparse
 import bisect
@@ -39,168 +46,8 @@ import struct
 import sys
 from collections import defaultdict
 
+from lowtide_pcap import FLOOR, MSS, Floor, Stream, lowtide_connections, messages, packets
 from tail_common import quantile
-
-FLOOR = "network floor (UDP)"
-MSS = 1448
-
-
-def read_pcap(path):
-    """(wall-clock seconds, Ethernet frame) for every packet of a pcap file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    scale, endian = None, None
-    for e in "<>":
-        magic = struct.unpack(e + "I", data[:4])[0]
-        if magic in (0xA1B2C3D4, 0xA1B23C4D):
-            scale, endian = (1e-6 if magic == 0xA1B2C3D4 else 1e-9), e
-    if endian is None:
-        sys.exit(f"{path}: not a pcap file")
-    out, pos = [], 24
-    while pos + 16 <= len(data):
-        sec, frac, incl, _ = struct.unpack(endian + "IIII", data[pos:pos + 16])
-        pos += 16
-        out.append((sec + frac * scale, data[pos:pos + incl]))
-        pos += incl
-    return out
-
-
-def packets(path, start_wall):
-    """Per TCP connection its segments (time, seq, flags, payload); the UDP floor probes'
-    exit times. Times are seconds since the trial's start."""
-    tcp, probes = defaultdict(list), []
-    for ts, eth in read_pcap(path):
-        if len(eth) < 34 or eth[12:14] != b"\x08\x00":
-            continue
-        ip = eth[14:]
-        ihl = (ip[0] & 15) * 4
-        total = struct.unpack("!H", ip[2:4])[0]
-        proto, src, dst = ip[9], ip[12:16], ip[16:20]
-        l4 = ip[ihl:total]
-        t = ts - start_wall
-        if proto == 17 and len(l4) == 16:
-            probes.append(t)
-        elif proto == 6:
-            sport, dport, seq = struct.unpack("!HHI", l4[:8])
-            off = (l4[12] >> 4) * 4
-            tcp[(src, sport, dst, dport)].append((t, seq, l4[13], l4[off:]))
-    return tcp, probes
-
-
-class Stream:
-    """One direction of a TCP connection rebuilt from the packets that left the bottleneck:
-    its bytes, and per byte the exit of the first copy to leave."""
-
-    def __init__(self, segs):
-        syn = [s for s in segs if s[2] & 0x02]
-        isn = (syn[0][1] + 1) if syn else min(s[1] for s in segs if s[3])
-        self.pieces = []  # (start, end, time): newly covered bytes
-        holes, top = [], 0
-        buf = bytearray()
-        for t, seq, _, pl in segs:
-            if not pl:
-                continue
-            s = (seq - isn) % 2**32
-            e = s + len(pl)
-            if e > top:
-                if s > top:
-                    holes.append([top, s])
-                lo = max(s, top)
-                self.pieces.append((lo, e, t))
-                buf.extend(b"\0" * (e - len(buf)))
-                buf[lo:e] = pl[lo - s:]
-                top = e
-            for h in holes:
-                a, b = max(h[0], s), min(h[1], e)
-                if a < b:
-                    self.pieces.append((a, b, t))
-                    buf[a:b] = pl[a - s:b - s]
-                    if a == h[0]:
-                        h[0] = b
-                    elif b == h[1]:
-                        h[1] = a
-                    else:
-                        holes.append([b, h[1]])
-                        h[1] = a
-            holes = [h for h in holes if h[0] < h[1]]
-        self.pieces.sort()
-        self.starts = [p[0] for p in self.pieces]
-        self.bytes = bytes(buf)
-        # Delivered in order: a byte is usable once every byte before it has left too.
-        self.avail, m = [], float("-inf")
-        for p in self.pieces:
-            m = max(m, p[2])
-            self.avail.append(m)
-        self.complete = min((h[0] for h in holes), default=len(buf))
-
-    def exit(self, off):
-        return self.pieces[bisect.bisect_right(self.starts, off) - 1][2]
-
-    def in_order(self, off):
-        return self.avail[bisect.bisect_right(self.starts, off) - 1]
-
-
-def varint(b, i):
-    v = shift = 0
-    while True:
-        x = b[i]
-        i += 1
-        v |= (x & 0x7F) << shift
-        shift += 7
-        if not x & 0x80:
-            return v, i
-
-
-def messages(b, end):
-    """(stream, seq) -> [its first frame's first byte, its last byte + 1, importance, media
-    header] of every message in a lowtide byte stream (docs/wire.md), up to `end`."""
-    if b[:4] != b"LWTD":
-        return {}
-    i = 5
-    n, i = varint(b, i)
-    for _ in range(2 * n):
-        _, i = varint(b, i)
-    out = {}
-    try:
-        while i < end:
-            frame_start = i
-            kind, i = varint(b, i)
-            if kind == 3 or kind == 4:
-                stream, i = varint(b, i)
-                seq, i = varint(b, i)
-                if kind == 3:
-                    imp, i = varint(b, i)
-                    _, i = varint(b, i)
-                    _, i = varint(b, i)
-                else:
-                    _, i = varint(b, i)
-                n, i = varint(b, i)
-                m = out.setdefault((stream, seq), [i, i + n, None, None])
-                if kind == 3:
-                    m[0], m[2], m[3] = frame_start, imp, b[i:i + 10]
-                m[1] = i + n
-                i += n
-            elif kind in (1, 6):
-                i = varint(b, varint(b, i)[1])[1]
-            elif kind in (2, 8):
-                i = varint(b, i)[1]
-            elif kind in (5, 13):
-                for _ in range(3):
-                    i = varint(b, i)[1]
-            elif kind == 7:
-                i = varint(b, i)[1]
-                n, i = varint(b, i)
-                i += n
-            elif kind == 12:
-                for _ in range(2):
-                    i = varint(b, i)[1]
-                n, i = varint(b, i)
-                i += n
-            else:
-                break
-    except IndexError:
-        pass
-    return out
 
 
 def main():
@@ -209,6 +56,7 @@ def main():
     ap.add_argument("--variant")
     ap.add_argument("--from-s", type=float, default=10.0)
     ap.add_argument("--to-s", type=float, default=55.0)
+    ap.add_argument("--worst", type=int, default=0)
     a = ap.parse_args()
     for need in ("adus.csv", "messages.csv"):
         if not os.path.exists(f"{a.run}/{need}"):
@@ -234,33 +82,16 @@ def main():
         tcp, probe_exits = packets(f"{trial}/forward.pcap", start_wall)
         # The floor probes of this trial (messages.csv counts trials from 0, the folders from 1).
         n = trial.rsplit("-", 1)[1]
-        floor = sorted(
-            (float(r["sent_s"]) + float(r["latency_ms"]) / 1e3, float(r["latency_ms"]))
-            for r in floor_rows if r["censored"] == "0" and r["trial"] == str(int(n) - 1)
-        )
-        floor_t = [t for t, _ in floor]
+        floor_probes = Floor(floor_rows, int(n) - 1)
+        floor = floor_probes.probes
         if not floor:
             print(f"{trial} ({v}): no floor probe delivered in this trial: no split")
             continue
-
-        def floor_at(t):
-            """The probes' one-way latency, s, at a bottleneck exit at `t`: interpolated
-            between the probes that left just before and just after."""
-            i = bisect.bisect_left(floor_t, t)
-            if i == 0 or i == len(floor):
-                return floor[min(i, len(floor) - 1)][1] / 1e3
-            (t0, l0), (t1, l1) = floor[i - 1], floor[i]
-            return (l0 + (l1 - l0) * (t - t0) / (t1 - t0)) / 1e3 if t1 > t0 else l0 / 1e3
-
+        floor_at = floor_probes.at_exit
         # Calibration: a probe's receipt minus its exit from the bottleneck (the receiver's
         # UDP socket and thread); large or negative means the clocks do not line up.
-        cal = []
-        for x in probe_exits:
-            i = bisect.bisect_left(floor_t, x - 0.002)
-            if i < len(floor_t) and floor_t[i] - x < 0.005:
-                cal.append((floor_t[i] - x) * 1e3)
-        conns = [(k2, s) for k2, s in tcp.items()
-                 if any(p[3][:4] == b"LWTD" for p in s[:4])]
+        cal = floor_probes.receipt_minus_exit(probe_exits)
+        conns = list(lowtide_connections(tcp).items())
         if not conns:
             print(f"{trial} ({v}): no lowtide connection in the pcap")
             continue
@@ -272,8 +103,8 @@ def main():
         acks = sorted(t for t, _, _, _ in back.get((dst, dport, src, sport), []))
         msgs = messages(st.bytes, st.complete)
         adus = {}
-        for (_, seq), (s0, e0, imp, hdr) in msgs.items():
-            if hdr and len(hdr) == 10 and hdr[0] == 1:
+        for (_, seq), (s0, e0, imp, hdr, _) in msgs.items():
+            if hdr and len(hdr) >= 10 and hdr[0] == 1:
                 frame, layer = struct.unpack("!I", hdr[5:9])[0], hdr[9]
                 adus[(frame, layer)] = (s0, e0, imp)
         rows = [r for r in all_adus if r["series"] == v and r.get("video", "0") == "0"
@@ -282,8 +113,9 @@ def main():
         print(f"== {v} ({trial}): {len(conns)} lowtide connection(s), {len(st.bytes)} bytes in "
               f"the one used, {len(msgs)} messages decoded; probe receipt - exit p50 "
               f"{quantile(cal, 0.5):.2f} ms, p99 {quantile(cal, 0.99):.2f} ms ({len(cal)} probes)")
-        parts = ["lowtide's queue", "unsent ahead", "own bytes", "network", "in-order wait",
-                 "receiver", "(kernel: both)"]
+        parts = ["lowtide's queue", "unsent ahead", "own bytes", "own repair", "network",
+                 "in-order wait", "receiver", "(kernel: both)"]
+        every = []  # (latency ms, capture s, layer, parts ms, own bytes retransmitted)
         for name, which in (("base", lambda l: l == 0), ("enhancement", lambda l: l > 0)):
             split, lat, ahead, missing, gaps = defaultdict(list), [], [], 0, []
             by_adu = []
@@ -301,16 +133,16 @@ def main():
                 arr = c + float(r["latency_ms"]) / 1e3
                 x = st.exit(e0 - 1)
                 fl = floor_at(x)
-                dep = x - fl
-                prev = st.exit(s0 - 1) - floor_at(st.exit(s0 - 1)) if s0 > 0 else w
+                prev, first, dep = st.departures(s0, e0, w, floor_at)
                 got = st.in_order(e0 - 1)
-                own_from = max(w, prev)
-                vals = [w - c, max(prev - w, 0.0), dep - own_from, fl, got - x, arr - got,
-                        dep - w]
+                vals = [w - c, max(prev - w, 0.0), first - max(w, prev), dep - first, fl,
+                        got - x, arr - got, dep - w]
                 for p, val in zip(parts, vals):
                     split[p].append(val * 1e3)
                 lat.append((arr - c) * 1e3)
                 by_adu.append(((arr - c) * 1e3, [v * 1e3 for v in vals]))
+                every.append(((arr - c) * 1e3, c, layer, [v * 1e3 for v in vals],
+                              any(p[3] for p in st.pieces_of(s0, e0))))
                 # Bytes of the stream before this ADU that had not left the sender at its
                 # write: departures grow with the offset but for repairs, so search by offset.
                 lo, hi = 0, s0
@@ -355,6 +187,23 @@ def main():
             print("  segments of the stream ahead of it unsent at its write: p50 %.1f, p90 %.1f,"
                   " none for %d%%" % (quantile(ahead, 0.5), quantile(ahead, 0.9),
                                       100 * sum(x < 0.05 for x in ahead) / len(ahead)))
+        if every:
+            # Per importance bucket (layer), the p99.9 of the latency and of the path's parts
+            # alone (own repair + network + in-order wait: every other part is >= 0, so a
+            # lower bound).
+            print("  per layer: ADUs, latency p99.9, the path's parts alone (own repair + network"
+                  " + in-order wait) p99.9, ms")
+            for layer in sorted({e[2] for e in every}):
+                es = [e for e in every if e[2] == layer]
+                print(f"  layer {layer}: {len(es)}, {quantile([e[0] for e in es], 0.999):.1f}, "
+                      f"{quantile([e[3][3] + e[3][4] + e[3][5] for e in es], 0.999):.1f}")
+        if a.worst and every:
+            print(f"  the {a.worst} latest ADUs: capture s, layer, latency, then the parts (ms) "
+                  "queue, unsent ahead, own bytes, own repair, network, in-order wait, receiver;"
+                  " own bytes retransmitted")
+            for lat_ms, c, layer, vals, rx in sorted(every, key=lambda e: -e[0])[:a.worst]:
+                print(f"  {c:.3f} {layer} {lat_ms:.1f} "
+                      + " ".join(f"{x:.1f}" for x in vals[:7]) + (" yes" if rx else " no"))
 
 
 if __name__ == "__main__":

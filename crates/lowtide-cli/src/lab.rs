@@ -60,7 +60,8 @@ pub struct RunArgs {
     variant: Vec<String>,
     /// Write every packet leaving the bottleneck, per trial, to OUT/pcap/trial-N/ (forward.pcap,
     /// reverse.pcap, start.txt: the trial's start on the pcap's wall clock); for
-    /// scripts/conference-split.py. About 90 MB per minute at 12 Mbit/s.
+    /// scripts/conference-split.py and scripts/stream-split.py. About 90 MB per minute at 12
+    /// Mbit/s.
     #[arg(long)]
     pcap: bool,
 }

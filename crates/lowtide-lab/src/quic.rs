@@ -237,7 +237,7 @@ pub fn send_stream(
         Ok(StreamSent {
             cost,
             sent_s,
-            tcp: TcpTimeline::default(),
+            ..StreamSent::default()
         })
     })
 }

@@ -1062,6 +1062,7 @@ fn start_trial(
             cfg.transport.fairness = s.application.conference.fairness;
         }
         let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
+        let one_segment = v.one_segment_messages;
         let tx_host = net.sender(v.sender);
         let (mut rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
         if let (true, Some(files)) = (v.tls, &tls_files) {
@@ -1092,7 +1093,7 @@ fn start_trial(
                         stream::receive(addr, rcfg, start, receive_end, rstop)
                     })?,
                     tx: Task::spawn(tx_host, "stream sender", move || {
-                        stream::send(addr, cfg, start, end, receive_end, tstop)
+                        stream::send(addr, cfg, one_segment, start, end, receive_end, tstop)
                     })?,
                 },
                 ApplicationKind::LayeredVideo => {

@@ -384,6 +384,12 @@ pub struct Variant {
     /// Lowtide's TCP variants only.
     #[serde(default)]
     pub age_cancel_ms: Option<f64>,
+    /// Latency stream: each message carries what fills exactly one segment with lowtide's
+    /// frame header (`Channel::one_segment_payload`, about 1434 bytes) instead of a whole MSS
+    /// (1448 bytes, which with the header takes two segments). Goel et al.'s application
+    /// wrote one MSS-sized packet per write. Lowtide's TCP variants without TLS only.
+    #[serde(default)]
+    pub one_segment_messages: bool,
     /// Run the application over TFRC (`lowtide-tfrc`, RFC 5348) instead of lowtide over TCP
     /// (`crate::tfrc_flow`; latency stream and bit-rate ladder); `controller`, `congestion` and
     /// `sndbuf` then do not apply.
@@ -1060,6 +1066,18 @@ impl Scenario {
                     ));
                 }
             }
+            if v.one_segment_messages
+                && (v.quic.is_some()
+                    || v.tfrc.is_some()
+                    || v.tls
+                    || self.application_of(v) != ApplicationKind::LatencyStream)
+            {
+                return Err(invalid(
+                    field("one_segment_messages"),
+                    "true",
+                    "one-segment messages on lowtide's latency-stream variants over TCP without TLS only",
+                ));
+            }
             if let Some(r) = &v.importance_reserve {
                 if v.quic.is_some() || v.tfrc.is_some() {
                     return Err(invalid(
@@ -1548,6 +1566,18 @@ controller = { min_buf = { a = 1, b = 3 } }
             "quic = {}\nimportance_reserve = { segments = 2, min_importance = 7 }",
         ));
         assert!(e.contains("lowtide's TCP variants only"), "{e}");
+    }
+
+    #[test]
+    fn one_segment_messages_are_for_the_latency_stream_over_lowtide_only() {
+        let ok = format!("{GOOD}[[variant]]\nname = \"A\"\none_segment_messages = true\n");
+        let s = Scenario::from_toml(&ok).unwrap().scenario;
+        assert!(s.variants.iter().any(|v| v.one_segment_messages));
+        for other in ["quic = {}", "tls = true", "application = \"conference\""] {
+            let r = format!("{ok}{other}\n");
+            let e = err(&r);
+            assert!(e.contains("one_segment_messages"), "{other}: {e}");
+        }
     }
 
     #[test]

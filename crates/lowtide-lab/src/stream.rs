@@ -27,6 +27,11 @@ pub struct Sample {
     /// Never delivered: `latency_ms` is only a lower bound.
     #[serde(default)]
     pub censored: bool,
+    /// A message over lowtide: send to its last byte's write into the kernel, ms (the time
+    /// it waited in lowtide's queue); `None` for probes, other transports and messages never
+    /// written whole.
+    #[serde(default)]
+    pub written_ms: Option<f64>,
 }
 
 impl Sample {
@@ -35,6 +40,7 @@ impl Sample {
             sent_s,
             latency_ms,
             censored: false,
+            written_ms: None,
         }
     }
 
@@ -44,6 +50,7 @@ impl Sample {
             sent_s,
             latency_ms: (end_s - sent_s).max(0.0) * 1e3,
             censored: true,
+            written_ms: None,
         }
     }
 }
@@ -55,11 +62,14 @@ pub struct Received {
     pub bytes: u64,
 }
 
-/// What the sender did: the send time of message `k` is `sent_s[k]`.
+/// What the sender did: the send time of message `k` is `sent_s[k]`, its last byte's write
+/// into the kernel `written_s[k]` (seconds since the run started; empty or `None` where not
+/// known).
 #[derive(Debug, Clone, Default)]
 pub struct StreamSent {
     pub cost: SendCost,
     pub sent_s: Vec<f64>,
+    pub written_s: Vec<Option<f64>>,
     pub tcp: TcpTimeline,
 }
 
@@ -74,11 +84,18 @@ pub fn join_sent_and_received(
     let mut seen = vec![false; sent.sent_s.len()];
     let mut out = Vec::with_capacity(sent.sent_s.len());
     let mut errors = DeliveryErrors::default();
+    let written_ms = |k: usize| {
+        let w = sent.written_s.get(k).copied().flatten()?;
+        Some((w - sent.sent_s[k]).max(0.0) * 1e3)
+    };
     for (seq, sample) in &received.messages {
         match seen.get_mut(*seq as usize) {
             Some(s) if !*s => {
                 *s = true;
-                out.push(*sample);
+                out.push(Sample {
+                    written_ms: written_ms(*seq as usize),
+                    ..*sample
+                });
             }
             Some(_) => errors.duplicated += 1,
             None => errors.unknown += 1,
@@ -86,7 +103,10 @@ pub fn join_sent_and_received(
     }
     for (k, t) in sent.sent_s.iter().enumerate() {
         if !seen[k] {
-            out.push(Sample::censored(*t, end_s));
+            out.push(Sample {
+                written_ms: written_ms(k),
+                ..Sample::censored(*t, end_s)
+            });
         }
     }
     out.sort_by(|a, b| a.sent_s.total_cmp(&b.sent_s));
@@ -317,10 +337,13 @@ pub(crate) async fn finish_gracefully(ch: &Channel, until: Instant, stop: &Stop)
 }
 
 /// Streams from `start` until `end`, then lets what is queued flow until `receive_end`;
-/// blocking (builds its own runtime), for a thread inside a sender host.
+/// blocking (builds its own runtime), for a thread inside a sender host. Each message is
+/// [`MESSAGE_BYTES`], or with `one_segment` what fills exactly one segment with lowtide's
+/// frame header (`Channel::one_segment_payload`).
 pub fn send(
     dst: SocketAddr,
     cfg: ChannelConfig,
+    one_segment: bool,
     start: Instant,
     end: Instant,
     receive_end: Instant,
@@ -335,6 +358,7 @@ pub fn send(
         let sampler = Sampler::start(&ch, start);
         let mut payload = vec![0x5a; MESSAGE_BYTES];
         let mut sent_s = vec![];
+        let mut written_s = vec![];
         let meter = CostMeter::start();
         let end_t = tokio::time::Instant::from_std(end);
         loop {
@@ -343,18 +367,50 @@ pub fn send(
                 _ = tokio::time::sleep_until(end_t) => break,
                 _ = stopped(&stop) => break,
             }
+            if one_segment {
+                let n = ch.one_segment_payload(stream, 0).unwrap_or(MESSAGE_BYTES);
+                payload.resize(n.max(STAMP_BYTES), 0x5a);
+            }
             let now = Instant::now();
             stamp(&mut payload, now, sent_s.len() as u64);
             ch.send(stream, Message::new(payload.clone()))
                 .map_err(transport("sending"))?;
             sent_s.push(now.saturating_duration_since(start).as_secs_f64());
+            note_writes(&ch, start, &mut written_s);
         }
         let cost = meter.finish(&ch, sent_s.len() as u64);
         let tcp = sampler.finish().await;
         finish_gracefully(&ch, receive_end, &stop).await;
-        Ok(StreamSent { cost, sent_s, tcp })
+        note_writes(&ch, start, &mut written_s);
+        written_s.resize(sent_s.len(), None);
+        Ok(StreamSent {
+            cost,
+            sent_s,
+            written_s,
+            tcp,
+        })
     })
 }
+
+/// Keeps the last write into the kernel of every message the channel reports written whole
+/// (`Event::Written`; a resent copy after a failover replaces the first), as seconds since
+/// `start`, at the message's number; drains the channel's other events.
+fn note_writes(ch: &Channel, start: Instant, written_s: &mut Vec<Option<f64>>) {
+    for e in ch.drain_events() {
+        if let lowtide::Event::Written { id, times } = e {
+            let (Some(w), Ok(k)) = (times.last_write, usize::try_from(id.seq)) else {
+                continue;
+            };
+            if written_s.len() <= k {
+                written_s.resize(k + 1, None);
+            }
+            written_s[k] = Some(w.saturating_duration_since(start).as_secs_f64());
+        }
+    }
+}
+
+/// Bytes of a message's stamp ([`stamp`]).
+const STAMP_BYTES: usize = 16;
 
 /// Stamps a message: the send time `now` (lab clock) and its number `seq`, 8 bytes each.
 pub(crate) fn stamp(payload: &mut [u8], now: Instant, seq: u64) {
@@ -428,6 +484,31 @@ mod tests {
         std::hint::black_box(x);
         let (u1, s1) = thread_cpu_s().unwrap();
         assert!(u1 + s1 - u0 - s0 >= 0.25, "{u0} {s0} -> {u1} {s1}");
+    }
+
+    #[test]
+    fn a_message_carries_its_write_into_the_kernel_after_its_send() {
+        let sent = StreamSent {
+            sent_s: vec![1.0, 2.0, 3.0],
+            written_s: vec![Some(1.004), None, Some(3.5)],
+            ..StreamSent::default()
+        };
+        let received = Received {
+            messages: vec![
+                (0, Sample::delivered(1.0, 50.0)),
+                (1, Sample::delivered(2.0, 60.0)),
+            ],
+            bytes: 0,
+        };
+        let (samples, _) = join_sent_and_received(&sent, &received, 10.0);
+        let written: Vec<Option<f64>> = samples.iter().map(|s| s.written_ms).collect();
+        assert!((written[0].unwrap() - 4.0).abs() < 1e-9, "{written:?}");
+        assert_eq!(written[1], None, "never reported written");
+        assert!(
+            (written[2].unwrap() - 500.0).abs() < 1e-9,
+            "censored, written"
+        );
+        assert!(samples[2].censored);
     }
 
     #[test]

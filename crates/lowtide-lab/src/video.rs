@@ -62,9 +62,8 @@ impl WindowRecord {
         match (self.latency_ms, self.censored_ms) {
             (Some(l), _) => Some(Sample::delivered(self.capture_s, l)),
             (None, Some(c)) => Some(Sample {
-                sent_s: self.capture_s,
                 latency_ms: c,
-                censored: true,
+                ..Sample::censored(self.capture_s, self.capture_s)
             }),
             (None, None) => None,
         }

@@ -742,6 +742,67 @@ impl Connection {
         self.epoch
     }
 
+    /// How many bytes a message sent on `stream` at `now` with `importance` may carry so
+    /// that its frame fills exactly `mss` bytes: one segment. Goel, Krasic and Walpole,
+    /// "Low-Latency Adaptive Streaming over TCP", Section 6.2: applications align their data
+    /// with packets by writing MSS-sized packets; over lowtide a message of `mss` bytes takes
+    /// its frame header into a second segment and waits for a second opening of the window.
+    /// While every write is a whole number of such frames, the kernel's segments stay
+    /// aligned with the messages. `None` for a stream we cannot send on or an `mss` that
+    /// leaves no payload. (The header's send-time field grows by a byte at 2^21 µs, 2^28 µs
+    /// ...: a message sent later than `now` may come out a byte longer at those moments.)
+    ///
+    /// ```
+    /// use lowtide_proto::{Config, Connection, Message, Side, StreamConfig, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let mut c = Connection::new(Config::default(), Side::Client, now)?;
+    /// let s = c.open_stream(StreamConfig::default())?;
+    /// let tcp = TcpState { cwnd: 10, mss: 1448, ..TcpState::default() };
+    /// c.poll_transmit(now, &tcp); // the stream's STREAM_OPEN
+    /// let n = c.staged_len() as usize;
+    /// c.handle_written(now, n);
+    /// let p = c.one_segment_payload(now, s, 0, 1448).unwrap();
+    /// c.send(now, s, Message::new(vec![0u8; p]))?;
+    /// c.poll_transmit(now, &tcp);
+    /// assert_eq!(c.staged_len(), 1448); // header and payload: one segment
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn one_segment_payload(
+        &self,
+        now: Instant,
+        stream: u64,
+        importance: u8,
+        mss: u32,
+    ) -> Option<usize> {
+        let seq = match self.streams.get(&stream) {
+            Some(s) if !s.closing => s.next_seq,
+            Some(_) => return None,
+            None if self.peer_streams.contains(&stream) => 0,
+            None => return None,
+        };
+        let send_time_us = self.us_since_epoch(now);
+        let frame = |len: u64| {
+            let first = FirstChunk {
+                importance,
+                send_time_us,
+                total_len: len,
+            };
+            len + Frame::data_header_len(stream, seq, Some(first), 0, len) as u64
+        };
+        let mss = u64::from(mss);
+        // The header holds the payload's length twice: a shorter payload may need shorter
+        // varints, so step down until the frame fits, then up while it still does.
+        let mut len = mss.saturating_sub(frame(0));
+        while len > 0 && frame(len) > mss {
+            len -= 1;
+        }
+        while frame(len + 1) <= mss {
+            len += 1;
+        }
+        let max = self.config.max_message_size.min(self.peer_max_message);
+        (len > 0 && frame(len) <= mss).then_some(len.min(max) as usize)
+    }
+
     /// Counters.
     ///
     /// ```

@@ -1484,6 +1484,37 @@ impl Channel {
         self.shared.lock().last_tcp
     }
 
+    /// How many bytes a message sent now on `stream` with `importance` may carry so that,
+    /// framed, it fills exactly one segment of the connection's MSS (the last `TCP_INFO`
+    /// sample's): Goel et al.'s application-level framing, one message per packet
+    /// ([`lowtide_proto::Connection::one_segment_payload`]). Without TLS (a record adds its
+    /// own overhead).
+    ///
+    /// ```
+    /// # lowtide::current_thread_runtime()?.block_on(async {
+    /// # let any = "127.0.0.1:0".parse().unwrap();
+    /// # let listener = lowtide::listen(any, lowtide::ChannelConfig::default()).await?;
+    /// # let (client, server) = tokio::try_join!(
+    /// #     lowtide::connect(listener.local_addr()?, lowtide::ChannelConfig::default()),
+    /// #     listener.accept(),
+    /// # )?;
+    /// use lowtide::{Message, StreamConfig};
+    /// let s = client.open_stream(StreamConfig::default())?;
+    /// let n = client.one_segment_payload(s, 0).expect("an open stream");
+    /// assert!(n < client.last_tcp_state().mss_or_default() as usize);
+    /// client.send(s, Message::new(vec![0u8; n]))?;
+    /// assert_eq!(server.recv().await.expect("a message").data.len(), n);
+    /// # Ok::<(), lowtide::Error>(())
+    /// # })?;
+    /// # Ok::<(), lowtide::Error>(())
+    /// ```
+    pub fn one_segment_payload(&self, stream: u64, importance: u8) -> Option<usize> {
+        let g = self.shared.lock();
+        let mss = g.last_tcp.mss_or_default();
+        g.conn
+            .one_segment_payload(Instant::now(), stream, importance, mss)
+    }
+
     /// The latency controller's queue average and threshold, bytes, if it keeps them (DBAT,
     /// docs/dbat.md); `None` for the others.
     pub fn controller_queue_level(&self) -> Option<(u64, u64)> {

@@ -42,6 +42,10 @@ struct MessageRow {
     sent_s: f64,
     latency_ms: f64,
     censored: u8,
+    /// Send to the last byte's write into the kernel (messages over lowtide; empty for the
+    /// rest and in files written before this column).
+    #[serde(default)]
+    written_ms: Option<f64>,
 }
 
 /// Where a row belongs: the first four columns of every CSV.
@@ -110,6 +114,7 @@ pub fn write_records(dir: &Path, records: &[TrialRecord]) -> Result<(), LabError
                     sent_s: s.sent_s,
                     latency_ms: s.latency_ms,
                     censored: u8::from(s.censored),
+                    written_ms: s.written_ms.map(round_us),
                 };
                 messages
                     .serialize((Key::of(trial, r, series), row))
@@ -242,6 +247,7 @@ pub fn read_records(dir: &Path) -> Result<Vec<TrialRecord>, LabError> {
             sent_s: row.sent_s,
             latency_ms: row.latency_ms,
             censored: row.censored != 0,
+            written_ms: row.written_ms,
         };
         if key.series == FLOOR {
             r.floor.push(s);

@@ -432,6 +432,8 @@ fn files_round_trip_every_record() {
         },
     )];
     r[0].streams[1].1[3] = Sample::censored(0.03, 10.0);
+    // a message's write into the kernel (written_ms) survives the files
+    r[0].streams[1].1[2].written_ms = Some(12.5);
     r[1].delivery_errors = vec![(
         "TCP".into(),
         DeliveryErrors {

@@ -5,6 +5,7 @@ mod dbat;
 mod duplicate;
 mod failover;
 mod limits;
+mod one_segment;
 mod props;
 mod reserve;
 mod service;
