@@ -641,6 +641,7 @@ impl Connection {
             config.max_message_size,
             config.max_reassembly_bytes,
             max_frame,
+            config.max_pinning_reads as usize,
             done,
         );
         let mut c = Self {
@@ -1916,6 +1917,13 @@ impl Connection {
         } else {
             left / 2
         }
+    }
+
+    /// Reads that delivered messages smaller than a quarter of their read still pin
+    /// ([`Config::max_pinning_reads`] at most).
+    #[cfg(test)]
+    pub(crate) fn pinned_reads(&mut self) -> usize {
+        self.reasm.pinned_reads()
     }
 
     /// Number of partial messages being reassembled.
