@@ -2064,7 +2064,8 @@ impl Connection {
     /// driver read appended. The incomplete frame at its front, once complete, is parsed on
     /// its own (its message is a slice of it, however large the read); the whole frames after
     /// it are split off and parsed in place (whole messages of at least a quarter of them are
-    /// slices, as with [`handle_read`](Self::handle_read)); an incomplete frame at the end
+    /// slices, smaller ones while [`Config::max_pinning_reads`] allows, as with
+    /// [`handle_read`](Self::handle_read)); an incomplete frame at the end
     /// stays in the buffer for the next read.
     pub fn handle_read_buf(
         &mut self,
