@@ -58,6 +58,12 @@ pub struct Config {
     pub max_streams: u32,
     /// Receive memory per channel: partial reassemblies plus complete messages not yet read.
     pub max_reassembly_bytes: u64,
+    /// Reads whose buffers messages smaller than a quarter of their read may pin (delivered
+    /// as slices of the read, without a copy), all such messages of the channel together,
+    /// whether queued or taken and kept by the application; beyond it they are copied. A
+    /// message of at least a quarter of its read is always a slice (it pins at most four
+    /// times its size). 0: every smaller message is copied.
+    pub max_pinning_reads: u64,
     /// Chunk payload as a fraction of the MSS.
     pub chunk_fraction: f64,
     /// Largest chunk payload accepted from the peer; also caps our own chunks.
@@ -101,6 +107,7 @@ impl Default for Config {
             max_message_size: 16 << 20,
             max_streams: 256,
             max_reassembly_bytes: 64 << 20,
+            max_pinning_reads: 8,
             chunk_fraction: 0.5,
             max_chunk_len: 64 << 10,
             max_batch: 256 << 10,
@@ -218,6 +225,7 @@ impl Config {
             1 << 40,
             "1..=2^40",
         )?;
+        check_range("max_pinning_reads", self.max_pinning_reads, 0, 64, "0..=64")?;
         check_range(
             "pack_every_bytes",
             self.pack_every_bytes,

@@ -641,6 +641,7 @@ impl Connection {
             config.max_message_size,
             config.max_reassembly_bytes,
             max_frame,
+            config.max_pinning_reads as usize,
             done,
         );
         let mut c = Self {
@@ -1979,6 +1980,13 @@ impl Connection {
         }
     }
 
+    /// Reads that delivered messages smaller than a quarter of their read still pin
+    /// ([`Config::max_pinning_reads`] at most).
+    #[cfg(test)]
+    pub(crate) fn pinned_reads(&mut self) -> usize {
+        self.reasm.pinned_reads()
+    }
+
     /// Number of partial messages being reassembled.
     ///
     /// ```
@@ -2117,7 +2125,8 @@ impl Connection {
     /// driver read appended. The incomplete frame at its front, once complete, is parsed on
     /// its own (its message is a slice of it, however large the read); the whole frames after
     /// it are split off and parsed in place (whole messages of at least a quarter of them are
-    /// slices, as with [`handle_read`](Self::handle_read)); an incomplete frame at the end
+    /// slices, smaller ones while [`Config::max_pinning_reads`] allows, as with
+    /// [`handle_read`](Self::handle_read)); an incomplete frame at the end
     /// stays in the buffer for the next read.
     pub fn handle_read_buf(
         &mut self,

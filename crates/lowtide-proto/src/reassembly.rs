@@ -15,7 +15,12 @@
 //! [`Bytes`] ([`Connection::handle_read_buf`](crate::Connection::handle_read_buf), with TLS
 //! [`Connection::handle_read`](crate::Connection::handle_read)) is delivered as a slice of
 //! that read, without a copy, if it is at least a quarter of the read (so a message
-//! the application keeps pins at most four times its size). The read's other bytes (headers,
+//! the application keeps pins at most four times its size). A smaller message is a slice too
+//! while fewer than `max_pinning_reads` reads (8 by default) are pinned by such messages, queued
+//! or taken and kept by the application, and a copy beyond that ([`PinnedReads`]): at a paced
+//! rate a read holds tens of messages, and copying each out of it was the receiver's largest
+//! cost of its own (`docs/transport.md`), while an application that keeps small messages pins
+//! at most that many reads' buffers per channel. The read's other bytes (headers,
 //! copied messages) stay allocated while such a slice lives; that overhead is charged to the
 //! read's last zero-copy message, so the budget stays exact until the application takes it.
 //!
@@ -24,6 +29,7 @@
 //! delivered is dropped (failover: a resend) or refused (no failover: a protocol error).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -105,6 +111,53 @@ struct ZeroCopyRead {
     bytes: u64,
     /// Index in `delivered` of the last such message.
     last: Option<usize>,
+    /// The read wrapped by [`PinnedReads::track`], once a message smaller than a quarter of
+    /// it was delivered as a slice of it.
+    tracked: Option<Bytes>,
+}
+
+/// The reads that messages smaller than a quarter of their read pin, counted so that at most
+/// `max` are pinned at once. Each such read is wrapped ([`Bytes::from_owner`]) with a token
+/// whose count says whether any of its slices is still alive: the application drops the
+/// message, and with the last slice the read's buffer is released (the driver can reuse it)
+/// and the token is left alone.
+#[derive(Debug)]
+struct PinnedReads {
+    max: usize,
+    tokens: Vec<Arc<()>>,
+}
+
+impl PinnedReads {
+    /// Reads with a slice still alive.
+    fn pinned(&mut self) -> usize {
+        self.tokens.retain(|t| Arc::strong_count(t) > 1);
+        self.tokens.len()
+    }
+
+    /// `read` wrapped so that its slices are counted, or `None` when `max` reads are pinned.
+    fn track(&mut self, read: &Bytes) -> Option<Bytes> {
+        if self.pinned() >= self.max {
+            return None;
+        }
+        let token = Arc::new(());
+        self.tokens.push(token.clone());
+        Some(Bytes::from_owner(TrackedRead {
+            read: read.clone(),
+            _token: token,
+        }))
+    }
+}
+
+/// A read whose slices are counted: dropped with its last slice, and its token with it.
+struct TrackedRead {
+    read: Bytes,
+    _token: Arc<()>,
+}
+
+impl AsRef<[u8]> for TrackedRead {
+    fn as_ref(&self) -> &[u8] {
+        &self.read
+    }
 }
 
 #[derive(Debug)]
@@ -126,6 +179,7 @@ pub(crate) struct Reassembly {
     delivered: std::collections::VecDeque<(Received, u64)>,
     pub delivered_bytes: u64,
     read: ZeroCopyRead,
+    pinning: PinnedReads,
     max_message_size: u64,
     partial_limit: u64,
     /// Which (stream, seq) were delivered.
@@ -133,9 +187,19 @@ pub(crate) struct Reassembly {
 }
 
 impl Reassembly {
-    pub fn new(max_message_size: u64, budget: u64, max_frame: u64, done: Delivered) -> Self {
+    pub fn new(
+        max_message_size: u64,
+        budget: u64,
+        max_frame: u64,
+        max_pinning_reads: usize,
+        done: Delivered,
+    ) -> Self {
         Self {
             done,
+            pinning: PinnedReads {
+                max: max_pinning_reads,
+                tokens: Vec::new(),
+            },
             partial: BTreeMap::new(),
             partial_bytes: 0,
             delivered: Default::default(),
@@ -247,13 +311,17 @@ impl Reassembly {
                     return Err(ProtocolError::DuplicateMessage { stream, seq });
                 }
                 if len == f.total_len {
-                    let data = match read {
-                        Some(r) if len > 0 && len * 4 >= r.len() as u64 && within(r, d.payload) => {
+                    let slice_of = match read {
+                        Some(r) if len > 0 && within(r, d.payload) => self.slice_source(r, len),
+                        _ => None,
+                    };
+                    let data = match slice_of {
+                        Some(r) => {
                             self.read.bytes += len;
                             self.read.last = Some(self.delivered.len());
                             r.slice_ref(d.payload)
                         }
-                        _ => Bytes::copy_from_slice(d.payload),
+                        None => Bytes::copy_from_slice(d.payload),
                     };
                     self.deliver(Received {
                         stream,
@@ -330,6 +398,29 @@ impl Reassembly {
                 Ok(())
             }
         }
+    }
+
+    /// What a whole message of `len` bytes in `read` is delivered as a slice of: the read
+    /// itself if the message is at least a quarter of it, the read wrapped by
+    /// [`PinnedReads::track`] if fewer than the most reads are pinned by smaller messages,
+    /// else nothing (it is copied).
+    fn slice_source(&mut self, read: &Bytes, len: u64) -> Option<Bytes> {
+        if len * 4 >= read.len() as u64 {
+            return Some(read.clone());
+        }
+        let same = |t: &Bytes| t.as_ptr() == read.as_ptr() && t.len() == read.len();
+        if let Some(t) = self.read.tracked.as_ref().filter(|t| same(t)) {
+            return Some(t.clone());
+        }
+        let t = self.pinning.track(read)?;
+        self.read.tracked = Some(t.clone());
+        Some(t)
+    }
+
+    /// Reads that messages smaller than a quarter of their read still pin.
+    #[cfg(test)]
+    pub fn pinned_reads(&mut self) -> usize {
+        self.pinning.pinned()
     }
 
     /// Frees a partial message; returns the bytes freed.

@@ -222,7 +222,10 @@ fn byte_by_byte_feeding_parses_the_same() {
 
 #[test]
 fn whole_messages_of_a_shared_read_arrive_without_copy_and_the_read_is_charged() {
-    let (mut c, now) = server(Config::default());
+    let (mut c, now) = server(Config {
+        max_pinning_reads: 0,
+        ..Config::default()
+    });
     c.handle_bytes(now, &hello()).unwrap();
     let mut read = Vec::new();
     let big = vec![5u8; 3000];
@@ -248,8 +251,11 @@ fn whole_messages_of_a_shared_read_arrive_without_copy_and_the_read_is_charged()
 }
 
 #[test]
-fn a_message_smaller_than_a_quarter_of_its_read_is_copied() {
-    let (mut c, now) = server(Config::default());
+fn without_pinning_reads_a_message_smaller_than_a_quarter_of_its_read_is_copied() {
+    let (mut c, now) = server(Config {
+        max_pinning_reads: 0,
+        ..Config::default()
+    });
     c.handle_bytes(now, &hello()).unwrap();
     let mut read = Vec::new();
     read.extend(first(0, 0, 1000, &[1u8; 1000]));
@@ -262,6 +268,95 @@ fn a_message_smaller_than_a_quarter_of_its_read_is_copied() {
     assert!(!range.contains(&(a.data.as_ptr() as usize)));
     assert!(range.contains(&(b.data.as_ptr() as usize)));
     assert_eq!(c.recv_memory(), 0);
+}
+
+/// A read of `n` whole 1000-byte messages (each under a quarter of the read), `seq` on.
+fn small_messages(seq: u64, n: u64) -> bytes::Bytes {
+    let mut read = Vec::new();
+    for s in seq..seq + n {
+        read.extend(first(0, s, 1000, &[s as u8; 1000]));
+    }
+    bytes::Bytes::from(read)
+}
+
+#[test]
+fn small_messages_kept_by_the_application_pin_at_most_max_pinning_reads_reads() {
+    let (mut c, now) = server(Config {
+        max_pinning_reads: 3,
+        ..Config::default()
+    });
+    c.handle_bytes(now, &hello()).unwrap();
+    let mut kept: Vec<Vec<crate::Received>> = Vec::new();
+    let mut pinned_bytes = 0;
+    for i in 0..6u64 {
+        let read = small_messages(i * 8, 8);
+        let range = read.as_ptr() as usize..read.as_ptr() as usize + read.len();
+        c.handle_read(now, read.clone()).unwrap();
+        let msgs: Vec<_> = std::iter::from_fn(|| c.poll_message()).collect();
+        assert_eq!(msgs.len(), 8);
+        let sliced = msgs
+            .iter()
+            .filter(|m| range.contains(&(m.data.as_ptr() as usize)))
+            .count();
+        if i < 3 {
+            assert_eq!(
+                sliced, 8,
+                "read {i}: within the bound, every message is a slice"
+            );
+            pinned_bytes += read.len();
+        } else {
+            assert_eq!(
+                sliced, 0,
+                "read {i}: beyond the bound, every message is a copy"
+            );
+        }
+        assert!(msgs
+            .iter()
+            .enumerate()
+            .all(|(k, m)| m.seq == i * 8 + k as u64 && m.data.iter().all(|&b| b == m.seq as u8)));
+        assert_eq!(c.pinned_reads(), (i as usize + 1).min(3));
+        assert_eq!(c.recv_memory(), 0, "taken messages are not charged");
+        kept.push(msgs);
+    }
+    // what the kept messages pin beyond their own bytes: three reads, whatever else is kept
+    assert!(pinned_bytes <= 3 * small_messages(0, 8).len());
+    // the application drops the messages of the first read: its buffer is free, and the next
+    // read's small messages are slices again
+    drop(kept.remove(0));
+    assert_eq!(c.pinned_reads(), 2);
+    let read = small_messages(48, 8);
+    let range = read.as_ptr() as usize..read.as_ptr() as usize + read.len();
+    c.handle_read(now, read.clone()).unwrap();
+    assert!(std::iter::from_fn(|| c.poll_message())
+        .all(|m| range.contains(&(m.data.as_ptr() as usize))));
+    drop(read);
+    assert_eq!(
+        c.pinned_reads(),
+        2,
+        "the read's messages were dropped at once"
+    );
+}
+
+#[test]
+fn small_messages_waiting_for_the_application_count_as_pinning_and_are_charged() {
+    let (mut c, now) = server(Config {
+        max_pinning_reads: 2,
+        ..Config::default()
+    });
+    c.handle_bytes(now, &hello()).unwrap();
+    let reads: Vec<_> = (0..3).map(|i| small_messages(i * 8, 8)).collect();
+    for r in &reads {
+        c.handle_read(now, r.clone()).unwrap();
+    }
+    assert_eq!(c.pinned_reads(), 2);
+    // the two pinned reads are charged whole (headers too), the copied messages by their bytes
+    let charged = (reads[0].len() + reads[1].len() + 8 * 1000) as u64;
+    assert_eq!(c.recv_memory(), charged);
+    let msgs: Vec<_> = std::iter::from_fn(|| c.poll_message()).collect();
+    assert_eq!(msgs.len(), 24);
+    assert_eq!(c.recv_memory(), 0);
+    drop(msgs);
+    assert_eq!(c.pinned_reads(), 0);
 }
 
 #[test]
