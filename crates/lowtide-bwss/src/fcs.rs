@@ -128,7 +128,8 @@ pub struct Budget {
     /// Round trips of the rate the reader clamps the window to ([`window_clamp`]); 0: no
     /// clamp. None for a flow held at its minimum rate: the clamp, sized on the receiver's
     /// lagging RTT estimate, caps the flow below its rate while a queue grows, and the
-    /// minimum comes first (the lab, `docs/bwss.md`).
+    /// minimum comes first (the lab, `docs/bwss.md`); with `keep_share`, none while no
+    /// minimum is promised (`Bwss::budget`).
     pub clamp_rtts: f64,
 }
 
