@@ -888,8 +888,10 @@ mod tests {
         fig6_run(&mut alone, 30, interfered(10.0..20.0), Link::Proportional);
         assert_eq!(clamps(&alone), [Some(0.0), Some(2.0), Some(2.0)]);
 
+        let full = |_| 960e3;
+        let low_rung = Link::Outside { video_kbps: 69.0 };
         let mut beside = Bwss::new(fig6_rules());
-        fig6_run(&mut beside, 30, |_| 960e3, Link::Outside { video_kbps: 69.0 });
+        fig6_run(&mut beside, 30, full, low_rung);
         let c = beside.status(Instant::now()).counters;
         assert!(c.yield_undone >= 1, "{c:?}");
         assert_eq!(clamps(&beside), [Some(0.0), Some(0.0), Some(0.0)], "{c:?}");
@@ -897,7 +899,7 @@ mod tests {
         let mut paper = fig6_rules();
         paper.system.keep_share = false;
         let mut paper = Bwss::new(paper);
-        fig6_run(&mut paper, 30, |_| 960e3, Link::Outside { video_kbps: 69.0 });
+        fig6_run(&mut paper, 30, full, low_rung);
         assert_eq!(clamps(&paper)[1..], [Some(2.0), Some(2.0)]);
 
         let mut plain = fig6_rules();
