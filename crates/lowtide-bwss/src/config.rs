@@ -9,7 +9,7 @@
 //! observe = false        # true: measure and log, steer nothing
 //! judge_arrivals = true  # judge flows without a minimum by bytes arrived (false: read)
 //! keep_share = true      # no minimum in force: never take less than the TCP flows would
-//! clamp_rtts = 2         # a steered flow's window clamp: round trips of its target (0: none)
+//! clamp_rtts = 2         # window clamp in round trips of the target, while a minimum is promised (0: none)
 //!
 //! [default]              # flows no rule matches
 //! priority = 0
@@ -107,7 +107,9 @@ pub struct SystemConfig {
     pub keep_share: bool,
     /// A steered flow's window is clamped to this many round trips of its target, at the
     /// reader's round-trip estimate (`tcpi_rcv_rtt`), so its arrivals do not burst far
-    /// ahead of its paced reads; 0: no clamp, the reads alone steer (docs/bwss.md).
+    /// ahead of its paced reads; with `keep_share`, only while some flow's minimum is
+    /// promised (not while no flow has one or it wants less); 0: no clamp, the reads alone
+    /// steer (docs/bwss.md).
     pub clamp_rtts: f64,
 }
 

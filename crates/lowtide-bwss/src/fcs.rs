@@ -37,6 +37,13 @@ use std::time::Instant;
 pub const MIN_DEPTH: f64 = 1448.0;
 /// The bucket holds this much time of the target rate.
 pub const DEPTH_SECS: f64 = 0.05;
+/// While no minimum is promised (`keep_share`, `Bwss::budget`) the bucket holds this much
+/// time of the target instead: a burst of arrivals under the target is read at once, so the
+/// kernel acknowledges it at once. With [`DEPTH_SECS`] a burst waits in the receive buffer
+/// for the bucket, and Linux delays the ACK of data the application has not read while its
+/// window does not advance (`__tcp_ack_snd_check`: "tcp_recvmsg() will send ACK otherwise"),
+/// which slows the sender's ACK clock against other hosts' flows.
+pub const SHARE_DEPTH_SECS: f64 = 1.0;
 /// The window clamp allows this many round trips of the target rate (the default of
 /// `[system] clamp_rtts`).
 pub const CLAMP_RTTS: f64 = 2.0;
@@ -128,7 +135,8 @@ pub struct Budget {
     /// Round trips of the rate the reader clamps the window to ([`window_clamp`]); 0: no
     /// clamp. None for a flow held at its minimum rate: the clamp, sized on the receiver's
     /// lagging RTT estimate, caps the flow below its rate while a queue grows, and the
-    /// minimum comes first (the lab, `docs/bwss.md`).
+    /// minimum comes first (the lab, `docs/bwss.md`); with `keep_share`, none while no
+    /// minimum is promised (`Bwss::budget`).
     pub clamp_rtts: f64,
 }
 
@@ -166,6 +174,11 @@ impl Fcs {
     /// The flow's measured rate over the last window, bit/s.
     pub fn on_measurement(&mut self, _now: Instant, measured: f64) {
         self.over = self.target.is_some_and(|t| measured > t * 1.05);
+    }
+
+    /// Measured above its target: the bucket's depth is cut to one segment.
+    pub fn over(&self) -> bool {
+        self.over
     }
 
     /// The read budget, `None` when unsteered.

@@ -397,6 +397,12 @@ impl SigmaRule {
         self.counters
     }
 
+    /// A flow that showed it wants less than its minimum (σ yielded for it and its rate
+    /// did not rise): its minimum is not in force until it is at it again.
+    pub fn wants_less(&self, id: u64) -> bool {
+        self.wants_less.contains(&id)
+    }
+
     /// Flows currently in congestion of their own.
     pub fn is_congested(&self, id: u64) -> bool {
         self.congested.contains_key(&id)
