@@ -37,13 +37,17 @@ use std::time::Instant;
 pub const MIN_DEPTH: f64 = 1448.0;
 /// The bucket holds this much time of the target rate.
 pub const DEPTH_SECS: f64 = 0.05;
-/// While no minimum is promised (`keep_share`, `Bwss::budget`) the bucket holds this much
-/// time of the target instead: a burst of arrivals under the target is read at once, so the
-/// kernel acknowledges it at once. With [`DEPTH_SECS`] a burst waits in the receive buffer
+/// While no minimum is promised (`keep_share`, `Bwss::budget`), a flow measured under
+/// [`UNDER_TARGET`] of its target (the link, not its target, holds it) has a bucket of this
+/// much time of the target instead: a burst of arrivals is read at once, so the kernel
+/// acknowledges it at once. A flow at its target keeps [`DEPTH_SECS`], so its reads stay
+/// exact over short spans too. With [`DEPTH_SECS`] a burst waits in the receive buffer
 /// for the bucket, and Linux delays the ACK of data the application has not read while its
 /// window does not advance (`__tcp_ack_snd_check`: "tcp_recvmsg() will send ACK otherwise"),
 /// which slows the sender's ACK clock against other hosts' flows.
 pub const SHARE_DEPTH_SECS: f64 = 1.0;
+/// A flow measured below this share of its target is under it (the default α of the σ rule).
+pub const UNDER_TARGET: f64 = 0.9;
 /// The window clamp allows this many round trips of the target rate (the default of
 /// `[system] clamp_rtts`).
 pub const CLAMP_RTTS: f64 = 2.0;
@@ -145,6 +149,7 @@ pub struct Budget {
 pub struct Fcs {
     target: Option<f64>,
     over: bool,
+    under: bool,
 }
 
 impl Default for Fcs {
@@ -159,6 +164,7 @@ impl Fcs {
         Self {
             target: None,
             over: false,
+            under: false,
         }
     }
 
@@ -174,11 +180,13 @@ impl Fcs {
     /// The flow's measured rate over the last window, bit/s.
     pub fn on_measurement(&mut self, _now: Instant, measured: f64) {
         self.over = self.target.is_some_and(|t| measured > t * 1.05);
+        self.under = self.target.is_some_and(|t| measured < t * UNDER_TARGET);
     }
 
-    /// Measured above its target: the bucket's depth is cut to one segment.
-    pub fn over(&self) -> bool {
-        self.over
+    /// Measured under [`UNDER_TARGET`] of its target over the last window (`false` before
+    /// the first measurement).
+    pub fn under(&self) -> bool {
+        self.under
     }
 
     /// The read budget, `None` when unsteered.
