@@ -39,6 +39,16 @@ struct Flow {
     fcs: Fcs,
 }
 
+impl Flow {
+    /// What of its target the allocation gave as its minimum, bit/s (0: none).
+    fn guaranteed(&self) -> f64 {
+        self.fcs
+            .target()
+            .unwrap_or(0.0)
+            .min(self.class.min_kbps * 1e3)
+    }
+}
+
 /// The allocation state of one receiver.
 #[derive(Debug, Clone)]
 pub struct Bwss {
@@ -219,7 +229,7 @@ impl Bwss {
                     recent: m.recent_rate(now, recent),
                     partial: f.meter.rate_since_start(now),
                     // The allocation gives minimums first: this much of the target is one.
-                    guaranteed: target.min(f.class.min_kbps * 1e3),
+                    guaranteed: f.guaranteed(),
                     min: f.class.min_kbps * 1e3,
                     rtt: f.rtt,
                 }
@@ -267,14 +277,12 @@ impl Bwss {
     /// share away. A clamp of two estimated round trips holds a flow near its target
     /// whether or not the link would give it more, and a burst waiting for the bucket
     /// delays its ACKs ([`SHARE_DEPTH_SECS`], for a flow under its target); beside another
-    /// host's TCP flow, that flow
-    /// took the difference (the lab: 1.31-1.62 × its plain-TCP rate pooled over three
-    /// trials, `docs/bwss.md`).
+    /// host's TCP flow, that flow took the difference (the lab: 1.31-1.62 × its plain-TCP
+    /// rate pooled over three trials, `docs/bwss.md`).
     fn minimum_promised(&self) -> bool {
-        self.flows.iter().any(|(&id, f)| {
-            let given = f.fcs.target().unwrap_or(0.0).min(f.class.min_kbps * 1e3);
-            given > 0.0 && !self.sigma.wants_less(id)
-        })
+        self.flows
+            .iter()
+            .any(|(&id, f)| f.guaranteed() > 0.0 && !self.sigma.wants_less(id))
     }
 
     pub fn flow_ids(&self) -> impl Iterator<Item = FlowId> + '_ {
@@ -886,9 +894,10 @@ mod tests {
     }
 
     /// With `keep_share` the downloads' windows are clamped, and their reads paced from the
-    /// shallow bucket, only while the video's minimum is promised: beside its minimum (the lab's "BWSS"), not once it showed that it wants
-    /// less (the lab's "BWSS + outside", its player on a low rung), nor on a host whose
-    /// rules give no flow a minimum; the paper's rule clamps throughout.
+    /// shallow bucket, only while the video's minimum is promised: beside its minimum (the
+    /// lab's "BWSS"), not once it showed that it wants less (the lab's "BWSS + outside", its
+    /// player on a low rung), nor on a host whose rules give no flow a minimum; the paper's
+    /// rule clamps throughout.
     #[test]
     fn the_downloads_are_clamped_and_shallow_paced_only_while_a_minimum_is_promised() {
         let clamps = |b: &Bwss| [1, 2, 3].map(|id| b.budget(id).map(|x| x.clamp_rtts));
