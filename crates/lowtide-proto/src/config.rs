@@ -339,6 +339,13 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(bad.validate().unwrap_err().field, "chunk_fraction");
+        let bad = Config {
+            max_pinning_reads: 65,
+            ..Config::default()
+        };
+        let e = bad.validate().unwrap_err();
+        assert_eq!(e.field, "max_pinning_reads");
+        assert!(e.to_string().contains("0..=64"), "{e}");
         assert_eq!(
             StreamConfig { weight: 0.0 }.validate().unwrap_err().field,
             "stream.weight"
