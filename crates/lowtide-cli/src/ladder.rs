@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// Send at this multiple of the rung's rate (the Helix server of the paper: 1.15).
     #[arg(long, default_value_t = 1.15)]
     overdrive: f64,
+    /// Congestion control of the served connections (set on the listener, which they
+    /// inherit); default: the host's.
+    #[arg(long)]
+    congestion: Option<String>,
 }
 
 #[derive(Args)]
@@ -70,6 +74,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<i32> {
     cfg.check().context("--overdrive")?;
     let listener =
         TcpListener::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
+    if let Some(cc) = &args.congestion {
+        lowtide_traffic::congestion::set_congestion_control(&listener, cc)
+            .context("--congestion")?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))

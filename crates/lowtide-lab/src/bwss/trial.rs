@@ -31,6 +31,87 @@ use crate::LabError;
 const READY_WITHIN: Duration = Duration::from_secs(10);
 /// Name of the file the downloads fetch.
 const BIG_FILE: &str = "big";
+/// `python3 -m http.server PORT --bind ADDR --directory ROOT` with `TCP_CONGESTION` set on
+/// its listener (argv: port, address, root, congestion control), which every accepted
+/// connection inherits.
+const HTTP_SERVER: &str = "\
+import functools, http.server, socket, sys
+port, addr, root, cc = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+class Server(http.server.ThreadingHTTPServer):
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+        super().server_bind()
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=root)
+Server((addr, port), handler).serve_forever()
+";
+
+/// The second at which the senders' connections are checked for the scenario's congestion
+/// control (the player's and the downloads' connections are up by then).
+const CHECK_CONGESTION_AT_S: usize = 3;
+
+/// Every established connection of the servers on `server` (the ladder server's and the
+/// HTTP server's ports) runs `declared`, as `ss -tin` shows it: a sender on the machine's
+/// default (BBR here) instead of the scenario's made every figure of this lab before
+/// 2026-11-24 (night) one of BBR senders.
+fn check_congestion(server: &Host, declared: &str) -> Result<(), LabError> {
+    let what = format!(
+        "checking the congestion control of the servers in {}",
+        server.name()
+    );
+    let out = server
+        .command("ss")
+        .args(["-Htin", "state", "established"])
+        .output()
+        .map_err(|e| LabError::io(&what, e))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(LabError::io(&what, format!("ss failed: {}", err.trim())));
+    }
+    let ports = [HTTP_PORT, VIDEO_PORT].map(|p| format!(":{p}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut checked = 0;
+    for (local, peer, cc) in ss_congestion(&text) {
+        if !ports.iter().any(|p| local.ends_with(p.as_str())) {
+            continue;
+        }
+        if cc != declared {
+            return Err(LabError::io(
+                &what,
+                format!("{local} -> {peer} runs {cc}, the scenario declares {declared}"),
+            ));
+        }
+        checked += 1;
+    }
+    if checked == 0 {
+        return Err(LabError::io(
+            &what,
+            format!("no server connection to check at {CHECK_CONGESTION_AT_S} s"),
+        ));
+    }
+    Ok(())
+}
+
+/// (local address, peer address, congestion control) of each connection in `ss -Htin`
+/// output: an address line, then an indented line that starts with the algorithm's name.
+fn ss_congestion(text: &str) -> Vec<(String, String, String)> {
+    let mut found = vec![];
+    let mut addrs: Option<(String, String)> = None;
+    for line in text.lines() {
+        if line.starts_with(char::is_whitespace) {
+            let cc = line.split_whitespace().next().unwrap_or("");
+            if let Some((local, peer)) = addrs.take() {
+                if !cc.is_empty() && !cc.contains(':') {
+                    found.push((local, peer, cc.to_string()));
+                }
+            }
+        } else {
+            // Recv-Q Send-Q Local Peer [Process]
+            let f: Vec<&str> = line.split_whitespace().collect();
+            addrs = (f.len() >= 4).then(|| (f[2].to_string(), f[3].to_string()));
+        }
+    }
+    found
+}
 
 /// Runs one variant; the record holds what was measured even when the trial failed.
 pub fn run_variant(
@@ -220,11 +301,15 @@ impl Trial<'_> {
             .map_err(|e| {
                 LabError::io(format!("making the download file in {}", root.display()), e)
             })?;
+        // The senders run the scenario's congestion control, set on each listener: a
+        // namespace's default is the machine's (BBR here), and only the initial namespace
+        // may make a restricted algorithm such as cubic the default.
+        let cc = &s.topology.hosts.congestion;
         let mut cmd = server.command(&tools.python3.to_string_lossy());
-        cmd.args(["-m", "http.server", &HTTP_PORT.to_string(), "--bind"])
+        cmd.args(["-c", HTTP_SERVER, &HTTP_PORT.to_string()])
             .arg(server.addr().to_string())
-            .arg("--directory")
-            .arg(&root);
+            .arg(&root)
+            .arg(cc);
         self.procs.push(Proc::spawn("http-server", cmd, dir)?);
         match v.video {
             VideoTransport::Tcp => {
@@ -234,6 +319,8 @@ impl Trial<'_> {
                     "serve",
                     "--listen",
                     &video.to_string(),
+                    "--congestion",
+                    cc,
                     "--rungs-kbps",
                 ])
                 .arg(join_kbps(&s.bwss.rungs_kbps));
@@ -351,6 +438,9 @@ impl Trial<'_> {
             self.link[k - 1] = Some(now.saturating_sub(last) as f64 * 8.0 / 1e3);
             last = now;
             progress(&format!("{}: {k} of {} s", v.name, self.secs));
+            if k == CHECK_CONGESTION_AT_S {
+                check_congestion(server, &s.topology.hosts.congestion)?;
+            }
             net.check_alive()?;
             self.check_procs(at >= end - Duration::from_secs(2))?;
         }
@@ -563,4 +653,39 @@ fn read_player_rungs(path: &Path, secs: usize) -> Vec<Option<usize>> {
         }
     }
     rungs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ss_output_gives_each_connections_congestion_control() {
+        // `ss -Htin state established` on the lab's sender (iproute2 6.1), trimmed.
+        let text = "\
+0      102808      10.1.1.1:8000     10.2.1.1:51878
+\t bbr wscale:10,10 rto:424 rtt:221.067/7.244 ato:40 mss:1448 cwnd:11
+0      5977        10.1.1.1:8450     10.2.1.1:45906
+\t cubic wscale:10,10 rto:412 rtt:209.493/3.292 ato:40 mss:1448 cwnd:46
+0      0           10.1.1.1:8000     10.2.2.1:60908
+\t wscale:10,10 rto:200 mss:1448
+";
+        let got = ss_congestion(text);
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "10.1.1.1:8000".into(),
+                    "10.2.1.1:51878".into(),
+                    "bbr".into()
+                ),
+                (
+                    "10.1.1.1:8450".into(),
+                    "10.2.1.1:45906".into(),
+                    "cubic".into()
+                ),
+            ]
+        );
+        assert!(ss_congestion("").is_empty());
+    }
 }
