@@ -57,12 +57,14 @@
 //!   the minimums, so the lower-priority flows give way (steered by receive window they
 //!   lose nothing to the link's losses, which fall on the flow with the larger window).
 //!   A window later the yield is judged: *held* (the flow is at its minimum again), *rising*
-//!   (another window), not rising with room left (yield again by the shortfall) or at the
+//!   (another window; at the floor only at a pace that reaches the minimum within it: a
+//!   flow creeping up while another host's flow takes what the others gave never will),
+//!   not rising with room left (yield again by the shortfall) or at the
 //!   floor (*undone*: the flow wants less than its minimum, or an outside host's flow took
 //!   what the others gave; σ goes back and the paper's per-flow rule judges the flow until
 //!   it reaches its minimum again; not while the flow has been at its minimum over the
-//!   recent window since the last step, within the whole window's tolerance: its losses,
-//!   not an application that wants less). A short flow is not
+//!   recent window since the last step, within the whole window's tolerance, after it has had
+//!   it over a whole window before: its losses, not an application that wants less). A short flow is not
 //!   taken for congestion of its own while σ can still fall for it, so its slack is not
 //!   handed on.
 //! - **The onset.** Judged over the whole window a minimum lost at the onset of congestion
@@ -919,7 +921,19 @@ impl SigmaRule {
             self.quiet_since = None;
             return false;
         }
-        if m >= y.rate + tolerance || (y.reached && sigma <= floor + tolerance) {
+        let at_floor = sigma <= floor + tolerance;
+        let gained = m - y.rate;
+        // At the floor the others have nothing left to give: rising counts only at a pace
+        // that reaches the minimum within another window. A flow that creeps up while
+        // another host's flow takes most of what the others gave (the lab's "BWSS +
+        // outside" start: 290 to 390 of 520 kbit/s in a window, the downloads at 0 for
+        // 6 s, the other host's download at 560-660) never will.
+        let rising = gained >= tolerance && (!at_floor || m + gained >= f.guaranteed - tolerance);
+        // At its minimum now and then counts only for a flow that has had it over a whole
+        // window: a starting flow's recent rate touches it in the sawtooth it shares with
+        // another host's flow.
+        let oscillating = y.reached && at_floor && self.reached_min.contains(&y.flow);
+        if rising || oscillating {
             // Rising (a window growing back after losses), or at the floor and at its
             // minimum now and then (losses of its own, an oscillating window: it does not
             // want less): give it another window.
@@ -1361,6 +1375,58 @@ mod tests {
             "{trace:?}"
         );
     }
+    #[test]
+    fn a_starting_flow_that_another_hosts_flow_holds_short_is_undone_a_window_after_the_floor() {
+        // The lab's "BWSS + outside" start: the video is short of its 520 kbit/s, the
+        // downloads give way, but another host's flow takes most of what they leave. The
+        // video either creeps up 50 kbit/s a window towards the 480 its share of the link
+        // allows, or sits at 400 with its recent rate touching 520 now and then (the two
+        // flows' sawtooth), never over a whole window. Neither reaches its minimum: the
+        // yield is undone a window after σ got to the floor (the lab: 6-10 s of starved
+        // downloads before, and the other host's flow kept what it took for seconds after).
+        for touches in [false, true] {
+            let t0 = Instant::now();
+            let mut r = SigmaRule::new(SigmaParams {
+                keep_share: true,
+                ..fig6_params()
+            });
+            let mut at_floor = vec![];
+            for ms in (0..30_000).step_by(200) {
+                let s = r.sigma().unwrap();
+                let video_t = s.min(520e3);
+                let bulk_t = (s - video_t) / 2.0;
+                let (video, recent) = if touches {
+                    (400e3, if ms % 1_000 == 0 { 520e3 } else { 380e3 })
+                } else {
+                    let v = (250e3 + 25.0 * ms as f64).min(480e3);
+                    (v, v)
+                };
+                let sample = FlowSample {
+                    guaranteed: video_t,
+                    min: 520e3,
+                    recent: Some(recent),
+                    ..f(1, video_t, video)
+                };
+                let bulk = bulk_t.min(200e3);
+                r.on_tick(
+                    at(t0, ms),
+                    &[sample, f(2, bulk_t, bulk), f(3, bulk_t, bulk)],
+                );
+                if r.sigma().unwrap() <= 520e3 + 1.0 {
+                    at_floor.push(ms);
+                }
+            }
+            let c = r.counters();
+            let msg = format!("touches {touches}: at the floor {at_floor:?}; {c:?}");
+            assert_eq!(c.yield_undone, 1, "{msg}");
+            assert_eq!(c.yield_held, 0, "{msg}");
+            // One verdict a window (2 s) after σ reached the floor, a tick to apply it.
+            assert!(!at_floor.is_empty(), "{msg}");
+            let span = at_floor.last().unwrap() - at_floor[0];
+            assert!(span <= 2_400, "{msg}");
+        }
+    }
+
     #[test]
     fn sigma_climbs_back_from_the_minimums_floor_when_the_others_are_too_slow_to_judge() {
         // The link leaves only the video's minimum for 10 s: σ yields to the floor, the
