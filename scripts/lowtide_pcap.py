@@ -169,6 +169,22 @@ def varint(b, i):
             return v, i
 
 
+def first_frame(b):
+    """The type of the first frame after the hello of a lowtide byte stream, or None: a
+    duplicate lane begins with DATA_FIRST (3), a backup taken over with SWITCH (8), a primary
+    with STREAM_OPEN (1)."""
+    if b[:4] != b"LWTD":
+        return None
+    try:
+        i = 5
+        n, i = varint(b, i)
+        for _ in range(2 * n):
+            _, i = varint(b, i)
+        return varint(b, i)[0] if i < len(b) else None
+    except IndexError:
+        return None
+
+
 def messages(b, end):
     """(stream, seq) -> [its first frame's first byte, its last byte + 1, importance, its
     first 16 payload bytes, the frames it took] of every message in a lowtide byte stream (docs/wire.md), up to
