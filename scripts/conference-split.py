@@ -31,6 +31,15 @@ then (the probe crosses the same FIFO queue; its own serialization is 0.03 ms ag
 for a full segment at 12 Mbit/s, which lands in "own bytes"). The parts add up to the
 latency: the means add up exactly, the medians need not.
 
+With a duplicate lane (a connection whose first frame is DATA_FIRST) every connection's
+stream is decoded and each ADU split along the copy the receiver delivered: the first to be
+whole and in order. A lane copy's write is not recorded, so its parts start at the capture
+(its wait in lowtide's lane queue lands in "unsent ahead" or "own bytes"). For the base it
+then prints which copy won, each copy's parts, by its largest part why the lane's copy came
+later when the primary's won, how many lane copies waited for an ACK of the lane (its
+window), the share the lane won per 5 s, and the lane's window as its packets show it (the
+flight at departures an ACK released, the ACKs the receiver delayed, the repairs).
+
 With --worst N it also lists the N latest ADUs with their parts (the p99.9 of a bucket is
 among them), and whether their own bytes first left in a retransmission.
 
@@ -46,8 +55,8 @@ import struct
 import sys
 from collections import defaultdict
 
-from lowtide_pcap import (FLOOR, MSS, Floor, Stream, first_frame, lowtide_connections, messages,
-                          packets)
+from lowtide_pcap import (FLOOR, MSS, Floor, Stream, ack_numbers, first_frame,
+                          lowtide_connections, messages, packets)
 from tail_common import quantile
 
 
@@ -85,6 +94,54 @@ def lane_view(c, lat_ms, cps, on_lane, stream_of, lane_keys, acks_of, w_primary,
             view["after_ack"] = (dep - acks[i]) * 1e3 if i >= 0 and acks[i] > c else None
         out[kind] = view
     return out
+
+
+def lane_window(segs, acks, floor_at):
+    """The lane's congestion window as its packets show it: its flight (bytes departed, not
+    yet acknowledged at the sender, in segments) at each departure within 1.5 ms of an ACK's
+    arrival (the window released it: the flight is then the window); the ACKs that came late
+    after the packets they newly cover (over 25 ms beyond the fastest: the receiver's delayed
+    ACK), and how many covered a lone packet; the lane's retransmissions."""
+    syn = [x for x in segs if x[2] & 0x02]
+    if not syn:
+        return "  the lane's window: no SYN in the pcap"
+    isn = syn[0][1] + 1
+    ak = sorted((t, (a - isn) % 2**32) for t, a in acks)
+    at, acked, m = [], [], 0
+    for t, a in ak:
+        if a < 2**31:
+            m = max(m, a)
+        at.append(t)
+        acked.append(m)
+    data = sorted((t - floor_at(t), (seq - isn) % 2**32 + len(pl), t)
+                  for t, seq, _, pl in segs if pl)
+    top, clocked = 0, []
+    for dep, end, _ in data:
+        top = max(top, end)
+        j = bisect.bisect_right(at, dep) - 1
+        if j >= 0 and dep - at[j] <= 0.0015:
+            clocked.append((top - acked[j]) / MSS)
+    exit_of = {}
+    for _, end, x in data:
+        exit_of.setdefault(end, x)
+    ends = sorted(exit_of)
+    delays, prev = [], 0
+    for t, a in zip(at, acked):
+        if a <= prev:
+            continue
+        cov = ends[bisect.bisect_right(ends, prev):bisect.bisect_right(ends, a)]
+        if cov:
+            delays.append(((t - exit_of[cov[-1]]) * 1e3, len(cov)))
+        prev = a
+    fast = quantile([d for d, _ in delays], 0.05)
+    late = [(d, n) for d, n in delays if d > fast + 25]
+    # a lost packet never leaves the bottleneck: its repair fills a hole in the stream
+    repairs = sum(1 for p in Stream(segs).pieces if p[3])
+    return ("  the lane's window: flight at departures an ACK released (segments) p10 %.1f, p50 "
+            "%.1f, p90 %.1f (%d); ACKs %d, late by the receiver's delay (> 25 ms beyond the "
+            "fastest) %d, %d of them for a lone packet; repairs %d" % (
+                quantile(clocked, 0.1), quantile(clocked, 0.5), quantile(clocked, 0.9),
+                len(clocked), len(delays), len(late), sum(n == 1 for _, n in late), repairs))
 
 
 def print_lane(lanes, floor_p50):
@@ -130,14 +187,16 @@ def print_lane(lanes, floor_p50):
         print("  lane copies later than the primary's, by their largest part:")
         for k, m in sorted(why.items(), key=lambda kv: -kv[1]):
             print(f"    {m:5d}  {k}")
-    gaps = [x["lane"]["after_ack"] for x in lanes
-            if x["lane"] and x["lane"]["after_ack"] is not None
-            and x["lane"]["parts"][1] + x["lane"]["parts"][2] > 2.0]
-    late = sum(1 for x in lanes if x["lane"] and x["lane"]["parts"][1] + x["lane"]["parts"][2] > 2.0)
-    if late:
-        print(f"  lane copies leaving > 2 ms after capture: {late}; of them released by a lane "
-              f"ACK (left within 1.5 ms of one that arrived after the capture): "
-              f"{sum(g <= 1.5 for g in gaps)}")
+    # A copy whose last byte left more than 5 ms after the capture (serialization of its two
+    # packets and the departure estimate take about 2): released by a lane ACK that arrived
+    # after the capture (the window), or not (behind earlier copies the window held).
+    waited = [x["lane"] for x in lanes if x["lane"] and sum(x["lane"]["parts"][1:3]) > 5.0]
+    if waited:
+        by_ack = [w for w in waited if w["after_ack"] is not None and w["after_ack"] <= 1.5]
+        print(f"  lane copies leaving > 5 ms after capture: {len(waited)} of "
+              f"{sum(1 for x in lanes if x['lane'])}; {len(by_ack)} of them left within 1.5 ms "
+              f"of a lane ACK that arrived after the capture (the lane's window released them); "
+              f"their wait p50 {quantile([sum(w['parts'][1:3]) for w in waited], 0.5):.1f} ms")
     # The share the lane wins and the base's median, per 5 s of capture: episodes.
     print("  per 5 s of capture: lane copies first %, base p50 above the floor (ms)")
     t0 = min(x["c"] for x in lanes)
@@ -200,6 +259,7 @@ def main():
         lane_keys = {k for k, st in conns if first_frame(st.bytes) == 3}
         # The ACKs of each connection as they reached the sender (the reverse link's exit).
         back, _ = packets(f"{trial}/reverse.pcap", start_wall)
+        acknos = ack_numbers(f"{trial}/reverse.pcap", start_wall)
         acks_of = {k: sorted(t for t, _, _, _ in back.get((k[2], k[3], k[0], k[1]), []))
                    for k, _ in conns}
         # Every copy of every ADU found in the streams: (frame, layer) -> [(conn, s0, e0)].
@@ -306,6 +366,9 @@ def main():
                                       100 * sum(x < 0.05 for x in ahead) / len(ahead)))
             if lanes:
                 print_lane(lanes, fp)
+                for lk in lane_keys:
+                    print(lane_window(tcp[lk], acknos.get((lk[2], lk[3], lk[0], lk[1]), []),
+                                      floor_at))
         if every:
             # Per importance bucket (layer), the p99.9 of the latency and of the path's parts
             # alone (own repair + network + in-order wait: every other part is >= 0, so a
