@@ -376,7 +376,7 @@ impl DuplicateLane {
     /// second (Linux: its delayed-ACK timer, at least 40 ms). Both wait for each other; in
     /// a full-scale run of Fig. 6 (docs/failover.md, "The duplicate lane's median, per
     /// packet") 102 of the lane's 1624 ACKs came about 40 ms late for a lone full segment,
-    /// none with this rule in three runs after it. A read that ends at a frame's end
+    /// none with this rule in four runs after it. A read that ends at a frame's end
     /// needs nothing: the sender is not waiting for that ACK, and a copy's last segment
     /// completes more than one full segment, which the receiver acknowledges at once anyway.
     ///
