@@ -31,6 +31,15 @@ then (the probe crosses the same FIFO queue; its own serialization is 0.03 ms ag
 for a full segment at 12 Mbit/s, which lands in "own bytes"). The parts add up to the
 latency: the means add up exactly, the medians need not.
 
+With a duplicate lane (a connection whose first frame is DATA_FIRST) every connection's
+stream is decoded and each ADU split along the copy the receiver delivered: the first to be
+whole and in order. A lane copy's write is not recorded, so its parts start at the capture
+(its wait in lowtide's lane queue lands in "unsent ahead" or "own bytes"). For the base it
+then prints which copy won, each copy's parts, by its largest part why the lane's copy came
+later when the primary's won, how many lane copies waited for an ACK of the lane (its
+window), the share the lane won per 5 s, and the lane's window as its packets show it (the
+flight at departures an ACK released, the ACKs the receiver delayed, the repairs).
+
 With --worst N it also lists the N latest ADUs with their parts (the p99.9 of a bucket is
 among them), and whether their own bytes first left in a retransmission.
 
@@ -46,8 +55,157 @@ import struct
 import sys
 from collections import defaultdict
 
-from lowtide_pcap import FLOOR, MSS, Floor, Stream, lowtide_connections, messages, packets
+from lowtide_pcap import (FLOOR, MSS, Floor, Stream, ack_numbers, first_frame,
+                          lowtide_connections, messages, packets)
 from tail_common import quantile
+
+
+def split_copy(cst, s0, e0, c, w, arr, floor_at):
+    """One copy's parts (s): capture c, its write w, the application's receipt arr (for a
+    copy not delivered: its own in-order time, so the receiver part is 0); and its last
+    byte's departure."""
+    x = cst.exit(e0 - 1)
+    prev, first, dep = cst.departures(s0, e0, w, floor_at)
+    got = cst.in_order(e0 - 1)
+    arr = got if arr is None else arr
+    return [w - c, max(prev - w, 0.0), first - max(w, prev), dep - first, floor_at(x),
+            got - x, arr - got, dep - w], dep
+
+
+def lane_view(c, lat_ms, cps, on_lane, stream_of, lane_keys, acks_of, w_primary, floor_at):
+    """A base ADU of a run with a duplicate lane, as each connection carried it: per kind
+    (lane, primary) the earliest copy's time to be whole in order at the receiver (ms after
+    capture) and its parts (ms; the lane's write is not recorded, so its written = capture);
+    for the lane copy also the gap from the lane ACK before its last byte's departure to
+    that departure (ms; small when the lane's window released it)."""
+    out = {"c": c, "lat": lat_ms, "on_lane": on_lane, "lane": None, "primary": None}
+    for kind in ("lane", "primary"):
+        mine = [cp for cp in cps if (cp[0] in lane_keys) == (kind == "lane")]
+        if not mine:
+            continue
+        k, s0, e0 = min(mine, key=lambda cp: stream_of[cp[0]].in_order(cp[2] - 1))
+        cst = stream_of[k]
+        w = c if kind == "lane" else w_primary
+        vals, dep = split_copy(cst, s0, e0, c, w, None, floor_at)
+        view = {"ready": (cst.in_order(e0 - 1) - c) * 1e3, "parts": [v * 1e3 for v in vals]}
+        if kind == "lane":
+            acks = acks_of[k]
+            i = bisect.bisect_right(acks, dep) - 1
+            view["after_ack"] = (dep - acks[i]) * 1e3 if i >= 0 and acks[i] > c else None
+        out[kind] = view
+    return out
+
+
+def lane_window(segs, acks, floor_at):
+    """The lane's congestion window as its packets show it: its flight (bytes departed, not
+    yet acknowledged at the sender, in segments) at each departure within 1.5 ms of an ACK's
+    arrival (the window released it: the flight is then the window); the ACKs that came late
+    after the packets they newly cover (over 25 ms beyond the fastest: the receiver's delayed
+    ACK), and how many covered a lone packet; the lane's retransmissions."""
+    syn = [x for x in segs if x[2] & 0x02]
+    if not syn:
+        return "  the lane's window: no SYN in the pcap"
+    isn = syn[0][1] + 1
+    ak = sorted((t, (a - isn) % 2**32) for t, a in acks)
+    at, acked, m = [], [], 0
+    for t, a in ak:
+        if a < 2**31:
+            m = max(m, a)
+        at.append(t)
+        acked.append(m)
+    data = sorted((t - floor_at(t), (seq - isn) % 2**32 + len(pl), t)
+                  for t, seq, _, pl in segs if pl)
+    top, clocked = 0, []
+    for dep, end, _ in data:
+        top = max(top, end)
+        j = bisect.bisect_right(at, dep) - 1
+        if j >= 0 and dep - at[j] <= 0.0015:
+            clocked.append((top - acked[j]) / MSS)
+    exit_of = {}
+    for _, end, x in data:
+        exit_of.setdefault(end, x)
+    ends = sorted(exit_of)
+    delays, prev = [], 0
+    for t, a in zip(at, acked):
+        if a <= prev:
+            continue
+        cov = ends[bisect.bisect_right(ends, prev):bisect.bisect_right(ends, a)]
+        if cov:
+            delays.append(((t - exit_of[cov[-1]]) * 1e3, len(cov)))
+        prev = a
+    fast = quantile([d for d, _ in delays], 0.05)
+    late = [(d, n) for d, n in delays if d > fast + 25]
+    # a lost packet never leaves the bottleneck: its repair fills a hole in the stream
+    repairs = sum(1 for p in Stream(segs).pieces if p[3])
+    return ("  the lane's window: flight at departures an ACK released (segments) p10 %.1f, p50 "
+            "%.1f, p90 %.1f (%d); ACKs %d, late by the receiver's delay (> 25 ms beyond the "
+            "fastest) %d, %d of them for a lone packet; repairs %d" % (
+                quantile(clocked, 0.1), quantile(clocked, 0.5), quantile(clocked, 0.9),
+                len(clocked), len(delays), len(late), sum(n == 1 for _, n in late), repairs))
+
+
+def print_lane(lanes, floor_p50):
+    """Why a base ADU's latency with a duplicate lane is what it is: which copy won, each
+    copy's parts, what delayed the lane's copy when the primary's won."""
+    n = len(lanes)
+    won = [x for x in lanes if x["on_lane"]]
+    lost = [x for x in lanes if not x["on_lane"] and x["lane"]]
+    absent = [x for x in lanes if not x["lane"]]
+    print(f"  duplicate lane, base ADUs: {n}; delivered by the lane's copy {len(won)} "
+          f"({100 * len(won) / n:.0f}%), by the primary's {n - len(won)} (lane copy later "
+          f"{len(lost)}, no lane copy {len(absent)})")
+    for kind in ("lane", "primary"):
+        r = [x[kind]["ready"] - floor_p50 for x in lanes if x[kind]]
+        print(f"  {kind} copy alone, whole in order above the floor's p50: p50 "
+              f"{quantile(r, 0.5):.1f}, p60 {quantile(r, 0.6):.1f}, p75 {quantile(r, 0.75):.1f},"
+              f" p90 {quantile(r, 0.9):.1f} ms ({len(r)} copies)")
+    names = ["queue/written", "unsent ahead", "own bytes", "own repair", "network",
+             "in-order wait"]
+    for label, xs, kind in (("lane copies that won", won, "lane"),
+                            ("lane copies that lost", lost, "lane"),
+                            ("primary copies that won", [x for x in lanes if not x["on_lane"]],
+                             "primary")):
+        if not xs:
+            continue
+        print(f"  {label} ({len(xs)}), parts p50 / p90 / mean ms:")
+        for j, nm in enumerate(names):
+            v = [x[kind]["parts"][j] for x in xs]
+            print("    %-14s %7.1f %7.1f %7.1f" % (nm, quantile(v, 0.5), quantile(v, 0.9),
+                                                   sum(v) / len(v)))
+    # What made a lane copy later than the primary's, by its largest part beyond the network.
+    why = defaultdict(int)
+    for x in lost:
+        p = x["lane"]["parts"]
+        parts = {"lane: own repair (its copy lost)": p[3],
+                 "lane: in-order wait (behind a lane repair)": p[5],
+                 "lane: earlier copies unsent ahead": p[1],
+                 "lane: own bytes (the lane's window)": p[2],
+                 "lane: network above the primary's": p[4] - x["primary"]["parts"][4]}
+        big = max(parts, key=parts.get)
+        why[big if parts[big] > 2.0 else "lane no later by its parts (< 2 ms; the primary fast)"] += 1
+    if lost:
+        print("  lane copies later than the primary's, by their largest part:")
+        for k, m in sorted(why.items(), key=lambda kv: -kv[1]):
+            print(f"    {m:5d}  {k}")
+    # A copy whose last byte left more than 5 ms after the capture (serialization of its two
+    # packets and the departure estimate take about 2): released by a lane ACK that arrived
+    # after the capture (the window), or not (behind earlier copies the window held).
+    waited = [x["lane"] for x in lanes if x["lane"] and sum(x["lane"]["parts"][1:3]) > 5.0]
+    if waited:
+        by_ack = [w for w in waited if w["after_ack"] is not None and w["after_ack"] <= 1.5]
+        print(f"  lane copies leaving > 5 ms after capture: {len(waited)} of "
+              f"{sum(1 for x in lanes if x['lane'])}; {len(by_ack)} of them left within 1.5 ms "
+              f"of a lane ACK that arrived after the capture (the lane's window released them); "
+              f"their wait p50 {quantile([sum(w['parts'][1:3]) for w in waited], 0.5):.1f} ms")
+    # The share the lane wins and the base's median, per 5 s of capture: episodes.
+    print("  per 5 s of capture: lane copies first %, base p50 above the floor (ms)")
+    t0 = min(x["c"] for x in lanes)
+    by = defaultdict(list)
+    for x in lanes:
+        by[int((x["c"] - t0) // 5)].append(x)
+    print("   " + "  ".join(f"{t0 + 5 * b:.0f}s {100 * sum(x['on_lane'] for x in xs) / len(xs):.0f}%"
+                            f" {quantile([x['lat'] for x in xs], 0.5) - floor_p50:.1f}"
+                            for b, xs in sorted(by.items())))
 
 
 def main():
@@ -91,64 +249,82 @@ def main():
         # Calibration: a probe's receipt minus its exit from the bottleneck (the receiver's
         # UDP socket and thread); large or negative means the clocks do not line up.
         cal = floor_probes.receipt_minus_exit(probe_exits)
-        conns = list(lowtide_connections(tcp).items())
+        conns = [(k, Stream(s)) for k, s in lowtide_connections(tcp).items()
+                 if any(p[3] for p in s)]
         if not conns:
             print(f"{trial} ({v}): no lowtide connection in the pcap")
             continue
-        key, segs = max(conns, key=lambda c: sum(len(p[3]) for p in c[1]))
-        st = Stream(segs)
-        # The ACKs of that connection as they reached the sender (the reverse link's exit).
+        # A duplicate lane's stream begins with DATA_FIRST; the primary (and, after a
+        # failover, the backups taken over) carry everything else.
+        lane_keys = {k for k, st in conns if first_frame(st.bytes) == 3}
+        # The ACKs of each connection as they reached the sender (the reverse link's exit).
         back, _ = packets(f"{trial}/reverse.pcap", start_wall)
-        src, sport, dst, dport = key
-        acks = sorted(t for t, _, _, _ in back.get((dst, dport, src, sport), []))
-        msgs = messages(st.bytes, st.complete)
-        adus = {}
-        for (_, seq), (s0, e0, imp, hdr, _) in msgs.items():
-            if hdr and len(hdr) >= 10 and hdr[0] == 1:
-                frame, layer = struct.unpack("!I", hdr[5:9])[0], hdr[9]
-                adus[(frame, layer)] = (s0, e0, imp)
+        acknos = ack_numbers(f"{trial}/reverse.pcap", start_wall)
+        acks_of = {k: sorted(t for t, _, _, _ in back.get((k[2], k[3], k[0], k[1]), []))
+                   for k, _ in conns}
+        # Every copy of every ADU found in the streams: (frame, layer) -> [(conn, s0, e0)].
+        copies = defaultdict(list)
+        n_msgs = 0
+        for k, cst in conns:
+            msgs = messages(cst.bytes, cst.complete)
+            n_msgs += len(msgs)
+            for (_, seq), (s0, e0, imp, hdr, _) in msgs.items():
+                if hdr and len(hdr) >= 10 and hdr[0] == 1 and e0 <= cst.complete:
+                    frame, layer = struct.unpack("!I", hdr[5:9])[0], hdr[9]
+                    copies[(frame, layer)].append((k, s0, e0))
+        stream_of = dict(conns)
+        key, st = max((c for c in conns if c[0] not in lane_keys),
+                      key=lambda c: len(c[1].bytes), default=conns[0])
+        acks = acks_of[key]
         rows = [r for r in all_adus if r["series"] == v and r.get("video", "0") == "0"
                 and a.from_s <= float(r["capture_s"]) < a.to_s and r["latency_ms"]
                 and r["written_ms"]]
-        print(f"== {v} ({trial}): {len(conns)} lowtide connection(s), {len(st.bytes)} bytes in "
-              f"the one used, {len(msgs)} messages decoded; probe receipt - exit p50 "
+        print(f"== {v} ({trial}): {len(conns)} lowtide connection(s) with data"
+              f"{f' ({len(lane_keys)} duplicate lane)' if lane_keys else ''}, {len(st.bytes)} "
+              f"bytes in the primary, {n_msgs} messages decoded; probe receipt - exit p50 "
               f"{quantile(cal, 0.5):.2f} ms, p99 {quantile(cal, 0.99):.2f} ms ({len(cal)} probes)")
         parts = ["lowtide's queue", "unsent ahead", "own bytes", "own repair", "network",
                  "in-order wait", "receiver", "(kernel: both)"]
-        every = []  # (latency ms, capture s, layer, parts ms, own bytes retransmitted)
+        # (latency ms, capture s, layer, parts ms, own bytes retransmitted, delivered by a lane)
+        every = []
         for name, which in (("base", lambda l: l == 0), ("enhancement", lambda l: l > 0)):
             split, lat, ahead, missing, gaps = defaultdict(list), [], [], 0, []
+            lanes = []  # base ADUs with a lane: both copies' views
             by_adu = []
             for r in rows:
                 layer = int(r["layer"])
                 if not which(layer):
                     continue
-                m = adus.get((int(r["frame"]), layer))
-                if not m or m[1] > st.complete:
+                cps = copies.get((int(r["frame"]), layer), [])
+                if not cps:
                     missing += 1
                     continue
-                s0, e0, _ = m
                 c = float(r["capture_s"])
-                w = c + float(r["written_ms"]) / 1e3
+                w_primary = c + float(r["written_ms"]) / 1e3
                 arr = c + float(r["latency_ms"]) / 1e3
-                x = st.exit(e0 - 1)
-                fl = floor_at(x)
-                prev, first, dep = st.departures(s0, e0, w, floor_at)
-                got = st.in_order(e0 - 1)
-                vals = [w - c, max(prev - w, 0.0), first - max(w, prev), dep - first, fl,
-                        got - x, arr - got, dep - w]
+                # The copy delivered: the first to be whole and in order at the receiver.
+                k, s0, e0 = min(cps, key=lambda cp: stream_of[cp[0]].in_order(cp[2] - 1))
+                on_lane = k in lane_keys
+                cst = stream_of[k]
+                # A lane copy's write is not recorded: its wait in lowtide's lane queue
+                # lands in "unsent ahead" / "own bytes" (written = capture).
+                w = c if on_lane else w_primary
+                vals, dep = split_copy(cst, s0, e0, c, w, arr, floor_at)
                 for p, val in zip(parts, vals):
                     split[p].append(val * 1e3)
+                if name == "base" and lane_keys:
+                    lanes.append(lane_view(c, (arr - c) * 1e3, cps, on_lane, stream_of,
+                                           lane_keys, acks_of, w_primary, floor_at))
                 lat.append((arr - c) * 1e3)
                 by_adu.append(((arr - c) * 1e3, [v * 1e3 for v in vals]))
                 every.append(((arr - c) * 1e3, c, layer, [v * 1e3 for v in vals],
-                              any(p[3] for p in st.pieces_of(s0, e0))))
+                              any(p[3] for p in cst.pieces_of(s0, e0)), on_lane))
                 # Bytes of the stream before this ADU that had not left the sender at its
                 # write: departures grow with the offset but for repairs, so search by offset.
                 lo, hi = 0, s0
                 while lo < hi:
                     mid = (lo + hi) // 2
-                    xm = st.exit(mid)
+                    xm = cst.exit(mid)
                     if xm - floor_at(xm) <= w:
                         lo = mid + 1
                     else:
@@ -157,8 +333,9 @@ def main():
                 # A check of the departure estimate: the kernel sends a segment at its write
                 # or when an ACK frees the window, so a right estimate lies just after one of
                 # the two (an estimate off by X ms lies anywhere in the ACK interval).
-                i = bisect.bisect_right(acks, dep + 0.0005) - 1
-                last = max(w, acks[i]) if i >= 0 else w
+                ka = acks_of[k]
+                i = bisect.bisect_right(ka, dep + 0.0005) - 1
+                last = max(w, ka[i]) if i >= 0 else w
                 if last <= dep + 0.0005:
                     gaps.append((dep - last) * 1e3)
             if not lat:
@@ -187,6 +364,11 @@ def main():
             print("  segments of the stream ahead of it unsent at its write: p50 %.1f, p90 %.1f,"
                   " none for %d%%" % (quantile(ahead, 0.5), quantile(ahead, 0.9),
                                       100 * sum(x < 0.05 for x in ahead) / len(ahead)))
+            if lanes:
+                print_lane(lanes, fp)
+                for lk in lane_keys:
+                    print(lane_window(tcp[lk], acknos.get((lk[2], lk[3], lk[0], lk[1]), []),
+                                      floor_at))
         if every:
             # Per importance bucket (layer), the p99.9 of the latency and of the path's parts
             # alone (own repair + network + in-order wait: every other part is >= 0, so a
@@ -201,9 +383,10 @@ def main():
             print(f"  the {a.worst} latest ADUs: capture s, layer, latency, then the parts (ms) "
                   "queue, unsent ahead, own bytes, own repair, network, in-order wait, receiver;"
                   " own bytes retransmitted")
-            for lat_ms, c, layer, vals, rx in sorted(every, key=lambda e: -e[0])[:a.worst]:
+            for lat_ms, c, layer, vals, rx, on_lane in sorted(every, key=lambda e: -e[0])[:a.worst]:
                 print(f"  {c:.3f} {layer} {lat_ms:.1f} "
-                      + " ".join(f"{x:.1f}" for x in vals[:7]) + (" yes" if rx else " no"))
+                      + " ".join(f"{x:.1f}" for x in vals[:7]) + (" yes" if rx else " no")
+                      + (" (the lane's copy)" if on_lane else ""))
 
 
 if __name__ == "__main__":

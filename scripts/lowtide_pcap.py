@@ -54,6 +54,24 @@ def packets(path, start_wall):
     return tcp, probes
 
 
+def ack_numbers(path, start_wall):
+    """Per TCP connection (src, sport, dst, dport) of a pcap: (time, acknowledged sequence
+    number) of every packet with the ACK flag. Times are seconds since the trial's start."""
+    out = defaultdict(list)
+    for ts, eth in read_pcap(path):
+        if len(eth) < 34 or eth[12:14] != b"\x08\x00":
+            continue
+        ip = eth[14:]
+        ihl = (ip[0] & 15) * 4
+        if ip[9] != 6:
+            continue
+        l4 = ip[ihl:]
+        sport, dport, _, ack = struct.unpack("!HHII", l4[:12])
+        if l4[13] & 0x10:
+            out[(ip[12:16], sport, ip[16:20], dport)].append((ts - start_wall, ack))
+    return out
+
+
 def lowtide_connections(tcp):
     """The connections of `packets` whose first data is lowtide's hello ("LWTD")."""
     return {k: s for k, s in tcp.items() if any(p[3][:4] == b"LWTD" for p in s[:4])}
@@ -167,6 +185,22 @@ def varint(b, i):
         shift += 7
         if not x & 0x80:
             return v, i
+
+
+def first_frame(b):
+    """The type of the first frame after the hello of a lowtide byte stream, or None: a
+    duplicate lane begins with DATA_FIRST (3), a backup taken over with SWITCH (8), a primary
+    with STREAM_OPEN (1)."""
+    if b[:4] != b"LWTD":
+        return None
+    try:
+        i = 5
+        n, i = varint(b, i)
+        for _ in range(2 * n):
+            _, i = varint(b, i)
+        return varint(b, i)[0] if i < len(b) else None
+    except IndexError:
+        return None
 
 
 def messages(b, end):

@@ -892,6 +892,7 @@ impl TrialThreads {
                         // the duplicate lane's receiving counters, beside the sender's
                         run.cost.copies_first = seen.lane.copies_first;
                         run.cost.copies_late = seen.lane.copies_late;
+                        run.cost.quick_acks = seen.lane.quick_acks;
                         let mut adus = conference::records(&viewers);
                         conference::add_writes(&mut adus, &run.sent.writes);
                         record

@@ -179,6 +179,9 @@ pub struct SendCost {
     pub copies_first: u64,
     #[serde(default)]
     pub copies_late: u64,
+    /// Receiver: reads of the lane that ended inside a copy, acknowledged at once.
+    #[serde(default)]
+    pub quick_acks: u64,
 }
 
 /// User and system CPU time of the calling thread, seconds (`/proc/thread-self/stat`, in
@@ -293,6 +296,7 @@ impl CostMeter {
             copy_bytes: stats.lane.copy_bytes,
             copies_first: 0,
             copies_late: 0,
+            quick_acks: 0,
         }
     }
 }

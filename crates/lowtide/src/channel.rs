@@ -2192,15 +2192,21 @@ impl Driver {
         match lane.try_read(&mut buf) {
             Ok(0) => self.drop_lane(),
             Ok(n) => {
-                if let Err(e) = self
-                    .shared
-                    .lock()
-                    .conn
-                    .handle_lane_bytes(Instant::now(), &buf[..n])
-                {
-                    // the channel closes with a CLOSE frame naming the error
-                    log_protocol_error(&e);
-                    self.lane = None;
+                let mut g = self.shared.lock();
+                match g.conn.handle_lane_bytes(Instant::now(), &buf[..n]) {
+                    Ok(()) if g.conn.lane_ack_now() => {
+                        // the sender holds the rest of a copy until this ACK
+                        if let Err(e) = sys::ack_now(lane.as_raw_fd()) {
+                            tracing::debug!(error = %e, "duplicate lane: TCP_QUICKACK failed");
+                        }
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        drop(g);
+                        // the channel closes with a CLOSE frame naming the error
+                        log_protocol_error(&e);
+                        self.lane = None;
+                    }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

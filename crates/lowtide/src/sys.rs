@@ -1,5 +1,5 @@
 //! The operating-system surface of lowtide, Linux only, in one place (like quinn-udp's
-//! `linux.rs`): `TCP_INFO`, `SIOCOUTQ`/`SIOCOUTQNSD`, `TCP_NOTSENT_LOWAT`, `TCP_NODELAY`,
+//! `linux.rs`): `TCP_INFO`, `SIOCOUTQ`/`SIOCOUTQNSD`, `TCP_NOTSENT_LOWAT`, `TCP_NODELAY`, `TCP_QUICKACK`,
 //! `TCP_CORK`, `TCP_CONGESTION`, a zero-timeout `poll` and `writev`.
 //!
 //! Every function returns [`SysError`], which names the call that was attempted.
@@ -164,6 +164,22 @@ pub fn set_nodelay(fd: RawFd, on: bool) -> Result<(), SysError> {
         on.into(),
         "TCP_NODELAY",
     )
+}
+
+/// Sends a pending delayed ACK now (`TCP_QUICKACK`): the duplicate lane's receiver after a
+/// read that ended inside a copy, whose sender waits for the ACK (Linux clears the option
+/// again by itself; this is a one-shot).
+///
+/// ```
+/// # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// # let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// # let (_peer, _) = listener.accept()?;
+/// use std::os::fd::AsRawFd;
+/// lowtide::sys::ack_now(socket.as_raw_fd())?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn ack_now(fd: RawFd) -> Result<(), SysError> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1, "TCP_QUICKACK")
 }
 
 /// Sets `TCP_CORK`.

@@ -322,6 +322,10 @@ pub struct SenderCost {
     pub copies_first: f64,
     #[serde(default)]
     pub copies_late: f64,
+    /// The lane's receiver: reads that ended inside a copy, acknowledged at once
+    /// (`TCP_QUICKACK`).
+    #[serde(default)]
+    pub quick_acks: f64,
 }
 
 impl SenderCost {
@@ -356,6 +360,7 @@ impl SenderCost {
             copy_bytes: avg(|c| c.copy_bytes as f64),
             copies_first: avg(|c| c.copies_first as f64),
             copies_late: avg(|c| c.copies_late as f64),
+            quick_acks: avg(|c| c.quick_acks as f64),
         })
     }
 }

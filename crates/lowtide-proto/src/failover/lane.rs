@@ -85,6 +85,36 @@ impl Connection {
         }
     }
 
+    /// Accepting side: the lane's last read ended inside a copy, whose sender waits for this
+    /// side's ACK to send the rest: the driver acknowledges the lane at once
+    /// (`TCP_QUICKACK`; why: [`DuplicateLane::holds_partial_copy`]).
+    ///
+    /// ```
+    /// use lowtide_proto::failover::duplicate::{DuplicateConfig, DuplicateLane};
+    /// use lowtide_proto::{Config, Connection, FailoverConfig, MessageId, Side, TcpState};
+    /// # let now = std::time::Instant::now();
+    /// let cfg = Config {
+    ///     failover: Some(FailoverConfig::default()),
+    ///     duplicate: Some(DuplicateConfig::default()),
+    ///     ..Config::default()
+    /// };
+    /// let mut server = Connection::new(cfg, Side::Server, now)?;
+    /// // the connecting side's copy of a 2083-byte base ADU, as the lane carries it
+    /// let mut tx = DuplicateLane::new(DuplicateConfig::default(), 1 << 20);
+    /// tx.offer(MessageId::from_parts(0, 1, 7), 0, None, vec![7u8; 2083].into());
+    /// tx.poll_transmit(now, &TcpState { cwnd: 10, mss: 1448, ..TcpState::default() });
+    /// let wire = tx.transmit().to_vec();
+    /// server.handle_lane_bytes(now, &wire[..1448])?; // its first segment alone
+    /// assert!(server.lane_ack_now());
+    /// assert_eq!(server.stats().lane.quick_acks, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// [`DuplicateLane::holds_partial_copy`]: crate::failover::duplicate::DuplicateLane::holds_partial_copy
+    pub fn lane_ack_now(&self) -> bool {
+        self.side == Side::Server && self.lane.as_ref().is_some_and(|l| l.holds_partial_copy())
+    }
+
     /// Bytes read from the lane connection (accepting side). Every whole message passes the
     /// same exactly-once filter as the primary's: the first copy of a (stream, seq) is
     /// delivered (counted `lane.copies_first` when it is the lane's), the other dropped
@@ -158,6 +188,7 @@ impl Connection {
             l.stats.copies_first += counts.0;
             l.stats.copies_late += counts.1;
             l.stats.copies_unknown_stream += counts.2;
+            l.stats.quick_acks += u64::from(l.holds_partial_copy());
             self.stats.lane = l.stats;
         }
         // the lane's copies that came second were counted as duplicates by the filter too
