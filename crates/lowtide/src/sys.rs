@@ -1,6 +1,6 @@
 //! The operating-system surface of lowtide, Linux only, in one place (like quinn-udp's
-//! `linux.rs`): `TCP_INFO`, `SIOCOUTQ`/`SIOCOUTQNSD`, `TCP_NOTSENT_LOWAT`, `TCP_NODELAY`, `TCP_QUICKACK`,
-//! `TCP_CORK`, `TCP_CONGESTION`, a zero-timeout `poll` and `writev`.
+//! `linux.rs`): `TCP_INFO`, `SIOCOUTQ`/`SIOCOUTQNSD`, `TCP_NOTSENT_LOWAT`, `TCP_NODELAY`,
+//! `TCP_QUICKACK`, `TCP_CORK`, `TCP_CONGESTION`, a zero-timeout `poll` and `writev`.
 //!
 //! Every function returns [`SysError`], which names the call that was attempted.
 //!
