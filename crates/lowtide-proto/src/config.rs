@@ -58,11 +58,11 @@ pub struct Config {
     pub max_streams: u32,
     /// Receive memory per channel: partial reassemblies plus complete messages not yet read.
     pub max_reassembly_bytes: u64,
-    /// Reads whose buffers messages smaller than a quarter of their read may pin (delivered
-    /// as slices of the read, without a copy), all such messages of the channel together,
-    /// whether queued or taken and kept by the application; beyond it they are copied. A
-    /// message of at least a quarter of its read is always a slice (it pins at most four
-    /// times its size). 0: every smaller message is copied.
+    /// Reads whose buffers messages smaller than a quarter of their read's buffer may pin
+    /// (delivered as slices of the read, without a copy), all such messages of the channel
+    /// together, whether queued or taken and kept by the application; beyond it they are
+    /// copied. A message of at least a quarter of the buffer its read lies in is always a
+    /// slice (it pins at most four times its size). 0: every smaller message is copied.
     pub max_pinning_reads: u64,
     /// Chunk payload as a fraction of the MSS.
     pub chunk_fraction: f64,
@@ -79,8 +79,14 @@ pub struct Config {
     /// ... or this long (µs) after unacknowledged bytes arrived.
     pub pack_interval_us: u64,
     /// Least time (µs) between two P-ACKs sent because of `pack_every_bytes`: a bulk receiver
-    /// would otherwise send one per read, and each wakes the sender (0: no limit).
+    /// would otherwise send one per read, and each wakes the sender (0: no limit). Above the
+    /// rate at which the byte rule reaches this gap (`pack_every_bytes / pack_min_gap_us`,
+    /// 33 MB/s by default) the gap grows in proportion to the rate, up to `pack_max_gap_us`.
     pub pack_min_gap_us: u64,
+    /// Most time (µs) the rate-grown gap may reach: how late, at most, a P-ACK can come
+    /// during a fast transfer (its `Acked` events and RTT sample). Equal to
+    /// `pack_min_gap_us`: a fixed gap.
+    pub pack_max_gap_us: u64,
     /// Report `Written` events per message (a sender of millions of small messages a second
     /// that does not need them saves the work).
     pub written_events: bool,
@@ -116,6 +122,7 @@ impl Default for Config {
             pack_every_bytes: 16 << 10,
             pack_interval_us: 1000,
             pack_min_gap_us: 500,
+            pack_max_gap_us: 4000,
             written_events: true,
             ack_events: true,
             controller: ControllerConfig::default(),
@@ -246,6 +253,14 @@ impl Config {
             0,
             self.pack_interval_us,
             "0..=pack_interval_us",
+        )?;
+        // at most the least stall floor of failover (10 ms)
+        check_range(
+            "pack_max_gap_us",
+            self.pack_max_gap_us,
+            self.pack_min_gap_us,
+            10_000,
+            "pack_min_gap_us..=10000",
         )?;
         if let Some(f) = &self.failover {
             f.validate()?;

@@ -30,6 +30,7 @@ use crate::controller::{
 use crate::error::{ProtocolError, SendError, StreamError};
 use crate::failover::duplicate::{DuplicateLane, DuplicateStats, Withdraw};
 use crate::failover::{Delivered, FailoverReport};
+use crate::pack_gap::pack_gap;
 use crate::reassembly::{PeerCancelled, Reassembly, Received};
 use crate::scheduler::Scheduler;
 use crate::stream::{Pending, SendStream};
@@ -562,6 +563,9 @@ pub struct Connection {
     // receive side
     /// Unparsed bytes: an incomplete frame (or handshake) at the end of the last read.
     inbuf: BytesMut,
+    /// Start and end address of the allocation the last read buffer lay in: a slice of a
+    /// read pins all of it, also the part earlier reads used.
+    read_alloc: (usize, usize),
     consumed: u64,
     reasm: Reassembly,
     peer_streams: BTreeSet<u64>,
@@ -673,6 +677,7 @@ impl Connection {
             last_decision: None,
             decisions: None,
             inbuf: BytesMut::new(),
+            read_alloc: (0, 0),
             consumed: 0,
             reasm,
             peer_streams: BTreeSet::new(),
@@ -1980,7 +1985,7 @@ impl Connection {
         }
     }
 
-    /// Reads that delivered messages smaller than a quarter of their read still pin
+    /// Reads that delivered messages smaller than a quarter of their read's buffer still pin
     /// ([`Config::max_pinning_reads`] at most).
     #[cfg(test)]
     pub(crate) fn pinned_reads(&mut self) -> usize {
@@ -2123,11 +2128,10 @@ impl Connection {
 
     /// Takes back the buffer [`take_read_buf`](Self::take_read_buf) lent, with `n` bytes the
     /// driver read appended. The incomplete frame at its front, once complete, is parsed on
-    /// its own (its message is a slice of it, however large the read); the whole frames after
-    /// it are split off and parsed in place (whole messages of at least a quarter of them are
-    /// slices, smaller ones while [`Config::max_pinning_reads`] allows, as with
-    /// [`handle_read`](Self::handle_read)); an incomplete frame at the end
-    /// stays in the buffer for the next read.
+    /// its own; the whole frames after it are split off and parsed in place. Whole messages of
+    /// at least a quarter of the buffer's allocation (which a slice keeps alive) are slices,
+    /// smaller ones while [`Config::max_pinning_reads`] allows, else copies; an incomplete
+    /// frame at the end stays in the buffer for the next read.
     pub fn handle_read_buf(
         &mut self,
         now: Instant,
@@ -2141,9 +2145,25 @@ impl Connection {
             self.inbuf = buf;
             return Ok(());
         }
+        self.note_read_alloc(&buf);
         let res = self.parse_in_place(now, &mut buf, n);
         self.inbuf = buf;
         self.after_input(now, res, n)
+    }
+
+    /// Tells reassembly how much memory a slice of `buf` keeps alive: its allocation from the
+    /// start, which `BytesMut` does not show once reads were split off its front. A buffer
+    /// ending where the last one ended continues that allocation (the frame a read ended in,
+    /// completed in place); any other is a buffer of its own, seen from its start.
+    fn note_read_alloc(&mut self, buf: &BytesMut) {
+        let start = buf.as_ptr() as usize;
+        let end = start + buf.capacity();
+        self.read_alloc = match self.read_alloc {
+            (s, e) if e == end => (s.min(start), end),
+            _ => (start, end),
+        };
+        self.reasm
+            .set_read_buffer((self.read_alloc.1 - self.read_alloc.0) as u64);
     }
 
     /// [`handle_read_buf`](Self::handle_read_buf)'s parsing: `buf` ends with `fresh` bytes just
@@ -2198,6 +2218,8 @@ impl Connection {
             return Err(e.clone());
         }
         let mut buf = std::mem::take(&mut self.inbuf);
+        // the caller's allocation is not known: each read counts as its own buffer
+        self.reasm.set_read_buffer(0);
         let res = self.feed(now, &mut buf, data, read);
         self.reasm.end_read(data.len() as u64);
         self.inbuf = buf;
@@ -2224,11 +2246,7 @@ impl Connection {
                 if !self.pack_needed {
                     // only P-ACKs arrived: acknowledging them would ping-pong forever
                 } else if self.consumed - self.last_pack_bytes >= self.config.pack_every_bytes {
-                    let gap = Duration::from_micros(self.config.pack_min_gap_us);
-                    match self.last_pack_at.map(|t| t + gap).filter(|&t| t > now) {
-                        None => self.send_pack(now),
-                        Some(t) => self.pack_due = Some(self.pack_due.map_or(t, |d| d.min(t))),
-                    }
+                    self.pack_by_bytes(now);
                 } else if self.pack_due.is_none() {
                     self.pack_due = Some(now + Duration::from_micros(self.config.pack_interval_us));
                 }
@@ -2239,6 +2257,27 @@ impl Connection {
                 Err(self.fail(e))
             }
         }
+    }
+
+    /// The byte rule's P-ACK: now, unless the last one was sent less than the gap ago
+    /// (`pack_gap`). A P-ACK held back goes with a later read once the gap has passed (a
+    /// read wakes the driver anyway; a timer would wake it once more), by timer only when no
+    /// read came within `pack_interval_us`, and at most `pack_max_gap_us` after the last.
+    fn pack_by_bytes(&mut self, now: Instant) {
+        let Some(last) = self.last_pack_at else {
+            return self.send_pack(now);
+        };
+        let gap = pack_gap(
+            &self.config,
+            now.saturating_duration_since(last),
+            self.consumed - self.last_pack_bytes,
+        );
+        if now >= last + gap {
+            return self.send_pack(now);
+        }
+        let interval = Duration::from_micros(self.config.pack_interval_us);
+        let max_gap = Duration::from_micros(self.config.pack_max_gap_us);
+        self.pack_due = Some((last + gap).max(now + interval).min(last + max_gap));
     }
 
     /// Closes the channel on a protocol error: a CLOSE frame naming it goes to the peer.

@@ -50,6 +50,7 @@ mod connection;
 pub mod controller;
 mod error;
 pub mod failover;
+mod pack_gap;
 mod reassembly;
 pub mod reserve;
 pub mod scheduler;

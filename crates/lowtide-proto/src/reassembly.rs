@@ -14,8 +14,10 @@
 //! Zero copy: a message that arrives whole in one frame of a read the driver hands over as
 //! [`Bytes`] ([`Connection::handle_read_buf`](crate::Connection::handle_read_buf), with TLS
 //! [`Connection::handle_read`](crate::Connection::handle_read)) is delivered as a slice of
-//! that read, without a copy, if it is at least a quarter of the read (so a message
-//! the application keeps pins at most four times its size). A smaller message is a slice too
+//! that read, without a copy, if it is at least a quarter of the buffer the read lies in (so a
+//! message the application keeps pins at most four times its size: a slice keeps the whole
+//! allocation alive, and a small read sits in a buffer of `read_chunk` plus one frame). A
+//! smaller message is a slice too
 //! while fewer than `max_pinning_reads` reads (8 by default) are pinned by such messages, queued
 //! or taken and kept by the application, and a copy beyond that ([`PinnedReads`]): at a paced
 //! rate a read holds tens of messages, and copying each out of it was the receiver's largest
@@ -112,8 +114,11 @@ struct ZeroCopyRead {
     /// Index in `delivered` of the last such message.
     last: Option<usize>,
     /// The read wrapped by [`PinnedReads::track`], once a message smaller than a quarter of
-    /// it was delivered as a slice of it.
+    /// its buffer was delivered as a slice of it.
     tracked: Option<Bytes>,
+    /// Bytes of the allocation the read lies in, which any slice of it keeps alive (0: the
+    /// read's own length).
+    buffer: u64,
 }
 
 /// The reads that messages smaller than a quarter of their read pin, counted so that at most
@@ -265,8 +270,21 @@ impl Reassembly {
 
     /// A read of `len` bytes was parsed: charge what its zero-copy messages keep alive beyond
     /// their own bytes to the last of them.
+    /// The allocation the next reads lie in is `len` bytes long (until the next call; the
+    /// default is each read's own length).
+    pub fn set_read_buffer(&mut self, len: u64) {
+        self.read.buffer = len;
+    }
+
     pub fn end_read(&mut self, len: u64) {
-        let read = std::mem::take(&mut self.read);
+        let buffer = self.read.buffer;
+        let read = std::mem::replace(
+            &mut self.read,
+            ZeroCopyRead {
+                buffer,
+                ..ZeroCopyRead::default()
+            },
+        );
         if let Some(i) = read.last {
             let extra = len.saturating_sub(read.bytes);
             if let Some((_, charged)) = self.delivered.get_mut(i) {
@@ -401,11 +419,11 @@ impl Reassembly {
     }
 
     /// What a whole message of `len` bytes in `read` is delivered as a slice of: the read
-    /// itself if the message is at least a quarter of it, the read wrapped by
-    /// [`PinnedReads::track`] if fewer than the most reads are pinned by smaller messages,
-    /// else nothing (it is copied).
+    /// itself if the message is at least a quarter of the buffer the read lies in, the read
+    /// wrapped by [`PinnedReads::track`] if fewer than the most reads are pinned by smaller
+    /// messages, else nothing (it is copied).
     fn slice_source(&mut self, read: &Bytes, len: u64) -> Option<Bytes> {
-        if len * 4 >= read.len() as u64 {
+        if len * 4 >= self.read.buffer.max(read.len() as u64) {
             return Some(read.clone());
         }
         let same = |t: &Bytes| t.as_ptr() == read.as_ptr() && t.len() == read.len();
@@ -417,7 +435,7 @@ impl Reassembly {
         Some(t)
     }
 
-    /// Reads that messages smaller than a quarter of their read still pin.
+    /// Reads that messages smaller than a quarter of their buffer still pin.
     #[cfg(test)]
     pub fn pinned_reads(&mut self) -> usize {
         self.pinning.pinned()

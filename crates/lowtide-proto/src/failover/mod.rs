@@ -33,7 +33,8 @@
 //! - Stall detection counts bytes, not messages: the oldest unacknowledged write, which also
 //!   covers a message only partly written when the kernel stopped taking bytes.
 //! - RTT samples are P-ACK round trips (write to P-ACK), so they include the receiver's
-//!   P-ACK delay (`pack_interval_us`) and both kernels' queues.
+//!   P-ACK delay (`pack_interval_us`, or the byte rule's gap, at most `pack_max_gap_us`) and
+//!   both kernels' queues.
 //! - Latency controllers keep their estimators across a switch (the new connection starts in
 //!   slow start under the same controller).
 //! - Frames staged for the old connection but not written are dropped with it: data is

@@ -359,6 +359,59 @@ fn small_messages_waiting_for_the_application_count_as_pinning_and_are_charged()
     assert_eq!(c.pinned_reads(), 0);
 }
 
+/// The driver's reads into buffers of `read_chunk` plus one frame (320 KB by default): each
+/// read is appended to the buffer `take_read_buf` lends, which is the rest of the last read's
+/// allocation while that has room; a message kept as a slice keeps the whole allocation alive.
+#[test]
+fn a_kept_message_pins_at_most_four_times_its_size_also_in_a_small_read() {
+    let (mut c, now) = server(Config {
+        max_pinning_reads: 0,
+        max_chunk_len: 128 << 10,
+        ..Config::default()
+    });
+    c.handle_bytes(now, &hello()).unwrap();
+    let alloc_len = 320 << 10;
+    let (mut buf, _) = c.take_read_buf();
+    buf.reserve(alloc_len);
+    let alloc = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.capacity();
+    // a large message, then reads that continue in the rest of its allocation: two 8 KB
+    // messages (each half of its read, a fortieth of the buffer), then 60 KB (over a quarter
+    // of what is left of the buffer, under a quarter of the whole)
+    let reads: [&[usize]; 3] = [&[100_000], &[8192, 8192], &[60_000]];
+    let mut kept = Vec::new();
+    let mut seq = 0;
+    for sizes in reads {
+        let mut read = Vec::new();
+        for &n in sizes {
+            read.extend(first(0, seq, n as u64, &vec![seq as u8; n]));
+            seq += 1;
+        }
+        if kept.is_empty() {
+            assert_eq!(buf.capacity(), alloc.len());
+        } else {
+            buf = c.take_read_buf().0;
+            assert!(
+                alloc.contains(&(buf.as_ptr() as usize)),
+                "the same allocation"
+            );
+        }
+        buf.extend_from_slice(&read);
+        c.handle_read_buf(now, buf, read.len()).unwrap();
+        kept.extend(std::iter::from_fn(|| c.poll_message()));
+        buf = bytes::BytesMut::new();
+    }
+    assert_eq!(kept.len(), 4);
+    for m in &kept {
+        assert!(m.data.iter().all(|&b| b == m.seq as u8));
+        let sliced = alloc.contains(&(m.data.as_ptr() as usize));
+        assert_eq!(sliced, m.seq == 0, "message {} sliced: {sliced}", m.seq);
+        if sliced {
+            assert!(4 * m.data.len() >= alloc.len(), "pins at most 4x its size");
+        }
+    }
+    assert_eq!(c.pinned_reads(), 0);
+}
+
 #[test]
 fn a_large_frame_split_across_reads_is_completed_in_place_and_delivered_without_copy() {
     let (mut c, now) = server(Config::default());
