@@ -268,14 +268,14 @@ impl Reassembly {
         Some(r)
     }
 
-    /// A read of `len` bytes was parsed: charge what its zero-copy messages keep alive beyond
-    /// their own bytes to the last of them.
-    /// The allocation the next reads lie in is `len` bytes long (until the next call; the
-    /// default is each read's own length).
+    /// The allocation the next reads lie in is `len` bytes long (until the next call; 0:
+    /// each read's own length).
     pub fn set_read_buffer(&mut self, len: u64) {
         self.read.buffer = len;
     }
 
+    /// A read of `len` bytes was parsed: charge what its zero-copy messages keep alive beyond
+    /// their own bytes to the last of them.
     pub fn end_read(&mut self, len: u64) {
         let buffer = self.read.buffer;
         let read = std::mem::replace(
