@@ -59,14 +59,14 @@
 //!   A window later the yield is judged: *held* (the flow is at its minimum again), *rising*
 //!   (another window; at the floor only at a pace that reaches the minimum within it: a
 //!   flow creeping up while another host's flow takes what the others gave never will),
-//!   not rising with room left (yield again by the shortfall) or at the
-//!   floor (*undone*: the flow wants less than its minimum, or an outside host's flow took
-//!   what the others gave; σ goes back and the paper's per-flow rule judges the flow until
+//!   not rising with room left (yield again by the shortfall) or at the floor (*undone*:
+//!   the flow wants less than its minimum, or an outside host's flow took what the others
+//!   gave; σ goes back and the paper's per-flow rule judges the flow until
 //!   it reaches its minimum again; not while the flow has been at its minimum over the
-//!   recent window since the last step, within the whole window's tolerance, after it has had
-//!   it over a whole window before: its losses, not an application that wants less). A short flow is not
-//!   taken for congestion of its own while σ can still fall for it, so its slack is not
-//!   handed on.
+//!   recent window since the last step, within the whole window's tolerance, after it has
+//!   had it over a whole window before: its losses, not an application that wants less).
+//!   A short flow is not taken for congestion of its own while σ can still fall for it, so
+//!   its slack is not handed on.
 //! - **The onset.** Judged over the whole window a minimum lost at the onset of congestion
 //!   shows diluted by the seconds before, and the yield's verdict waits a window: in the
 //!   lab σ was still 830-850 kbit/s when the queue overflowed. So a flow with a minimum is

@@ -14,15 +14,15 @@
 //! Zero copy: a message that arrives whole in one frame of a read the driver hands over as
 //! [`Bytes`] ([`Connection::handle_read_buf`](crate::Connection::handle_read_buf), with TLS
 //! [`Connection::handle_read`](crate::Connection::handle_read)) is delivered as a slice of
-//! that read, without a copy, if it is at least a quarter of the buffer the read lies in (so a
-//! message the application keeps pins at most four times its size: a slice keeps the whole
-//! allocation alive, and a small read sits in a buffer of `read_chunk` plus one frame). A
-//! smaller message is a slice too
-//! while fewer than `max_pinning_reads` reads (8 by default) are pinned by such messages, queued
-//! or taken and kept by the application, and a copy beyond that ([`PinnedReads`]): at a paced
-//! rate a read holds tens of messages, and copying each out of it was the receiver's largest
-//! cost of its own (`docs/transport.md`), while an application that keeps small messages pins
-//! at most that many reads' buffers per channel. The read's other bytes (headers,
+//! that read, without a copy, if it is at least a quarter of the buffer the read lies in (so
+//! a message the application keeps pins at most four times its size: a slice keeps the
+//! whole allocation alive, and a small read sits in a buffer of `read_chunk` plus one
+//! frame). A smaller message is a slice too while fewer than `max_pinning_reads` reads (8 by
+//! default) are pinned by such messages, queued or taken and kept by the application, and a
+//! copy beyond that ([`PinnedReads`]): at a paced rate a read holds tens of messages, and
+//! copying each out of it was the receiver's largest cost of its own (`docs/transport.md`),
+//! while an application that keeps small messages pins at most that many reads' buffers per
+//! channel. The read's other bytes (headers,
 //! copied messages) stay allocated while such a slice lives; that overhead is charged to the
 //! read's last zero-copy message, so the budget stays exact until the application takes it.
 //!

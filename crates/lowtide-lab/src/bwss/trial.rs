@@ -67,25 +67,28 @@ fn check_congestion(server: &Host, declared: &str) -> Result<(), LabError> {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(LabError::io(&what, format!("ss failed: {}", err.trim())));
     }
+    servers_run(&String::from_utf8_lossy(&out.stdout), declared).map_err(|e| LabError::io(&what, e))
+}
+
+/// The verdict on `ss -Htin` output: every connection of the servers' ports runs
+/// `declared`, and there is at least one.
+fn servers_run(ss: &str, declared: &str) -> Result<(), String> {
     let ports = [HTTP_PORT, VIDEO_PORT].map(|p| format!(":{p}"));
-    let text = String::from_utf8_lossy(&out.stdout);
     let mut checked = 0;
-    for (local, peer, cc) in ss_congestion(&text) {
+    for (local, peer, cc) in ss_congestion(ss) {
         if !ports.iter().any(|p| local.ends_with(p.as_str())) {
             continue;
         }
         if cc != declared {
-            return Err(LabError::io(
-                &what,
-                format!("{local} -> {peer} runs {cc}, the scenario declares {declared}"),
+            return Err(format!(
+                "{local} -> {peer} runs {cc}, the scenario declares {declared}"
             ));
         }
         checked += 1;
     }
     if checked == 0 {
-        return Err(LabError::io(
-            &what,
-            format!("no server connection to check at {CHECK_CONGESTION_AT_S} s"),
+        return Err(format!(
+            "no server connection to check at {CHECK_CONGESTION_AT_S} s"
         ));
     }
     Ok(())
@@ -687,5 +690,24 @@ mod tests {
             ]
         );
         assert!(ss_congestion("").is_empty());
+    }
+
+    #[test]
+    fn a_server_connection_on_another_algorithm_or_none_at_all_fails_the_check() {
+        let line = |port: u16, cc: &str| {
+            format!("0 0 10.1.1.1:{port} 10.2.1.1:5000\n\t {cc} wscale:10,10 mss:1448\n")
+        };
+        let ok = format!("{}{}", line(HTTP_PORT, "cubic"), line(VIDEO_PORT, "cubic"));
+        assert_eq!(servers_run(&ok, "cubic"), Ok(()));
+        let bbr = format!("{}{}", line(HTTP_PORT, "cubic"), line(VIDEO_PORT, "bbr"));
+        let e = servers_run(&bbr, "cubic").unwrap_err();
+        assert!(
+            e.contains(&format!(":{VIDEO_PORT}")) && e.contains("runs bbr"),
+            "{e}"
+        );
+        // connections of other ports are not the servers'
+        let e = servers_run(&line(9999, "bbr"), "cubic").unwrap_err();
+        assert!(e.contains("no server connection"), "{e}");
+        assert!(servers_run("", "cubic").is_err());
     }
 }
