@@ -74,6 +74,14 @@ pub struct BenchArgs {
     /// Message size for --channels, bytes.
     #[arg(long, default_value_t = 1250)]
     pub channel_message: usize,
+    /// For --channels: the p99 message latency, ms, that N channels must keep to hold.
+    #[arg(long, default_value_t = 50.0)]
+    pub channel_p99_ms: f64,
+    /// For --channels: after the counts, search for the largest N (lowtide only, up to this
+    /// many channels) where every offered message is sent and delivered within the p99 bound:
+    /// doubling while N holds, bisecting once it does not (at most four more measurements).
+    #[arg(long)]
+    pub headroom: Option<usize>,
 }
 
 /// Runs the benchmarks and prints the report.
@@ -238,8 +246,11 @@ fn print_table(r: &BenchReport) {
             (false, false) => "(thread share, not judged) above",
         };
         println!(
-            "goal: {:<44} {:>8.3} {:<8} {verdict}",
-            g.what, g.value, g.bound
+            "goal: {:<44} {:>8} {:<8} {verdict} ({} rounds)",
+            g.what,
+            g.shown(),
+            g.bound,
+            g.samples
         );
     }
 }
@@ -251,6 +262,8 @@ fn run_channels(args: &BenchArgs) -> anyhow::Result<()> {
         message: args.channel_message,
         seconds: args.seconds,
         congestion: (args.congestion != "default").then(|| args.congestion.clone()),
+        p99_bound_ms: args.channel_p99_ms,
+        headroom_up_to: args.headroom,
     };
     let command_line: Vec<String> = std::env::args().collect();
     if !args.json {
@@ -274,7 +287,7 @@ fn run_channels(args: &BenchArgs) -> anyhow::Result<()> {
         cfg.seconds
     );
     println!(
-        "{:>6} {:<8} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8}",
+        "{:>6} {:<8} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>5}",
         "N",
         "variant",
         "idle KB",
@@ -282,16 +295,20 @@ fn run_channels(args: &BenchArgs) -> anyhow::Result<()> {
         "srv cpu",
         "cli cpu",
         "cores/Gb",
+        "Mbit/s",
         "offered",
+        "sent",
         "delivered",
         "p50 ms",
-        "p99 ms"
+        "p99 ms",
+        "holds"
     );
     let ms = |v: Option<f64>| v.map_or("no data".to_owned(), |x| format!("{x:.2}"));
+    let bound = cfg.p99_bound_ms;
     for r in &report.rows {
         for (name, m) in [("lowtide", &r.lowtide), ("raw TCP", &r.raw_tcp)] {
             println!(
-                "{:>6} {:<8} {:>9.1} {:>9.1} {:>7.3} {:>7.3} {:>9.3} {:>9.1} {:>9.1} {:>8} {:>8}",
+                "{:>6} {:<8} {:>9.1} {:>9.1} {:>7.3} {:>7.3} {:>9.3} {:>9.1} {:>9} {:>9} {:>9} {:>8} {:>8} {:>5}",
                 r.channels,
                 name,
                 m.idle_kb_per_channel,
@@ -299,20 +316,36 @@ fn run_channels(args: &BenchArgs) -> anyhow::Result<()> {
                 m.server_core_share,
                 m.client_core_share,
                 m.server_cores_per_gbit_s,
-                m.offered_mbit_s,
                 m.delivered_mbit_s,
+                m.offered_messages,
+                m.sent_messages,
+                m.messages,
                 ms(m.p50_latency_ms),
-                ms(m.p99_latency_ms)
+                ms(m.p99_latency_ms),
+                if m.holds(bound) { "yes" } else { "no" }
             );
         }
     }
+    for (n, held) in &report.headroom_search {
+        println!(
+            "{n:>6} lowtide  {}",
+            if *held { "holds" } else { "does not hold" }
+        );
+    }
+    println!(
+        "headroom (largest N measured where every offered message was sent and delivered with p99 <= {bound} ms, lowtide): {}",
+        report
+            .headroom
+            .map_or("none".to_owned(), |n| n.to_string())
+    );
     for g in &report.goals {
         println!(
-            "goal: {:<40} {:>12.3} {:<20} {}",
+            "goal: {:<44} {:>10} {:<8} {} ({} samples)",
             g.what,
-            g.value,
+            g.shown(),
             g.bound,
-            if g.met { "met" } else { "NOT met" }
+            if g.met { "met" } else { "NOT met" },
+            g.samples
         );
     }
     Ok(())

@@ -29,6 +29,7 @@ queue = { packets = 100 }
 [bwss]
 downloads = 2
 file_mb = 64
+server_overdrive = 1.25
 player_rule = { startup_ms = 4000 }
 interference = { start_s = 3.0, stop_s = 6.0, rate_kbps = 240 }
 [bwss.rules.system]

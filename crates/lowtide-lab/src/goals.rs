@@ -24,6 +24,10 @@ pub struct Goal {
     pub min: Option<f64>,
     #[serde(default)]
     pub max: Option<f64>,
+    /// The fewest samples the goal may be judged on (runs, for a metric over runs): fewer is
+    /// not met, whatever the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_samples: Option<usize>,
     /// Where the goal comes from (issue, paper), for the report.
     #[serde(default)]
     pub why: String,
@@ -47,6 +51,8 @@ pub enum Metric {
     LatencyP95Ms,
     LatencyP99Ms,
     SenderSideP99Ms,
+    /// lowtide's own part of the latency (its queue and the kernel's unsent bytes ahead), p99.
+    SenderOwnP99Ms,
     #[serde(rename = "share_over_160")]
     ShareOver160,
     /// Share over 160 ms minus the floor probe's: what the sender added above the network.
@@ -73,8 +79,14 @@ pub enum Metric {
     ConferenceFps,
     /// Conference: the base layer's median latency minus the floor probe's median.
     BaseP50AboveFloorMs,
-    /// Conference: the highest p99.9 latency of any importance bucket (Fig. 6).
+    /// Conference: the highest p99.9 latency of any importance bucket (Fig. 6), runs pooled.
     WorstImportanceP999Ms,
+    /// The same, in the worst run (a bound that must hold in every run); samples: runs.
+    WorstImportanceP999MsWorstRun,
+    /// The same, the median over runs; samples: runs.
+    WorstImportanceP999MsMedianRun,
+    /// Conference: layers per shown frame (a quality floor beside the latency goals).
+    ConferenceMeanLayers,
     /// The largest latency of a message sent in the window (censored ones as lower bounds).
     LatencyMaxMs,
     /// Bit-rate ladder: switches after the first rung, worst run (Hasan et al.).
@@ -86,15 +98,18 @@ pub enum Metric {
     /// Bit-rate ladder: share of the stream's seconds whose throughput kept up with the
     /// streamed bit rate.
     RateMatchShare,
+    /// The same share as first defined: the stream's last second counted too.
+    RateMatchShareWithLastSecond,
 }
 
 impl Metric {
     /// Every metric, for checks and documentation.
-    pub const ALL: [Metric; 22] = [
+    pub const ALL: [Metric; 27] = [
         Metric::LatencyP50Ms,
         Metric::LatencyP95Ms,
         Metric::LatencyP99Ms,
         Metric::SenderSideP99Ms,
+        Metric::SenderOwnP99Ms,
         Metric::ShareOver160,
         Metric::ShareOver160AboveFloor,
         Metric::Undelivered,
@@ -108,11 +123,15 @@ impl Metric {
         Metric::ConferenceFps,
         Metric::BaseP50AboveFloorMs,
         Metric::WorstImportanceP999Ms,
+        Metric::WorstImportanceP999MsWorstRun,
+        Metric::WorstImportanceP999MsMedianRun,
+        Metric::ConferenceMeanLayers,
         Metric::LatencyMaxMs,
         Metric::Switches,
         Metric::DownSwitches,
         Metric::RebuffersAfterFirstS,
         Metric::RateMatchShare,
+        Metric::RateMatchShareWithLastSecond,
     ];
 
     /// The name as written in scenario files.
@@ -122,6 +141,7 @@ impl Metric {
             Metric::LatencyP95Ms => "latency_p95_ms",
             Metric::LatencyP99Ms => "latency_p99_ms",
             Metric::SenderSideP99Ms => "sender_side_p99_ms",
+            Metric::SenderOwnP99Ms => "sender_own_p99_ms",
             Metric::ShareOver160 => "share_over_160",
             Metric::ShareOver160AboveFloor => "share_over_160_above_floor",
             Metric::Undelivered => "undelivered",
@@ -135,11 +155,15 @@ impl Metric {
             Metric::ConferenceFps => "conference_fps",
             Metric::BaseP50AboveFloorMs => "base_p50_above_floor_ms",
             Metric::WorstImportanceP999Ms => "worst_importance_p999_ms",
+            Metric::WorstImportanceP999MsWorstRun => "worst_importance_p999_ms_worst_run",
+            Metric::WorstImportanceP999MsMedianRun => "worst_importance_p999_ms_median_run",
+            Metric::ConferenceMeanLayers => "conference_mean_layers",
             Metric::LatencyMaxMs => "latency_max_ms",
             Metric::Switches => "switches",
             Metric::DownSwitches => "down_switches",
             Metric::RebuffersAfterFirstS => "rebuffers_after_first_s",
             Metric::RateMatchShare => "rate_match_share",
+            Metric::RateMatchShareWithLastSecond => "rate_match_share_with_last_second",
         }
     }
 
@@ -168,6 +192,7 @@ impl Metric {
             Metric::SenderSideP99Ms => {
                 Measured::new(v.sender_side_ms.latency.p99, v.sender_side_ms.latency.count)
             }
+            Metric::SenderOwnP99Ms => Measured::new(v.own_part_ms.p99, v.own_part_ms.count),
             Metric::ShareOver160 => latency(l.share_over(160.0)),
             Metric::ShareOver160AboveFloor => {
                 let f = &floor.latency_ms;
@@ -211,6 +236,39 @@ impl Metric {
                 ladder(&|l| l.rebuffers_after_first_s.map(|x| x as f64))
             }
             Metric::RateMatchShare => ladder(&|l| l.rate_match_share),
+            Metric::RateMatchShareWithLastSecond => {
+                v.ladder.as_ref().map_or(Measured::default(), |l| {
+                    Measured::new(
+                        l.rate_match_share_with_last_second,
+                        l.rate_match_seconds_with_last_second,
+                    )
+                })
+            }
+            Metric::WorstImportanceP999MsWorstRun | Metric::WorstImportanceP999MsMedianRun => {
+                v.conference.as_ref().map_or(Measured::default(), |c| {
+                    let mut runs: Vec<f64> = c
+                        .worst_bucket_p999_by_run_ms
+                        .iter()
+                        .flatten()
+                        .copied()
+                        .collect();
+                    // A run without data cannot show the bound holds: no value at all.
+                    if runs.len() < c.worst_bucket_p999_by_run_ms.len() {
+                        return Measured::new(None, c.worst_bucket_p999_by_run_ms.len());
+                    }
+                    runs.sort_by(f64::total_cmp);
+                    let value = match self {
+                        Metric::WorstImportanceP999MsWorstRun => runs.last().copied(),
+                        _ => crate::stats::median(&runs),
+                    };
+                    Measured::new(value, runs.len())
+                })
+            }
+            Metric::ConferenceMeanLayers => {
+                v.conference.as_ref().map_or(Measured::default(), |c| {
+                    Measured::new(c.mean_layers, c.adus_arrived)
+                })
+            }
             Metric::WorstImportanceP999Ms => {
                 v.conference.as_ref().map_or(Measured::default(), |c| {
                     let buckets = c.latency_by_importance_ms.values();
@@ -239,7 +297,7 @@ pub struct GoalResult {
 
 impl GoalResult {
     fn of(goal: &Goal, mode: Mode, m: Measured) -> Self {
-        let met = m.within(goal.min, goal.max);
+        let met = m.within(goal.min, goal.max) && goal.min_samples.is_none_or(|n| m.samples >= n);
         Self {
             goal: goal.clone(),
             mode,
@@ -264,6 +322,9 @@ pub struct ExperimentGoalResult {
     /// that run, so a goal missed (or met) on a stalling machine says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<String>,
+    /// Why a relative goal has no value although both variants have data ("no comparison").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The goals section of an experiment's `report.html`: one row per goal, "no data" where a
@@ -280,10 +341,7 @@ pub fn experiment_goals_html(goals: &[ExperimentGoalResult]) -> String {
                     g.min.map_or(String::new(), |m| format!("≥ {m} ")),
                     g.max.map_or(String::new(), |m| format!("≤ {m}"))
                 ),
-                g.measured.value.map_or_else(
-                    || crate::summary::NO_DATA.to_string(),
-                    |v| format!("{v:.3} ({} samples)", g.measured.samples),
-                ),
+                g.shown(),
                 if g.met { "met" } else { "NOT met" }.into(),
                 match &g.timing {
                     Some(note) => format!("{} ({note})", g.why),
@@ -302,6 +360,16 @@ pub fn experiment_goals_html(goals: &[ExperimentGoalResult]) -> String {
 }
 
 impl ExperimentGoalResult {
+    /// The measured value with its sample count, the note of a relative goal with no
+    /// comparison, or "no data".
+    pub fn shown(&self) -> String {
+        match (self.measured.value, &self.note) {
+            (Some(v), _) => format!("{v:.3} ({} samples)", self.measured.samples),
+            (None, Some(note)) => note.clone(),
+            (None, None) => crate::summary::NO_DATA.to_string(),
+        }
+    }
+
     /// `measured` against `min..=max`; no data is not met.
     pub fn judge(
         variant: &str,
@@ -320,6 +388,7 @@ impl ExperimentGoalResult {
             measured,
             why: why.to_string(),
             timing: None,
+            note: None,
         }
     }
 }
@@ -375,7 +444,10 @@ pub fn describe(g: &Goal) -> String {
         (None, Some(hi)) => format!("≤ {hi}"),
         (None, None) => "-".into(),
     };
-    format!("{metric} {bound}")
+    match g.min_samples {
+        Some(n) => format!("{metric} {bound} (on ≥ {n} samples)"),
+        None => format!("{metric} {bound}"),
+    }
 }
 
 #[cfg(test)]

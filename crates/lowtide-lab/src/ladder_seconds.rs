@@ -52,6 +52,12 @@ pub fn whole_seconds(seconds: &[Second]) -> &[Second] {
         .unwrap_or(&[])
 }
 
+/// The seconds the rate match first counted: all but the first. The last second was left out
+/// after a miss ([`whole_seconds`]); this keeps the original measure beside it.
+pub fn seconds_after_the_first(seconds: &[Second]) -> &[Second] {
+    seconds.get(1..).unwrap_or(&[])
+}
+
 /// The seconds from the one the first frame reaches at `delay_s` to the one the last frame
 /// reaches; `arrivals` are (run seconds, payload bytes).
 pub fn per_second(frames: &[FrameSent], arrivals: &[(f64, u32)], delay_s: f64) -> Vec<Second> {

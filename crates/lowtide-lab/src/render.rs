@@ -336,13 +336,22 @@ fn variant_table(variants: &[&VariantSummary], s: &LabSummary) -> String {
                 l.show_share(160.0),
                 l.show_share(500.0),
                 format!(
-                    "{} / {}{}",
+                    "{} / {}{}{}",
                     &ss.latency.show("p50", 0),
                     &ss.latency.show("p99", 0),
                     if ss.without_floor + ss.clamped > 0 {
                         format!(
                             " ({} without a fresh probe, {} below the floor)",
                             ss.without_floor, ss.clamped
+                        )
+                    } else {
+                        String::new()
+                    },
+                    if v.own_part_ms.count > 0 {
+                        format!(
+                            "; lowtide's own part p99 {} (n = {})",
+                            v.own_part_ms.show("p99", 0),
+                            v.own_part_ms.count
                         )
                     } else {
                         String::new()
@@ -405,10 +414,11 @@ fn conference_section(variants: &[&VariantSummary]) -> String {
                 row.push(
                     match c.latency_by_importance_ms.get(&importance.to_string()) {
                         Some(l) => format!(
-                            "{} / {} / {}",
+                            "{} / {} / {} (n = {})",
                             l.show("p50", 0),
                             l.show("p99", 0),
-                            l.show("p999", 0)
+                            l.show("p999", 0),
+                            l.count
                         ),
                         None => NO_DATA.into(),
                     },

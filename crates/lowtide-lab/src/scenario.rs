@@ -543,6 +543,40 @@ pub(crate) fn check_name_and_topology(
     })
 }
 
+/// TCP sysctls a scenario may set on its hosts: `net.ipv4.tcp_*` names with numeric values
+/// (one or more non-negative integers), so nothing but a TCP knob of a namespace the lab made
+/// is written.
+pub(crate) fn check_tcp_sysctls(
+    field: &str,
+    sysctls: &BTreeMap<String, String>,
+) -> Result<(), ScenarioError> {
+    for (key, value) in sysctls {
+        let name = key.strip_prefix("net.ipv4.tcp_").unwrap_or("");
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(invalid(
+                field,
+                format!("{key:?}"),
+                "a TCP sysctl name such as \"net.ipv4.tcp_reordering\"",
+            ));
+        }
+        let numeric = value.split_whitespace().count() > 0
+            && value.len() <= 64
+            && value.bytes().all(|b| b.is_ascii_digit() || b == b' ');
+        if !numeric {
+            return Err(invalid(
+                format!("{field}.\"{key}\""),
+                format!("{value:?}"),
+                "one or more non-negative integers separated by spaces",
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn check_range(field: &str, v: f64, min: f64, max: f64) -> Result<(), ScenarioError> {
     if v.is_finite() && (min..=max).contains(&v) {
         Ok(())
@@ -1204,31 +1238,7 @@ impl Scenario {
     /// sends no cross traffic (forward flows start on sender 0), so the knob reaches only
     /// the variant's stream.
     fn check_sender_sysctls(&self, i: usize, v: &Variant) -> Result<(), ScenarioError> {
-        let field = format!("variant[{i}].sender_sysctls");
-        for (key, value) in &v.sender_sysctls {
-            let name = key.strip_prefix("net.ipv4.tcp_").unwrap_or("");
-            if name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            {
-                return Err(invalid(
-                    &field,
-                    format!("{key:?}"),
-                    "a TCP sysctl name such as \"net.ipv4.tcp_reordering\"",
-                ));
-            }
-            let numeric = value.split_whitespace().count() > 0
-                && value.len() <= 64
-                && value.bytes().all(|b| b.is_ascii_digit() || b == b' ');
-            if !numeric {
-                return Err(invalid(
-                    format!("{field}.\"{key}\""),
-                    format!("{value:?}"),
-                    "one or more non-negative integers separated by spaces",
-                ));
-            }
-        }
+        check_tcp_sysctls(&format!("variant[{i}].sender_sysctls"), &v.sender_sysctls)?;
         if !v.sender_sysctls.is_empty() && v.sender == 0 && !self.forward_traffic.flows.is_empty() {
             return Err(invalid(
                 format!("variant[{i}].sender"),

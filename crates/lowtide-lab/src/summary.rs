@@ -5,6 +5,11 @@
 //! *censored*: they enter the distribution with the time they had waited when the
 //! measurement ended, a lower bound of their latency. A percentile (or a share over a
 //! threshold) that a censored sample could move is marked as a lower bound.
+//!
+//! Percentiles are taken by nearest rank (`round((n - 1) q)` of the sorted samples). A tail
+//! percentile of few samples is one of the largest few: p99.9 over 15 samples is their
+//! maximum. Such a cell says so ("188 (max of 15)", "97 (3rd largest of 400)") whenever fewer
+//! than [`TAIL_SAMPLES`] samples lie above the percentile's rank.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +36,10 @@ pub struct LatencySummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lower_bounds: Vec<String>,
 }
+
+/// A percentile with fewer samples above its rank than this is shown as one of the largest
+/// samples ("max of N", "k-th largest of N"), not as a tail estimate.
+pub const TAIL_SAMPLES: usize = 10;
 
 /// The thresholds of Goel et al.: interactive (160 ms) and control (500 ms).
 pub const THRESHOLDS_MS: [f64; 2] = [160.0, 500.0];
@@ -118,11 +127,38 @@ impl LatencySummary {
         self.lower_bounds.iter().any(|n| n == name)
     }
 
-    /// A percentile for a report cell (`digits` decimals): "no data", or "≥ x" for a lower bound.
+    /// A percentile for a report cell (`digits` decimals): "no data", "≥ x" for a lower
+    /// bound, and "x (max of N)" for a percentile that is one of the largest few samples
+    /// ([`LatencySummary::tail_rank`]).
     pub fn show(&self, name: &str, digits: usize) -> String {
-        cell(self.percentile(name), self.is_lower_bound(name), |x| {
+        let x = cell(self.percentile(name), self.is_lower_bound(name), |x| {
             format!("{x:.digits$}")
-        })
+        });
+        match self.tail_rank(name) {
+            Some(note) if self.percentile(name).is_some() => format!("{x} ({note})"),
+            _ => x,
+        }
+    }
+
+    /// For a percentile with fewer than [`TAIL_SAMPLES`] samples above its rank: which of the
+    /// largest samples it is, "max of N" or "k-th largest of N". `None` for the maximum itself,
+    /// for the median (a centre, not a tail), for a name that is no percentile, and when
+    /// enough samples lie above.
+    pub fn tail_rank(&self, name: &str) -> Option<String> {
+        let q = PERCENTILES
+            .iter()
+            .find(|(n, q)| *n == name && *n != "max" && *q >= 0.9)?
+            .1;
+        let n = self.count;
+        if n == 0 {
+            return None;
+        }
+        let above = n - 1 - ((n - 1) as f64 * q).round() as usize;
+        match above {
+            0 => Some(format!("max of {n}")),
+            a if a < TAIL_SAMPLES => Some(format!("{} largest of {n}", ordinal(a + 1))),
+            _ => None,
+        }
     }
 
     /// The share over `ms` for a report cell, in percent with one decimal.
@@ -146,6 +182,18 @@ impl LatencySummary {
             _ => None,
         }
     }
+}
+
+/// 2nd, 3rd, 4th, … 11th, 12th, 13th, 21st.
+fn ordinal(k: usize) -> String {
+    let suffix = match (k % 10, k % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{k}{suffix}")
 }
 
 fn key(ms: f64) -> String {
@@ -213,6 +261,25 @@ mod tests {
         assert!((s.share_over(500.0).unwrap() - 0.5).abs() < 1e-9);
         assert!(s.lower_bounds.is_empty());
         assert_eq!(s.share_over(42.0), None, "a threshold never computed");
+    }
+
+    /// p99.9 of a bucket of 15 ADUs is its maximum: the cell says so, with the count.
+    #[test]
+    fn a_tail_percentile_of_few_samples_says_which_sample_it_is() {
+        let fifteen: Vec<f64> = (1..=15).map(f64::from).collect();
+        let s = LatencySummary::of(&fifteen);
+        assert_eq!(s.show("p999", 0), "15 (max of 15)");
+        assert_eq!(s.show("p99", 0), "15 (max of 15)");
+        assert_eq!(s.show("p90", 0), "14 (2nd largest of 15)");
+        assert_eq!(s.show("p50", 0), "8", "the median is no tail");
+        assert_eq!(s.show("max", 0), "15", "the maximum needs no note");
+        let thousand: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let s = LatencySummary::of(&thousand);
+        assert_eq!(s.show("p999", 0), "999 (2nd largest of 1000)");
+        assert_eq!(s.show("p99", 0), "990", "10 samples above: a tail estimate");
+        assert_eq!(LatencySummary::of(&[]).show("p999", 0), NO_DATA);
+        assert_eq!(ordinal(11), "11th");
+        assert_eq!(ordinal(23), "23rd");
     }
 
     #[test]

@@ -245,6 +245,7 @@ forward = {{ rate_mbps = 0.96, delay_ms = 15.0 }}
 reverse = {{ rate_mbps = 0.96, delay_ms = 15.0 }}
 [bwss]
 downloads = 1
+server_overdrive = 1.25
 interference = {{ start_s = 20.0, stop_s = 40.0, rate_kbps = 240 }}
 [[bwss.rules.rule]]
 name = "video"

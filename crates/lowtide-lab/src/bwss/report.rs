@@ -130,11 +130,11 @@ pub fn html(s: &BwssScenario, summary: &BwssSummary) -> String {
                 v.paper_video_kbps.map_or("–".into(), |p| format!("{p:.0}")),
                 num(v.video_rate_kbps.during_interference, 0),
                 format!(
-                    "{} (≥ {:.0}); strict ≥ {:.1}: {}",
+                    "{} (≥ {:.0}, judged); within a segment a second (≥ {:.1}): {}",
                     pct(v.video_rate_kbps.share_of_seconds_at_min),
-                    v.video_rate_kbps.at_min_kbps,
-                    v.video_rate_kbps.at_min_kbps + super::summary::SEGMENT_KBPS,
-                    pct(v.video_rate_kbps.share_of_seconds_at_min_strict)
+                    v.video_rate_kbps.min_kbps,
+                    v.video_rate_kbps.min_kbps - super::summary::SEGMENT_KBPS,
+                    pct(v.video_rate_kbps.share_of_seconds_within_a_segment)
                 ),
                 pct(v.link_utilization),
                 v.flow_mean_kbps
@@ -285,9 +285,7 @@ pub fn text_table(summary: &BwssSummary) -> String {
             "goal {} {}: {} ({})\n",
             g.variant,
             g.metric,
-            g.measured
-                .value
-                .map_or("no data".into(), |x| format!("{x:.3}")),
+            g.shown(),
             if g.met { "met" } else { "NOT met" }
         );
     }

@@ -126,6 +126,21 @@ pub struct BwssSetup {
     /// The video's minimum (the report's "at minimum" share); default the `video` rule's.
     #[serde(default)]
     pub video_min_kbps: Option<f64>,
+    /// The ladder server sends a rung at this multiple of its rate (`ladder serve
+    /// --overdrive`; the Helix server's habit in Mehra's Fig. 5: 350 kbit/s sent at 400, 1.15).
+    /// It must carry the video's minimum with room to spare (see [`MIN_ROOM_KBPS`]): at 1.15
+    /// the top rung (450 × 1.15 = 517.5) could never reach Mehra's 520, so "seconds at the
+    /// minimum" could only be judged below it.
+    #[serde(default = "helix_overdrive")]
+    pub server_overdrive: f64,
+}
+
+/// What the server's top rate must exceed the video's minimum by: two full-size segments a
+/// second, so a video read at its minimum is not capped by the server.
+pub const MIN_ROOM_KBPS: f64 = 2.0 * super::summary::SEGMENT_KBPS;
+
+fn helix_overdrive() -> f64 {
+    lowtide_media::ladder::stream::ServerConfig::mehra().overdrive
 }
 
 fn default_file_mb() -> u64 {
@@ -235,6 +250,11 @@ impl BwssScenario {
     }
 
     /// The minimum the video should get: `bwss.video_min_kbps`, else the `video` rule's.
+    /// What the ladder server sends on its top rung, kbit/s.
+    pub fn server_top_kbps(&self) -> f64 {
+        self.bwss.rungs_kbps.iter().max().copied().unwrap_or(0) as f64 * self.bwss.server_overdrive
+    }
+
     pub fn video_min_kbps(&self) -> Option<f64> {
         self.bwss.video_min_kbps.or_else(|| {
             self.bwss
@@ -363,6 +383,22 @@ impl BwssScenario {
             .map_err(|e| invalid("bwss.rules", "(the table)", e.to_string()))?;
         if let Some(m) = b.video_min_kbps {
             check_range("bwss.video_min_kbps", m, 0.0, 1e7)?;
+        }
+        check_range("bwss.server_overdrive", b.server_overdrive, 1.0, 4.0)?;
+        let top_kbps = self.server_top_kbps();
+        if let Some(min) = self.video_min_kbps().filter(|&m| m > 0.0) {
+            if top_kbps < min + MIN_ROOM_KBPS {
+                return Err(invalid(
+                    "bwss.server_overdrive",
+                    b.server_overdrive,
+                    format!(
+                        "a rate that carries the video's minimum with room: the top rung × \
+                         overdrive = {top_kbps:.1} kbit/s, wanted ≥ {:.1} (the minimum {min} + \
+                         two segments a second); raise bwss.server_overdrive or the top rung",
+                        min + MIN_ROOM_KBPS
+                    ),
+                ));
+            }
         }
         if self.variants.is_empty() || self.variants.len() > crate::scenario::MAX_VARIANTS {
             return Err(invalid(

@@ -324,6 +324,8 @@ impl Trial<'_> {
                     &video.to_string(),
                     "--congestion",
                     cc,
+                    "--overdrive",
+                    &s.bwss.server_overdrive.to_string(),
                     "--rungs-kbps",
                 ])
                 .arg(join_kbps(&s.bwss.rungs_kbps));
@@ -332,7 +334,7 @@ impl Trial<'_> {
             }
             VideoTransport::Tfrc => {
                 let (l, stop) = (ladder.clone(), self.stop.clone());
-                let overdrive = lowtide_media::ladder::stream::ServerConfig::mehra().overdrive;
+                let overdrive = s.bwss.server_overdrive;
                 self.threads.tfrc_server = Some(server.spawn("tfrc-video-server", move || {
                     tfrc_video::serve(video, l, overdrive, stop)
                 })?);

@@ -56,6 +56,11 @@ pub struct RunSettings {
     /// Congestion control of every flow.
     #[serde(default = "cubic")]
     pub congestion: String,
+    /// TCP sysctls of every sender and receiver host (`net.ipv4.tcp_*` names, numeric
+    /// values), e.g. Linux's loss recovery turned off to match the paper's ns-2 Reno:
+    /// `host_sysctls = { "net.ipv4.tcp_sack" = "0" }`.
+    #[serde(default)]
+    pub host_sysctls: std::collections::BTreeMap<String, String>,
     /// Start of each flow, s; when empty, each starts at a random time in
     /// `[0, random_start_s)` (seeded).
     #[serde(default)]
@@ -399,6 +404,20 @@ impl RdcScenario {
             "rdc.packet_bytes",
             r.packet_bytes,
             "200 to 1500 bytes",
+        )?;
+        crate::scenario::check_tcp_sysctls("rdc.host_sysctls", &r.host_sysctls).map_err(
+            |e| match e {
+                crate::scenario::ScenarioError::Invalid {
+                    field,
+                    value,
+                    allowed,
+                } => RdcScenarioError::Field {
+                    field,
+                    value,
+                    allowed,
+                },
+                other => RdcScenarioError::Topology(other.to_string()),
+            },
         )?;
         check(
             (2..=100_000).contains(&r.window_packets),

@@ -376,12 +376,22 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
                     .map_or(Measured::default(), |v| v.metric(g.metric))
             };
             let measured = metric(&g.variant);
+            let mut note = None;
             let (measured, label) = match &g.relative_to {
                 None => (measured, g.metric.as_str().to_string()),
                 Some(other) => {
                     let base = metric(other);
                     let ratio = match (measured.value, base.value) {
-                        (Some(x), Some(b)) => Some(ratio_of(x, b)),
+                        (Some(x), Some(b)) => {
+                            let r = ratio_of(x, b);
+                            if r.is_none() {
+                                note = Some(format!(
+                                    "no comparison: {other}'s {} is 0 (this variant's: {x})",
+                                    g.metric.as_str()
+                                ));
+                            }
+                            r
+                        }
                         _ => None,
                     };
                     (
@@ -391,6 +401,7 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
                 }
             };
             let mut result = GoalResult::judge(&g.variant, &label, g.min, g.max, measured, &g.why);
+            result.note = note;
             if g.metric.depends_on_timing() {
                 result.timing = variants
                     .iter()
@@ -402,14 +413,10 @@ pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
         .collect()
 }
 
-/// `x / base`; over a base of 0 (ECN with no timeout at all), `x` itself, as if the base
-/// were one event: 0 against 0 is 0 (met), anything against 0 is not a small ratio.
-fn ratio_of(x: f64, base: f64) -> f64 {
-    if base > 0.0 {
-        x / base
-    } else {
-        x
-    }
+/// `x / base`; over a base of 0 (ECN with no timeout at all) there is no comparison (`None`,
+/// never met): 0 against 0 shows nothing about the variant.
+fn ratio_of(x: f64, base: f64) -> Option<f64> {
+    (base > 0.0).then(|| x / base)
 }
 
 /// A number, or "no data" when it has no samples.
@@ -499,7 +506,7 @@ pub fn text_table(s: &RdcSummary) -> String {
             g.metric,
             g.min.map_or(String::new(), |m| format!("≥ {m} ")),
             g.max.map_or(String::new(), |m| format!("≤ {m} ")),
-            show(&g.measured, |x| format!("measured {x:.3}")),
+            g.shown(),
             if g.met { "met" } else { "NOT met" },
             g.why
         );
@@ -518,9 +525,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_ratio_over_a_zero_base_is_the_value_itself() {
-        assert_eq!(ratio_of(2.0, 675.0), 2.0 / 675.0);
-        assert_eq!(ratio_of(0.0, 0.0), 0.0);
-        assert_eq!(ratio_of(84.0, 0.0), 84.0);
+    fn a_ratio_over_a_zero_base_is_no_comparison() {
+        assert_eq!(ratio_of(2.0, 675.0), Some(2.0 / 675.0));
+        // It used to be 0 (met) for 0 against 0.
+        assert_eq!(ratio_of(0.0, 0.0), None);
+        assert_eq!(ratio_of(84.0, 0.0), None);
     }
 }

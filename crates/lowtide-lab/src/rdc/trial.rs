@@ -100,6 +100,14 @@ pub fn run_variant(
             h.sysctl("net.ipv4.tcp_ecn_fallback", "0")?;
         }
     }
+    for (key, value) in &r.host_sysctls {
+        for h in net.senders() {
+            h.sysctl(key, value)?;
+        }
+        for h in net.receivers() {
+            h.sysctl(key, value)?;
+        }
+    }
     if v.receiver_quickack {
         for r in 0..s.topology.receivers {
             ack_every_segment(net.receiver(r))?;

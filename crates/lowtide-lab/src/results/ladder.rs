@@ -30,6 +30,12 @@ pub struct LadderSummary {
     /// (the median one-way latency) earlier, all runs pooled; `None` without such seconds.
     pub rate_match_share: Option<f64>,
     pub rate_match_seconds: usize,
+    /// The same share as first defined, with the stream's last second counted (only the first
+    /// left out), all runs pooled: kept beside the share above, both judged.
+    #[serde(default)]
+    pub rate_match_share_with_last_second: Option<f64>,
+    #[serde(default)]
+    pub rate_match_seconds_with_last_second: usize,
     /// Frames made, and frames the transport could not take (dropped at the server).
     /// (Not `frames`: the video's flattened fields share this object.)
     pub frames_made: u64,
@@ -59,15 +65,22 @@ impl LadderSummary {
             return None;
         }
         let worst = |f: &dyn Fn(&LadderRecord) -> u64| runs.iter().map(|r| f(r)).max();
-        let seconds: Vec<_> = runs
-            .iter()
-            .flat_map(|r| crate::ladder_seconds::whole_seconds(&r.seconds))
-            .filter(|s| s.streamed_bps > 0.0)
-            .collect();
-        let matched = seconds
-            .iter()
-            .filter(|s| s.throughput_bps >= RATE_MATCH * s.streamed_bps)
-            .count();
+        let counted = |pick: fn(&[crate::ladder_flow::Second]) -> &[crate::ladder_flow::Second]| {
+            let seconds: Vec<_> = runs
+                .iter()
+                .flat_map(|r| pick(&r.seconds))
+                .filter(|s| s.streamed_bps > 0.0)
+                .copied()
+                .collect();
+            let matched = seconds
+                .iter()
+                .filter(|s| s.throughput_bps >= RATE_MATCH * s.streamed_bps)
+                .count();
+            let n = seconds.len();
+            (seconds, (n > 0).then(|| matched as f64 / n as f64))
+        };
+        let (seconds, rate_match_share) = counted(crate::ladder_seconds::whole_seconds);
+        let (with_last, share_with_last) = counted(crate::ladder_seconds::seconds_after_the_first);
         let n = seconds.len();
         let mean = |f: &dyn Fn(&crate::ladder_flow::Second) -> f64| {
             (n > 0).then(|| seconds.iter().map(|s| f(s)).sum::<f64>() / n as f64)
@@ -85,8 +98,10 @@ impl LadderSummary {
                     .count() as u64,
                 None => r.rebuffers_s.len() as u64,
             }),
-            rate_match_share: (n > 0).then(|| matched as f64 / n as f64),
+            rate_match_share,
             rate_match_seconds: n,
+            rate_match_share_with_last_second: share_with_last,
+            rate_match_seconds_with_last_second: with_last.len(),
             frames_made: runs.iter().map(|r| r.frames).sum(),
             frames_dropped_at_server: runs.iter().map(|r| r.frames_dropped_at_server).sum(),
             frames_lost: runs.iter().map(|r| r.frames_lost).sum(),
@@ -143,6 +158,9 @@ mod tests {
         assert_eq!((s.rebuffers, s.rebuffers_after_first_s), (Some(2), Some(1)));
         assert_eq!(s.rate_match_seconds, 2);
         assert_eq!(s.rate_match_share, Some(0.5));
+        // As first defined, the last second counts too (and misses).
+        assert_eq!(s.rate_match_seconds_with_last_second, 3);
+        assert_eq!(s.rate_match_share_with_last_second, Some(1.0 / 3.0));
         assert!(LadderSummary::of(&[]).is_none());
         let empty = LadderSummary::of(&[&LadderRecord::default()]).unwrap();
         assert_eq!(empty.rate_match_share, None, "no seconds: no data, not 0");

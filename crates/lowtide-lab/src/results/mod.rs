@@ -8,6 +8,7 @@
 
 pub mod files;
 pub mod ladder;
+pub mod own_part;
 mod table;
 mod video;
 
@@ -251,6 +252,10 @@ pub struct VariantSummary {
     /// Pooled over runs, messages sent in the window; undelivered ones censored at the end.
     pub latency_ms: LatencySummary,
     pub sender_side_ms: SenderSide,
+    /// lowtide's own part of each message's latency: its queue and the kernel's unsent bytes
+    /// ahead ([`own_part`]); no samples for other transports.
+    #[serde(default)]
+    pub own_part_ms: LatencySummary,
     /// Mean over runs of the payload *delivered* in the window, bits/s.
     pub goodput_bps: Option<f64>,
     pub goodput_runs_bps: Vec<f64>,
@@ -556,10 +561,13 @@ fn summarize_variant(
     let mut censored = vec![];
     let mut side = SideSamples::default();
     let mut tail_causes = TailCauses::new();
+    let mut own = own_part::OwnPart::default();
     for t in ran {
         let samples = t.stream_of(&info.name).unwrap_or_default();
         let tcp = find(&t.tcp, &info.name);
-        for s in samples.iter().filter(|s| w.contains(s.sent_s)) {
+        let in_window: Vec<&Sample> = samples.iter().filter(|s| w.contains(s.sent_s)).collect();
+        own.add(&in_window, tcp);
+        for s in in_window {
             if s.censored {
                 censored.push(s.latency_ms);
             } else {
@@ -638,6 +646,7 @@ fn summarize_variant(
         messages: latency.count,
         latency_ms: latency,
         sender_side_ms: side.summary(),
+        own_part_ms: own.summary(),
         goodput_bps: MeanCi::of(&goodputs).map(|m| m.mean),
         goodput_runs_bps: goodputs,
         sent_bps: MeanCi::of(&sent.iter().map(|x| x.1).collect::<Vec<_>>()),

@@ -24,12 +24,13 @@ pub fn text_table(s: &LabSummary) -> String {
         ));
     }
     out.push_str(&format!(
-        "{:<13} {:<22} {:>9} {:>9} {:>9} {:>12} {:>12} {:>10} {:>8}\n",
+        "{:<13} {:<22} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12} {:>10} {:>8}\n",
         "mode",
         "variant",
         "p50 ms",
         "p99 ms",
         "ss p99",
+        "own p99",
         "over 160 ms",
         "undelivered",
         "delivered",
@@ -38,12 +39,17 @@ pub fn text_table(s: &LabSummary) -> String {
     for v in s.variants.iter().filter(|v| v.video.is_none()) {
         let l = &v.latency_ms;
         out.push_str(&format!(
-            "{:<13} {:<22} {:>9} {:>9} {:>9} {:>12} {:>12} {:>10} {:>8}\n",
+            "{:<13} {:<22} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12} {:>10} {:>8}\n",
             v.mode.as_str(),
             v.name,
             l.show("p50", 1),
             l.show("p99", 1),
             &v.sender_side_ms.latency.show("p99", 1),
+            if v.own_part_ms.count > 0 {
+                v.own_part_ms.show("p99", 1)
+            } else {
+                "-".into()
+            },
             l.show_share(160.0),
             format!("{} of {}", l.censored, l.count),
             mbit(v.goodput_bps),
@@ -52,11 +58,12 @@ pub fn text_table(s: &LabSummary) -> String {
     }
     let f = &s.floor.latency_ms;
     out.push_str(&format!(
-        "{:<13} {:<22} {:>9} {:>9} {:>9} {:>12}\n",
+        "{:<13} {:<22} {:>9} {:>9} {:>9} {:>9} {:>12}\n",
         "",
         "network floor (UDP)",
         f.show("p50", 1),
         f.show("p99", 1),
+        "-",
         "-",
         f.show_share(160.0)
     ));
@@ -83,7 +90,14 @@ pub fn text_table(s: &LabSummary) -> String {
             .latency_by_importance_ms
             .iter()
             .rev()
-            .map(|(i, l)| format!("{i}: {}/{}", l.show("p50", 0), l.show("p999", 0)))
+            .map(|(i, l)| {
+                format!(
+                    "{i}: {}/{} (n = {})",
+                    l.show("p50", 0),
+                    l.show("p999", 0),
+                    l.count
+                )
+            })
             .collect();
         out.push_str(&format!(
             "conference {}: threshold {:.0} ms, {} frames/s, layers per shown frame {}; by importance p50/p99.9 ms {}; ADUs cancelled {} at their deadline, {} as superseded, {} at the age budget\n",
@@ -166,7 +180,10 @@ pub fn text_table(s: &LabSummary) -> String {
                 ""
             },
             goals::describe(&g.goal),
-            g.measured.map_or(NO_DATA.into(), |m| format!("{m:.3}")),
+            g.measured.map_or(NO_DATA.into(), |m| format!(
+                "{m:.3} ({} samples)",
+                g.samples
+            )),
             g.goal.why
         ));
     }

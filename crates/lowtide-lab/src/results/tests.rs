@@ -83,6 +83,7 @@ fn goal(metric: Metric, max: f64) -> Goal {
         vs_baseline: None,
         min: None,
         max: Some(max),
+        min_samples: None,
         why: String::new(),
     }
 }
@@ -516,4 +517,24 @@ fn files_round_trip_every_record() {
     let e = files::read_records(&dir).unwrap_err().to_string();
     assert!(e.contains("line 2") && e.contains("trial 7"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A goal over runs needs its runs: one run cannot show a median over five.
+#[test]
+fn a_goal_on_fewer_samples_than_it_asks_for_is_not_met() {
+    use crate::goals::check_goals;
+    let w = inputs(vec![]).window;
+    let v = summarize_variants(&records(), &infos(), w);
+    let floor = summarize_floor(&[records()[0].clone()], w);
+    let loose = Goal {
+        min_samples: Some(1_000_000),
+        ..goal(Metric::LatencyP99Ms, 1e9)
+    };
+    let r = check_goals(&[loose.clone()], &[Mode::SideBySide], &v, &floor);
+    assert!(r[0].measured.is_some() && !r[0].met, "{r:?}");
+    let enough = Goal {
+        min_samples: Some(1),
+        ..loose
+    };
+    assert!(check_goals(&[enough], &[Mode::SideBySide], &v, &floor)[0].met);
 }

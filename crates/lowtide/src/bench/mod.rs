@@ -320,14 +320,15 @@ pub struct CpuCost {
     pub achieved_mb_s: [f64; 3],
 }
 
-/// A goal of issue 14, checked on this run's numbers.
+/// A goal, checked on this run's numbers. A figure without data has `value: None` ("no
+/// data") and is never met: the goal stays in the report rather than vanishing.
 ///
 /// ```
 /// fn unmet(goals: &[lowtide::bench::Goal]) -> Vec<String> {
 ///     goals
 ///         .iter()
 ///         .filter(|g| !g.met)
-///         .map(|g| format!("{} = {:.2}, wanted {}", g.what, g.value, g.bound))
+///         .map(|g| format!("{} = {}, wanted {} ({} samples)", g.what, g.shown(), g.bound, g.samples))
 ///         .collect()
 /// }
 /// ```
@@ -335,16 +336,26 @@ pub struct CpuCost {
 pub struct Goal {
     /// What is compared.
     pub what: &'static str,
-    /// Measured.
-    pub value: f64,
+    /// Measured (`None`: no data).
+    pub value: Option<f64>,
     /// The bound.
-    pub bound: &'static str,
-    /// Whether the measurement meets it.
+    pub bound: String,
+    /// What the value stands on: rounds of a comparison, messages of a latency.
+    pub samples: usize,
+    /// Whether the measurement meets it (never without data).
     pub met: bool,
     /// Whether issue 14's goal is judged on this figure. The others are one thread's share of
     /// work the kernel splits between the threads as it likes on loopback, kept so runs stay
     /// comparable with earlier ones (docs/transport.md, "Which CPU per GB").
     pub judged: bool,
+}
+
+impl Goal {
+    /// The value for a table: "no data" when there is none.
+    pub fn shown(&self) -> String {
+        self.value
+            .map_or_else(|| "no data".to_owned(), |v| format!("{v:.3}"))
+    }
 }
 
 /// The whole report (`lowtide bench --json`).
@@ -463,28 +474,53 @@ fn machine_cpu(a: &[Transfer], b: &[Transfer]) -> MachineCpu {
     }
 }
 
-fn goal(what: &'static str, value: f64, bound: &'static str, met: bool) -> Goal {
+/// A judged goal: `value` within `min..=max`; no data (`None`, or not a number) is not met.
+fn goal(
+    what: &'static str,
+    value: Option<f64>,
+    samples: usize,
+    (min, max): (Option<f64>, Option<f64>),
+) -> Goal {
+    let value = value.filter(|v| v.is_finite());
+    let bound = match (min, max) {
+        (Some(lo), Some(hi)) => format!("{lo} to {hi}"),
+        (Some(lo), None) => format!(">= {lo}"),
+        (None, Some(hi)) => format!("<= {hi}"),
+        (None, None) => "-".to_owned(),
+    };
     Goal {
         what,
+        met: value.is_some_and(|v| min.is_none_or(|lo| v >= lo) && max.is_none_or(|hi| v <= hi)),
         value,
         bound,
-        met,
+        samples,
         judged: true,
     }
 }
 
+/// At most `x`.
+const fn at_most(x: f64) -> (Option<f64>, Option<f64>) {
+    (None, Some(x))
+}
+
+/// At least `x`.
+const fn at_least(x: f64) -> (Option<f64>, Option<f64>) {
+    (Some(x), None)
+}
+
 /// A goal on one thread's share of the CPU: reported, not judged.
-fn thread_share_goal(what: &'static str, value: f64) -> Goal {
+fn thread_share_goal(what: &'static str, value: f64, samples: usize) -> Goal {
     Goal {
         judged: false,
-        ..goal(what, value, "<= 1.3", value <= 1.3)
+        ..goal(what, Some(value), samples, at_most(1.3))
     }
 }
 
-/// The goal on both ends' CPU per GB, if the figure has data.
-fn both_ends_goal(what: &'static str, m: &MachineCpu) -> Option<Goal> {
-    let r = m.both_ends_s_per_gb?.ratio;
-    Some(goal(what, r, "<= 1.3", r <= 1.3))
+/// The goal on both ends' CPU per GB: "no data" and not met when the figure has none (a
+/// kernel without the counters, a run too short to read them).
+fn both_ends_goal(what: &'static str, m: &MachineCpu, samples: usize) -> Goal {
+    let r = m.both_ends_s_per_gb.map(|v| v.ratio);
+    goal(what, r, samples, at_most(1.3))
 }
 
 /// Runs the configured parts.
@@ -554,19 +590,22 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
                 })
                 .collect(),
         };
+        let pairs = cfg.bulk_pairs;
         goals.push(goal(
             "bulk goodput / raw TCP",
-            g.mb_s.ratio,
-            ">= 0.9",
-            g.mb_s.ratio >= 0.9,
+            Some(g.mb_s.ratio),
+            pairs,
+            at_least(0.9),
         ));
         goals.push(thread_share_goal(
             "bulk receiver CPU per GB / raw TCP",
             g.receiver_cpu_s_per_gb.ratio,
+            pairs,
         ));
-        goals.extend(both_ends_goal(
+        goals.push(both_ends_goal(
             "bulk CPU per GB, both ends / raw TCP",
             &g.machine,
+            pairs,
         ));
         Some(g)
     } else {
@@ -587,9 +626,9 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
         };
         goals.push(goal(
             "small messages per second",
-            s.msgs_s.lowtide,
-            ">= 2e6",
-            s.msgs_s.lowtide >= 2e6,
+            Some(s.msgs_s.lowtide),
+            n,
+            at_least(2e6),
         ));
         Some(s)
     } else {
@@ -625,10 +664,12 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
         goals.push(thread_share_goal(
             "MinBuf sender CPU per GB / raw TCP",
             c.min_buf.ratio,
+            n,
         ));
-        goals.extend(both_ends_goal(
+        goals.push(both_ends_goal(
             "paced MinBuf CPU per GB, both ends / raw TCP",
             &c.machine_min_buf,
+            n,
         ));
         Some(c)
     } else {
@@ -659,18 +700,30 @@ mod tests {
         assert!(m.both_ends_s_per_gb.is_none() && m.process_s_per_gb.is_none());
         assert!(m.machine_s_per_gb.is_none() && m.ksoftirqd_s_per_gb.is_none());
         assert!(m.sender_side_s_per_gb.is_none() && m.receiver_side_s_per_gb.is_none());
-        assert!(
-            both_ends_goal("x", &m).is_none(),
-            "no goal judged on no data"
-        );
         let json = serde_json::to_value(m).unwrap();
         assert!(json["both_ends_s_per_gb"].is_null());
     }
 
+    /// The goal stays in the report as "no data", judged and not met (it used to vanish).
+    #[test]
+    fn a_goal_without_data_is_shown_and_not_met() {
+        let none = [Transfer::default()];
+        let g = both_ends_goal("both ends", &machine_cpu(&none, &none), 3);
+        assert!(g.judged && !g.met && g.value.is_none(), "{g:?}");
+        assert_eq!(g.shown(), "no data");
+        // A ratio that is not a number (every raw TCP figure was 0) is no data too.
+        let nan = goal("x", Some(f64::NAN), 3, at_most(1.3));
+        assert!(!nan.met && nan.value.is_none());
+        let json = serde_json::to_value(&g).unwrap();
+        assert!(json["value"].is_null() && json["met"] == false);
+    }
+
     #[test]
     fn thread_share_goals_are_reported_not_judged() {
-        let g = thread_share_goal("receiver thread", 1.4);
+        let g = thread_share_goal("receiver thread", 1.4, 3);
         assert!(!g.judged && !g.met);
-        assert!(goal("both ends", 1.0, "<= 1.3", true).judged);
+        let both = goal("both ends", Some(1.0), 3, at_most(1.3));
+        assert!(both.judged && both.met && both.bound == "<= 1.3");
+        assert!(!goal("low", Some(0.8), 3, at_least(0.9)).met);
     }
 }
