@@ -17,10 +17,14 @@ use lowtide_media::encoded::{
 const FRAMES: usize = 20;
 const KEYFRAMES: [usize; 3] = [0, 8, 16];
 
-fn fixture(name: &str) -> Vec<u8> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+fn fixture_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
-        .join(name);
+        .join(name)
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let p = fixture_path(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -211,6 +215,22 @@ fn ffmpeg_errors(path: &Path) -> Option<String> {
     }
 }
 
+/// The MD5 of each picture ffmpeg decodes (`-f framemd5`).
+fn frame_hashes(path: &Path) -> Vec<String> {
+    let o = Command::new("ffmpeg")
+        .args(["-v", "error", "-nostdin", "-i"])
+        .arg(path)
+        .args(["-f", "framemd5", "-"])
+        .output()
+        .expect("ffmpeg runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines = text.lines().filter(|l| !l.starts_with('#'));
+    lines
+        .filter_map(|l| l.rsplit(',').next())
+        .map(|h| h.trim().to_string())
+        .collect()
+}
+
 fn decoded_frames(path: &Path) -> usize {
     let o = Command::new("ffprobe")
         .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
@@ -259,7 +279,17 @@ fn decodable_after_drop(name: &str, pic: usize, kept: usize) {
         };
         assert_eq!(errors, "", "{name}: ffmpeg reported errors");
         assert_eq!(decoded_frames(&path), kept, "{name}: frames ffmpeg decoded");
-        println!("{name}: ffmpeg decoded {kept} frames without an error");
+        // ffmpeg conceals a missing reference without a word at `-v error` (see
+        // `without_the_gate_pictures_differ`): so every picture must also be the very
+        // picture the undamaged stream decodes to (testsrc's pictures all differ).
+        let original = frame_hashes(&fixture_path(name));
+        let gated = frame_hashes(&path);
+        assert_eq!(gated.len(), kept);
+        assert!(
+            gated.iter().all(|h| original.contains(h)),
+            "{name}: a picture differs"
+        );
+        println!("{name}: ffmpeg decoded {kept} frames without an error, each as in the original");
         let _ = std::fs::remove_file(&path);
     }
 }
@@ -299,6 +329,8 @@ fn h264_non_reference_dropped_costs_one_frame() {
         Some(e) => {
             assert_eq!(e, "", "ffmpeg reported errors");
             assert_eq!(decoded_frames(&path), FRAMES - 1);
+            let original = frame_hashes(&fixture_path("h264-bframes.h264"));
+            assert!(frame_hashes(&path).iter().all(|h| original.contains(h)));
         }
         None => println!("skipped: ffmpeg not installed"),
     }
@@ -320,5 +352,41 @@ fn h265_reference_dropped_mid_gop_decodes_cleanly() {
 fn vp8_vp9_av1_reference_dropped_mid_gop_decode_cleanly() {
     for name in ["vp8.ivf", "vp9.ivf", "av1.ivf"] {
         decodable_after_drop(name, 3, FRAMES - 5);
+    }
+}
+
+/// The control: without the gate, a stream missing a reference still decodes "without an
+/// error" at `-v error`, but to pictures the encoder never made.
+#[test]
+fn without_the_gate_pictures_differ() {
+    for name in [
+        "h264-ippp.h264",
+        "h265.h265",
+        "vp8.ivf",
+        "vp9.ivf",
+        "av1.ivf",
+    ] {
+        let (units, header) = read_fixture(name);
+        let pics = pictures(&units);
+        let victim = pics[1..]
+            .iter()
+            .find(|u| u.kind == FrameKind::Reference)
+            .unwrap()
+            .index;
+        let rest: Vec<AccessUnit> = units.into_iter().filter(|u| u.index != victim).collect();
+        let path = out_path(&format!("ungated-{name}"));
+        write_stream(&rest, header, &path);
+        let Some(errors) = ffmpeg_errors(&path) else {
+            println!("skipped: ffmpeg not installed");
+            return;
+        };
+        let original = frame_hashes(&fixture_path(name));
+        let wrong = frame_hashes(&path)
+            .iter()
+            .filter(|h| !original.contains(h))
+            .count();
+        println!("{name} without the gate: errors {errors:?}, {wrong} wrong pictures");
+        assert!(wrong > 0, "{name}");
+        let _ = std::fs::remove_file(&path);
     }
 }
