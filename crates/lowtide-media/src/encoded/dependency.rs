@@ -110,7 +110,7 @@ impl Chain {
         match u.kind {
             FrameKind::ParameterSets | FrameKind::Keyframe => true,
             _ if u.skipped_at_random_access && self.rasl_broken => false,
-            _ => !self.broken_from.is_some_and(|t| u.temporal_id >= t),
+            _ => self.broken_from.is_none_or(|t| u.temporal_id < t),
         }
     }
 
