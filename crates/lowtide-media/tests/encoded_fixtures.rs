@@ -1,5 +1,6 @@
 //! The encoded-video model on streams from real encoders (`fixtures/make-fixtures.sh`: x264,
-//! x265, libvpx VP8 and VP9, libaom AV1; 64x64, 20 frames, a keyframe every 8). The expected
+//! x265, x265 with a temporal sub-layer, libvpx VP8 and VP9, libaom AV1; 64x64, 20 frames, a
+//! keyframe every 8). The expected
 //! counts are ffprobe's, printed by the script. The decodability tests drop a unit, pass the
 //! rest through the sender's tracker and the receiver's gate, write what the gate lets
 //! through and have ffmpeg decode it: no error may be reported. They print
@@ -81,6 +82,7 @@ fn every_fixture_splits_into_ffprobes_frames_and_keyframes() {
         ("h264-ippp.h264", Codec::H264),
         ("h264-bframes.h264", Codec::H264),
         ("h265.h265", Codec::H265),
+        ("h265-temporal.h265", Codec::H265),
         ("vp8.ivf", Codec::Vp8),
         ("vp9.ivf", Codec::Vp9),
         ("av1.ivf", Codec::Av1),
@@ -389,4 +391,58 @@ fn without_the_gate_pictures_differ() {
         assert!(wrong > 0, "{name}");
         let _ = std::fs::remove_file(&path);
     }
+}
+
+/// x265 with `temporal-layers=1` puts its non-reference B-frames in sub-layer 1 (TSA_N) and
+/// declares two sub-layers: they are non-reference, the rest of layer 0 references. A lost
+/// layer-1 picture, whose info the gate is told, costs that picture alone.
+#[test]
+fn h265_temporal_sub_layer_is_droppable() {
+    let (units, _) = read_fixture("h265-temporal.h265");
+    let pics = pictures(&units);
+    let upper: Vec<&AccessUnit> = pics
+        .iter()
+        .copied()
+        .filter(|u| u.temporal_id == 1)
+        .collect();
+    // ffprobe counts 12 B-frames: 7 unreferenced ones in layer 1, 5 references in layer 0.
+    assert_eq!(upper.len(), 7);
+    assert!(upper.iter().all(|u| u.kind == FrameKind::NonReference));
+    assert!(pics
+        .iter()
+        .all(|u| u.temporal_id == 1 || u.kind != FrameKind::NonReference));
+    let now = Instant::now();
+    let mut tracker = SenderTracker::new(256);
+    let mut gate = ReceiverGate::new(Duration::from_millis(100));
+    let mut kept = Vec::new();
+    let dropped: Vec<u64> = upper.iter().step_by(2).map(|u| u.index).collect();
+    for u in &units {
+        assert!(tracker.produce(u.info()));
+        if dropped.contains(&u.index) {
+            assert_eq!(
+                tracker.drop_unit(u.index, DropReason::Expired),
+                Vec::<u64>::new()
+            );
+            gate.missing(now, u.index, Some(u.info()));
+        } else {
+            assert_eq!(gate.receive(now, u.info()), Verdict::Decode);
+            kept.push(u.clone());
+        }
+    }
+    assert_eq!(gate.poll_keyframe_request(now), None);
+    let expected = FRAMES - dropped.len();
+    let path = out_path("temporal.h265");
+    write_stream(&kept, None, &path);
+    match ffmpeg_errors(&path) {
+        Some(e) => {
+            assert_eq!(e, "", "ffmpeg reported errors");
+            let original = frame_hashes(&fixture_path("h265-temporal.h265"));
+            let hashes = frame_hashes(&path);
+            assert_eq!(hashes.len(), expected);
+            assert!(hashes.iter().all(|h| original.contains(h)));
+            println!("h265-temporal: ffmpeg decoded {expected} frames without an error, each as in the original");
+        }
+        None => println!("skipped: ffmpeg not installed"),
+    }
+    let _ = std::fs::remove_file(&path);
 }
