@@ -2,8 +2,9 @@
 //! handed on since the last keyframe, stops at a break, asks the sender for a keyframe, and
 //! resumes at the keyframe.
 //!
-//! The gate takes units in decode order with their [`UnitInfo`] (a few bytes the sender puts
-//! in the message header), and is told of units that will not come ([`ReceiverGate::missing`],
+//! The gate takes units in decode order with their [`UnitInfo`] (a few bytes the sender can
+//! put in each message beside the unit; their wire form belongs to the session that carries
+//! the units, not to this model), and is told of units that will not come ([`ReceiverGate::missing`],
 //! from lowtide's cancel notice, with the unit's info if the sender sent it). A gap in the
 //! indices whose units it was not told about is taken as a lost reference in layer 0, the
 //! worst case. It applies the sender's rule ([`super::dependency`]), so when the sender's

@@ -93,7 +93,7 @@ impl NalFramer for H265Framer {
             // sps_video_parameter_set_id u(4), sps_max_sub_layers_minus1 u(3).
             let mut r = BitReader::rbsp(&nal[2..]);
             let minus1 = r.bits(4).and_then(|_| r.bits(3));
-            let minus1 = minus1.map_err(|_| NalError::TruncatedHeader { nal: n })?;
+            let minus1 = minus1.map_err(|_| NalError::TruncatedParameterSet { nal: n })?;
             self.highest_sub_layer = Some(minus1 as u8);
         }
         if t < 32 {
@@ -187,6 +187,10 @@ mod tests {
         assert_eq!(
             frame(&[&[0x40, 0]]),
             Err(NalError::ZeroTemporalId { nal: 0 })
+        );
+        assert_eq!(
+            frame(&[&[0x42, 1]]),
+            Err(NalError::TruncatedParameterSet { nal: 0 })
         );
         assert_eq!(
             frame(&[&nal(1, 0, &[])]),

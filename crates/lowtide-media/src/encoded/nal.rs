@@ -24,6 +24,9 @@ pub enum NalError {
     /// H.265 `nuh_temporal_id_plus1` is 0.
     #[error("NAL unit {nal} has nuh_temporal_id_plus1 = 0")]
     ZeroTemporalId { nal: u64 },
+    /// An H.265 SPS ends before `sps_max_sub_layers_minus1`.
+    #[error("SPS NAL unit {nal} ends before sps_max_sub_layers_minus1")]
+    TruncatedParameterSet { nal: u64 },
     /// A slice NAL unit ends before the fields that place it in its picture.
     #[error("slice NAL unit {nal} (type {nal_type}) ends inside its slice header")]
     TruncatedSliceHeader { nal: u64, nal_type: u8 },
@@ -197,6 +200,8 @@ pub struct AnnexBReader<F> {
     framer: F,
     /// When the last chunk arrived (the capture time of the NAL `finish` completes).
     last: Option<Instant>,
+    /// The first error: every later call returns it.
+    failed: Option<ReadError>,
 }
 
 impl<F: NalFramer> AnnexBReader<F> {
@@ -206,12 +211,29 @@ impl<F: NalFramer> AnnexBReader<F> {
             splitter: AnnexBSplitter::new(max_nal),
             framer,
             last: None,
+            failed: None,
         }
     }
 
-    /// Takes the next chunk of the stream, which arrived at `now`.
+    fn sticky<T>(&mut self, r: Result<T, ReadError>) -> Result<T, ReadError> {
+        if let Err(e) = &r {
+            self.failed = Some(e.clone());
+        }
+        r
+    }
+
+    /// Takes the next chunk of the stream, which arrived at `now`. An error is final: the
+    /// units completed before it in this chunk are not returned.
     pub fn push(&mut self, chunk: &[u8], now: Instant) -> Result<Vec<AccessUnit>, ReadError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
         self.last = Some(now);
+        let r = self.push_inner(chunk, now);
+        self.sticky(r)
+    }
+
+    fn push_inner(&mut self, chunk: &[u8], now: Instant) -> Result<Vec<AccessUnit>, ReadError> {
         let mut out = Vec::new();
         for nal in self.splitter.push(chunk)? {
             out.extend(self.framer.push_nal(&nal, now)?);
@@ -221,11 +243,59 @@ impl<F: NalFramer> AnnexBReader<F> {
 
     /// The stream ended.
     pub fn finish(&mut self) -> Result<Vec<AccessUnit>, ReadError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let r = self.finish_inner();
+        self.sticky(r)
+    }
+
+    fn finish_inner(&mut self) -> Result<Vec<AccessUnit>, ReadError> {
         let mut out = Vec::new();
         if let (Some(nal), Some(now)) = (self.splitter.finish()?, self.last) {
             out.extend(self.framer.push_nal(&nal, now)?);
         }
         out.extend(self.framer.finish());
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoded::{H264Framer, DEFAULT_MAX_NAL};
+
+    #[test]
+    fn a_100_mb_nal_is_refused_at_the_limit_and_the_error_stays() {
+        let now = Instant::now();
+        let mut r = AnnexBReader::new(H264Framer::new(DEFAULT_MAX_NAL), DEFAULT_MAX_NAL);
+        r.push(&[0, 0, 0, 1, 0x65, 0x88], now).unwrap();
+        let mb = vec![0x55u8; 1 << 20];
+        let mut fed = 0;
+        let e = loop {
+            fed += 1;
+            assert!(fed <= 100, "100 MB accepted");
+            if let Err(e) = r.push(&mb, now) {
+                break e;
+            }
+            assert!(r.splitter.buffered() <= DEFAULT_MAX_NAL);
+        };
+        assert_eq!(fed, 8, "refused within the chunk that crosses 8 MiB");
+        let limit = DEFAULT_MAX_NAL;
+        assert_eq!(
+            e,
+            ReadError::AnnexB(AnnexBError::NalTooLarge { offset: 4, limit })
+        );
+        assert_eq!(r.push(&[0, 0, 1, 0x41, 0x88], now), Err(e.clone()));
+        assert_eq!(r.finish(), Err(e));
+    }
+
+    #[test]
+    fn framer_errors_are_final_too() {
+        let now = Instant::now();
+        let mut r = AnnexBReader::new(H264Framer::new(1024), 1024);
+        let e = r.push(&[0, 0, 1, 0xe5, 0x88, 0, 0, 1], now).unwrap_err();
+        assert_eq!(e, ReadError::Nal(NalError::ForbiddenBit { nal: 0 }));
+        assert_eq!(r.push(&[0, 0, 1, 0x65, 0x88], now), Err(e));
     }
 }
