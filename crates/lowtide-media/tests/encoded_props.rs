@@ -198,4 +198,25 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn tracker_and_gate_never_panic_on_any_sequence(
+        events in prop::collection::vec((any::<u64>(), kind(), any::<u8>(), any::<bool>(), 0u8..4), 0..60),
+    ) {
+        let t0 = Instant::now();
+        let mut tracker = SenderTracker::new(16);
+        let mut gate = ReceiverGate::new(Duration::from_millis(10));
+        for (i, &(index, kind, tid, rasl, op)) in events.iter().enumerate() {
+            let now = t0 + Duration::from_millis(i as u64);
+            let u = UnitInfo { skipped_at_random_access: rasl, ..UnitInfo::new(index, kind).layer(tid) };
+            match op {
+                0 => { tracker.produce(u); gate.receive(now, u); }
+                1 => { tracker.drop_unit(index, DropReason::Lost); gate.missing(now, index, Some(u)); }
+                2 => { gate.missing(now, index, None); }
+                _ => { gate.poll_keyframe_request(now); }
+            }
+            prop_assert!(tracker.tracked() <= 16);
+            let _ = (tracker.counters().total(), gate.counters().total(), gate.poll_timeout());
+        }
+    }
 }

@@ -78,9 +78,10 @@ pub struct AccessUnit {
     pub skipped_at_random_access: bool,
     /// The container's timestamp in its timebase (IVF), if it has one.
     pub pts: Option<u64>,
-    /// When the unit was captured, or when its first byte reached the parser (what the parser
-    /// was told with the bytes); replace it with [`Self::with_capture`] when the source knows
-    /// better (a GStreamer buffer's running time).
+    /// When the unit was captured: as the parser knows it, the `now` given with the chunk that
+    /// completed the unit's first NAL unit (Annex-B: when the next NAL unit's start code came)
+    /// or its IVF frame. Replace it with [`Self::with_capture`] when the source knows better
+    /// (a GStreamer buffer's running time, a capture timestamp in band).
     pub capture: Instant,
 }
 

@@ -162,7 +162,9 @@ impl AnnexBSplitter {
         Ok(())
     }
 
-    /// The stream ended: returns the last NAL unit (its trailing zero bytes dropped).
+    /// The stream ended, or the caller knows a NAL unit ends here (an access-unit-aligned
+    /// buffer): returns the NAL unit being read (its trailing zero bytes dropped). Bytes pushed
+    /// afterwards must start with a start code again.
     pub fn finish(&mut self) -> Result<Option<Vec<u8>>, AnnexBError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());

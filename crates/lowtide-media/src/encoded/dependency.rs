@@ -71,17 +71,21 @@ impl DropCounters {
             DropReason::WaitingForKeyframe => &mut self.waiting_for_keyframe,
             DropReason::OutOfOrder => &mut self.out_of_order,
         };
-        *c += 1;
+        *c = c.saturating_add(1);
     }
 
     /// All drops.
     pub fn total(&self) -> u64 {
-        self.cancelled
-            + self.expired
-            + self.lost
-            + self.dependency_broken
-            + self.waiting_for_keyframe
-            + self.out_of_order
+        [
+            self.cancelled,
+            self.expired,
+            self.lost,
+            self.dependency_broken,
+            self.waiting_for_keyframe,
+            self.out_of_order,
+        ]
+        .iter()
+        .fold(0u64, |a, &b| a.saturating_add(b))
     }
 }
 

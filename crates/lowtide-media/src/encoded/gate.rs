@@ -120,8 +120,8 @@ impl ReceiverGate {
     fn gap(&mut self, now: Instant, index: u64) {
         if index > self.next {
             let first = self.next;
-            self.counters.lost += index - first;
-            self.dropped_since += index - first;
+            self.counters.lost = self.counters.lost.saturating_add(index - first);
+            self.dropped_since = self.dropped_since.saturating_add(index - first);
             self.chain
                 .step(&UnitInfo::new(first, FrameKind::Reference), false);
             self.note_break(now, first);
@@ -138,9 +138,9 @@ impl ReceiverGate {
         let info = info.filter(|i| i.index == index);
         let info = info.unwrap_or(UnitInfo::new(index, FrameKind::Reference));
         self.counters.count(DropReason::Lost);
-        self.dropped_since += 1;
+        self.dropped_since = self.dropped_since.saturating_add(1);
         self.chain.step(&info, false);
-        self.next = index + 1;
+        self.next = index.saturating_add(1);
         self.note_break(now, index);
     }
 
@@ -151,7 +151,7 @@ impl ReceiverGate {
             return Verdict::Drop(DropReason::OutOfOrder);
         }
         self.gap(now, info.index);
-        self.next = info.index + 1;
+        self.next = info.index.saturating_add(1);
         let waiting = self.chain.waiting_for_keyframe();
         if self.chain.step(&info, true) {
             if info.kind == FrameKind::Keyframe {
@@ -169,7 +169,7 @@ impl ReceiverGate {
             DropReason::DependencyBroken
         };
         self.counters.count(reason);
-        self.dropped_since += 1;
+        self.dropped_since = self.dropped_since.saturating_add(1);
         self.note_break(now, info.index);
         Verdict::Drop(reason)
     }
@@ -254,6 +254,18 @@ mod tests {
         );
         let c = g.counters();
         assert_eq!((c.lost, c.waiting_for_keyframe, c.out_of_order), (3, 2, 1));
+    }
+
+    #[test]
+    fn extreme_indices_do_not_overflow() {
+        let t0 = Instant::now();
+        let mut g = ReceiverGate::new(Duration::from_millis(100));
+        assert_eq!(
+            g.receive(t0, UnitInfo::new(u64::MAX, Keyframe)),
+            Verdict::Decode
+        );
+        g.missing(t0, u64::MAX, None);
+        assert_eq!(g.counters().lost, u64::MAX);
     }
 
     #[test]

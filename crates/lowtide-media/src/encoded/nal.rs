@@ -241,6 +241,14 @@ impl<F: NalFramer> AnnexBReader<F> {
         Ok(out)
     }
 
+    /// The bytes so far end an access unit (a GStreamer buffer with `alignment=au`, an encoder
+    /// known to write one access unit per write): returns it now rather than when the next
+    /// one's first NAL unit arrives, a frame interval later. Later bytes must start with a
+    /// start code. Called at the end of the stream, it is [`Self::finish`].
+    pub fn end_access_unit(&mut self) -> Result<Vec<AccessUnit>, ReadError> {
+        self.finish()
+    }
+
     /// The stream ended.
     pub fn finish(&mut self) -> Result<Vec<AccessUnit>, ReadError> {
         if let Some(e) = &self.failed {
@@ -263,7 +271,7 @@ impl<F: NalFramer> AnnexBReader<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encoded::{H264Framer, DEFAULT_MAX_NAL};
+    use crate::encoded::{FrameKind, H264Framer, DEFAULT_MAX_NAL};
 
     #[test]
     fn a_100_mb_nal_is_refused_at_the_limit_and_the_error_stays() {
@@ -288,6 +296,20 @@ mod tests {
         );
         assert_eq!(r.push(&[0, 0, 1, 0x41, 0x88], now), Err(e.clone()));
         assert_eq!(r.finish(), Err(e));
+    }
+
+    #[test]
+    fn an_aligned_access_unit_comes_out_without_waiting_for_the_next() {
+        let now = Instant::now();
+        let mut r = AnnexBReader::new(H264Framer::new(1024), 1024);
+        assert_eq!(r.push(&[0, 0, 0, 1, 0x65, 0x88], now), Ok(vec![]));
+        let key = r.end_access_unit().unwrap();
+        assert_eq!(key.len(), 1);
+        let p = r.push(&[0, 0, 0, 1, 0x41, 0x9a], now).unwrap();
+        assert!(p.is_empty());
+        let p = r.end_access_unit().unwrap();
+        assert_eq!((p[0].index, p[0].kind), (1, FrameKind::Reference));
+        assert_eq!(r.finish(), Ok(vec![]));
     }
 
     #[test]
