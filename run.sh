@@ -26,6 +26,8 @@ install_system_packages() {
   command -v cc >/dev/null || missing+=(gcc libc6-dev)
   command -v pkg-config >/dev/null || missing+=(pkgconf)
   [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
+  # ffmpeg and ffprobe decode the encoded-video tests' gated streams (lowtide-media, issue 31).
+  command -v ffmpeg >/dev/null || missing+=(ffmpeg)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} (apt-get)" >&2
     apt-get update -qq

@@ -17,11 +17,19 @@ fuzz_target!(|data: &[u8]| {
     let _ = Hello::decode(data);
 
     let limit = 16 << 10;
-    let cfg = Config { max_reassembly_bytes: limit, max_chunk_len: 2048, ..Config::default() };
+    let cfg = Config {
+        max_reassembly_bytes: limit,
+        max_chunk_len: 2048,
+        ..Config::default()
+    };
     let now = Instant::now();
     let mut c = Connection::new(cfg, Side::Server, now).expect("valid config");
     let mut input = Vec::new();
-    Hello { version: VERSION, options: vec![] }.encode(&mut input);
+    Hello {
+        version: VERSION,
+        options: vec![],
+    }
+    .encode(&mut input);
     input.extend_from_slice(data);
     let split = data.first().map_or(0, |&b| b as usize).min(input.len());
     for part in [&input[..split], &input[split..]] {

@@ -20,9 +20,13 @@
 //! - [`rdc_video`]: the layered source of Hsiao, Kung and Tan (RDC): equal-rate layers added
 //!   and dropped from the TCP send buffer's occupancy, and its plain-TCP driver;
 //! - [`ladder`]: a bit-rate ladder (rungs, switching policies, a plain-TCP driver), the
-//!   commercial player of Mehra's BWSS experiments.
+//!   commercial player of Mehra's BWSS experiments;
+//! - [`encoded`]: real encoded video (H.264, H.265, VP8, VP9, AV1): access units from
+//!   Annex-B and IVF byte streams, their importance and deadline, and which units a drop
+//!   makes undecodable at the sender and the receiver.
 
 pub mod conference;
+pub mod encoded;
 pub mod ladder;
 pub mod playout;
 pub mod pps;
