@@ -83,7 +83,7 @@ impl LadderSummary {
         let (with_last, share_with_last) = counted(crate::ladder_seconds::seconds_after_the_first);
         let n = seconds.len();
         let mean = |f: &dyn Fn(&crate::ladder_flow::Second) -> f64| {
-            (n > 0).then(|| seconds.iter().map(|s| f(s)).sum::<f64>() / n as f64)
+            (n > 0).then(|| seconds.iter().map(f).sum::<f64>() / n as f64)
         };
         Some(Self {
             policy: runs[0].policy,

@@ -530,7 +530,12 @@ fn a_goal_on_fewer_samples_than_it_asks_for_is_not_met() {
         min_samples: Some(1_000_000),
         ..goal(Metric::LatencyP99Ms, 1e9)
     };
-    let r = check_goals(&[loose.clone()], &[Mode::SideBySide], &v, &floor);
+    let r = check_goals(
+        std::slice::from_ref(&loose),
+        &[Mode::SideBySide],
+        &v,
+        &floor,
+    );
     assert!(r[0].measured.is_some() && !r[0].met, "{r:?}");
     let enough = Goal {
         min_samples: Some(1),

@@ -312,7 +312,7 @@ fn goals(l: &Many, p99_bound_ms: f64) -> Vec<super::Goal> {
         ),
         goal(
             "lowtide messages lost (sent - delivered)",
-            (offered > 0).then(|| l.sent_messages as f64 - l.messages as f64),
+            (offered > 0).then_some(l.sent_messages as f64 - l.messages as f64),
             offered,
             at_most(0.0),
         ),
