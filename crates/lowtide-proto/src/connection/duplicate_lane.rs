@@ -1,11 +1,12 @@
 //! The duplicate lane inside [`Connection`]: copies out to the lane socket (connecting side),
 //! copies in through the exactly-once filter (accepting side).
 //!
-//! A child module of `connection` (it delivers into the receive state); the rule and where we
-//! differ are in `failover/duplicate.rs`. The driver's call order for the lane socket mirrors
-//! the primary's: sample the lane's `TCP_INFO`, [`Connection::poll_lane`], write
-//! [`Connection::lane_transmit`], report [`Connection::handle_lane_written`]; bytes read from
-//! a lane go to [`Connection::handle_lane_bytes`].
+//! It lives in `connection` because it delivers into the receive state; the lane itself, the
+//! rule and where we differ are in [`crate::failover::duplicate`]. The driver's call order for
+//! the lane socket mirrors the primary's: sample the lane's `TCP_INFO`,
+//! [`Connection::poll_lane`], write [`Connection::lane_transmit`], report
+//! [`Connection::handle_lane_written`]; bytes read from a lane go to
+//! [`Connection::handle_lane_bytes`].
 
 use std::time::Instant;
 

@@ -1,8 +1,9 @@
 //! The switch between connections, inside [`Connection`]: what the channel keeps for
 //! resending, the stall clock, and [`Connection::begin_path`].
 //!
-//! A child module of `connection` (it rewinds the send and receive state), kept with the rest
-//! of failover; the rule and where we differ are in `failover/mod.rs`.
+//! It lives in `connection` because it rewinds the send and receive state; the standalone
+//! parts (stall rule, exactly-once filter, old-path estimate) and where we differ from
+//! Paceline are in [`crate::failover`].
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
