@@ -339,6 +339,32 @@ mod tests {
         assert_eq!(r.take_output(), [0]);
     }
 
+    proptest::proptest! {
+        /// What `fuzz/fuzz_targets/encoded_wire.rs` checks: arbitrary messages after a valid
+        /// start never panic, the held bytes stay under the limit, `finish` empties the buffer.
+        #[test]
+        fn arbitrary_messages_never_panic_and_stay_bounded(
+            msgs in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), 0..40),
+            tags in proptest::collection::vec(0x20u8..=0x23, 40),
+        ) {
+            let now = Instant::now();
+            let mut r = EncodedReceiver::new(64, Duration::from_millis(100));
+            r.handle(now, &start()).unwrap();
+            for (mut m, tag) in msgs.into_iter().zip(tags) {
+                // Mostly well-tagged, so the decoder gets past the tag.
+                if let Some(b) = m.first_mut() {
+                    *b = tag;
+                }
+                let _ = r.handle(now, &m);
+                proptest::prop_assert!(r.held_bytes() <= 64);
+                let _ = r.take_output();
+                let _ = r.poll_keyframe_request(now);
+            }
+            r.finish(now);
+            proptest::prop_assert_eq!(r.held_bytes(), 0);
+        }
+    }
+
     #[test]
     fn bad_sequences_are_errors() {
         let now = Instant::now();

@@ -7,7 +7,7 @@
 //!    ([`Admit::Skip`]: a reference it needs was dropped, or the queue is over its byte
 //!    limit);
 //! 2. [`EncodedSender::queued`] with the message's id once lowtide took it;
-//! 3. from the channel's events: [`EncodedSender::written`], [`EncodedSender::acked`], and
+//! 3. from the channel's events: [`EncodedSender::written`], and
 //!    [`EncodedSender::dropped`] for a message cancelled or expired, which returns the ids of
 //!    the queued messages that depend on it: cancel them;
 //! 4. [`EncodedSender::poll_notice`] after each of these: a dropped-units notice to send
