@@ -61,6 +61,43 @@ pub struct ReceiverCounters {
 }
 
 /// The receiver's state (see the module doc).
+///
+/// Both ends without a channel: a non-reference unit expires at the sender, the unit after it
+/// overtakes the keyframe, and the receiver still writes the rest in decode order.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use lowtide_media::encoded::receiver::EncodedReceiver;
+/// use lowtide_media::encoded::sender::{Admit, EncodedSender, SenderConfig};
+/// use lowtide_media::encoded::wire::StreamStart;
+/// use lowtide_media::encoded::{AccessUnit, Codec, DropReason, FrameKind};
+/// let now = Instant::now();
+/// let unit = |index: u64, kind| AccessUnit {
+///     codec: Codec::H264, index, data: vec![index as u8], kind, temporal_id: 0,
+///     has_parameter_sets: false, skipped_at_random_access: false, pts: None, capture: now,
+/// };
+/// let start = StreamStart { codec: Codec::H264, ivf: None };
+/// let mut rx = EncodedReceiver::new(1 << 20, Duration::from_secs(1));
+/// rx.handle(now, &EncodedSender::<u32>::start_message(&start).data)?;
+/// let mut tx = EncodedSender::<u32>::new(SenderConfig::default());
+/// let mut messages = Vec::new();
+/// for (i, kind) in [FrameKind::Keyframe, FrameKind::NonReference, FrameKind::Reference]
+///     .into_iter()
+///     .enumerate()
+/// {
+///     let Admit::Send(m) = tx.admit(&unit(i as u64, kind), now, 0) else { unreachable!() };
+///     tx.queued(i as u32);
+///     messages.push(m.data);
+/// }
+/// // The non-reference unit expires in lowtide's queue: nothing else to cancel.
+/// assert!(tx.dropped(1, DropReason::Expired).is_empty());
+/// let notice = tx.poll_notice().expect("the receiver is told");
+/// rx.handle(now, &messages[2])?; // it overtook the keyframe
+/// rx.handle(now, &notice.data)?;
+/// rx.handle(now, &messages[0])?;
+/// assert_eq!(rx.take_output(), [0, 2]); // decode order, the dropped unit left out
+/// # Ok::<(), lowtide_media::encoded::receiver::ReceiveError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct EncodedReceiver {
     gate: ReceiverGate,
