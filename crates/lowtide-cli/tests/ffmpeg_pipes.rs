@@ -1,9 +1,10 @@
 //! Real encoded video through `lowtide send --input -` and `lowtide recv --output -` over
 //! loopback (127.0.0.1; no namespaces, no root): ffmpeg encodes a 2 s test pattern
-//! (H.264 Annex-B from libx264, VP8 in IVF from libvpx) into the sender's stdin, the
-//! receiver's stdout goes to a file. The file must decode without a single ffmpeg error, to
-//! the same number of frames as the input and to the same pictures (nothing is dropped on
-//! loopback). Each case takes a few seconds; skipped when ffmpeg is not installed.
+//! (H.264 and H.265 Annex-B from libx264 and libx265, VP8 in IVF from libvpx) into the
+//! sender's stdin, the receiver's stdout goes to a file. The file must decode without a
+//! single ffmpeg error, to the same number of frames as the input and to the same pictures
+//! (nothing is dropped on loopback). Each case takes a few seconds; skipped when ffmpeg is
+//! not installed.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -207,6 +208,33 @@ fn h264_annex_b_from_x264() {
             "h264",
         ],
         "h264",
+    );
+}
+
+#[test]
+fn h265_annex_b_from_x265() {
+    let encoders = Command::new("ffmpeg")
+        .args(["-hide_banner", "-encoders"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libx265"))
+        .unwrap_or(false);
+    if !encoders {
+        println!("skipped: ffmpeg without libx265");
+        return;
+    }
+    through_lowtide(
+        "h265",
+        &[
+            "-c:v",
+            "libx265",
+            "-tune",
+            "zerolatency",
+            "-g",
+            "15",
+            "-f",
+            "hevc",
+        ],
+        "hevc",
     );
 }
 
