@@ -7,6 +7,7 @@ mod lab;
 mod ladder;
 mod media;
 mod netem;
+mod pipe;
 mod rdc;
 
 use clap::{Parser, Subcommand};
@@ -32,9 +33,11 @@ enum Command {
     /// Scenario runs: `lab run FILE` (side by side and sequential, report.html), `lab report DIR`.
     #[command(subcommand)]
     Lab(lab::LabCommand),
-    /// Stream layered video to `lowtide recv` with priority-progress streaming.
+    /// Stream layered video to `lowtide recv` with priority-progress streaming, or with
+    /// `--input -` an encoded stream from a pipe (ffmpeg's `-f h264 -`, `-f ivf -`).
     Send(media::SendArgs),
-    /// Receive a `lowtide send` stream and report what a viewer saw.
+    /// Receive a `lowtide send` stream and report what a viewer saw, or with `--output -`
+    /// write an encoded stream to a pipe (`| ffmpeg -i - ...`, `| ffplay -`).
     Recv(media::RecvArgs),
     /// The emulated network: check it, clean up after killed runs, run a command behind it.
     #[command(subcommand)]

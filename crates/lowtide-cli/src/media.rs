@@ -1,6 +1,7 @@
 //! `lowtide send` / `lowtide recv`: stream layered video (a real encoder trace or a synthetic
 //! source) between two hosts with priority-progress streaming, printing live statistics. The
-//! lab uses the same session code.
+//! lab uses the same session code. With `--input` / `--output` they carry real encoded video
+//! from and to a pipe instead ([`crate::pipe`]).
 //!
 //! Clock alignment between two machines: the sender starts its stream 0.5 s after it
 //! connects; the receiver takes its accept time plus 0.5 s as the start, so its latencies are
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use lowtide::{ChannelConfig, ControllerConfig, TlsConfig};
+use lowtide_media::encoded::input::InputFormat;
 use lowtide_media::server::{self, ServeOptions, SessionEnd};
 use lowtide_media::session::send_video;
 use lowtide_media::video::{SyntheticModel, Video};
@@ -39,6 +41,21 @@ pub struct SendArgs {
     /// Congestion control of the socket.
     #[arg(long, default_value = "cubic")]
     cc: String,
+    /// Send an encoded stream read from standard input (`-`) instead of layered video:
+    /// H.264/H.265 Annex-B or IVF (VP8, VP9, AV1), e.g. from `ffmpeg ... -f h264 -`.
+    #[arg(long, conflicts_with = "trace")]
+    input: Option<String>,
+    /// With --input: h264, h265 or ivf (default: detected from the first bytes).
+    #[arg(long, requires = "input")]
+    format: Option<InputFormat>,
+    /// With --input: a unit's deadline is its capture time (when its bytes were read) plus
+    /// this; parameter sets have none.
+    #[arg(long, default_value_t = 200)]
+    latency_ms: u64,
+    /// With --input: units other than parameter sets are dropped (and what depends on them)
+    /// while lowtide holds this many MiB.
+    #[arg(long, default_value_t = 64)]
+    max_queued_mib: u64,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -107,6 +124,14 @@ pub struct RecvArgs {
     /// A peer that sends no valid message within this many seconds is dropped.
     #[arg(long, default_value_t = 10.0)]
     first_message_s: f64,
+    /// Receive one encoded-video sender (`lowtide send --input`) and write its stream to
+    /// standard output (`-`), decodable by ffmpeg or ffplay, then exit.
+    #[arg(long)]
+    output: Option<String>,
+    /// With --output: the format expected, h264, h265 or ivf (default: whatever the sender
+    /// sends; H.264/H.265 come out as Annex-B, VP8/VP9/AV1 as IVF).
+    #[arg(long, requires = "output")]
+    format: Option<InputFormat>,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -146,6 +171,28 @@ pub fn parse_controller(s: &str) -> anyhow::Result<ControllerConfig> {
 }
 
 pub fn send(args: SendArgs) -> anyhow::Result<i32> {
+    if let Some(input) = args.input.clone() {
+        let mut cfg = ChannelConfig::with_controller(parse_controller(&args.controller)?);
+        cfg.congestion = Some(args.cc.clone());
+        cfg.tls = args.tls.client()?;
+        let describe = format!(
+            "to {}, latency budget {} ms, controller {}, {}{}",
+            args.to,
+            args.latency_ms,
+            args.controller,
+            args.cc,
+            if cfg.tls.is_some() { ", TLS 1.3" } else { "" }
+        );
+        let p = crate::pipe::PipeSend {
+            to: args.to,
+            input,
+            format: args.format,
+            latency: Duration::from_millis(args.latency_ms),
+            max_queued_bytes: args.max_queued_mib.saturating_mul(1 << 20),
+            describe,
+        };
+        return crate::pipe::send(p, cfg);
+    }
     let video = match &args.trace {
         Some(path) => Video::from_csv(path, 30.0)?,
         None => SyntheticModel::default().generate(args.seconds)?,
@@ -199,6 +246,20 @@ pub fn recv(args: RecvArgs) -> anyhow::Result<i32> {
         tls: args.tls.server()?,
         ..ChannelConfig::default()
     };
+    if let Some(output) = args.output.clone() {
+        let p = crate::pipe::PipeRecv {
+            listen: args.listen,
+            output,
+            format: args.format,
+            first_message: Duration::from_secs_f64(args.first_message_s.max(0.1)),
+            describe: format!(
+                "on {}{}",
+                args.listen,
+                if cfg.tls.is_some() { ", TLS 1.3" } else { "" }
+            ),
+        };
+        return crate::pipe::recv(p, cfg);
+    }
     lowtide::current_thread_runtime()?.block_on(async move {
         let listener = lowtide::listen(args.listen, cfg)
             .await

@@ -1,7 +1,8 @@
 //! Adaptive media for lowtide: the application that turns the transport's timeliness into
 //! picture quality (Goel et al. 2008, Section 7: Qstream's priority-progress streaming).
 //!
-//! All but [`session`], [`ladder::stream`] and [`rdc_video::tcp`] is pure logic with explicit time:
+//! All but [`session`], [`pipe`], [`ladder::stream`] and [`rdc_video::tcp`] is pure logic with
+//! explicit time:
 //! - [`video`]: layered video (a base layer plus enhancement layers, each needing all lower
 //!   ones), from a synthetic model or from real per-frame encoder traces (`traces/`);
 //! - [`wire`]: the header each media message carries;
@@ -23,11 +24,14 @@
 //!   commercial player of Mehra's BWSS experiments;
 //! - [`encoded`]: real encoded video (H.264, H.265, VP8, VP9, AV1): access units from
 //!   Annex-B and IVF byte streams, their importance and deadline, and which units a drop
-//!   makes undecodable at the sender and the receiver.
+//!   makes undecodable at the sender and the receiver; the messages that carry them;
+//! - [`pipe`]: encoded video between a byte stream (a pipe from or to ffmpeg) and a lowtide
+//!   channel, the driver of `lowtide send --input` and `lowtide recv --output`.
 
 pub mod conference;
 pub mod encoded;
 pub mod ladder;
+pub mod pipe;
 pub mod playout;
 pub mod pps;
 pub mod rdc_video;

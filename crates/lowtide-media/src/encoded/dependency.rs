@@ -47,6 +47,9 @@ pub enum DropReason {
     WaitingForKeyframe,
     /// It arrived after a later unit (the receiver takes units in decode order).
     OutOfOrder,
+    /// The sender's queue was over its byte limit when the unit came (a source faster than
+    /// the network for longer than the latency budget).
+    QueueFull,
 }
 
 /// Units dropped, by reason.
@@ -58,6 +61,7 @@ pub struct DropCounters {
     pub dependency_broken: u64,
     pub waiting_for_keyframe: u64,
     pub out_of_order: u64,
+    pub queue_full: u64,
 }
 
 impl DropCounters {
@@ -70,6 +74,7 @@ impl DropCounters {
             DropReason::DependencyBroken => &mut self.dependency_broken,
             DropReason::WaitingForKeyframe => &mut self.waiting_for_keyframe,
             DropReason::OutOfOrder => &mut self.out_of_order,
+            DropReason::QueueFull => &mut self.queue_full,
         };
         *c = c.saturating_add(1);
     }
@@ -83,6 +88,7 @@ impl DropCounters {
             self.dependency_broken,
             self.waiting_for_keyframe,
             self.out_of_order,
+            self.queue_full,
         ]
         .iter()
         .fold(0u64, |a, &b| a.saturating_add(b))

@@ -20,7 +20,11 @@
 //!   §6.2) and AV1 (spec §5) frame headers, as far as keyframes and references go;
 //! - [`access_unit`]: the unit, its importance for [`lowtide::Message::importance`] and its
 //!   deadline;
-//! - [`dependency`]: the drop rule and the sender's tracker; [`gate`]: the receiver's.
+//! - [`dependency`]: the drop rule and the sender's tracker; [`gate`]: the receiver's;
+//! - [`input`]: a byte stream of a named or detected format into access units;
+//! - [`wire`]: the messages of an encoded stream on a lowtide channel; [`sender`] and
+//!   [`receiver`]: the two ends of that stream without the I/O (the driver is
+//!   [`crate::pipe`]).
 //!
 //! Every parser refuses bad input with a precise error, holds at most one NAL unit, access
 //! unit or frame (each under a limit the caller sets) and never panics (property tests here,
@@ -34,9 +38,13 @@ pub mod dependency;
 pub mod gate;
 pub mod h264;
 pub mod h265;
+pub mod input;
 pub mod ivf;
 pub mod nal;
+pub mod receiver;
+pub mod sender;
 pub mod vpx;
+pub mod wire;
 
 pub use access_unit::{importance, AccessUnit, FrameKind, UnitInfo, MAX_IMPORTANCE};
 pub use annexb::{write_nal, AnnexBError, AnnexBSplitter, DEFAULT_MAX_NAL};

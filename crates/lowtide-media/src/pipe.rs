@@ -1,0 +1,346 @@
+//! Encoded video between a byte stream and a lowtide channel (`lowtide send --input`,
+//! `lowtide recv --output`): the thin async driver over [`EncodedSender`] and
+//! [`EncodedReceiver`] (design: `docs/video.md`).
+//!
+//! The sender reads the input as it comes, turns each access unit into one message on one
+//! stream with the unit's importance and deadline (capture time, the instant its bytes were
+//! read, plus the latency budget), and applies the channel's events: a unit cancelled or
+//! expired cancels the queued units that depend on it and is announced to the receiver. At
+//! the end of the input it waits until every message is written or dropped, sends the end
+//! message and waits (a bounded time) for the receiver's acknowledgements.
+//!
+//! The receiver writes what its gate passes, in decode order. A keyframe request goes to the
+//! caller's `on_request`: with a pipe there is no encoder to ask, so the command line only
+//! counts and logs it; a library user with an encoder forwards it.
+
+use std::time::{Duration, Instant};
+
+use lowtide::{CancelReason, Channel, Event, Message, MessageId, Received, StreamConfig};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::encoded::input::{InputError, InputFormat, UnitReader};
+use crate::encoded::receiver::{EncodedReceiver, ReceiveError, ReceiverCounters};
+use crate::encoded::sender::{Admit, EncodedSender, Outgoing, SenderConfig, SenderCounters};
+use crate::encoded::wire::StreamStart;
+use crate::encoded::{Codec, DropCounters, DropReason, KeyframeRequest, DEFAULT_MAX_NAL};
+
+/// Why a pipe stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipeError {
+    /// The input is not the format named or detected, or is broken.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Reading the input failed.
+    #[error("reading the input: {0}")]
+    Read(std::io::Error),
+    /// Writing the output failed (a reader that went away).
+    #[error("writing the output: {0}")]
+    Write(std::io::Error),
+    /// A message from the peer broke the stream.
+    #[error("from the sender: {0}")]
+    Receive(#[from] ReceiveError),
+    /// The channel failed or closed early.
+    #[error(transparent)]
+    Transport(#[from] lowtide::Error),
+    /// The channel ended while messages were still in flight.
+    #[error("the channel closed with {0} units in flight")]
+    Closed(usize),
+}
+
+/// How [`send_encoded`] reads and schedules.
+#[derive(Debug, Clone, Copy)]
+pub struct SendOptions {
+    /// The input's format (`None`: detect it).
+    pub format: Option<InputFormat>,
+    pub sender: SenderConfig,
+    /// Largest NAL unit, access unit or IVF frame accepted.
+    pub max_unit: usize,
+    /// How long to wait at the end for the receiver to acknowledge everything.
+    pub ack_wait: Duration,
+}
+
+impl Default for SendOptions {
+    fn default() -> Self {
+        Self {
+            format: None,
+            sender: SenderConfig::default(),
+            max_unit: DEFAULT_MAX_NAL,
+            ack_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What [`send_encoded`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct SendReport {
+    /// `None` if the input ended before its format was known.
+    pub format: Option<InputFormat>,
+    pub codec: Option<Codec>,
+    pub counters: SenderCounters,
+    /// Units dropped, by reason.
+    pub drops: DropCounters,
+    /// Whether the receiver acknowledged every message written before `ack_wait` ran out.
+    pub all_acked: bool,
+}
+
+fn message(m: Outgoing) -> Message {
+    let mut msg = Message::new(m.data).importance(m.importance);
+    if let Some(d) = m.deadline {
+        msg = msg.deadline(d);
+    }
+    msg
+}
+
+/// One sender: its stream, state and whether the start message went out.
+struct Sending<'a> {
+    ch: &'a Channel,
+    stream: u64,
+    state: EncodedSender<MessageId>,
+    started: bool,
+}
+
+impl Sending<'_> {
+    fn event(&mut self, e: Event) -> Result<(), lowtide::Error> {
+        match e {
+            Event::Written { id, .. } => self.state.written(id),
+            Event::Cancelled { id, reason, .. } => {
+                let reason = match reason {
+                    CancelReason::Expired => DropReason::Expired,
+                    _ => DropReason::Cancelled,
+                };
+                for dep in self.state.dropped(id, reason) {
+                    // `false`: written meanwhile; the receiver's gate drops it.
+                    self.ch.cancel(dep);
+                }
+            }
+            _ => {}
+        }
+        self.notices()
+    }
+
+    fn notices(&mut self) -> Result<(), lowtide::Error> {
+        while let Some(n) = self.state.poll_notice() {
+            self.ch.send(self.stream, message(n))?;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, reader: &UnitReader) -> Result<(), lowtide::Error> {
+        if self.started {
+            return Ok(());
+        }
+        let Some(codec) = reader.codec() else {
+            return Ok(());
+        };
+        let start = StreamStart {
+            codec,
+            ivf: reader.ivf_header(),
+        };
+        let m = EncodedSender::<MessageId>::start_message(&start);
+        self.ch.send(self.stream, message(m))?;
+        self.started = true;
+        Ok(())
+    }
+
+    fn units(
+        &mut self,
+        reader: &UnitReader,
+        units: Vec<crate::encoded::AccessUnit>,
+        now: Instant,
+    ) -> Result<(), lowtide::Error> {
+        for u in units {
+            self.start(reader)?;
+            if let Admit::Send(m) = self.state.admit(&u, now, self.ch.queued_bytes()) {
+                let id = self.ch.send(self.stream, message(m))?;
+                self.state.queued(id);
+            }
+        }
+        self.notices()
+    }
+}
+
+/// Sends the encoded stream read from `input` on a new stream of `ch` (see the module doc),
+/// until the input ends. The caller closes the channel.
+pub async fn send_encoded<R: AsyncRead + Unpin>(
+    ch: &Channel,
+    mut input: R,
+    opts: SendOptions,
+) -> Result<SendReport, PipeError> {
+    let mut s = Sending {
+        ch,
+        stream: ch.open_stream(StreamConfig::default())?,
+        state: EncodedSender::new(opts.sender),
+        started: false,
+    };
+    let mut reader = UnitReader::new(opts.format, opts.max_unit);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut eof = false;
+    loop {
+        tokio::select! {
+            biased;
+            e = ch.next_event() => match e {
+                Some(e) => s.event(e)?,
+                None => return Err(closed(ch, s.state.in_flight())),
+            },
+            n = input.read(&mut buf), if !eof => {
+                let n = n.map_err(PipeError::Read)?;
+                let now = Instant::now();
+                let units = if n == 0 {
+                    eof = true;
+                    reader.finish()?
+                } else {
+                    reader.push(&buf[..n], now)?
+                };
+                s.units(&reader, units, now)?;
+                if eof {
+                    s.start(&reader)?;
+                }
+            }
+            r = ch.flush(), if eof => {
+                r?;
+                for e in ch.drain_events() {
+                    s.event(e)?;
+                }
+                if s.state.in_flight() == 0 && ch.queued_bytes() == 0 {
+                    break;
+                }
+                // Fates not published yet: wait for the next event rather than spin.
+                match tokio::time::timeout(Duration::from_millis(100), ch.next_event()).await {
+                    Ok(Some(e)) => s.event(e)?,
+                    Ok(None) => return Err(closed(ch, s.state.in_flight())),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+    let end = s.state.end_message();
+    ch.send(s.stream, message(end))?;
+    ch.flush().await?;
+    let all_acked = wait_acked(ch, opts.ack_wait).await;
+    Ok(SendReport {
+        format: reader.format(),
+        codec: reader.codec(),
+        counters: *s.state.counters(),
+        drops: *s.state.drops(),
+        all_acked,
+    })
+}
+
+fn closed(ch: &Channel, in_flight: usize) -> PipeError {
+    match ch.error() {
+        Some(e) => PipeError::Transport(e),
+        None => PipeError::Closed(in_flight),
+    }
+}
+
+/// Waits until the peer acknowledged every message written, at most `limit`.
+async fn wait_acked(ch: &Channel, limit: Duration) -> bool {
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        let st = ch.stats();
+        if st.messages_acked >= st.messages_written {
+            return true;
+        }
+        if tokio::time::Instant::now() >= until || ch.is_finished() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How [`receive_encoded`] holds and asks.
+#[derive(Debug, Clone, Copy)]
+pub struct ReceiveOptions {
+    /// Bytes of units held out of order at most ([`EncodedReceiver::new`]).
+    pub max_held_bytes: usize,
+    /// Keyframe requests at most this often while the stream is broken.
+    pub request_interval: Duration,
+}
+
+impl Default for ReceiveOptions {
+    fn default() -> Self {
+        Self {
+            max_held_bytes: 64 << 20,
+            request_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// How long [`receive_encoded`] waits, after the end message, for the sender to close.
+pub const SENDER_CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// What [`receive_encoded`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct ReceiveReport {
+    pub stream: Option<StreamStart>,
+    pub counters: ReceiverCounters,
+    /// Units the gate dropped, by reason.
+    pub drops: DropCounters,
+    /// The sender's end message arrived (the stream is complete).
+    pub ended: bool,
+}
+
+/// Receives an encoded stream from `ch` and writes it to `output` (see the module doc), until
+/// the sender's end message (then it waits up to [`SENDER_CLOSE_WAIT`] for the sender to
+/// close) or the channel's end. `first` is a message the caller already
+/// read (a server checks a peer's first message before it commits to it). `on_request` hears
+/// each keyframe request.
+pub async fn receive_encoded<W: AsyncWrite + Unpin>(
+    ch: &Channel,
+    first: Option<Received>,
+    mut output: W,
+    opts: ReceiveOptions,
+    mut on_request: impl FnMut(KeyframeRequest),
+) -> Result<ReceiveReport, PipeError> {
+    let mut r = EncodedReceiver::new(opts.max_held_bytes, opts.request_interval);
+    let mut next = first;
+    loop {
+        let wake = r.poll_timeout().map(tokio::time::Instant::from_std);
+        let msg = match next.take() {
+            Some(m) => Some(Some(m)),
+            None => tokio::select! {
+                m = ch.recv() => Some(m),
+                _ = tokio::time::sleep_until(wake.unwrap_or_else(tokio::time::Instant::now)), if wake.is_some() => None,
+            },
+        };
+        let now = Instant::now();
+        match msg {
+            Some(Some(m)) => r.handle(m.received_at.min(now), &m.data)?,
+            Some(None) => {
+                r.finish(now);
+                write(&mut output, r.take_output()).await?;
+                break;
+            }
+            None => {}
+        }
+        if let Some(req) = r.poll_keyframe_request(now) {
+            on_request(req);
+        }
+        write(&mut output, r.take_output()).await?;
+        if r.is_done() {
+            break;
+        }
+    }
+    output.flush().await.map_err(PipeError::Write)?;
+    if r.is_done() {
+        // The sender closes once it has our acknowledgements of the last messages; closing
+        // first could cut them off. Wait for it, a bounded time.
+        let _ = tokio::time::timeout(SENDER_CLOSE_WAIT, ch.finished()).await;
+    }
+    Ok(ReceiveReport {
+        stream: r.stream().copied(),
+        counters: *r.counters(),
+        drops: *r.drops(),
+        ended: r.is_done(),
+    })
+}
+
+async fn write<W: AsyncWrite + Unpin>(w: &mut W, bytes: Vec<u8>) -> Result<(), PipeError> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    w.write_all(&bytes).await.map_err(PipeError::Write)?;
+    // A player reads as units come: nothing waits in a buffer.
+    w.flush().await.map_err(PipeError::Write)
+}
