@@ -84,9 +84,7 @@ impl NalFramer for H264Framer {
     }
 
     fn finish(&mut self) -> Vec<AccessUnit> {
-        let mut out = Vec::new();
-        self.asm.flush(&mut out);
-        out
+        self.asm.finish()
     }
 }
 

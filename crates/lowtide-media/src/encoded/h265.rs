@@ -115,9 +115,7 @@ impl NalFramer for H265Framer {
     }
 
     fn finish(&mut self) -> Vec<AccessUnit> {
-        let mut out = Vec::new();
-        self.asm.flush(&mut out);
-        out
+        self.asm.finish()
     }
 }
 

@@ -141,6 +141,13 @@ impl Assembler {
         }
     }
 
+    /// The units still pending at the end of the stream ([`NalFramer::finish`]).
+    pub fn finish(&mut self) -> Vec<AccessUnit> {
+        let mut out = Vec::new();
+        self.flush(&mut out);
+        out
+    }
+
     /// Emits the pending parameter sets, then the pending picture.
     pub fn flush(&mut self, out: &mut Vec<AccessUnit>) {
         let Some(capture) = self.capture.take() else {
