@@ -645,6 +645,30 @@ mod tests {
             .collect()
     }
 
+    /// Host sysctls are TCP knobs with numbers, nothing else: the error names the field.
+    #[test]
+    fn host_sysctls_other_than_tcp_knobs_are_refused() {
+        let (path, text) = shipped()
+            .into_iter()
+            .find(|(p, _)| p.ends_with("rdc-ns2-timeouts.toml"))
+            .expect("the shipped scenario");
+        let mut s = RdcScenario::from_toml_in(&text, Path::new("."))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        s.check().unwrap();
+        s.rdc.host_sysctls.insert("kernel.panic".into(), "1".into());
+        let e = s.check().unwrap_err().to_string();
+        assert!(
+            e.contains("rdc.host_sysctls") && e.contains("kernel.panic"),
+            "{e}"
+        );
+        s.rdc.host_sysctls.remove("kernel.panic");
+        s.rdc
+            .host_sysctls
+            .insert("net.ipv4.tcp_sack".into(), "off".into());
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("net.ipv4.tcp_sack"), "{e}");
+    }
+
     #[test]
     fn shipped_rdc_scenarios_check() {
         let files = shipped();
