@@ -28,6 +28,9 @@ pub struct ElephantConfig {
     /// Uploads only: after the stop, how long to wait for the sink to read everything before
     /// aborting. Zero (the default for cross traffic) aborts at once.
     pub drain: Duration,
+    /// The receiver's window bound in bytes (ns-2's `window_`; see [`crate::window`]); None
+    /// leaves the kernel's autotuning.
+    pub receive_window: Option<u16>,
 }
 
 impl ElephantConfig {
@@ -38,6 +41,7 @@ impl ElephantConfig {
             congestion_control: congestion_control.into(),
             direction: Direction::Upload,
             drain: Duration::ZERO,
+            receive_window: None,
         }
     }
 }
@@ -64,6 +68,7 @@ pub fn run_elephant(cfg: &ElephantConfig, stop: &Stop) -> Result<ElephantReport,
         direction: cfg.direction,
         download_bytes: 0,
         congestion_control: Some(cfg.congestion_control.clone()),
+        receive_window: cfg.receive_window,
     };
     let mut stream = tcp_client::open(cfg.server, &cfg.congestion_control, &request, stop)?;
     let start = Instant::now();

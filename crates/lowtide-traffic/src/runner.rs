@@ -120,6 +120,7 @@ fn blank_report(f: &PlannedFlow, flow_id: u64) -> FlowReport {
         FlowKind::Elephant {
             congestion_control,
             direction,
+            ..
         }
         | FlowKind::Mice {
             congestion_control,
@@ -162,12 +163,14 @@ fn run_one(
         FlowKind::Elephant {
             congestion_control,
             direction,
+            receive_window,
         } => run_elephant(
             &ElephantConfig {
                 server: target.tcp,
                 congestion_control: congestion_control.clone(),
                 direction: *direction,
                 drain: Duration::ZERO,
+                receive_window: *receive_window,
             },
             &stop,
         )

@@ -121,6 +121,10 @@ pub struct FlowSpec {
     /// CBR: UDP payload bytes per packet.
     #[serde(default)]
     pub packet_size: Option<usize>,
+    /// Elephants: the receiver's window bound in bytes, as ns-2's `window_` (see
+    /// [`crate::window`]); absent, the kernel's autotuning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_bytes: Option<u32>,
     /// Index of the target host (default 0).
     #[serde(default)]
     pub target: usize,
@@ -190,6 +194,8 @@ pub enum FlowKind {
         congestion_control: String,
         /// Who sends.
         direction: Direction,
+        /// The receiver's window bound in bytes (None: the kernel's autotuning).
+        receive_window: Option<u16>,
     },
     /// Repeated TCP transfers.
     Mice {
@@ -385,6 +391,9 @@ impl FlowSpec {
                 }
             }
         }
+        if kind != FlowKindName::Elephant && self.window_bytes.is_some() {
+            return Err(not_applicable("window_bytes"));
+        }
         Ok(match kind {
             FlowKindName::Elephant => {
                 if self.bytes_kb.is_some() {
@@ -394,9 +403,30 @@ impl FlowSpec {
                     return Err(not_applicable("gap_ms"));
                 }
                 let (congestion_control, direction) = tcp(self)?;
+                let receive_window = match self.window_bytes {
+                    None => None,
+                    Some(w) => Some(
+                        u16::try_from(w)
+                            .ok()
+                            .filter(|w| *w >= crate::window::MIN_BYTES)
+                            .ok_or_else(|| {
+                                invalid(
+                                    "window_bytes",
+                                    w.to_string(),
+                                    format!(
+                                        "bytes from {} to 65535 (a window without RFC 7323 \
+                                         scaling, as ns-2's window_ of 20 packets of 1000 B is \
+                                         20000)",
+                                        crate::window::MIN_BYTES
+                                    ),
+                                )
+                            })?,
+                    ),
+                };
                 FlowKind::Elephant {
                     congestion_control,
                     direction,
+                    receive_window,
                 }
             }
             FlowKindName::Mice => {
@@ -513,7 +543,8 @@ mod tests {
             plan.flows[1].kind,
             FlowKind::Elephant {
                 congestion_control: "cubic".into(),
-                direction: Direction::Download
+                direction: Direction::Download,
+                receive_window: None,
             }
         );
         assert_eq!(plan.flows[1].instance, 1);
@@ -607,6 +638,35 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "flow[1] (mice): rate_bps does not apply to mice flows; remove it"
+        );
+    }
+
+    #[test]
+    fn an_elephant_takes_a_window_bound_and_nothing_else_does() {
+        let elephant = |w: &str| {
+            format!("[[flow]]\nkind = \"elephant\"\nstop_s = 5.0\ncongestion_control = \"cubic\"\nwindow_bytes = {w}")
+        };
+        let plan = Schedule::plan_from_toml_str(&elephant("20000")).unwrap();
+        assert!(matches!(
+            plan.flows[0].kind,
+            FlowKind::Elephant {
+                receive_window: Some(20_000),
+                ..
+            }
+        ));
+        for bad in ["100", "65536", "0"] {
+            let e = err(&elephant(bad)).to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "flow[0].window_bytes = {bad}: bytes from 4096 to 65535"
+                )),
+                "{e}"
+            );
+        }
+        let mice = "[[flow]]\nkind = \"mice\"\nstop_s = 5.0\ncongestion_control = \"cubic\"\nbytes_kb = 10\nwindow_bytes = 20000";
+        assert_eq!(
+            err(mice).to_string(),
+            "flow[0] (mice): window_bytes does not apply to mice flows; remove it"
         );
     }
 
