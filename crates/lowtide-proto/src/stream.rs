@@ -21,6 +21,8 @@ pub(crate) struct Pending {
     pub deadline: Option<Instant>,
     pub enqueued: Instant,
     pub send_time_us: u64,
+    /// A copy went to the duplicate lane (each message is copied at most once).
+    pub copied: bool,
 }
 
 /// A stream's messages, most important first, then oldest: one FIFO per importance level
@@ -67,6 +69,13 @@ impl MessageQueue {
             }
         }
         n
+    }
+
+    /// Every queued message: importance, sequence number, state.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u8, u64, &mut Pending)> {
+        self.levels
+            .iter_mut()
+            .flat_map(|(imp, level)| level.iter_mut().map(move |(seq, p)| (imp.0, *seq, p)))
     }
 
     /// The message to send next: importance, sequence number, state.

@@ -15,6 +15,8 @@ use crate::controller::{Decision, TcpState};
 use crate::error::ProtocolError;
 use crate::failover::Verdict;
 use crate::reassembly::Received;
+use crate::stream::Pending;
+use crate::MessageId;
 
 impl Connection {
     /// Whether this side sends copies on a duplicate lane (`duplicate` configured, connecting
@@ -63,6 +65,46 @@ impl Connection {
         let d = lane.poll_transmit(now, tcp);
         self.stats.lane = lane.stats;
         Some(d)
+    }
+
+    /// `when = "recovery"`: called with the primary's snapshot before its decision. When a
+    /// loss repair begins, every covered message not yet P-ACKed (staged whole and retained,
+    /// or still queued, partly staged ones included) is copied, each at most once.
+    pub(super) fn copy_on_repair(&mut self, tcp: &TcpState) {
+        if self.side != Side::Client
+            || !self
+                .lane
+                .as_mut()
+                .is_some_and(|l| l.on_primary_state(tcp.ca_state))
+        {
+            return;
+        }
+        let mut lane = self.lane.take().expect("checked above");
+        let mut n = 0;
+        let mut offer = |id: MessageId, p: &mut Pending| {
+            if !p.copied && lane.offer(id, p.send_time_us, p.deadline, p.data.clone()) {
+                p.copied = true;
+                n += 1;
+            }
+        };
+        for (id, p) in self.retained_mut() {
+            offer(id, p);
+        }
+        for (&stream, s) in &mut self.streams {
+            for (importance, seq, p) in s.queue.iter_mut() {
+                offer(
+                    MessageId {
+                        stream,
+                        seq,
+                        importance,
+                    },
+                    p,
+                );
+            }
+        }
+        lane.stats.copies_on_recovery += n;
+        self.stats.lane = lane.stats;
+        self.lane = Some(lane);
     }
 
     /// Staged bytes for the lane socket.

@@ -329,6 +329,13 @@ impl Connection {
         self.config.failover.map_or(0, |f| f.backups + lane) as usize
     }
 
+    /// Messages staged whole and not yet P-ACKed, oldest first.
+    pub(super) fn retained_mut(&mut self) -> impl Iterator<Item = (MessageId, &mut Pending)> {
+        self.failover
+            .iter_mut()
+            .flat_map(|f| f.retained.iter_mut().map(|(_, id, p)| (*id, p)))
+    }
+
     /// A message's last byte was staged: keep it for resending until a P-ACK covers `end`.
     pub(super) fn retain_for_resend(&mut self, id: MessageId, end: u64, p: Pending) {
         let Some(f) = &mut self.failover else {

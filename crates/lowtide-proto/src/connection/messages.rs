@@ -313,9 +313,12 @@ impl Connection {
             seq,
             importance: msg.importance,
         };
-        if let (Some(lane), Side::Client) = (&mut self.lane, self.side) {
-            lane.offer(id, send_time_us, msg.deadline, msg.data.clone());
-        }
+        let copied = match (&mut self.lane, self.side) {
+            (Some(lane), Side::Client) if lane.copies_new() => {
+                lane.offer(id, send_time_us, msg.deadline, msg.data.clone())
+            }
+            _ => false,
+        };
         s.queue.push(
             msg.importance,
             seq,
@@ -326,6 +329,7 @@ impl Connection {
                 deadline: msg.deadline,
                 enqueued: now,
                 send_time_us,
+                copied,
             },
         );
         if was_empty {

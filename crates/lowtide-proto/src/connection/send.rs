@@ -191,6 +191,7 @@ impl Connection {
     pub fn poll_transmit(&mut self, now: Instant, tcp: &TcpState) -> Decision {
         // Bytes still staged now are bytes the kernel refused.
         let refused = self.staged_len;
+        self.copy_on_repair(tcp);
         self.handle_timeout(now);
         self.stage_probe(tcp);
         self.flush_control();

@@ -47,8 +47,11 @@
 //!
 //! ```
 //! use lowtide_proto::failover::duplicate::DuplicateConfig;
+//! use lowtide_proto::failover::duplicate::CopyWhen;
 //! let cfg: DuplicateConfig = toml::from_str("min_importance = 7").unwrap();
 //! assert_eq!((cfg.min_importance, cfg.extra_segments, cfg.max_copy_bytes), (7, 3, 65_536));
+//! let on_repair: DuplicateConfig = toml::from_str("when = \"recovery\"").unwrap();
+//! assert_eq!(on_repair.when, CopyWhen::Recovery);
 //! assert!(cfg.covers(7, 2000) && !cfg.covers(6, 2000) && !cfg.covers(7, 100_000));
 //! ```
 
@@ -59,7 +62,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{check_range, ConfigError};
-use crate::controller::{AppProgress, Decision, LatencyController, MinBuf, TcpState};
+use crate::controller::{AppProgress, Decision, LatencyController, MinBuf, TcpState, CA_RECOVERY};
 use crate::error::ProtocolError;
 use crate::wire::{DataFrame, FirstChunk, Frame};
 use crate::MessageId;
@@ -74,6 +77,28 @@ pub struct DuplicateConfig {
     pub extra_segments: u32,
     /// Longest message copied, bytes (longer ones go on the primary only).
     pub max_copy_bytes: u64,
+    /// When messages are copied: `always`, or on `recovery` only.
+    pub when: CopyWhen,
+}
+
+/// When the lane copies the messages it covers.
+///
+/// `recovery` is the design the lane first left untried: the base layer's tail on Fig. 6 is
+/// head-of-line blocking behind a fast retransmit, so copies are only needed while the
+/// primary repairs a loss. When the primary's `tcpi_ca_state` enters Recovery or Loss, every
+/// covered message not yet P-ACKed (in flight, or still queued) is copied once, and so is
+/// every covered message queued while the repair lasts; outside repairs the lane carries
+/// nothing. It carries fewer bytes than `always`; the copies start about a round trip after
+/// the lost segment left (when the kernel detects the loss), which is when the messages
+/// behind it begin to wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopyWhen {
+    /// Every covered message, when it is queued.
+    #[default]
+    Always,
+    /// Covered messages not yet P-ACKed while the primary repairs a loss.
+    Recovery,
 }
 
 impl Default for DuplicateConfig {
@@ -82,6 +107,7 @@ impl Default for DuplicateConfig {
             min_importance: 7,
             extra_segments: 3,
             max_copy_bytes: 65_536,
+            when: CopyWhen::Always,
         }
     }
 }
@@ -133,6 +159,11 @@ pub struct DuplicateStats {
     pub copies_cancelled: u64,
     /// Copies dropped because the lane's queue held `max_queued_bytes` (oldest first).
     pub copies_dropped_full: u64,
+    /// `when = "recovery"`: loss repairs of the primary that started copying.
+    pub recoveries: u64,
+    /// `when = "recovery"`: copies of messages already queued or in flight when a repair
+    /// began (copies of messages queued during it count only in `copies_sent`).
+    pub copies_on_recovery: u64,
     /// Lanes lost (the driver reset the lane after its socket failed).
     pub lanes_lost: u64,
     /// Receiver: lane copies delivered because they arrived before the primary's copy.
@@ -209,6 +240,8 @@ pub struct DuplicateLane {
     out: Vec<u8>,
     written: u64,
     inbuf: BytesMut,
+    /// The primary's last sampled `tcpi_ca_state` was Recovery or Loss.
+    repairing: bool,
     /// Counters.
     pub stats: DuplicateStats,
 }
@@ -226,6 +259,7 @@ impl DuplicateLane {
             out: Vec::new(),
             written: 0,
             inbuf: BytesMut::new(),
+            repairing: false,
             stats: DuplicateStats::default(),
         }
     }
@@ -233,6 +267,36 @@ impl DuplicateLane {
     /// The configuration.
     pub fn config(&self) -> &DuplicateConfig {
         &self.cfg
+    }
+
+    /// Whether a message queued now gets a copy: always, or with `when = "recovery"` while
+    /// the primary repairs a loss.
+    pub fn copies_new(&self) -> bool {
+        self.cfg.when == CopyWhen::Always || self.repairing
+    }
+
+    /// The primary's `tcpi_ca_state`, as sampled for its own decision. True when a loss
+    /// repair has just begun and this lane copies on recovery: the caller then offers every
+    /// message not yet P-ACKed.
+    ///
+    /// ```
+    /// use lowtide_proto::controller::CA_RECOVERY;
+    /// use lowtide_proto::failover::duplicate::{CopyWhen, DuplicateConfig, DuplicateLane};
+    /// let cfg = DuplicateConfig { when: CopyWhen::Recovery, ..Default::default() };
+    /// let mut lane = DuplicateLane::new(cfg, 1 << 20);
+    /// assert!(!lane.copies_new());
+    /// assert!(lane.on_primary_state(CA_RECOVERY)); // the repair begins
+    /// assert!(!lane.on_primary_state(CA_RECOVERY) && lane.copies_new()); // and lasts
+    /// assert!(!lane.on_primary_state(0) && !lane.copies_new());
+    /// assert_eq!(lane.stats.recoveries, 1);
+    /// ```
+    pub fn on_primary_state(&mut self, ca_state: u8) -> bool {
+        let repairing = ca_state >= CA_RECOVERY;
+        let began = repairing && !self.repairing;
+        self.repairing = repairing;
+        let copies = began && self.cfg.when == CopyWhen::Recovery;
+        self.stats.recoveries += u64::from(copies);
+        copies
     }
 
     /// A message was queued on the primary: keep a copy if it qualifies. Returns whether it

@@ -234,3 +234,69 @@ proptest! {
         random_failover_run(cfg(Some(min_importance)), &msgs, &points, delay_ms * MS, Some(lane_ms * MS))?;
     }
 }
+
+/// `when = "recovery"`: nothing is copied while the primary is healthy; when its
+/// `tcpi_ca_state` enters Recovery, every covered message not yet P-ACKed is copied once
+/// (in flight or still queued), and so is each covered message queued during the repair.
+#[test]
+fn on_recovery_the_lane_copies_what_is_not_yet_acknowledged() {
+    use crate::controller::{TcpState, CA_RECOVERY};
+    use crate::failover::duplicate::CopyWhen;
+    let recovery = || Config {
+        duplicate: Some(DuplicateConfig {
+            min_importance: 7,
+            when: CopyWhen::Recovery,
+            ..DuplicateConfig::default()
+        }),
+        ..cfg(None)
+    };
+    let mut p = Pair::new(recovery(), recovery(), LinkParams::default());
+    p.add_lane(2 * MS);
+    let s = p.client.conn.open_stream(StreamConfig::default()).unwrap();
+    p.drive_bounded(10_000);
+    let send = |p: &mut Pair, i: u64, importance: u8| {
+        let m = Message::new(payload(i, 1500)).importance(importance);
+        p.client.conn.send(p.now, s, m).unwrap();
+    };
+    // Healthy: two important, two not, in flight (written, not yet P-ACKed).
+    for (i, imp) in [(0, 7), (1, 3), (2, 7), (3, 3)] {
+        send(&mut p, i, imp);
+    }
+    let until = p.now + MS;
+    p.drive_until(until, 100_000);
+    assert_eq!(
+        p.client.conn.stats().lane.copies_sent,
+        0,
+        "nothing copied while healthy"
+    );
+    // Two more queued, not yet staged, then the repair begins.
+    send(&mut p, 4, 7);
+    send(&mut p, 5, 3);
+    let repairing = TcpState {
+        cwnd: 10,
+        mss: 1448,
+        ca_state: CA_RECOVERY,
+        ..TcpState::default()
+    };
+    p.client.conn.poll_transmit(p.now, &repairing);
+    let lane = p.client.conn.stats().lane;
+    assert_eq!((lane.recoveries, lane.copies_on_recovery), (1, 3));
+    // During the repair a new important message is copied when queued; the repair going on
+    // copies nothing twice.
+    send(&mut p, 6, 7);
+    p.client.conn.poll_transmit(p.now, &repairing);
+    let lane = p.client.conn.stats().lane;
+    assert_eq!((lane.recoveries, lane.copies_on_recovery), (1, 3));
+    p.drive_bounded(1_000_000); // the simulated TCP is healthy again
+    send(&mut p, 7, 7);
+    p.drive_bounded(1_000_000);
+    let c = p.client.conn.stats().lane;
+    assert_eq!(
+        c.copies_sent + c.copies_unneeded,
+        4,
+        "messages 0, 2, 4 and 6 copied, 7 not: {c:?}"
+    );
+    let mut seqs: Vec<u64> = p.server.received.iter().map(|m| m.seq).collect();
+    seqs.sort();
+    assert_eq!(seqs, (0..8).collect::<Vec<_>>(), "each message once");
+}
