@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::tcp_client::{self, ZEROS};
 use crate::wire::Request;
-use crate::{bits_per_second, Direction, Stop, TrafficError};
+use crate::{bits_per_second, window, Direction, Stop, TrafficError};
 
 /// One bulk TCP flow.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,9 +28,9 @@ pub struct ElephantConfig {
     /// Uploads only: after the stop, how long to wait for the sink to read everything before
     /// aborting. Zero (the default for cross traffic) aborts at once.
     pub drain: Duration,
-    /// The receiver's window bound in bytes (ns-2's `window_`; see [`crate::window`]); None
-    /// leaves the kernel's autotuning.
-    pub receive_window: Option<u16>,
+    /// Uploads: the most bytes in flight (ns-2's `window_`; see [`crate::window`]); None:
+    /// only TCP's own windows.
+    pub window: Option<u32>,
 }
 
 impl ElephantConfig {
@@ -41,7 +41,7 @@ impl ElephantConfig {
             congestion_control: congestion_control.into(),
             direction: Direction::Upload,
             drain: Duration::ZERO,
-            receive_window: None,
+            window: None,
         }
     }
 }
@@ -68,7 +68,6 @@ pub fn run_elephant(cfg: &ElephantConfig, stop: &Stop) -> Result<ElephantReport,
         direction: cfg.direction,
         download_bytes: 0,
         congestion_control: Some(cfg.congestion_control.clone()),
-        receive_window: cfg.receive_window,
     };
     let mut stream = tcp_client::open(cfg.server, &cfg.congestion_control, &request, stop)?;
     let start = Instant::now();
@@ -89,7 +88,17 @@ pub fn run_elephant(cfg: &ElephantConfig, stop: &Stop) -> Result<ElephantReport,
         Direction::Upload => {
             let mut written = 0u64;
             while !stop.is_stopped() {
-                match std::io::Write::write(&mut stream, &ZEROS) {
+                let outq = match cfg.window {
+                    None => 0,
+                    Some(_) => tcp_client::unacked_bytes(&stream)
+                        .map_err(|e| TrafficError::io("reading SIOCOUTQ", cfg.server, e))?,
+                };
+                let n = window::room(cfg.window, outq, ZEROS.len());
+                if n == 0 {
+                    std::thread::sleep(window::POLL);
+                    continue;
+                }
+                match std::io::Write::write(&mut stream, &ZEROS[..n]) {
                     Ok(n) => written += n as u64,
                     Err(e)
                         if matches!(

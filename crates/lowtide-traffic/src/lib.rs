@@ -22,7 +22,7 @@
 //! - [`elephant`], [`mice`], [`cbr`]: one flow each, blocking, bounded by a [`Stop`].
 //! - [`sink`]: the servers (TCP sink that counts or sends, UDP sink that counts and detects loss).
 //! - [`congestion`]: the one place that sets `TCP_CONGESTION` and explains its failures.
-//! - [`window`]: a receiver's window bound (ns-2's `window_`) through `TCP_WINDOW_CLAMP`.
+//! - [`window`]: a bulk sender's bound on its bytes in flight (ns-2's `window_`).
 //! - [`wire`]: the tiny request header and UDP payload layout shared by clients and sinks.
 //! - [`runner`]: starts and stops flows at their scheduled times.
 //! - [`report`]: serde reports (goodput, flow completion times, CBR loss).

@@ -149,7 +149,6 @@ fn transfer(cfg: &MiceConfig, stop: &Stop) -> Result<Outcome, TrafficError> {
         direction: cfg.direction,
         download_bytes: cfg.bytes,
         congestion_control: Some(cfg.congestion_control.clone()),
-        receive_window: None,
     };
     let mut s = tcp_client::open(cfg.server, &cfg.congestion_control, &request, stop)?;
     let io = |what, e| TrafficError::io(what, cfg.server, e);

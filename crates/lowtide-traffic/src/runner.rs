@@ -163,14 +163,14 @@ fn run_one(
         FlowKind::Elephant {
             congestion_control,
             direction,
-            receive_window,
+            window,
         } => run_elephant(
             &ElephantConfig {
                 server: target.tcp,
                 congestion_control: congestion_control.clone(),
                 direction: *direction,
                 drain: Duration::ZERO,
-                receive_window: *receive_window,
+                window: *window,
             },
             &stop,
         )

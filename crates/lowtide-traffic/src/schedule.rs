@@ -121,8 +121,8 @@ pub struct FlowSpec {
     /// CBR: UDP payload bytes per packet.
     #[serde(default)]
     pub packet_size: Option<usize>,
-    /// Elephants: the receiver's window bound in bytes, as ns-2's `window_` (see
-    /// [`crate::window`]); absent, the kernel's autotuning.
+    /// Upload elephants: the most bytes in flight, as ns-2's `window_` (see
+    /// [`crate::window`]); absent, only TCP's own windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_bytes: Option<u32>,
     /// Index of the target host (default 0).
@@ -194,8 +194,8 @@ pub enum FlowKind {
         congestion_control: String,
         /// Who sends.
         direction: Direction,
-        /// The receiver's window bound in bytes (None: the kernel's autotuning).
-        receive_window: Option<u16>,
+        /// The most bytes in flight (uploads; None: only TCP's own windows).
+        window: Option<u32>,
     },
     /// Repeated TCP transfers.
     Mice {
@@ -403,30 +403,39 @@ impl FlowSpec {
                     return Err(not_applicable("gap_ms"));
                 }
                 let (congestion_control, direction) = tcp(self)?;
-                let receive_window = match self.window_bytes {
+                let window = match self.window_bytes {
                     None => None,
-                    Some(w) => Some(
-                        u16::try_from(w)
-                            .ok()
-                            .filter(|w| *w >= crate::window::MIN_BYTES)
-                            .ok_or_else(|| {
-                                invalid(
-                                    "window_bytes",
-                                    w.to_string(),
-                                    format!(
-                                        "bytes from {} to 65535 (a window without RFC 7323 \
-                                         scaling, as ns-2's window_ of 20 packets of 1000 B is \
-                                         20000)",
-                                        crate::window::MIN_BYTES
-                                    ),
-                                )
-                            })?,
-                    ),
+                    Some(_) if direction == Direction::Download => {
+                        return Err(invalid(
+                            "window_bytes",
+                            format!("{:?}", self.window_bytes.unwrap_or(0)),
+                            "only for uploads: the sender bounds itself (run a download's \
+                             flow from the other host as an upload)"
+                                .to_owned(),
+                        ))
+                    }
+                    Some(w)
+                        if (crate::window::MIN_BYTES..=crate::window::MAX_BYTES).contains(&w) =>
+                    {
+                        Some(w)
+                    }
+                    Some(w) => {
+                        return Err(invalid(
+                            "window_bytes",
+                            w.to_string(),
+                            format!(
+                                "bytes from {} to {} (ns-2's window_ of 20 packets of 1000 B \
+                                 is 20000)",
+                                crate::window::MIN_BYTES,
+                                crate::window::MAX_BYTES
+                            ),
+                        ))
+                    }
                 };
                 FlowKind::Elephant {
                     congestion_control,
                     direction,
-                    receive_window,
+                    window,
                 }
             }
             FlowKindName::Mice => {
@@ -544,7 +553,7 @@ mod tests {
             FlowKind::Elephant {
                 congestion_control: "cubic".into(),
                 direction: Direction::Download,
-                receive_window: None,
+                window: None,
             }
         );
         assert_eq!(plan.flows[1].instance, 1);
@@ -650,19 +659,21 @@ mod tests {
         assert!(matches!(
             plan.flows[0].kind,
             FlowKind::Elephant {
-                receive_window: Some(20_000),
+                window: Some(20_000),
                 ..
             }
         ));
-        for bad in ["100", "65536", "0"] {
+        for bad in ["100", "16777217", "0"] {
             let e = err(&elephant(bad)).to_string();
             assert!(
                 e.starts_with(&format!(
-                    "flow[0].window_bytes = {bad}: bytes from 4096 to 65535"
+                    "flow[0].window_bytes = {bad}: bytes from 4096 to 16777216"
                 )),
                 "{e}"
             );
         }
+        let download = format!("{}\ndirection = \"download\"", elephant("20000"));
+        assert!(err(&download).to_string().contains("only for uploads"));
         let mice = "[[flow]]\nkind = \"mice\"\nstop_s = 5.0\ncongestion_control = \"cubic\"\nbytes_kb = 10\nwindow_bytes = 20000";
         assert_eq!(
             err(mice).to_string(),

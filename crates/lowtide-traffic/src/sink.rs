@@ -342,18 +342,7 @@ fn serve(c: &mut Conn, buf: &mut [u8], report: &mut TcpSinkReport) -> Option<Con
                         };
                         c.cc = req.congestion_control.clone();
                         match req.direction {
-                            Direction::Upload => {
-                                if let Some(bytes) = req.receive_window {
-                                    // Before the first data byte is read: the client has at
-                                    // most its initial window in flight, and the advertised
-                                    // window shrinks to the bound as data arrives.
-                                    if let Err(e) = crate::window::clamp(&c.stream, bytes) {
-                                        tracing::warn!(peer = %c.peer, error = %e, "sink: TCP_WINDOW_CLAMP");
-                                        return Some(ConnectionEnd::Error);
-                                    }
-                                }
-                                c.state = State::Upload
-                            }
+                            Direction::Upload => c.state = State::Upload,
                             Direction::Download => {
                                 if let Some(cc) = &req.congestion_control {
                                     if let Err(e) = set_congestion_control(&c.stream, cc) {

@@ -30,11 +30,6 @@ pub(crate) fn open(
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| TrafficError::io("creating a TCP socket", addr, e))?;
     set_congestion_control(&sock, cc)?;
-    if let (crate::Direction::Download, Some(bytes)) = (request.direction, request.receive_window) {
-        // We receive: bound our window before the SYN announces it.
-        crate::window::clamp(&sock, bytes)
-            .map_err(|e| TrafficError::io("setting TCP_WINDOW_CLAMP", addr, e))?;
-    }
     let timeout = stop
         .remaining()
         .min(CONNECT_TIMEOUT)

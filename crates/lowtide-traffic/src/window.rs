@@ -1,83 +1,52 @@
-//! A receiver's window bound, as ns-2's `Agent/TCP set window_` gave every flow.
+//! A bulk sender's window, as ns-2's `Agent/TCP set window_` gave every flow.
 //!
-//! ns-2's TCP agents send at most `min(cwnd, window_)` packets in flight; `window_` defaults to
-//! 20, so a simulated bulk flow of the 1990s-2000s papers may never fill a deep queue by itself.
-//! Linux has no per-socket cap on the sender's window, but the receiver can bound the window it
-//! advertises with `TCP_WINDOW_CLAMP`, which bounds the sender's bytes in flight the same way.
-//! The receiver sets it: the sink for uploads (it reads the bound from the request), the client
-//! for downloads (before its SYN).
-//!
-//! The bound is at most 65,535 bytes (the largest window TCP has without RFC 7323's scaling)
-//! and at least [`MIN_BYTES`] (the kernel raises smaller clamps to about half its minimum
-//! receive buffer, so a smaller value would not mean what it says).
+//! ns-2's TCP agents keep at most `min(cwnd, window_)` packets in flight; `window_` defaults to
+//! 20, so a simulated bulk flow of the papers of that time may never fill a deep queue by
+//! itself. Linux has no per-socket cap on the sender's window, and the receiver's
+//! `TCP_WINDOW_CLAMP` does not hold on this kernel: receive-buffer autotuning rewrites it
+//! (measured over loopback: a 20,000-byte clamp read back as 910,791 bytes after 16 MiB, and as
+//! 157,500 with `SO_RCVBUF` set as well, which the kernel turns into a clamp of its own when it
+//! re-measures the buffer's overhead). So the sender bounds itself: it writes only while the
+//! bytes it has handed to the kernel and not yet seen acknowledged (`SIOCOUTQ`) are under the
+//! window, and looks again every [`POLL`] otherwise. The bound then holds within what one poll
+//! lets through (at 500 kbit/s about 60 bytes).
 
-use socket2::SockRef;
-use std::io;
-use std::os::fd::AsRawFd;
+use std::time::Duration;
 
-/// Smallest bound accepted (above the kernel's own floor of `SOCK_MIN_RCVBUF / 2`).
-pub const MIN_BYTES: u16 = 4096;
+/// How often a sender at its window looks again.
+pub const POLL: Duration = Duration::from_millis(1);
 
-/// Bound the window this receiving socket advertises to `bytes`.
-pub fn clamp<'s>(socket: impl Into<SockRef<'s>>, bytes: u16) -> io::Result<()> {
-    let sock: SockRef<'s> = socket.into();
-    let value = libc::c_int::from(bytes);
-    // SAFETY: a valid socket descriptor borrowed for the call, and a pointer to a c_int that
-    // lives across it with its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_WINDOW_CLAMP,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
+/// Smallest window accepted: below a few segments a flow would send one packet per round
+/// trip, which no schedule here means.
+pub const MIN_BYTES: u32 = 4096;
 
-/// The bound the kernel keeps, as `getsockopt(TCP_WINDOW_CLAMP)` reads it.
-pub fn current<'s>(socket: impl Into<SockRef<'s>>) -> io::Result<u32> {
-    let sock: SockRef<'s> = socket.into();
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: as in `clamp`; `len` tells the kernel the buffer's size and is read back.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_WINDOW_CLAMP,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(value.max(0) as u32)
-    } else {
-        Err(io::Error::last_os_error())
+/// Largest window accepted (16 MiB): far above any bandwidth-delay product in the lab.
+pub const MAX_BYTES: u32 = 16 << 20;
+
+/// Bytes a sender may write now: up to `chunk`, and with a window no more than the window
+/// less the bytes not yet acknowledged (`outq`, from `SIOCOUTQ`). Zero: wait.
+pub fn room(window: Option<u32>, outq: u64, chunk: usize) -> usize {
+    match window {
+        None => chunk,
+        Some(w) => (u64::from(w).saturating_sub(outq)).min(chunk as u64) as usize,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{TcpListener, TcpStream};
 
     #[test]
-    fn the_kernel_keeps_the_bound_on_a_connected_socket() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        let before = current(&server).unwrap();
-        clamp(&server, 20_000).unwrap();
-        assert_eq!(current(&server).unwrap(), 20_000, "was {before}");
-        // Below the kernel's floor the bound is raised: why MIN_BYTES exists.
-        clamp(&server, 64).unwrap();
-        let floor = current(&server).unwrap();
-        assert!(floor > 64 && floor < u32::from(MIN_BYTES), "floor {floor}");
+    fn the_window_bounds_what_is_written() {
+        assert_eq!(room(None, 1 << 30, 65_536), 65_536);
+        assert_eq!(room(Some(20_000), 0, 65_536), 20_000);
+        assert_eq!(room(Some(20_000), 19_000, 65_536), 1_000);
+        assert_eq!(room(Some(20_000), 20_000, 65_536), 0);
+        assert_eq!(
+            room(Some(20_000), 25_000, 65_536),
+            0,
+            "written before the bound"
+        );
+        assert_eq!(room(Some(1 << 20), 0, 65_536), 65_536);
     }
 }

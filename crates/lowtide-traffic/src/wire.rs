@@ -7,7 +7,7 @@
 //! 0..4   magic "LTT1"
 //! 4      mode: 'U' upload (client sends until it closes) | 'D' download (sink sends)
 //! 5      length of the congestion-control name (0: the sink's own setting)
-//! 6..8   the receiver's window in bytes, big-endian u16 (0: the kernel's own; see [`crate::window`])
+//! 6..8   zero
 //! 8..16  download size in bytes, big-endian u64 (0: until the client closes)
 //! 16..32 congestion-control name, zero padded
 //! ```
@@ -45,8 +45,6 @@ pub struct Request {
     pub download_bytes: u64,
     /// Congestion control for the sink's side of the connection (only used by downloads).
     pub congestion_control: Option<String>,
-    /// Uploads: the largest window the sink advertises, in bytes (None: the kernel's own).
-    pub receive_window: Option<u16>,
 }
 
 impl Request {
@@ -64,7 +62,6 @@ impl Request {
             b[5] = n as u8;
             b[16..16 + n].copy_from_slice(&cc.as_bytes()[..n]);
         }
-        b[6..8].copy_from_slice(&self.receive_window.unwrap_or(0).to_be_bytes());
         b[8..16].copy_from_slice(&self.download_bytes.to_be_bytes());
         b
     }
@@ -94,12 +91,10 @@ impl Request {
         };
         let mut size = [0u8; 8];
         size.copy_from_slice(&b[8..16]);
-        let window = u16::from_be_bytes([b[6], b[7]]);
         Ok(Self {
             direction,
             download_bytes: u64::from_be_bytes(size),
             congestion_control,
-            receive_window: (window != 0).then_some(window),
         })
     }
 }
@@ -133,17 +128,14 @@ mod tests {
             direction: Direction::Download,
             download_bytes: 123_456,
             congestion_control: Some("cubic".into()),
-            receive_window: None,
         };
         assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         let u = Request {
             direction: Direction::Upload,
             download_bytes: 0,
             congestion_control: None,
-            receive_window: Some(20_000),
         };
         assert_eq!(Request::decode(&u.encode()).unwrap(), u);
-        assert_eq!(&u.encode()[6..8], &20_000u16.to_be_bytes());
         let mut bad = u.encode();
         bad[0] = b'X';
         assert!(Request::decode(&bad).unwrap_err().contains("magic"));
