@@ -9,6 +9,7 @@ mod media;
 mod netem;
 mod pipe;
 mod rdc;
+mod stamp;
 
 use clap::{Parser, Subcommand};
 
@@ -39,6 +40,9 @@ enum Command {
     /// Receive a `lowtide send` stream and report what a viewer saw, or with `--output -`
     /// write an encoded stream to a pipe (`| ffmpeg -i - ...`, `| ffplay -`).
     Recv(media::RecvArgs),
+    /// Put the capture instant into an H.264/H.265 stream as an SEI message, or with
+    /// `--measure FILE` read it after a transport: latency measured the same way over any.
+    Stamp(stamp::StampArgs),
     /// The emulated network: check it, clean up after killed runs, run a command behind it.
     #[command(subcommand)]
     Netem(netem::NetemCommand),
@@ -77,6 +81,7 @@ fn main() {
         Command::Ladder(cmd) => ladder::run(cmd),
         Command::Send(args) => media::send(args),
         Command::Recv(args) => media::recv(args),
+        Command::Stamp(args) => stamp::run(args),
         Command::Rdc(args) => rdc::run(args),
     };
     match result {

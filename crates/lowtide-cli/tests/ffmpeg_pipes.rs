@@ -299,3 +299,88 @@ fn input_of_no_known_format_is_refused_naming_the_flag() {
     let _ = recv.kill();
     let _ = recv.wait();
 }
+
+/// `lowtide stamp` puts an SEI stamp in every picture of an x264 stream; the stamped stream
+/// decodes to the same pictures, and `lowtide stamp --measure` passes it through byte for
+/// byte and reads one stamp per picture, each in the past and recent.
+#[test]
+fn a_stamped_stream_decodes_to_the_same_pictures() {
+    if !have("ffmpeg") || !have("ffprobe") {
+        println!("skipped: ffmpeg not installed");
+        return;
+    }
+    let dir = scratch("stamp");
+    let (plain, stamped, measured, csv) = (
+        dir.join("plain.h264"),
+        dir.join("stamped.h264"),
+        dir.join("measured.h264"),
+        dir.join("latency.csv"),
+    );
+    run(Command::new("ffmpeg")
+        .args([
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=160x90:rate=30",
+            "-t",
+            "2",
+        ])
+        .args([
+            "-c:v",
+            "libx264",
+            "-tune",
+            "zerolatency",
+            "-g",
+            "15",
+            "-f",
+            "h264",
+            "-y",
+        ])
+        .arg(&plain));
+    let stamp = |args: &[&str], from: &Path, to: &Path| {
+        let out = run(Command::new(LOWTIDE)
+            .arg("stamp")
+            .args(args)
+            .stdin(std::fs::File::open(from).expect("input"))
+            .stdout(std::fs::File::create(to).expect("output")));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let said = stamp(&[], &plain, &stamped);
+    assert!(said.contains("60 of"), "{said}");
+    let said = stamp(
+        &["--measure", csv.to_str().expect("a UTF-8 path")],
+        &stamped,
+        &measured,
+    );
+    assert!(said.contains("60 of") && said.contains("p99"), "{said}");
+    assert_eq!(
+        std::fs::read(&measured).expect("measured"),
+        std::fs::read(&stamped).expect("stamped"),
+        "measuring changes no byte"
+    );
+    assert!(
+        std::fs::metadata(&stamped).expect("stamped").len()
+            > std::fs::metadata(&plain).expect("plain").len()
+    );
+    let check = run(Command::new("ffmpeg")
+        .args(["-v", "error", "-i"])
+        .arg(&stamped)
+        .args(["-f", "null", "-"]));
+    assert!(String::from_utf8_lossy(&check.stderr).trim().is_empty());
+    assert_eq!(picture_hashes(&stamped), picture_hashes(&plain));
+    let lines = std::fs::read_to_string(&csv).expect("the CSV");
+    let latencies: Vec<f64> = lines
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().expect("a field").parse().expect("ms"))
+        .collect();
+    assert_eq!(latencies.len(), 60);
+    // Stamped a moment ago on this host: never negative, and within the test's time.
+    assert!(
+        latencies.iter().all(|&ms| (0.0..20_000.0).contains(&ms)),
+        "{latencies:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -21,6 +21,7 @@
 //! - [`access_unit`]: the unit, its importance for [`lowtide::Message::importance`] and its
 //!   deadline;
 //! - [`dependency`]: the drop rule and the sender's tracker; [`gate`]: the receiver's;
+//! - [`stamp`]: the capture instant in band (an SEI message), for glass-to-glass latency;
 //! - [`input`]: a byte stream of a named or detected format into access units;
 //! - [`wire`]: the messages of an encoded stream on a lowtide channel; [`sender`] and
 //!   [`receiver`]: the two ends of that stream without the I/O (the driver is
@@ -43,6 +44,7 @@ pub mod ivf;
 pub mod nal;
 pub mod receiver;
 pub mod sender;
+pub mod stamp;
 pub mod vpx;
 pub mod wire;
 

@@ -1,0 +1,150 @@
+//! `lowtide stamp`: the capture instant in band, for latency measured the same way over any
+//! transport (`lowtide_media::encoded::stamp`).
+//!
+//! ```text
+//! ffmpeg ... -f h264 - | lowtide stamp | <any transport> | lowtide stamp --measure lat.csv | ffmpeg -i - ...
+//! ```
+//!
+//! Stamping gives every H.264/H.265 unit with a picture an SEI message with the wall-clock
+//! time its first bytes arrived; measuring passes the stream through byte for byte and writes
+//! one line per stamped unit: its stamp, when its first bytes arrived here, and the difference.
+//! Both ends see a unit when the next NAL unit begins (an Annex-B stream has no end marker),
+//! so that lag is the same at both and cancels. Both ends must share a clock: one host, or
+//! hosts synchronised by PTP or NTP (whose error then adds to the figure).
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use lowtide_media::encoded::input::{InputFormat, UnitReader};
+use lowtide_media::encoded::{stamp, AccessUnit, Codec};
+
+#[derive(Args)]
+pub struct StampArgs {
+    /// h264 or h265 (default: detected from the first bytes).
+    #[arg(long)]
+    format: Option<InputFormat>,
+    /// Do not stamp: read the stamps, pass the stream through unchanged, and write a CSV line
+    /// per stamped unit to this file (index, stamp and arrival in µs since the Unix epoch,
+    /// latency in ms).
+    #[arg(long)]
+    measure: Option<PathBuf>,
+    /// Largest access unit accepted, MiB.
+    #[arg(long, default_value_t = 16)]
+    max_unit_mib: usize,
+}
+
+/// Wall-clock µs of `at`, an instant in the past, from one reading of both clocks.
+fn unix_us(at: Instant, now: Instant, wall_now_us: u64) -> u64 {
+    wall_now_us.saturating_sub(now.saturating_duration_since(at).as_micros() as u64)
+}
+
+fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+pub fn run(args: StampArgs) -> anyhow::Result<i32> {
+    let mut reader = UnitReader::new(args.format, args.max_unit_mib << 20);
+    let mut input = std::io::stdin().lock();
+    let mut output = std::io::stdout().lock();
+    let mut log = match &args.measure {
+        Some(p) => {
+            let mut f = std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            );
+            writeln!(f, "index,stamp_us,arrival_us,latency_ms")?;
+            Some(f)
+        }
+        None => None,
+    };
+    let mut latencies = Vec::new();
+    let (mut units, mut stamped) = (0u64, 0u64);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).context("reading standard input"),
+        };
+        let got = if n == 0 {
+            reader.finish()
+        } else {
+            reader.push(&buf[..n], Instant::now())
+        }
+        .context("reading the encoded stream on standard input")?;
+        if let Some(codec) = reader.codec() {
+            if !matches!(codec, Codec::H264 | Codec::H265) {
+                bail!("{codec:?} has no SEI to carry a stamp: only H.264 and H.265 are stamped");
+            }
+        }
+        let (now, wall) = (Instant::now(), wall_us());
+        if log.is_some() {
+            // Measuring: the bytes go on as they came, whatever the units.
+            output
+                .write_all(&buf[..n])
+                .context("writing standard output")?;
+        }
+        for mut u in got {
+            units += 1;
+            let at = unix_us(u.capture, now, wall);
+            match &mut log {
+                Some(f) => {
+                    if let Some(s) = stamp::read(&u) {
+                        stamped += 1;
+                        let ms = (at as f64 - s as f64) / 1000.0;
+                        latencies.push(ms);
+                        writeln!(f, "{},{s},{at},{ms:.3}", u.index)?;
+                    }
+                }
+                None => {
+                    stamped += u64::from(stamp::stamp(&mut u, at));
+                    write_unit(&mut output, &u)?;
+                }
+            }
+        }
+        output.flush().context("writing standard output")?;
+        if n == 0 {
+            break;
+        }
+    }
+    if let Some(mut f) = log {
+        f.flush()?;
+        latencies.sort_by(f64::total_cmp);
+        let q = |p: f64| {
+            latencies
+                .get(((latencies.len() as f64 * p).ceil() as usize).saturating_sub(1))
+                .map_or("no data".to_owned(), |v| format!("{v:.1} ms"))
+        };
+        eprintln!(
+            "lowtide stamp: {stamped} of {units} units stamped; latency p50 {}, p99 {}, max {}",
+            q(0.5),
+            q(0.99),
+            q(1.0)
+        );
+    } else {
+        eprintln!("lowtide stamp: {stamped} of {units} units stamped");
+    }
+    Ok(0)
+}
+
+fn write_unit(out: &mut impl Write, u: &AccessUnit) -> anyhow::Result<()> {
+    out.write_all(&u.data).context("writing standard output")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn an_instant_becomes_wall_clock_time_by_its_age() {
+        let now = Instant::now();
+        let earlier = now - Duration::from_millis(30);
+        assert_eq!(unix_us(earlier, now, 1_000_000), 970_000);
+        assert_eq!(unix_us(now, now, 5), 5);
+    }
+}

@@ -1,0 +1,260 @@
+//! The capture instant in band: an SEI message that travels inside the video itself, so every
+//! transport in a comparison carries it the same way and latency is measured by one rule.
+//!
+//! A stamp is a `user_data_unregistered` SEI message (H.264 §D.1.7 / §D.2.7, H.265 §D.2.7,
+//! payload type 5): lowtide's 16-byte UUID, then the capture time as microseconds since the
+//! Unix epoch (big-endian u64). It sits in an SEI NAL unit of its own (H.264 type 6, H.265
+//! prefix SEI type 39) placed just before the unit's first picture NAL unit, where both
+//! standards allow SEI. Decoders skip user data they do not know, so a stamped stream decodes
+//! to the same pictures (test `a_stamped_stream_decodes_to_the_same_pictures`, in
+//! `lowtide-cli`'s ffmpeg tests).
+//!
+//! Why in band: the capture time must survive whatever carries the stream (a lowtide channel,
+//! GStreamer's `tcpserversink`, an MPEG-TS pipe) without each transport's own timestamps, which
+//! differ. Only H.264 and H.265 are stamped; VP8, VP9 and AV1 have no SEI (AV1's metadata OBUs
+//! could carry it; not built).
+
+use super::access_unit::AccessUnit;
+use super::annexb::{write_nal, AnnexBSplitter};
+use super::Codec;
+
+/// lowtide's UUID for `user_data_unregistered` (random, version 4).
+pub const STAMP_UUID: [u8; 16] = [
+    0x6c, 0x6f, 0x77, 0x74, 0x69, 0x64, 0x65, 0x2d, 0x9a, 0x3e, 0x4b, 0x1f, 0x8c, 0x52, 0xd7, 0x07,
+];
+
+const USER_DATA_UNREGISTERED: u32 = 5;
+const PAYLOAD_LEN: usize = 16 + 8;
+
+/// The SEI NAL unit (without start code) that stamps `capture_us`.
+pub fn stamp_nal(codec: Codec, capture_us: u64) -> Option<Vec<u8>> {
+    let mut rbsp = Vec::with_capacity(2 + PAYLOAD_LEN + 1);
+    rbsp.push(USER_DATA_UNREGISTERED as u8);
+    rbsp.push(PAYLOAD_LEN as u8);
+    rbsp.extend_from_slice(&STAMP_UUID);
+    rbsp.extend_from_slice(&capture_us.to_be_bytes());
+    rbsp.push(0x80); // rbsp_trailing_bits
+    let mut nal = match codec {
+        Codec::H264 => vec![0x06],          // nal_ref_idc 0, SEI
+        Codec::H265 => vec![39 << 1, 0x01], // prefix SEI, layer 0, TemporalId 0
+        _ => return None,
+    };
+    escape_into(&rbsp, &mut nal);
+    Some(nal)
+}
+
+/// Whether a NAL unit (without start code) carries a picture.
+fn is_picture(codec: Codec, nal: &[u8]) -> bool {
+    match (codec, nal.first()) {
+        (Codec::H264, Some(b)) => matches!(b & 0x1f, 1..=5),
+        (Codec::H265, Some(b)) => (b >> 1) & 0x3f < 32,
+        _ => false,
+    }
+}
+
+fn is_sei(codec: Codec, nal: &[u8]) -> bool {
+    match (codec, nal.first()) {
+        (Codec::H264, Some(b)) => b & 0x1f == 6,
+        (Codec::H265, Some(b)) => matches!((b >> 1) & 0x3f, 39 | 40),
+        _ => false,
+    }
+}
+
+/// The unit's NAL units, without start codes (a unit's data is Annex-B with 4-byte codes).
+fn nal_units(data: &[u8]) -> Vec<Vec<u8>> {
+    let mut s = AnnexBSplitter::new(data.len().max(1));
+    let mut v = s.push(data).unwrap_or_default();
+    v.extend(s.finish().ok().flatten());
+    v
+}
+
+/// Stamps a unit with a picture: its SEI goes just before the first picture NAL unit. Units
+/// without a picture (parameter sets alone), units already stamped and codecs without SEI are
+/// left as they are; returns whether the unit was stamped.
+pub fn stamp(unit: &mut AccessUnit, capture_us: u64) -> bool {
+    let Some(sei) = stamp_nal(unit.codec, capture_us) else {
+        return false;
+    };
+    let nals = nal_units(&unit.data);
+    if read_nals(unit.codec, &nals).is_some() {
+        return false;
+    }
+    let Some(first) = nals.iter().position(|n| is_picture(unit.codec, n)) else {
+        return false;
+    };
+    let mut data = Vec::with_capacity(unit.data.len() + sei.len() + 4);
+    for (i, n) in nals.iter().enumerate() {
+        if i == first {
+            write_nal(&mut data, &sei);
+        }
+        write_nal(&mut data, n);
+    }
+    unit.data = data;
+    true
+}
+
+/// The capture time a unit's stamp carries, if it has one.
+pub fn read(unit: &AccessUnit) -> Option<u64> {
+    read_nals(unit.codec, &nal_units(&unit.data))
+}
+
+fn read_nals(codec: Codec, nals: &[Vec<u8>]) -> Option<u64> {
+    let header = if codec == Codec::H265 { 2 } else { 1 };
+    nals.iter()
+        .filter(|n| is_sei(codec, n) && n.len() > header)
+        .find_map(|n| read_sei(&unescape(&n[header..])))
+}
+
+/// Walks an SEI RBSP's messages (type and size each as a run of 0xFF bytes plus one byte).
+fn read_sei(rbsp: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    let varint = |at: &mut usize| -> Option<u32> {
+        let mut v = 0u32;
+        loop {
+            let b = *rbsp.get(*at)?;
+            *at += 1;
+            v = v.checked_add(u32::from(b))?;
+            if b != 0xff {
+                return Some(v);
+            }
+        }
+    };
+    // Another message follows while more than the trailing bits are left.
+    while rbsp.len().saturating_sub(at) > 1 {
+        let kind = varint(&mut at)?;
+        let size = varint(&mut at)? as usize;
+        let payload = rbsp.get(at..at.checked_add(size)?)?;
+        at += size;
+        if kind == USER_DATA_UNREGISTERED && size == PAYLOAD_LEN && payload[..16] == STAMP_UUID {
+            let mut us = [0u8; 8];
+            us.copy_from_slice(&payload[16..]);
+            return Some(u64::from_be_bytes(us));
+        }
+    }
+    None
+}
+
+/// Emulation prevention (H.264 §7.4.1, H.265 §7.4.2): a 0x03 after two zero bytes when the
+/// next byte is 0-3.
+fn escape_into(rbsp: &[u8], out: &mut Vec<u8>) {
+    let mut zeros = 0;
+    for &b in rbsp {
+        if zeros >= 2 && b <= 3 {
+            out.push(3);
+            zeros = 0;
+        }
+        out.push(b);
+        zeros = if b == 0 { zeros + 1 } else { 0 };
+    }
+}
+
+fn unescape(ebsp: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ebsp.len());
+    let mut zeros = 0;
+    for &b in ebsp {
+        if zeros >= 2 && b == 3 {
+            zeros = 0;
+            continue;
+        }
+        out.push(b);
+        zeros = if b == 0 { zeros + 1 } else { 0 };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoded::FrameKind;
+    use proptest::prelude::*;
+    use std::time::Instant;
+
+    fn unit(codec: Codec, nals: &[&[u8]]) -> AccessUnit {
+        let mut data = Vec::new();
+        for n in nals {
+            write_nal(&mut data, n);
+        }
+        AccessUnit {
+            codec,
+            index: 0,
+            data,
+            kind: FrameKind::Keyframe,
+            temporal_id: 0,
+            has_parameter_sets: false,
+            skipped_at_random_access: false,
+            pts: None,
+            capture: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn the_stamp_goes_before_the_first_picture_and_reads_back() {
+        let aud: &[u8] = &[0x09, 0xf0];
+        let x264_sei: &[u8] = &[0x06, 0x05, 0x01, 0xaa, 0x80];
+        let idr: &[u8] = &[0x65, 0x88, 0x84, 0x00, 0x33];
+        let mut u = unit(Codec::H264, &[aud, x264_sei, idr]);
+        assert_eq!(read(&u), None);
+        assert!(stamp(&mut u, 1_764_000_000_123_456));
+        assert_eq!(read(&u), Some(1_764_000_000_123_456));
+        let nals = nal_units(&u.data);
+        assert_eq!(nals.len(), 4);
+        assert_eq!(
+            (nals[0].as_slice(), nals[1].as_slice(), nals[3].as_slice()),
+            (aud, x264_sei, idr)
+        );
+        assert!(is_sei(Codec::H264, &nals[2]));
+        // Stamped once only; a unit of parameter sets alone is not stamped.
+        assert!(!stamp(&mut u, 7));
+        assert_eq!(read(&u), Some(1_764_000_000_123_456));
+        let mut sps = unit(Codec::H264, &[&[0x67, 0x42, 0x00, 0x1e]]);
+        assert!(!stamp(&mut sps, 7));
+        // H.265: a prefix SEI before a TRAIL_R slice; VP8 has no SEI.
+        let mut h = unit(Codec::H265, &[&[0x02, 0x01, 0xd0, 0x2f]]);
+        assert!(stamp(&mut h, 42));
+        assert_eq!(read(&h), Some(42));
+        assert_eq!(nal_units(&h.data)[0][..2], [39 << 1, 0x01]);
+        let mut v = unit(Codec::Vp8, &[]);
+        v.data = vec![0x10, 0x02, 0x00];
+        assert!(!stamp(&mut v, 1));
+    }
+
+    #[test]
+    fn a_foreign_or_broken_sei_is_no_stamp() {
+        let mut other_uuid = vec![0x06, 0x05, 24];
+        other_uuid.extend_from_slice(&[0x11; 16]);
+        other_uuid.extend_from_slice(&[0; 8]);
+        other_uuid.push(0x80);
+        let idr: &[u8] = &[0x65, 0x88];
+        assert_eq!(read(&unit(Codec::H264, &[&other_uuid, idr])), None);
+        // Truncated: the size runs past the NAL unit's end.
+        let truncated = &stamp_nal(Codec::H264, 5).unwrap()[..10];
+        assert_eq!(read(&unit(Codec::H264, &[truncated, idr])), None);
+        // 0xFF runs in type and size do not overflow.
+        let ffs: Vec<u8> = std::iter::once(0x06)
+            .chain(std::iter::repeat_n(0xff, 64))
+            .collect();
+        assert_eq!(read(&unit(Codec::H264, &[&ffs, idr])), None);
+    }
+
+    proptest! {
+        /// Any time round-trips, also those whose bytes need emulation prevention.
+        #[test]
+        fn any_time_round_trips(us in prop_oneof![any::<u64>(), (0u64..4).prop_map(|x| x << 8), Just(0u64)]) {
+            for codec in [Codec::H264, Codec::H265] {
+                let nal = stamp_nal(codec, us).unwrap();
+                let header = if codec == Codec::H265 { 2 } else { 1 };
+                prop_assert!(!nal.windows(3).any(|w| w[0] == 0 && w[1] == 0 && w[2] <= 3 && w[2] != 3));
+                prop_assert_eq!(read_sei(&unescape(&nal[header..])), Some(us));
+            }
+        }
+
+        /// Arbitrary SEI bytes never panic and never read as a stamp by accident.
+        #[test]
+        fn arbitrary_sei_bytes_do_not_panic(body in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = read_sei(&body);
+            let mut nal = vec![0x06];
+            nal.extend_from_slice(&body);
+            let _ = read_nals(Codec::H264, &[nal]);
+        }
+    }
+}
