@@ -87,7 +87,7 @@ pub struct SystemConfig {
     pub window_ms: u64,
     /// When every flow has met its target for this long (after sigma settled for a
     /// window), sigma is probed upwards, ms; doubled after each failed probe (0: never; the
-    /// paper's rule has no probe, see `sigma.rs`).
+    /// paper's rule has no probe, see `sigma/`).
     pub probe_after_ms: u64,
     /// A probe raises sigma by this fraction of the link's rate (of sigma when the link
     /// is unknown); halved after each failed probe.
@@ -103,7 +103,7 @@ pub struct SystemConfig {
     /// While no minimum rate is in force, sigma never holds the host's flows below what
     /// they obtain under competition (the aggregate, growing as TCP's additive increase)
     /// and a minimum its flow does not take goes to the others; false: the paper's
-    /// reactive rule throughout (`sigma.rs`, "Keeping the host's share").
+    /// reactive rule throughout (`sigma/`, "Keeping the host's share").
     pub keep_share: bool,
     /// A steered flow's window is clamped to this many round trips of its target, at the
     /// reader's round-trip estimate (`tcpi_rcv_rtt`), so its arrivals do not burst far

@@ -1,0 +1,279 @@
+//! A trial's threads started: sinks, measured streams (QUIC's two ends among them), floor
+//! probe, cross traffic; and the host settings of its variants.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lowtide::ChannelConfig;
+use lowtide_netem::Dumbbell;
+use lowtide_traffic::runner::{run_schedule, Target};
+use lowtide_traffic::schedule::Plan;
+use lowtide_traffic::Stop;
+
+use super::threads::{traffic_err, Sinks};
+use super::trial::TrialThreads;
+use super::{Measured, Task, FLOOR_PORT, GRACE};
+use crate::scenario::{ApplicationKind, Checked, Scenario, STREAM_PORT};
+use crate::stream::{self};
+use crate::{conference, floor, ladder_flow, quic, tfrc_flow, video, LabError};
+
+/// Starts a QUIC variant's two ends (`crate::quic`).
+#[allow(clippy::too_many_arguments)]
+fn start_quic(
+    s: &Scenario,
+    v: &crate::scenario::Variant,
+    q: &crate::quic::QuicConfig,
+    addr: SocketAddr,
+    tx_host: &lowtide_netem::Host,
+    rx_host: &lowtide_netem::Host,
+    start: Instant,
+    end: Instant,
+    stop: &Stop,
+) -> Result<Measured, LabError> {
+    let creds = quic::Credentials::generate()?;
+    let receive_end = end + GRACE;
+    let (rq, rcreds, rstop, tstop) = (q.clone(), creds.clone(), stop.clone(), stop.clone());
+    let q = q.clone();
+    Ok(match s.application_of(v) {
+        ApplicationKind::Conference => {
+            let conf = s.application.conference.conference();
+            Measured::Conference {
+                rx: Task::spawn(rx_host, "QUIC conference receiver", move || {
+                    quic::receive_conference(addr, rq, rcreds, conf, start, receive_end, rstop).map(
+                        |v| conference::ConferenceSeen {
+                            viewers: vec![v],
+                            lane: Default::default(),
+                        },
+                    )
+                })?,
+                tx: Task::spawn(tx_host, "QUIC conference sender", move || {
+                    quic::send_conference(addr, q, creds, conf, start, end, receive_end, tstop)
+                })?,
+            }
+        }
+        _ => Measured::Stream {
+            rx: Task::spawn(rx_host, "QUIC stream receiver", move || {
+                quic::receive_stream(addr, rq, rcreds, start, receive_end, rstop)
+            })?,
+            tx: Task::spawn(tx_host, "QUIC stream sender", move || {
+                quic::send_stream(addr, q, creds, start, end, receive_end, tstop)
+            })?,
+        },
+    })
+}
+
+/// Starts every thread of a trial: sinks, measured streams, floor probe, cross traffic.
+pub(super) fn start_trial(
+    checked: &Checked,
+    net: &Dumbbell,
+    variants: &[usize],
+    start: Instant,
+    end: Instant,
+    stop: &Stop,
+) -> Result<TrialThreads, LabError> {
+    let s = &checked.scenario;
+    // Sinks on every host: receivers take forward cross traffic, senders reverse.
+    let mut sinks = Sinks::default();
+    let forward_targets = sinks.start(
+        net.receivers(),
+        !checked.forward_plan.flows.is_empty(),
+        stop,
+    )?;
+    let reverse_targets =
+        sinks.start(net.senders(), !checked.reverse_plan.flows.is_empty(), stop)?;
+
+    let rx_host = net.receiver(s.application.receiver);
+    let app = &s.application.video;
+    let wants_video = variants
+        .iter()
+        .any(|&i| s.application_of(&s.variants[i]) == ApplicationKind::LayeredVideo);
+    let clip = wants_video
+        .then(|| app.video(s.run.duration_s))
+        .transpose()
+        .map_err(|e| LabError::io("building the video", e))?;
+    let receive_end = end + GRACE;
+    let mut measured = vec![];
+    let tls_files = variants
+        .iter()
+        .any(|&i| s.variants[i].tls)
+        .then(|| crate::tls::TlsFiles::generate(rx_host.addr().into()))
+        .transpose()?;
+    for &i in variants {
+        let v = &s.variants[i];
+        let mut cfg = ChannelConfig {
+            congestion: Some(
+                v.congestion
+                    .clone()
+                    .unwrap_or_else(|| s.topology.hosts.congestion.clone()),
+            ),
+            ..ChannelConfig::default()
+        };
+        cfg.transport.controller = v.controller;
+        cfg.transport.failover = v.failover;
+        cfg.transport.importance_reserve = v.importance_reserve;
+        cfg.transport.duplicate = v.duplicate;
+        cfg.sndbuf = v.sndbuf;
+        if s.application_of(v) == ApplicationKind::Conference {
+            cfg.transport.fairness = s.application.conference.fairness;
+        }
+        let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
+        let one_segment = v.one_segment_messages;
+        let tx_host = net.sender(v.sender);
+        let (mut rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
+        if let (true, Some(files)) = (v.tls, &tls_files) {
+            cfg.tls = Some(files.client());
+            rcfg.tls = Some(files.server());
+        }
+        if let Some(q) = &v.quic {
+            measured.push((
+                i,
+                start_quic(s, v, q, addr, tx_host, rx_host, start, end, stop)?,
+            ));
+            continue;
+        }
+        let hosts = (tx_host, rx_host);
+        if let Some(m) = ladder_flow::start(s, v, i, &cfg, addr, hosts, start, end, stop)? {
+            measured.push((i, m));
+            continue;
+        }
+        if let Some(m) = tfrc_flow::start(v, addr, hosts, start, end, stop)? {
+            measured.push((i, m));
+            continue;
+        }
+        measured.push((
+            i,
+            match s.application_of(v) {
+                ApplicationKind::LatencyStream => Measured::Stream {
+                    rx: Task::spawn(rx_host, "stream receiver", move || {
+                        stream::receive(addr, rcfg, start, receive_end, rstop)
+                    })?,
+                    tx: Task::spawn(tx_host, "stream sender", move || {
+                        stream::send(addr, cfg, one_segment, start, end, receive_end, tstop)
+                    })?,
+                },
+                ApplicationKind::LayeredVideo => {
+                    let clip = clip
+                        .clone()
+                        .ok_or_else(|| LabError::io("building the video", "no clip"))?;
+                    let tolerance = Duration::from_secs_f64(app.tolerance_ms / 1e3);
+                    let frames = app.window_frames;
+                    Measured::Video {
+                        rx: Task::spawn(rx_host, "video receiver", move || {
+                            video::receive(addr, rcfg, frames, tolerance, start, receive_end, rstop)
+                        })?,
+                        tx: Task::spawn(tx_host, "video sender", move || {
+                            video::send(addr, cfg, clip, frames, start, receive_end, tstop)
+                        })?,
+                    }
+                }
+                ApplicationKind::BitrateLadder => {
+                    return Err(LabError::io(
+                        "starting the bit-rate ladder",
+                        "ladder_flow::start did not take it (a bug)",
+                    ))
+                }
+                ApplicationKind::Conference => {
+                    let videos = s.conference_videos(v);
+                    let frames = videos[0].frames_in(s.run.duration_s);
+                    let rvideos = videos.clone();
+                    Measured::Conference {
+                        rx: Task::spawn(rx_host, "conference receiver", move || {
+                            conference::receive(
+                                addr,
+                                rcfg,
+                                rvideos,
+                                frames,
+                                start,
+                                receive_end,
+                                rstop,
+                            )
+                        })?,
+                        tx: Task::spawn(tx_host, "conference sender", move || {
+                            conference::send(addr, cfg, videos, start, end, receive_end, tstop)
+                        })?,
+                    }
+                }
+            },
+        ));
+    }
+    let floor_addr = SocketAddr::from((rx_host.addr(), FLOOR_PORT));
+    let fstop = stop.clone();
+    let floor_rx = Task::spawn(rx_host, "floor-probe sink", move || {
+        floor::receive(floor_addr, start, receive_end, fstop)
+    })?;
+    let fstop = stop.clone();
+    let floor_tx = Task::spawn(net.sender(0), "floor-probe sender", move || {
+        floor::send(floor_addr, start, end, fstop)
+    })?;
+
+    let schedule = |host: &lowtide_netem::Host, plan: &Plan, targets: Vec<Target>| {
+        let plan = plan.clone();
+        let flag = stop.flag().clone();
+        Task::spawn(host, "cross traffic", move || {
+            std::thread::sleep(start.saturating_duration_since(Instant::now()));
+            run_schedule(&plan, &targets, flag).map_err(traffic_err)
+        })
+    };
+    let mut cross = vec![];
+    if !checked.forward_plan.flows.is_empty() {
+        cross.push(schedule(
+            net.sender(0),
+            &checked.forward_plan,
+            forward_targets,
+        )?);
+    }
+    let reverse_host = s.reverse_traffic.host.unwrap_or(s.topology.receivers - 1);
+    if !checked.reverse_plan.flows.is_empty() {
+        cross.push(schedule(
+            net.receiver(reverse_host),
+            &checked.reverse_plan,
+            reverse_targets,
+        )?);
+    }
+    Ok(TrialThreads {
+        sinks,
+        measured,
+        floor_tx,
+        floor_rx,
+        cross,
+        clip,
+        _tls_files: tls_files,
+    })
+}
+
+/// ECN is a host setting (`net.ipv4.tcp_ecn`): a variant that differs from the topology's
+/// default sets its sender host, and receivers then accept ECN when asked (`2`).
+pub(super) fn set_ecn(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Result<(), LabError> {
+    let mut any = false;
+    for &i in variants {
+        let v = &s.variants[i];
+        let ecn = s.ecn_of(v);
+        any |= ecn;
+        if ecn != s.topology.hosts.ecn {
+            net.sender(v.sender)
+                .sysctl("net.ipv4.tcp_ecn", if ecn { "1" } else { "0" })?;
+        }
+    }
+    if any && !s.topology.hosts.ecn {
+        for r in net.receivers() {
+            r.sysctl("net.ipv4.tcp_ecn", "2")?;
+        }
+    }
+    Ok(())
+}
+
+/// A variant's `sender_sysctls` on its sender host (the scenario check keeps them off hosts
+/// that send cross traffic, and off hosts shared side by side with other values).
+pub(super) fn set_sender_sysctls(
+    s: &Scenario,
+    net: &Dumbbell,
+    variants: &[usize],
+) -> Result<(), LabError> {
+    for &i in variants {
+        let v = &s.variants[i];
+        for (key, value) in &v.sender_sysctls {
+            net.sender(v.sender).sysctl(key, value)?;
+        }
+    }
+    Ok(())
+}
