@@ -1,0 +1,286 @@
+//! The elements over loopback: a real encoder into `lowtidesink`, `lowtidesrc` into a real
+//! decoder, and the errors a user sees on the bus. Each test takes a few seconds; all print
+//! "skipped: <why>" and pass only when GStreamer itself is missing (`run.sh` installs it).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use gst::prelude::*;
+
+/// GStreamer initialised and the plugin registered, or why not.
+fn setup() -> Result<(), String> {
+    gst::init().map_err(|e| format!("GStreamer does not initialise: {e}"))?;
+    if gst::ElementFactory::find("lowtidesink").is_none() {
+        gstlowtide::plugin_register_static().map_err(|e| format!("registering: {e}"))?;
+    }
+    Ok(())
+}
+
+macro_rules! setup_or_skip {
+    () => {
+        if let Err(why) = setup() {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+/// Elements a test needs beyond the plugin: their absence is a broken installation (run.sh
+/// installs them), not a reason to skip.
+fn require(factories: &[&str]) {
+    for f in factories {
+        assert!(
+            gst::ElementFactory::find(f).is_some(),
+            "GStreamer element {f} is missing: install gstreamer1.0-plugins-{{base,good,bad,ugly}} and gstreamer1.0-libav (run.sh does)"
+        );
+    }
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Error and warning texts (message and debug) posted on `bus` so far.
+fn bus_errors(bus: &gst::Bus) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(m) = bus.pop() {
+        if let gst::MessageView::Error(e) = m.view() {
+            out.push(format!(
+                "{}: {} ({})",
+                m.src()
+                    .map(|s| s.path_string().to_string())
+                    .unwrap_or_default(),
+                e.error(),
+                e.debug().map(|d| d.to_string()).unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
+/// Waits for the first error on `bus`, at most `limit`.
+fn wait_error(bus: &gst::Bus, limit: Duration) -> Option<String> {
+    let m = bus.timed_pop_filtered(
+        gst::ClockTime::from_nseconds(limit.as_nanos() as u64),
+        &[gst::MessageType::Error],
+    )?;
+    let gst::MessageView::Error(e) = m.view() else {
+        return None;
+    };
+    Some(format!(
+        "{} ({})",
+        e.error(),
+        e.debug().map(|d| d.to_string()).unwrap_or_default()
+    ))
+}
+
+/// Encodes 60 frames with `encoder`, sends them through lowtidesink to lowtidesrc, decodes
+/// them with `decoder`; returns the frames decoded and any error either pipeline posted.
+fn round_trip(encoder: &str, decoder: &str) -> (usize, Vec<String>, gst::Structure) {
+    let port = free_port();
+    let rx = gst::parse::launch(&format!(
+        "lowtidesrc name=src address=127.0.0.1:{port} ! {decoder} ! appsink name=out sync=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    rx.set_state(gst::State::Playing).unwrap();
+    let tx = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=60 ! video/x-raw,width=320,height=240,framerate=30/1 \
+         ! {encoder} ! lowtidesink name=sink address=127.0.0.1:{port}"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    tx.set_state(gst::State::Playing).unwrap();
+    let out = rx
+        .by_name("out")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    let mut frames = 0;
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        match out.try_pull_sample(gst::ClockTime::from_mseconds(200)) {
+            Some(_) => frames += 1,
+            None if out.is_eos() => break,
+            None => {}
+        }
+    }
+    // The sender's EOS: it waits for the receiver's acknowledgements.
+    let tx_bus = tx.bus().unwrap();
+    let _ = tx_bus.timed_pop_filtered(
+        gst::ClockTime::from_seconds(10),
+        &[gst::MessageType::Eos, gst::MessageType::Error],
+    );
+    let stats = tx
+        .by_name("sink")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    let mut errors = bus_errors(&tx_bus);
+    errors.extend(bus_errors(&rx.bus().unwrap()));
+    tx.set_state(gst::State::Null).unwrap();
+    rx.set_state(gst::State::Null).unwrap();
+    (frames, errors, stats)
+}
+
+#[test]
+fn h264_from_x264enc_through_lowtide_decodes_every_frame() {
+    setup_or_skip!();
+    require(&[
+        "videotestsrc",
+        "x264enc",
+        "h264parse",
+        "avdec_h264",
+        "appsink",
+    ]);
+    let (frames, errors, stats) = round_trip(
+        "x264enc tune=zerolatency key-int-max=30 ! h264parse",
+        "h264parse ! avdec_h264",
+    );
+    assert!(errors.is_empty(), "errors on the bus: {errors:?}");
+    assert_eq!(frames, 60, "frames decoded; sender: {stats}");
+    assert_eq!(stats.get::<u64>("buffers").unwrap(), 60, "{stats}");
+    assert!(stats.get::<bool>("all-acknowledged").unwrap(), "{stats}");
+}
+
+#[test]
+fn vp8_from_vp8enc_through_lowtide_decodes_every_frame() {
+    setup_or_skip!();
+    require(&["videotestsrc", "vp8enc", "vp8dec", "appsink"]);
+    let (frames, errors, stats) = round_trip("vp8enc deadline=1 keyframe-max-dist=30", "vp8dec");
+    assert!(errors.is_empty(), "errors on the bus: {errors:?}");
+    assert_eq!(frames, 60, "frames decoded; sender: {stats}");
+}
+
+#[test]
+fn caps_the_sink_does_not_take_are_an_error_naming_them() {
+    setup_or_skip!();
+    require(&["appsrc"]);
+    // Something to connect to: the caps are refused before anything is sent.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let pipeline = gst::Pipeline::new();
+    let src = gst::ElementFactory::make("appsrc")
+        .property(
+            "caps",
+            "video/x-raw,format=I420,width=64,height=64,framerate=30/1"
+                .parse::<gst::Caps>()
+                .unwrap(),
+        )
+        .property_from_str("format", "time")
+        .build()
+        .unwrap();
+    let sink = gst::ElementFactory::make("lowtidesink")
+        .property("address", format!("127.0.0.1:{port}"))
+        .build()
+        .unwrap();
+    pipeline.add_many([&src, &sink]).unwrap();
+    src.link(&sink).unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let appsrc = src.downcast::<gst_app::AppSrc>().unwrap();
+    let _ = appsrc.push_buffer(gst::Buffer::from_slice(vec![0u8; 64 * 64 * 3 / 2]));
+    let err = wait_error(&pipeline.bus().unwrap(), Duration::from_secs(10));
+    pipeline.set_state(gst::State::Null).unwrap();
+    let err = err.expect("an error on the bus");
+    assert!(
+        err.contains("does not take caps video/x-raw"),
+        "the error names the caps: {err}"
+    );
+}
+
+#[test]
+fn a_refused_connection_is_an_error_naming_the_address() {
+    setup_or_skip!();
+    require(&["videotestsrc", "vp8enc"]);
+    let port = free_port();
+    let pipeline = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=5 ! vp8enc ! lowtidesink address=127.0.0.1:{port}"
+    ))
+    .unwrap();
+    let _ = pipeline.set_state(gst::State::Playing);
+    let err = wait_error(&pipeline.bus().unwrap(), Duration::from_secs(10));
+    pipeline.set_state(gst::State::Null).unwrap();
+    let err = err.expect("an error on the bus");
+    assert!(
+        err.contains(&format!("connecting to 127.0.0.1:{port}")) && err.contains("refused"),
+        "the error names the address and the cause: {err}"
+    );
+}
+
+#[test]
+fn a_peer_that_is_not_lowtide_is_an_error() {
+    setup_or_skip!();
+    require(&["videotestsrc", "vp8enc"]);
+    // A server that answers with an HTTP response.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        if let Ok((mut s, _)) = listener.accept() {
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            let mut sink = [0u8; 4096];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+        }
+    });
+    let pipeline = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=100 ! video/x-raw,framerate=30/1 ! vp8enc deadline=1 ! lowtidesink address=127.0.0.1:{port}"
+    ))
+    .unwrap();
+    let _ = pipeline.set_state(gst::State::Playing);
+    let err = wait_error(&pipeline.bus().unwrap(), Duration::from_secs(10));
+    pipeline.set_state(gst::State::Null).unwrap();
+    let _ = server.join();
+    let err = err.expect("an error on the bus");
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.contains("lowtide"),
+        "the error says the peer is not lowtide: {err}"
+    );
+}
+
+/// The directory holding `libgstlowtide.so` (the test executable lives in its `deps/`).
+fn plugin_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    let found = [deps.parent()?, deps]
+        .into_iter()
+        .find(|d| d.join("libgstlowtide.so").exists())
+        .map(PathBuf::from);
+    found
+}
+
+#[test]
+fn gst_inspect_finds_both_elements_on_gst_plugin_path() {
+    if std::process::Command::new("gst-inspect-1.0")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("skipped: gst-inspect-1.0 is not installed (gstreamer1.0-tools)");
+        return;
+    }
+    let dir = plugin_dir().expect("libgstlowtide.so beside the test executable");
+    for element in ["lowtidesink", "lowtidesrc"] {
+        let out = std::process::Command::new("gst-inspect-1.0")
+            .arg(element)
+            .env("GST_PLUGIN_PATH", &dir)
+            // A registry of its own: the user's cache may hold an older build.
+            .env("GST_REGISTRY", dir.join("gst-registry-test.bin"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "gst-inspect-1.0 {element}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("libgstlowtide.so") && text.contains("address"),
+            "{text}"
+        );
+    }
+}
