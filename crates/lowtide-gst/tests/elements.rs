@@ -284,3 +284,273 @@ fn gst_inspect_finds_both_elements_on_gst_plugin_path() {
         );
     }
 }
+
+/// lowtide's side of the loopback tests that play the other end themselves.
+mod peer {
+    use lowtide::{Channel, ChannelConfig, Message, StreamConfig};
+    use lowtide_media::encoded::wire::{self, StreamStart, UnitHeader, WireMessage};
+    use lowtide_media::encoded::{Codec, FrameKind, KeyframeRequest, UnitInfo};
+
+    pub fn unit(index: u64, kind: FrameKind, bytes: &[u8]) -> Vec<u8> {
+        let h = UnitHeader {
+            codec: Codec::H264,
+            info: UnitInfo::new(index, kind),
+            has_parameter_sets: kind == FrameKind::ParameterSets,
+            capture_us: index * 33_333,
+            pts: Some(index * 33_333_333),
+        };
+        wire::encode_unit(&h, bytes)
+    }
+
+    pub fn start() -> Vec<u8> {
+        wire::encode_start(&StreamStart {
+            codec: Codec::H264,
+            ivf: None,
+        })
+    }
+
+    pub fn send(ch: &Channel, stream: u64, data: Vec<u8>) {
+        ch.send(stream, Message::new(data).importance(15)).unwrap();
+    }
+
+    pub async fn connect(port: u16) -> Channel {
+        let addr = format!("127.0.0.1:{port}").parse().unwrap();
+        for _ in 0..50 {
+            if let Ok(ch) = lowtide::connect(addr, ChannelConfig::default()).await {
+                return ch;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("lowtidesrc does not listen on {addr}");
+    }
+
+    pub fn open(ch: &Channel) -> u64 {
+        ch.open_stream(StreamConfig::default()).unwrap()
+    }
+
+    pub fn as_request(data: &[u8]) -> Option<KeyframeRequest> {
+        match wire::decode(data) {
+            Ok(WireMessage::KeyframeRequest(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn as_unit_kind(data: &[u8]) -> Option<FrameKind> {
+        match wire::decode(data) {
+            Ok(WireMessage::Unit(h, _)) => Some(h.info.kind),
+            _ => None,
+        }
+    }
+}
+
+#[test]
+fn the_source_never_outputs_a_unit_whose_reference_was_lost_and_asks_for_a_keyframe() {
+    use lowtide_media::encoded::{FrameKind::*, RequestReason};
+    setup_or_skip!();
+    require(&["appsink"]);
+    let port = free_port();
+    let rx = gst::parse::launch(&format!(
+        "lowtidesrc name=src address=127.0.0.1:{port} request-interval-ms=100 ! appsink name=out sync=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    rx.set_state(gst::State::Playing).unwrap();
+    let (sps_pps, idr, p) = (
+        [0u8, 0, 0, 1, 0x67, 0x42, 0, 0, 0, 1, 0x68, 0xce],
+        [0u8, 0, 0, 1, 0x65, 0x88],
+        [0u8, 0, 0, 1, 0x41, 0x9a],
+    );
+    let sender = std::thread::spawn(move || {
+        lowtide::current_thread_runtime()
+            .unwrap()
+            .block_on(async move {
+                let ch = peer::connect(port).await;
+                let s = peer::open(&ch);
+                peer::send(&ch, s, peer::start());
+                peer::send(&ch, s, peer::unit(0, ParameterSets, &sps_pps));
+                peer::send(&ch, s, peer::unit(1, Keyframe, &idr));
+                peer::send(&ch, s, peer::unit(2, Reference, &p));
+                // Unit 3, a reference, was dropped at the sender: 4 cannot be decoded.
+                let notice = [lowtide_media::encoded::UnitInfo::new(3, Reference)];
+                peer::send(
+                    &ch,
+                    s,
+                    lowtide_media::encoded::wire::encode_dropped(&notice),
+                );
+                peer::send(&ch, s, peer::unit(4, Reference, &p));
+                let request = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                    while let Some(m) = ch.recv().await {
+                        if let Some(r) = peer::as_request(&m.data) {
+                            return Some(r);
+                        }
+                    }
+                    None
+                })
+                .await
+                .ok()
+                .flatten();
+                peer::send(&ch, s, peer::unit(5, Keyframe, &idr));
+                peer::send(&ch, s, peer::unit(6, Reference, &p));
+                peer::send(&ch, s, lowtide_media::encoded::wire::encode_end(7));
+                ch.flush().await.unwrap();
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(3), async {
+                    while ch.recv().await.is_some() {}
+                })
+                .await;
+                ch.close(0, "done").await;
+                request
+            })
+    });
+    let out = rx
+        .by_name("out")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    let mut buffers = Vec::new();
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        match out.try_pull_sample(gst::ClockTime::from_mseconds(200)) {
+            Some(s) => {
+                let caps = s.caps().unwrap().to_string();
+                let b = s.buffer().unwrap();
+                let data = b.map_readable().unwrap().to_vec();
+                let delta = b.flags().contains(gst::BufferFlags::DELTA_UNIT);
+                buffers.push((caps, data, delta, b.pts().is_some()));
+            }
+            None if out.is_eos() => break,
+            None => {}
+        }
+    }
+    let request = sender.join().unwrap();
+    let errors = bus_errors(&rx.bus().unwrap());
+    let stats = rx
+        .by_name("src")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    rx.set_state(gst::State::Null).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let got: Vec<(Vec<u8>, bool)> = buffers.iter().map(|b| (b.1.clone(), b.2)).collect();
+    let first = [&sps_pps[..], &idr[..]].concat();
+    assert_eq!(
+        got,
+        [
+            (first, false),
+            (p.to_vec(), true),
+            (idr.to_vec(), false),
+            (p.to_vec(), true)
+        ],
+        "parameter sets with their keyframe, unit 4 gated, the stream resumed at the keyframe"
+    );
+    assert!(buffers[0].0.contains("video/x-h264") && buffers[0].0.contains("alignment=(string)au"));
+    assert!(buffers.iter().all(|b| b.3), "every buffer timestamped");
+    let request = request.expect("a keyframe request reached the sender");
+    assert_eq!(request.reason, RequestReason::ReferenceLost { index: 3 });
+    assert!(
+        stats.get::<u64>("keyframe-requests").unwrap() >= 1,
+        "{stats}"
+    );
+    assert_eq!(
+        stats.get::<u64>("units-dropped-by-gate").unwrap(),
+        2,
+        "{stats}"
+    );
+}
+
+#[test]
+fn a_keyframe_request_from_the_receiver_reaches_the_encoder_as_force_key_unit() {
+    use lowtide_media::encoded::{FrameKind, KeyframeRequest, RequestReason};
+    setup_or_skip!();
+    require(&["videotestsrc", "x264enc", "h264parse", "identity"]);
+    let rt = lowtide::current_thread_runtime().unwrap();
+    let listener = rt
+        .block_on(lowtide::listen(
+            "127.0.0.1:0".parse().unwrap(),
+            lowtide::ChannelConfig::default(),
+        ))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // The receiver: after 10 units it asks for a keyframe, then counts keyframes.
+    let receiver = std::thread::spawn(move || {
+        rt.block_on(async move {
+            let ch = listener.accept().await.unwrap();
+            let (mut units, mut keyframes, mut asked) = (0, 0, false);
+            let until = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+            while let Ok(Some(m)) = tokio::time::timeout_at(until, ch.recv()).await {
+                let Some(kind) = peer::as_unit_kind(&m.data) else {
+                    continue;
+                };
+                units += 1;
+                if kind == FrameKind::Keyframe {
+                    keyframes += 1;
+                }
+                if units == 10 && !asked {
+                    asked = true;
+                    let s = peer::open(&ch);
+                    let r = KeyframeRequest {
+                        reason: RequestReason::ReferenceLost { index: 5 },
+                        dropped_since: 1,
+                    };
+                    peer::send(
+                        &ch,
+                        s,
+                        lowtide_media::encoded::wire::encode_keyframe_request(&r),
+                    );
+                }
+            }
+            (units, keyframes)
+        })
+    });
+    let pipeline = gst::parse::launch(&format!(
+        "videotestsrc is-live=true num-buffers=60 ! video/x-raw,width=320,height=240,framerate=30/1 \
+         ! x264enc tune=zerolatency key-int-max=1000 ! h264parse ! identity name=probe \
+         ! lowtidesink name=sink address=127.0.0.1:{port}"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = seen.clone();
+    pipeline
+        .by_name("probe")
+        .unwrap()
+        .static_pad("src")
+        .unwrap()
+        .add_probe(gst::PadProbeType::EVENT_UPSTREAM, move |_, info| {
+            if let Some(ev) = info.event() {
+                if gst_video::UpstreamForceKeyUnitEvent::parse(ev).is_ok() {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            gst::PadProbeReturn::Ok
+        })
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let bus = pipeline.bus().unwrap();
+    let _ = bus.timed_pop_filtered(
+        gst::ClockTime::from_seconds(20),
+        &[gst::MessageType::Eos, gst::MessageType::Error],
+    );
+    let stats = pipeline
+        .by_name("sink")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    let errors = bus_errors(&bus);
+    pipeline.set_state(gst::State::Null).unwrap();
+    let (units, keyframes) = receiver.join().unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        stats.get::<u64>("keyframe-requests-receiver").unwrap(),
+        1,
+        "{stats}"
+    );
+    assert!(
+        seen.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "no force-key-unit upstream"
+    );
+    assert!(units >= 60, "{units} units");
+    assert!(
+        keyframes >= 2,
+        "x264enc made a keyframe on request: {keyframes} keyframes"
+    );
+}
