@@ -554,3 +554,84 @@ fn a_keyframe_request_from_the_receiver_reaches_the_encoder_as_force_key_unit() 
         "x264enc made a keyframe on request: {keyframes} keyframes"
     );
 }
+
+#[test]
+fn rate_feedback_lowers_x264enc_bitrate_while_the_receiver_stalls() {
+    setup_or_skip!();
+    require(&["videotestsrc", "x264enc", "h264parse"]);
+    let rt = lowtide::current_thread_runtime().unwrap();
+    // A receiver that reads little ahead of its application, so a stalled application
+    // stops the reads and the sender's queue grows.
+    let cfg = lowtide::ChannelConfig {
+        rcvbuf: Some(4096),
+        read_chunk: 4096,
+        ..lowtide::ChannelConfig::default()
+    };
+    let listener = rt
+        .block_on(lowtide::listen("127.0.0.1:0".parse().unwrap(), cfg))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let receiver = std::thread::spawn(move || {
+        rt.block_on(async move {
+            let ch = listener.accept().await.unwrap();
+            let mut n = 0;
+            let until = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+            while let Ok(Some(_)) = tokio::time::timeout_at(until, ch.recv()).await {
+                n += 1;
+                if n == 20 {
+                    // The application stalls for 2 s.
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
+            }
+        })
+    });
+    let pipeline = gst::parse::launch(&format!(
+        "videotestsrc is-live=true num-buffers=150 ! video/x-raw,width=640,height=360,framerate=30/1 \
+         ! x264enc tune=zerolatency key-int-max=30 bitrate=2000 ! h264parse \
+         ! lowtidesink name=sink address=127.0.0.1:{port} latency-ms=200 rate-feedback=true rate-interval-ms=200"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let bus = pipeline.bus().unwrap();
+    let (mut reports, mut congested, mut lowest) = (0, 0, u64::MAX);
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let Some(m) = bus.timed_pop(gst::ClockTime::from_mseconds(100)) else {
+            continue;
+        };
+        match m.view() {
+            gst::MessageView::Element(e) => {
+                let s = e.structure().unwrap();
+                if s.name() == "lowtide-rate" {
+                    reports += 1;
+                    if s.get::<bool>("congested").unwrap() {
+                        congested += 1;
+                    }
+                    if let Ok(bps) = s.get::<u64>("encoder-bitrate-bps") {
+                        lowest = lowest.min(bps);
+                    }
+                    assert!(s.get::<u64>("estimate-bps").is_ok());
+                }
+            }
+            gst::MessageView::Eos(_) => break,
+            gst::MessageView::Error(e) => panic!("{} ({:?})", e.error(), e.debug()),
+            _ => {}
+        }
+    }
+    let stats = pipeline
+        .by_name("sink")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    pipeline.set_state(gst::State::Null).unwrap();
+    receiver.join().unwrap();
+    println!("{reports} reports, {congested} congested, lowest {lowest} bit/s; {stats}");
+    assert!(reports >= 10, "{reports} lowtide-rate messages");
+    assert!(congested >= 1, "the stall was seen as congestion; {stats}");
+    assert!(
+        lowest < 2_000_000,
+        "x264enc's bit rate went down from 2000 kbit/s: lowest {lowest}; {stats}"
+    );
+    assert!(stats.get::<u64>("bitrate-changes").unwrap() >= 1, "{stats}");
+}
