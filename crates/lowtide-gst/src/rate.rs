@@ -10,8 +10,10 @@
 //!   With a latency controller (MinBuf) lowtide writes no faster than the path takes, so
 //!   `W` is what the path drained while a queue was waiting.
 //! - **congested** when lowtide's queue would take more than a quarter of the latency
-//!   budget to drain at `W`, or a unit expired or was dropped as queue-full in the interval:
-//!   the encoder makes more than the path carries. The target goes to
+//!   budget to drain at `W`, or a unit expired in lowtide's queue or was dropped as
+//!   queue-full in the interval: the encoder makes more than the path carries. A unit already
+//!   past its deadline when it reached the sink (an encoder slower than real time) does not
+//!   count: a lower bit rate would not bring it in time. The target goes to
 //!   `min(target, 0.85·W)` (the queue then drains at 15 % of the path).
 //! - **clear** when the queue is under an eighth of the budget and nothing expired: the
 //!   target grows by 10 % per interval (from 1.5 to 4 Mbit/s in about 5 s at 0.5 s), never
@@ -68,7 +70,9 @@ pub struct RateSample {
     pub bytes_written: u64,
     /// Bytes lowtide's queue holds now.
     pub queued_bytes: u64,
-    /// Units dropped so far because they expired or the queue was full.
+    /// Units dropped so far because they expired in lowtide's queue or the queue was full
+    /// (not those already past their deadline when they reached the sink: an encoder slower
+    /// than real time is not the path's doing).
     pub deadline_drops: u64,
     pub tcp: TcpState,
 }

@@ -17,8 +17,8 @@ use lowtide::{Channel, ChannelConfig, ControllerConfig, TlsConfig};
 use lowtide_media::encoded::sender::SenderConfig;
 use lowtide_media::encoded::wire::{self, StreamStart, WireMessage};
 use lowtide_media::encoded::{
-    write_ivf_frame, AccessUnit, AnnexBReader, Codec, H264Framer, H265Framer, IvfFramer, IvfHeader,
-    RequestReason, DEFAULT_MAX_NAL,
+    write_ivf_frame, AccessUnit, AnnexBReader, Codec, DropReason, H264Framer, H265Framer,
+    IvfFramer, IvfHeader, RequestReason, DEFAULT_MAX_NAL,
 };
 use lowtide_media::pipe::StreamSender;
 
@@ -88,6 +88,7 @@ struct Counters {
     cancelled: u64,
     dependency_broken: u64,
     queue_full: u64,
+    late_on_arrival: u64,
     keyframe_requests_sender: u64,
     keyframe_requests_receiver: u64,
     bitrate_changes: u64,
@@ -215,6 +216,15 @@ impl ObjectSubclass for LowtideSink {
 }
 
 impl ObjectImpl for LowtideSink {
+    fn constructed(&self) {
+        self.parent_constructed();
+        // Send each unit the moment it arrives: waiting for the clock (BaseSink's default)
+        // spends the pipeline's latency (about 100 ms behind x264enc) of the budget before
+        // lowtide sees the unit. A non-live source (a file) wants `sync=true` to go at the
+        // stream's pace.
+        self.obj().set_sync(false);
+    }
+
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
             let d = Settings::default();
@@ -344,6 +354,7 @@ fn stats(c: &Counters) -> gst::Structure {
         .field("dropped-cancelled", c.cancelled)
         .field("dropped-dependency-broken", c.dependency_broken)
         .field("dropped-queue-full", c.queue_full)
+        .field("dropped-late-on-arrival", c.late_on_arrival)
         .field("keyframe-requests-sender", c.keyframe_requests_sender)
         .field("keyframe-requests-receiver", c.keyframe_requests_receiver)
         .field("bitrate-changes", c.bitrate_changes)
@@ -556,6 +567,13 @@ impl BaseSinkImpl for LowtideSink {
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let now = Instant::now();
         let capture = self.capture_time(buffer, now);
+        gst::trace!(
+            CAT,
+            imp = self,
+            "buffer PTS {}: captured {:?} ago",
+            buffer.pts().display(),
+            now.saturating_duration_since(capture)
+        );
         let pts_ns = buffer.pts().or(buffer.dts()).map(|t| t.nseconds());
         let map = buffer.map_readable().map_err(|_| {
             gst::element_imp_error!(self, gst::StreamError::Failed, ("buffer not readable"));
@@ -616,6 +634,12 @@ impl BaseSinkImpl for LowtideSink {
                     match answer.recv_timeout(ACK_WAIT + Duration::from_secs(10)) {
                         Ok(Ok(all)) => {
                             lock(&self.counters).all_acked = all;
+                            gst::info!(
+                                CAT,
+                                imp = self,
+                                "end of stream: {}",
+                                stats(&lock(&self.counters))
+                            );
                             if !all {
                                 gst::warning!(CAT, imp = self, "end of stream: not every unit was acknowledged within {ACK_WAIT:?}");
                             }
@@ -744,7 +768,11 @@ impl Task {
                         if !self.sender.is_started() {
                             return Err("units before the stream's caps".into());
                         }
-                        self.sender.send_units(units, now).map_err(|e| self.failed(&format!("sending ({e})")))?;
+                        let skipped = self.sender.send_units(units, now).map_err(|e| self.failed(&format!("sending ({e})")))?;
+                        // Past its deadline before lowtide saw it: upstream (the encoder) is
+                        // late, not the path.
+                        let late = skipped.iter().filter(|&&r| r == DropReason::Expired).count();
+                        lock(&self.counters).late_on_arrival += late as u64;
                         self.after_change();
                     }
                     Some(Cmd::Eos(reply)) => {
@@ -793,7 +821,8 @@ impl Task {
             now: Instant::now(),
             bytes_written: stats.bytes_written,
             queued_bytes: self.ch.queued_bytes(),
-            deadline_drops: drops.expired + drops.queue_full,
+            deadline_drops: (drops.expired + drops.queue_full)
+                .saturating_sub(lock(&self.counters).late_on_arrival),
             tcp,
         };
         let Some(report) = rate.on_sample(sample) else {
@@ -850,7 +879,8 @@ impl Task {
             k.dependency_broken = d.dependency_broken;
             k.queue_full = d.queue_full;
         }
-        if st.is_broken() {
+        // Before the first unit the tracker waits for a keyframe too: not a drop.
+        if st.is_broken() && st.counters().units > 0 {
             self.request_keyframe("a reference unit was dropped at the sender", false);
         }
     }
