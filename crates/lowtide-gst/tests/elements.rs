@@ -160,6 +160,38 @@ fn vp8_from_vp8enc_through_lowtide_decodes_every_frame() {
 }
 
 #[test]
+fn h265_vp9_and_av1_through_lowtide_decode_every_frame() {
+    setup_or_skip!();
+    let pairs = [
+        (
+            ["x265enc", "h265parse", "avdec_h265"],
+            "x265enc tune=zerolatency key-int-max=30 ! h265parse",
+            "h265parse ! avdec_h265",
+        ),
+        (
+            ["vp9enc", "vp9dec", "vp9dec"],
+            // libvpx's realtime settings: its defaults encode slower than real time here.
+            "vp9enc deadline=1 cpu-used=8 lag-in-frames=0 keyframe-max-dist=30",
+            "vp9dec",
+        ),
+        (
+            ["av1enc", "av1parse", "av1dec"],
+            "av1enc usage-profile=realtime cpu-used=10 keyframe-max-dist=30 ! av1parse",
+            "av1parse ! av1dec",
+        ),
+    ];
+    for (needs, encoder, decoder) in pairs {
+        require(&needs);
+        let (frames, errors, stats) = round_trip(encoder, decoder);
+        assert!(
+            errors.is_empty(),
+            "{encoder}: errors on the bus: {errors:?}"
+        );
+        assert_eq!(frames, 60, "{encoder}: frames decoded; sender: {stats}");
+    }
+}
+
+#[test]
 fn caps_the_sink_does_not_take_are_an_error_naming_them() {
     setup_or_skip!();
     require(&["appsrc"]);
