@@ -12,6 +12,10 @@
 //! The receiver writes what its gate passes, in decode order. A keyframe request goes to the
 //! caller's `on_request`: with a pipe there is no encoder to ask, so the command line only
 //! counts and logs it; a library user with an encoder forwards it.
+//!
+//! A caller that has access units rather than a byte stream (the GStreamer elements of
+//! `lowtide-gst`: one buffer per unit) uses the same pieces: [`StreamSender`] for the sending
+//! end (it drives the channel's events itself), [`receive_units`] for the receiving end.
 
 use std::time::{Duration, Instant};
 
