@@ -672,3 +672,55 @@ fn rate_feedback_lowers_x264enc_bitrate_while_the_receiver_stalls() {
     );
     assert!(stats.get::<u64>("bitrate-changes").unwrap() >= 1, "{stats}");
 }
+
+#[test]
+fn a_receiver_that_stops_pulling_pushes_back_to_the_sender_which_drops() {
+    setup_or_skip!();
+    require(&["videotestsrc", "x264enc", "h264parse", "appsink"]);
+    let port = free_port();
+    // The application never pulls: appsink holds one buffer, the source two units.
+    let rx = gst::parse::launch(&format!(
+        "lowtidesrc name=src address=127.0.0.1:{port} max-buffers=2 \
+         ! appsink name=out sync=false max-buffers=1 drop=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    rx.set_state(gst::State::Playing).unwrap();
+    // About 20 Mbit/s of noise: in 6 s more than the kernel's and lowtide's receive buffers.
+    // No end of stream: the sink's end waits for acknowledgements a stalled receiver does
+    // not send (up to 15 s).
+    let tx = gst::parse::launch(&format!(
+        "videotestsrc is-live=true pattern=snow \
+         ! video/x-raw,width=640,height=360,framerate=30/1 \
+         ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max=30 bitrate=20000 ! h264parse \
+         ! lowtidesink name=sink address=127.0.0.1:{port} latency-ms=200"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    tx.set_state(gst::State::Playing).unwrap();
+    let bus = tx.bus().unwrap();
+    let _ = bus.timed_pop_filtered(gst::ClockTime::from_seconds(6), &[gst::MessageType::Error]);
+    let stats = tx
+        .by_name("sink")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    let errors = bus_errors(&bus);
+    let held = rx
+        .by_name("src")
+        .unwrap()
+        .property::<gst::Structure>("stats");
+    tx.set_state(gst::State::Null).unwrap();
+    rx.set_state(gst::State::Null).unwrap();
+    println!("{stats}\n{held}");
+    assert!(errors.is_empty(), "{errors:?}");
+    let get = |f: &str| stats.get::<u64>(f).unwrap();
+    let expired_in_queue = get("dropped-expired") - get("dropped-late-on-arrival");
+    assert!(
+        expired_in_queue > 0,
+        "the stalled receiver's back-pressure made units expire at the sender: {stats}"
+    );
+    // The source pushed what appsink took (one buffer, and the one it blocks on).
+    assert!(held.get::<u64>("buffers").unwrap() <= 2, "{held}");
+}
