@@ -28,6 +28,15 @@ install_system_packages() {
   [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
   # ffmpeg and ffprobe decode the encoded-video tests' gated streams (lowtide-media, issue 31).
   command -v ffmpeg >/dev/null || missing+=(ffmpeg)
+  # GStreamer 1.22 (Debian 12) for the plugin crates/lowtide-gst: the -dev packages to build
+  # it (the workspace does not build without them), the tools (gst-inspect-1.0) and the
+  # encoders, parsers and decoders its element tests run (x264enc, vp8enc, avdec_h264, ...).
+  local pkg
+  for pkg in gstreamer1.0-tools libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev \
+    gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
+    gstreamer1.0-plugins-ugly gstreamer1.0-libav; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} (apt-get)" >&2
     apt-get update -qq

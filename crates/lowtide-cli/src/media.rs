@@ -139,35 +139,10 @@ pub struct RecvArgs {
 /// Sessions served at once; a further peer waits in the listen backlog.
 const MAX_SESSIONS: usize = 16;
 
-/// Parses `tcp`, `min-buf:1,3`, `notsent-lowat:4344`, `pace-a:3`.
+/// Parses `tcp`, `min-buf:1,3`, `notsent-lowat:4344`, `pace-a:3` (`ControllerConfig`'s
+/// `FromStr`, shared with the GStreamer sink's `controller` property).
 pub fn parse_controller(s: &str) -> anyhow::Result<ControllerConfig> {
-    let (name, arg) = s.split_once(':').unwrap_or((s, ""));
-    let num = |v: &str| -> anyhow::Result<u32> {
-        v.trim()
-            .parse()
-            .with_context(|| format!("{v:?} in --controller {s} is not a whole number"))
-    };
-    Ok(match name {
-        "tcp" | "unlimited" => ControllerConfig::Unlimited,
-        "min-buf" => {
-            let (a, b) = arg
-                .split_once(',')
-                .unwrap_or((if arg.is_empty() { "1" } else { arg }, "3"));
-            ControllerConfig::MinBuf {
-                a: num(a)?,
-                b: num(b)?,
-            }
-        }
-        "notsent-lowat" => ControllerConfig::NotsentLowat {
-            bytes: num(if arg.is_empty() { "4344" } else { arg })?,
-        },
-        "pace-a" => ControllerConfig::PaceA {
-            b: num(if arg.is_empty() { "3" } else { arg })?,
-        },
-        _ => {
-            anyhow::bail!("--controller {s}: use tcp, min-buf:A,B, notsent-lowat:BYTES or pace-a:B")
-        }
-    })
+    s.parse::<ControllerConfig>().map_err(anyhow::Error::msg)
 }
 
 pub fn send(args: SendArgs) -> anyhow::Result<i32> {

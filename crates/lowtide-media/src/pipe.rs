@@ -12,6 +12,10 @@
 //! The receiver writes what its gate passes, in decode order. A keyframe request goes to the
 //! caller's `on_request`: with a pipe there is no encoder to ask, so the command line only
 //! counts and logs it; a library user with an encoder forwards it.
+//!
+//! A caller that has access units rather than a byte stream (the GStreamer elements of
+//! `lowtide-gst`: one buffer per unit) uses the same pieces: [`StreamSender`] for the sending
+//! end (it drives the channel's events itself), [`receive_units`] for the receiving end.
 
 use std::time::{Duration, Instant};
 
@@ -19,10 +23,12 @@ use lowtide::{CancelReason, Channel, Event, Message, MessageId, Received, Stream
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::encoded::input::{InputError, InputFormat, UnitReader};
-use crate::encoded::receiver::{EncodedReceiver, ReceiveError, ReceiverCounters};
+use crate::encoded::receiver::{EncodedReceiver, OutputUnit, ReceiveError, ReceiverCounters};
 use crate::encoded::sender::{Admit, EncodedSender, Outgoing, SenderConfig, SenderCounters};
 use crate::encoded::wire::StreamStart;
-use crate::encoded::{Codec, DropCounters, DropReason, KeyframeRequest, DEFAULT_MAX_NAL};
+use crate::encoded::{
+    AccessUnit, Codec, DropCounters, DropReason, KeyframeRequest, DEFAULT_MAX_NAL,
+};
 
 /// Why a pipe stopped.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +49,9 @@ pub enum PipeError {
     /// The channel failed or closed early.
     #[error(transparent)]
     Transport(#[from] lowtide::Error),
+    /// The consumer of [`receive_units`] dropped its end of the queue.
+    #[error("the consumer of the received units went away")]
+    ConsumerGone,
     /// The channel ended while messages were still in flight.
     #[error("the channel closed with {0} units in flight")]
     Closed(usize),
@@ -92,16 +101,45 @@ fn message(m: Outgoing) -> Message {
     msg
 }
 
-/// One sender: its stream, state and whether the start message went out.
-struct Sending<'a> {
-    ch: &'a Channel,
+/// One encoded stream's sending end on a channel: [`EncodedSender`] applied to a lowtide
+/// stream. [`send_encoded`] drives it from a byte stream; a caller that has access units
+/// already (a GStreamer sink, one buffer per unit) drives it itself, in this order:
+/// [`Self::open`], [`Self::start`] once the codec is known, [`Self::send_units`] for each
+/// batch, [`Self::handle_event`] for each of the channel's events (the caller owns
+/// `next_event`), and at the end [`Self::finish`].
+#[derive(Debug)]
+pub struct StreamSender {
+    ch: Channel,
     stream: u64,
     state: EncodedSender<MessageId>,
     started: bool,
 }
 
-impl Sending<'_> {
-    fn event(&mut self, e: Event) -> Result<(), lowtide::Error> {
+impl StreamSender {
+    /// Opens a stream on `ch` for an encoded stream scheduled by `cfg`.
+    pub fn open(ch: &Channel, cfg: SenderConfig) -> Result<Self, lowtide::Error> {
+        Ok(Self {
+            ch: ch.clone(),
+            stream: ch.open_stream(StreamConfig::default())?,
+            state: EncodedSender::new(cfg),
+            started: false,
+        })
+    }
+
+    /// The sans-IO state: counters, drops, whether the stream is broken (a reference was
+    /// dropped: ask the encoder for a keyframe).
+    pub fn state(&self) -> &EncodedSender<MessageId> {
+        &self.state
+    }
+
+    /// Whether the start message went out.
+    pub fn is_started(&self) -> bool {
+        self.started
+    }
+
+    /// Applies one of the channel's events: a unit cancelled or expired cancels the queued
+    /// units that depend on it, and the receiver is told.
+    pub fn handle_event(&mut self, e: Event) -> Result<(), lowtide::Error> {
         match e {
             Event::Written { id, .. } => self.state.written(id),
             Event::Cancelled { id, reason, .. } => {
@@ -126,37 +164,61 @@ impl Sending<'_> {
         Ok(())
     }
 
-    fn start(&mut self, reader: &UnitReader) -> Result<(), lowtide::Error> {
+    /// Sends the stream's start message (once; later calls do nothing).
+    pub fn start(&mut self, start: &StreamStart) -> Result<(), lowtide::Error> {
         if self.started {
             return Ok(());
         }
-        let Some(codec) = reader.codec() else {
-            return Ok(());
-        };
-        let start = StreamStart {
-            codec,
-            ivf: reader.ivf_header(),
-        };
-        let m = EncodedSender::<MessageId>::start_message(&start);
+        let m = EncodedSender::<MessageId>::start_message(start);
         self.ch.send(self.stream, message(m))?;
         self.started = true;
         Ok(())
     }
 
-    fn units(
+    /// Sends `units` (read at `now`) or drops them by rule; [`Self::start`] must have been
+    /// called. Returns the reasons of the units not sent, in order.
+    pub fn send_units(
         &mut self,
-        reader: &UnitReader,
-        units: Vec<crate::encoded::AccessUnit>,
+        units: impl IntoIterator<Item = AccessUnit>,
         now: Instant,
-    ) -> Result<(), lowtide::Error> {
+    ) -> Result<Vec<DropReason>, lowtide::Error> {
+        let mut skipped = Vec::new();
         for u in units {
-            self.start(reader)?;
-            if let Admit::Send(m) = self.state.admit(&u, now, self.ch.queued_bytes()) {
-                let id = self.ch.send(self.stream, message(m))?;
-                self.state.queued(id);
+            match self.state.admit(&u, now, self.ch.queued_bytes()) {
+                Admit::Send(m) => {
+                    let id = self.ch.send(self.stream, message(m))?;
+                    self.state.queued(id);
+                }
+                Admit::Skip(reason) => skipped.push(reason),
             }
         }
-        self.notices()
+        self.notices()?;
+        Ok(skipped)
+    }
+
+    /// The end of the stream: waits until every message is written or dropped, sends the end
+    /// message and waits up to `ack_wait` for the receiver's acknowledgements. Returns
+    /// whether everything written was acknowledged.
+    pub async fn finish(&mut self, ack_wait: Duration) -> Result<bool, PipeError> {
+        loop {
+            self.ch.flush().await?;
+            for e in self.ch.drain_events() {
+                self.handle_event(e)?;
+            }
+            if self.state.in_flight() == 0 && self.ch.queued_bytes() == 0 {
+                break;
+            }
+            // Fates not published yet: wait for the next event rather than spin.
+            match tokio::time::timeout(Duration::from_millis(100), self.ch.next_event()).await {
+                Ok(Some(e)) => self.handle_event(e)?,
+                Ok(None) => return Err(closed(&self.ch, self.state.in_flight())),
+                Err(_) => {}
+            }
+        }
+        let end = self.state.end_message();
+        self.ch.send(self.stream, message(end))?;
+        self.ch.flush().await?;
+        Ok(wait_acked(&self.ch, ack_wait).await)
     }
 }
 
@@ -167,57 +229,39 @@ pub async fn send_encoded<R: AsyncRead + Unpin>(
     mut input: R,
     opts: SendOptions,
 ) -> Result<SendReport, PipeError> {
-    let mut s = Sending {
-        ch,
-        stream: ch.open_stream(StreamConfig::default())?,
-        state: EncodedSender::new(opts.sender),
-        started: false,
-    };
+    let mut s = StreamSender::open(ch, opts.sender)?;
     let mut reader = UnitReader::new(opts.format, opts.max_unit);
     let mut buf = vec![0u8; 64 << 10];
-    let mut eof = false;
     loop {
         tokio::select! {
             biased;
             e = ch.next_event() => match e {
-                Some(e) => s.event(e)?,
+                Some(e) => s.handle_event(e)?,
                 None => return Err(closed(ch, s.state.in_flight())),
             },
-            n = input.read(&mut buf), if !eof => {
+            n = input.read(&mut buf) => {
                 let n = n.map_err(PipeError::Read)?;
                 let now = Instant::now();
-                let units = if n == 0 {
-                    eof = true;
+                let eof = n == 0;
+                let units = if eof {
                     reader.finish()?
                 } else {
                     reader.push(&buf[..n], now)?
                 };
-                s.units(&reader, units, now)?;
+                if let Some(codec) = reader.codec() {
+                    s.start(&StreamStart {
+                        codec,
+                        ivf: reader.ivf_header(),
+                    })?;
+                }
+                s.send_units(units, now)?;
                 if eof {
-                    s.start(&reader)?;
-                }
-            }
-            r = ch.flush(), if eof => {
-                r?;
-                for e in ch.drain_events() {
-                    s.event(e)?;
-                }
-                if s.state.in_flight() == 0 && ch.queued_bytes() == 0 {
                     break;
-                }
-                // Fates not published yet: wait for the next event rather than spin.
-                match tokio::time::timeout(Duration::from_millis(100), ch.next_event()).await {
-                    Ok(Some(e)) => s.event(e)?,
-                    Ok(None) => return Err(closed(ch, s.state.in_flight())),
-                    Err(_) => {}
                 }
             }
         }
     }
-    let end = s.state.end_message();
-    ch.send(s.stream, message(end))?;
-    ch.flush().await?;
-    let all_acked = wait_acked(ch, opts.ack_wait).await;
+    let all_acked = s.finish(opts.ack_wait).await?;
     Ok(SendReport {
         format: reader.format(),
         codec: reader.codec(),
@@ -291,9 +335,64 @@ pub async fn receive_encoded<W: AsyncWrite + Unpin>(
     first: Option<Received>,
     mut output: W,
     opts: ReceiveOptions,
-    mut on_request: impl FnMut(KeyframeRequest),
+    on_request: impl FnMut(KeyframeRequest),
 ) -> Result<ReceiveReport, PipeError> {
-    let mut r = EncodedReceiver::new(opts.max_held_bytes, opts.request_interval);
+    let r = EncodedReceiver::new(opts.max_held_bytes, opts.request_interval);
+    let report = receive_with(ch, first, r, on_request, Output::Bytes(&mut output)).await?;
+    output.flush().await.map_err(PipeError::Write)?;
+    Ok(report)
+}
+
+/// [`receive_encoded`] for a consumer that takes units, not bytes: each unit the gate
+/// passes goes to `units` in decode order ([`EncodedReceiver::unit_output`]). While `units`
+/// is full nothing more is read from the channel, so a consumer that stops taking units
+/// stops the reads and TCP's flow control pushes back to the sender. A closed `units` ends
+/// the stream with [`PipeError::ConsumerGone`].
+pub async fn receive_units(
+    ch: &Channel,
+    first: Option<Received>,
+    opts: ReceiveOptions,
+    on_request: impl FnMut(KeyframeRequest),
+    units: &tokio::sync::mpsc::Sender<OutputUnit>,
+) -> Result<ReceiveReport, PipeError> {
+    let r = EncodedReceiver::new(opts.max_held_bytes, opts.request_interval).unit_output();
+    receive_with(
+        ch,
+        first,
+        r,
+        on_request,
+        Output::<tokio::io::Sink>::Units(units),
+    )
+    .await
+}
+
+/// Where a receiver's output goes.
+enum Output<'a, W> {
+    Bytes(&'a mut W),
+    Units(&'a tokio::sync::mpsc::Sender<OutputUnit>),
+}
+
+impl<W: AsyncWrite + Unpin> Output<'_, W> {
+    async fn drain(&mut self, r: &mut EncodedReceiver) -> Result<(), PipeError> {
+        match self {
+            Output::Bytes(w) => write(w, r.take_output()).await,
+            Output::Units(tx) => {
+                for u in r.take_units() {
+                    tx.send(u).await.map_err(|_| PipeError::ConsumerGone)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn receive_with<W: AsyncWrite + Unpin>(
+    ch: &Channel,
+    first: Option<Received>,
+    mut r: EncodedReceiver,
+    mut on_request: impl FnMut(KeyframeRequest),
+    mut out: Output<'_, W>,
+) -> Result<ReceiveReport, PipeError> {
     let mut next = first;
     loop {
         let wake = r.poll_timeout().map(tokio::time::Instant::from_std);
@@ -309,7 +408,7 @@ pub async fn receive_encoded<W: AsyncWrite + Unpin>(
             Some(Some(m)) => r.handle(m.received_at.min(now), &m.data)?,
             Some(None) => {
                 r.finish(now);
-                write(&mut output, r.take_output()).await?;
+                out.drain(&mut r).await?;
                 break;
             }
             None => {}
@@ -317,12 +416,11 @@ pub async fn receive_encoded<W: AsyncWrite + Unpin>(
         if let Some(req) = r.poll_keyframe_request(now) {
             on_request(req);
         }
-        write(&mut output, r.take_output()).await?;
+        out.drain(&mut r).await?;
         if r.is_done() {
             break;
         }
     }
-    output.flush().await.map_err(PipeError::Write)?;
     if r.is_done() {
         // The sender closes once it has our acknowledgements of the last messages; closing
         // first could cut them off. Wait for it, a bounded time.

@@ -111,7 +111,19 @@ pub struct EncodedReceiver {
     /// The number of units, from the end message.
     end: Option<u64>,
     out: Vec<u8>,
+    /// `Some` in unit mode ([`Self::unit_output`]): the units passed, not yet taken.
+    units: Option<Vec<OutputUnit>>,
     counters: ReceiverCounters,
+}
+
+/// A unit the gate passed, for a consumer that wants units rather than a byte stream (a
+/// GStreamer source pushes one buffer per unit): [`EncodedReceiver::unit_output`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputUnit {
+    pub header: UnitHeader,
+    /// The unit's bytes as the sender's reader produced them (Annex-B NAL units each behind
+    /// a 4-byte start code; a VP8/VP9 frame or an AV1 temporal unit).
+    pub data: Vec<u8>,
 }
 
 impl EncodedReceiver {
@@ -128,8 +140,21 @@ impl EncodedReceiver {
             max_held_bytes,
             end: None,
             out: Vec::new(),
+            units: None,
             counters: ReceiverCounters::default(),
         }
+    }
+
+    /// The same receiver handing out the units it passes one by one
+    /// ([`Self::take_units`]) instead of a byte stream ([`Self::take_output`] stays empty).
+    pub fn unit_output(mut self) -> Self {
+        self.units = Some(Vec::new());
+        self
+    }
+
+    /// In unit mode, the units passed since the last call, in decode order.
+    pub fn take_units(&mut self) -> Vec<OutputUnit> {
+        self.units.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The stream's start message, once received.
@@ -200,6 +225,11 @@ impl EncodedReceiver {
                 self.end = Some(units);
                 self.finish(now);
             }
+            WireMessage::KeyframeRequest(_) => {
+                return Err(ReceiveError::OutOfSequence(
+                    "a keyframe request, which goes to a sender",
+                ));
+            }
         }
         self.release(now);
         Ok(())
@@ -231,15 +261,20 @@ impl EncodedReceiver {
             Slot::Unit(h, data) => {
                 self.held_bytes -= data.len();
                 if self.gate.receive(now, h.info) == Verdict::Decode {
-                    self.write(&h, &data);
+                    self.write(&h, data);
                 }
             }
         }
         self.next = self.next.saturating_add(1);
     }
 
-    fn write(&mut self, h: &UnitHeader, data: &[u8]) {
+    fn write(&mut self, h: &UnitHeader, data: Vec<u8>) {
         self.counters.written += 1;
+        if let Some(units) = &mut self.units {
+            units.push(OutputUnit { header: *h, data });
+            return;
+        }
+        let data = &data[..];
         match self.start.and_then(|s| s.ivf) {
             Some(ivf) => {
                 if !self.wrote_header {
@@ -382,7 +417,7 @@ mod tests {
         #[test]
         fn arbitrary_messages_never_panic_and_stay_bounded(
             msgs in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), 0..40),
-            tags in proptest::collection::vec(0x20u8..=0x23, 40),
+            tags in proptest::collection::vec(0x20u8..=0x24, 40),
         ) {
             let now = Instant::now();
             let mut r = EncodedReceiver::new(64, Duration::from_millis(100));
@@ -400,6 +435,32 @@ mod tests {
             r.finish(now);
             proptest::prop_assert_eq!(r.held_bytes(), 0);
         }
+    }
+
+    #[test]
+    fn unit_output_hands_out_units_with_their_headers() {
+        use FrameKind::*;
+        let now = Instant::now();
+        let mut r = EncodedReceiver::new(1 << 20, Duration::from_millis(100)).unit_output();
+        r.handle(now, &start()).unwrap();
+        r.handle(now, &unit(1, Reference)).unwrap();
+        r.handle(now, &unit(0, Keyframe)).unwrap();
+        let units = r.take_units();
+        let got: Vec<(u64, FrameKind, Vec<u8>)> = units
+            .into_iter()
+            .map(|u| (u.header.info.index, u.header.info.kind, u.data))
+            .collect();
+        assert_eq!(got, [(0, Keyframe, vec![0]), (1, Reference, vec![1])]);
+        assert!(r.take_output().is_empty());
+        assert!(r.take_units().is_empty());
+        let request = crate::encoded::wire::encode_keyframe_request(&KeyframeRequest {
+            reason: crate::encoded::RequestReason::NoKeyframeYet,
+            dropped_since: 0,
+        });
+        assert!(matches!(
+            r.handle(now, &request),
+            Err(ReceiveError::OutOfSequence(_))
+        ));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //!                | capture_us u64 | [pts u64, if flags & PTS] | the unit's bytes
 //! dropped:  0x22 | count u16 | count × (index u64 | kind u8 | temporal_id u8 | flags u8)
 //! end:      0x23 | units u64
+//! keyframe: 0x24 | reason u8 | index u64 | dropped_since u64      (receiver to sender)
 //! ```
 //!
 //! - `codec`: 1 H.264, 2 H.265, 3 VP8, 4 VP9, 5 AV1. `kind`: 0 parameter sets, 1 keyframe,
@@ -22,6 +23,9 @@
 //!   come and what they were ([`UnitInfo`]), so its gate breaks only what depends on them;
 //!   without it a gap would count as a lost reference. `end` gives the number of units the
 //!   stream had, so the receiver knows the last one and can stop.
+//! - `keyframe` goes the other way, on a stream the receiver opens: its gate's
+//!   [`KeyframeRequest`] for the sender's encoder (`reason` 0: no keyframe yet, 1: reference
+//!   unit `index` was lost; `index` is 0 for reason 0).
 //!
 //! # When decoding fails
 //! [`decode`] never panics: a message shorter than its fixed part or its `count`, an unknown
@@ -29,7 +33,7 @@
 //! 1, or an IVF header that [`IvfHeader::parse`] refuses is a [`WireError`] naming the field.
 
 use super::ivf::{IvfError, IvfHeader, IVF_HEADER_LEN};
-use super::{Codec, FrameKind, UnitInfo};
+use super::{Codec, FrameKind, KeyframeRequest, RequestReason, UnitInfo};
 
 /// Tag of the stream's first message.
 pub const TAG_START: u8 = 0x20;
@@ -39,6 +43,8 @@ pub const TAG_UNIT: u8 = 0x21;
 pub const TAG_DROPPED: u8 = 0x22;
 /// Tag of the stream's last message.
 pub const TAG_END: u8 = 0x23;
+/// Tag of a keyframe request (receiver to sender).
+pub const TAG_KEYFRAME_REQUEST: u8 = 0x24;
 /// The header version this module writes and reads.
 pub const VERSION: u8 = 1;
 /// A unit message's header without the optional `pts`.
@@ -58,7 +64,8 @@ pub enum WireError {
     /// The message ends inside `what`.
     #[error("encoded-video message of {len} bytes ends inside its {what}")]
     Short { what: &'static str, len: usize },
-    /// A tag none of [`TAG_START`], [`TAG_UNIT`], [`TAG_DROPPED`], [`TAG_END`].
+    /// A tag none of [`TAG_START`], [`TAG_UNIT`], [`TAG_DROPPED`], [`TAG_END`],
+    /// [`TAG_KEYFRAME_REQUEST`].
     #[error("unknown encoded-video message tag {0:#04x} (not an encoded-video stream?)")]
     UnknownTag(u8),
     /// A start message of another version.
@@ -70,6 +77,9 @@ pub enum WireError {
     /// A kind byte outside 0..=3.
     #[error("unknown frame kind {0}")]
     UnknownKind(u8),
+    /// A keyframe request's reason byte outside 0..=1.
+    #[error("unknown keyframe request reason {0}")]
+    UnknownReason(u8),
     /// Flag bits that are not defined.
     #[error("undefined flag bits {0:#04x}")]
     UnknownFlags(u8),
@@ -108,6 +118,7 @@ pub enum WireMessage<'a> {
     Unit(UnitHeader, &'a [u8]),
     Dropped(Vec<UnitInfo>),
     End { units: u64 },
+    KeyframeRequest(KeyframeRequest),
 }
 
 fn codec_byte(c: Codec) -> u8 {
@@ -230,6 +241,25 @@ pub fn encode_dropped(units: &[UnitInfo]) -> Vec<u8> {
 pub fn encode_end(units: u64) -> Vec<u8> {
     let mut out = vec![TAG_END];
     out.extend_from_slice(&units.to_be_bytes());
+    out
+}
+
+/// Encodes a keyframe request (the receiver's, for the sender).
+///
+/// ```
+/// use lowtide_media::encoded::wire::{decode, encode_keyframe_request, WireMessage};
+/// use lowtide_media::encoded::{KeyframeRequest, RequestReason};
+/// let r = KeyframeRequest { reason: RequestReason::ReferenceLost { index: 41 }, dropped_since: 3 };
+/// assert_eq!(decode(&encode_keyframe_request(&r)), Ok(WireMessage::KeyframeRequest(r)));
+/// ```
+pub fn encode_keyframe_request(r: &KeyframeRequest) -> Vec<u8> {
+    let (reason, index) = match r.reason {
+        RequestReason::ReferenceLost { index } => (1, index),
+        _ => (0, 0),
+    };
+    let mut out = vec![TAG_KEYFRAME_REQUEST, reason];
+    out.extend_from_slice(&index.to_be_bytes());
+    out.extend_from_slice(&r.dropped_since.to_be_bytes());
     out
 }
 
@@ -357,6 +387,20 @@ pub fn decode(bytes: &[u8]) -> Result<WireMessage<'_>, WireError> {
         TAG_END => Ok(WireMessage::End {
             units: c.u64("unit count")?,
         }),
+        TAG_KEYFRAME_REQUEST => {
+            let reason = c.u8("reason")?;
+            let index = c.u64("index")?;
+            let dropped_since = c.u64("dropped count")?;
+            let reason = match reason {
+                0 => RequestReason::NoKeyframeYet,
+                1 => RequestReason::ReferenceLost { index },
+                r => return Err(WireError::UnknownReason(r)),
+            };
+            Ok(WireMessage::KeyframeRequest(KeyframeRequest {
+                reason,
+                dropped_since,
+            }))
+        }
         t => Err(WireError::UnknownTag(t)),
     }
 }
@@ -411,6 +455,14 @@ mod tests {
             Ok(WireMessage::Dropped(dropped))
         );
         assert_eq!(decode(&encode_end(61)), Ok(WireMessage::End { units: 61 }));
+        let first = KeyframeRequest {
+            reason: RequestReason::NoKeyframeYet,
+            dropped_since: 0,
+        };
+        assert_eq!(
+            decode(&encode_keyframe_request(&first)),
+            Ok(WireMessage::KeyframeRequest(first))
+        );
     }
 
     #[test]
@@ -418,6 +470,36 @@ mod tests {
         let short = |what| WireError::Short { what, len: 0 };
         assert_eq!(decode(&[]), Err(short("tag")));
         assert_eq!(decode(&[0x01, 0, 0]), Err(WireError::UnknownTag(1)));
+        assert_eq!(
+            decode(&[
+                TAG_KEYFRAME_REQUEST,
+                2,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0
+            ]),
+            Err(WireError::UnknownReason(2))
+        );
+        assert_eq!(
+            decode(&[TAG_KEYFRAME_REQUEST, 1, 0]),
+            Err(WireError::Short {
+                what: "index",
+                len: 3
+            })
+        );
         assert_eq!(decode(&[TAG_START, 2, 1, 0]), Err(WireError::Version(2)));
         assert_eq!(
             decode(&[TAG_START, 1, 9, 0]),
@@ -482,7 +564,7 @@ mod tests {
 
         #[test]
         fn arbitrary_bytes_after_each_tag_never_panic(
-            tag in TAG_START..=TAG_END,
+            tag in TAG_START..=TAG_KEYFRAME_REQUEST,
             rest in proptest::collection::vec(any::<u8>(), 0..96),
         ) {
             let mut m = vec![tag];

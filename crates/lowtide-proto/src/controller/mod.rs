@@ -439,6 +439,53 @@ impl Default for ControllerConfig {
     }
 }
 
+/// The names the command line and the GStreamer sink accept: `tcp` or `unlimited`,
+/// `min-buf[:A,B]` (also `minbuf`; default 1,3), `notsent-lowat[:BYTES]` (default 4344),
+/// `pace-a[:B]` (default 3). The error names what is wrong and what is allowed.
+///
+/// ```
+/// use lowtide_proto::ControllerConfig;
+/// assert_eq!("unlimited".parse(), Ok(ControllerConfig::Unlimited));
+/// assert_eq!("minbuf".parse(), Ok(ControllerConfig::MinBuf { a: 1, b: 3 }));
+/// assert_eq!("min-buf:2,5".parse(), Ok(ControllerConfig::MinBuf { a: 2, b: 5 }));
+/// assert_eq!("notsent-lowat".parse(), Ok(ControllerConfig::NotsentLowat { bytes: 4344 }));
+/// let e = "bbr".parse::<ControllerConfig>().unwrap_err();
+/// assert!(e.contains("tcp, min-buf:A,B"), "{e}");
+/// assert!("min-buf:x".parse::<ControllerConfig>().unwrap_err().contains("\"x\""));
+/// ```
+impl std::str::FromStr for ControllerConfig {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, arg) = s.split_once(':').unwrap_or((s, ""));
+        let num = |v: &str| -> Result<u32, String> {
+            v.trim()
+                .parse()
+                .map_err(|_| format!("{v:?} in controller {s} is not a whole number"))
+        };
+        let or = |v: &'static str| if arg.is_empty() { v } else { arg };
+        Ok(match name {
+            "tcp" | "unlimited" => ControllerConfig::Unlimited,
+            "min-buf" | "minbuf" | "min_buf" => {
+                let (a, b) = arg.split_once(',').unwrap_or((or("1"), "3"));
+                ControllerConfig::MinBuf {
+                    a: num(a)?,
+                    b: num(b)?,
+                }
+            }
+            "notsent-lowat" => ControllerConfig::NotsentLowat {
+                bytes: num(or("4344"))?,
+            },
+            "pace-a" => ControllerConfig::PaceA { b: num(or("3"))? },
+            _ => {
+                return Err(format!(
+                    "controller {s}: use tcp, min-buf:A,B, notsent-lowat:BYTES or pace-a:B"
+                ))
+            }
+        })
+    }
+}
+
 impl ControllerConfig {
     /// Checks the parameters.
     ///
