@@ -14,6 +14,7 @@
 //! stop_s = 30.0
 //! congestion_control = "cubic"
 //! direction = "upload"        # or "download": the sink sends
+//! window_bytes = 20000         # uploads: at most this many bytes in flight (ns-2's window_)
 //! target = 0
 //!
 //! [[flow]]
@@ -405,10 +406,10 @@ impl FlowSpec {
                 let (congestion_control, direction) = tcp(self)?;
                 let window = match self.window_bytes {
                     None => None,
-                    Some(_) if direction == Direction::Download => {
+                    Some(w) if direction == Direction::Download => {
                         return Err(invalid(
                             "window_bytes",
-                            format!("{:?}", self.window_bytes.unwrap_or(0)),
+                            w.to_string(),
                             "only for uploads: the sender bounds itself (run a download's \
                              flow from the other host as an upload)"
                                 .to_owned(),

@@ -3,7 +3,7 @@
 //!
 //! A trial is one dumbbell with its cross traffic (forward from sender 0, reverse from a
 //! receiver), the floor probe, and one or more measured streams. Side by side, one trial holds
-//! every variant (ports [`STREAM_PORT`]` + i`), so all see the very same queue; sequentially,
+//! every variant (ports [`STREAM_PORT`](crate::scenario::STREAM_PORT)` + i`), so all see the very same queue; sequentially,
 //! each variant gets its own trial, N runs each, the paper's way.
 //!
 //! The parts: the run folder written and recomputed (`folder.rs`), what it says about how the

@@ -68,7 +68,7 @@ impl RiseWatch {
 
 impl Dbat {
     /// A sample of the send queue (bytes waiting or unacknowledged at the sender) at `now`.
-    /// Updates the average and the phase; a crossing queues a [`CongestionSignal`].
+    /// Updates the average and the phase; a crossing queues a [`CongestionSignal`](super::CongestionSignal).
     ///
     /// ```
     /// use lowtide_proto::controller::{Dbat, DbatConfig};
