@@ -65,8 +65,9 @@ pub(crate) use error::{check_name_and_topology, check_range, check_tcp_sysctls, 
 pub use sweep::{FpsGoal, Overrides, SweepConfig, MAX_SWEEP_VALUES};
 pub use variant::{PaperNumbers, Variant};
 
-/// Variants per scenario at most (each side-by-side variant is one more stream in the queue).
-pub const MAX_VARIANTS: usize = 9;
+/// Variants per scenario at most (each side-by-side variant is one more stream in the queue;
+/// the report has ten colours besides the floor's grey).
+pub const MAX_VARIANTS: usize = 10;
 /// Runs per mode at most.
 pub const MAX_RUNS: u32 = 100;
 /// Shortest and longest run, seconds.
