@@ -26,7 +26,7 @@ install_system_packages() {
   command -v cc >/dev/null || missing+=(gcc libc6-dev)
   command -v pkg-config >/dev/null || missing+=(pkgconf)
   [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
-  # ffmpeg and ffprobe decode the encoded-video tests' gated streams (lowtide-media, issue 31).
+  # ffmpeg and ffprobe decode the encoded-video tests' gated streams (lowtide-media).
   command -v ffmpeg >/dev/null || missing+=(ffmpeg)
   # GStreamer 1.22 (Debian 12) for the plugin crates/lowtide-gst: the -dev packages to build
   # it (the workspace does not build without them), the tools (gst-inspect-1.0) and the
