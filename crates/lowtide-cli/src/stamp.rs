@@ -18,8 +18,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use clap::Args;
+use lowtide_lab::summary::LatencySummary;
 use lowtide_media::encoded::input::{InputFormat, UnitReader};
-use lowtide_media::encoded::{stamp, AccessUnit, Codec};
+use lowtide_media::encoded::{stamp, Codec};
 
 #[derive(Args)]
 pub struct StampArgs {
@@ -102,7 +103,9 @@ pub fn run(args: StampArgs) -> anyhow::Result<i32> {
                 }
                 None => {
                     stamped += u64::from(stamp::stamp(&mut u, at));
-                    write_unit(&mut output, &u)?;
+                    output
+                        .write_all(&u.data)
+                        .context("writing standard output")?;
                 }
             }
         }
@@ -113,26 +116,23 @@ pub fn run(args: StampArgs) -> anyhow::Result<i32> {
     }
     if let Some(mut f) = log {
         f.flush()?;
-        latencies.sort_by(f64::total_cmp);
-        let q = |p: f64| {
-            latencies
-                .get(((latencies.len() as f64 * p).ceil() as usize).saturating_sub(1))
-                .map_or("no data".to_owned(), |v| format!("{v:.1} ms"))
+        // The lab's percentiles (`LatencySummary`): one convention, "no data" without samples.
+        let s = LatencySummary::of(&latencies);
+        let latency = if s.count == 0 {
+            "latency: no data".to_owned()
+        } else {
+            format!(
+                "latency p50 {} ms, p99 {} ms, max {} ms",
+                s.show("p50", 1),
+                s.show("p99", 1),
+                s.show("max", 1)
+            )
         };
-        eprintln!(
-            "lowtide stamp: {stamped} of {units} units stamped; latency p50 {}, p99 {}, max {}",
-            q(0.5),
-            q(0.99),
-            q(1.0)
-        );
+        eprintln!("lowtide stamp: {stamped} of {units} units stamped; {latency}");
     } else {
         eprintln!("lowtide stamp: {stamped} of {units} units stamped");
     }
     Ok(0)
-}
-
-fn write_unit(out: &mut impl Write, u: &AccessUnit) -> anyhow::Result<()> {
-    out.write_all(&u.data).context("writing standard output")
 }
 
 #[cfg(test)]

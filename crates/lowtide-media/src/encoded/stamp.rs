@@ -16,6 +16,8 @@
 
 use super::access_unit::AccessUnit;
 use super::annexb::{write_nal, AnnexBSplitter};
+use super::h264::H264NalHeader;
+use super::h265::H265NalHeader;
 use super::Codec;
 
 /// lowtide's UUID for `user_data_unregistered` (random, version 4).
@@ -43,21 +45,31 @@ pub fn stamp_nal(codec: Codec, capture_us: u64) -> Option<Vec<u8>> {
     Some(nal)
 }
 
-/// Whether a NAL unit (without start code) carries a picture.
+/// A NAL unit's type, from the codec's own header parser (`None`: no header or another codec).
+fn nal_type(codec: Codec, nal: &[u8]) -> Option<u8> {
+    match codec {
+        Codec::H264 => H264NalHeader::parse(nal, 0).ok().map(|h| h.nal_unit_type),
+        Codec::H265 => H265NalHeader::parse(nal, 0).ok().map(|h| h.nal_unit_type),
+        _ => None,
+    }
+}
+
+/// Whether a NAL unit (without start code) carries a picture (H.264 types 1-5, H.265 VCL
+/// types 0-31).
 fn is_picture(codec: Codec, nal: &[u8]) -> bool {
-    match (codec, nal.first()) {
-        (Codec::H264, Some(b)) => matches!(b & 0x1f, 1..=5),
-        (Codec::H265, Some(b)) => (b >> 1) & 0x3f < 32,
+    match (codec, nal_type(codec, nal)) {
+        (Codec::H264, Some(t)) => (1..=5).contains(&t),
+        (Codec::H265, Some(t)) => t < 32,
         _ => false,
     }
 }
 
+/// Whether a NAL unit is SEI (H.264 type 6, H.265 prefix 39 or suffix 40).
 fn is_sei(codec: Codec, nal: &[u8]) -> bool {
-    match (codec, nal.first()) {
-        (Codec::H264, Some(b)) => b & 0x1f == 6,
-        (Codec::H265, Some(b)) => matches!((b >> 1) & 0x3f, 39 | 40),
-        _ => false,
-    }
+    matches!(
+        (codec, nal_type(codec, nal)),
+        (Codec::H264, Some(6)) | (Codec::H265, Some(39 | 40))
+    )
 }
 
 /// The unit's NAL units, without start codes (a unit's data is Annex-B with 4-byte codes).
