@@ -122,7 +122,7 @@ pub fn run(args: StampArgs) -> anyhow::Result<i32> {
             "latency: no data".to_owned()
         } else {
             format!(
-                "latency p50 {} ms, p99 {} ms, max {} ms",
+                "latency in ms: p50 {}, p99 {}, max {}",
                 s.show("p50", 1),
                 s.show("p99", 1),
                 s.show("max", 1)
