@@ -384,3 +384,38 @@ fn a_stamped_stream_decodes_to_the_same_pictures() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// VP8 has no SEI: `lowtide stamp` refuses it with an error naming the codec, exit status 1.
+#[test]
+fn a_stream_without_sei_is_refused_by_stamp() {
+    if !have("ffmpeg") {
+        println!("skipped: ffmpeg not installed");
+        return;
+    }
+    let dir = scratch("stamp-vp8");
+    let ivf = dir.join("in.ivf");
+    run(Command::new("ffmpeg")
+        .args([
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=160x90:rate=30",
+            "-t",
+            "1",
+        ])
+        .args(["-c:v", "libvpx", "-f", "ivf", "-y"])
+        .arg(&ivf));
+    let out = Command::new(LOWTIDE)
+        .arg("stamp")
+        .stdin(std::fs::File::open(&ivf).expect("input"))
+        .stdout(Stdio::null())
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("Vp8 has no SEI"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
