@@ -49,7 +49,8 @@ case "${1:-}" in
   demo)
     need_root demo
     install_system_packages
-    cargo build --release --locked -p lowtide-cli
+    # The GStreamer plugin too: the live-video lab runs gst-launch-1.0 with it.
+    cargo build --release --locked -p lowtide-cli -p lowtide-gst
     shift
     exec ./target/release/lowtide demo "$@"
     ;;
@@ -63,8 +64,9 @@ case "${1:-}" in
     # The API documentation builds without a warning (broken links, private items).
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
     # The LD_PRELOAD library's tests run programs under the .so, which `cargo test` does not
-    # build for them; the C API's library is built too (its test links the examples with cc).
-    cargo build --locked -p lowtide-bwss-preload -p lowtide-ffi
+    # build for them; the C API's library is built too (its test links the examples with cc),
+    # and the GStreamer plugin (the live-video lab test runs gst-launch-1.0 with it).
+    cargo build --locked -p lowtide-bwss-preload -p lowtide-ffi -p lowtide-gst
     # Emulator tests build namespaces and measure timing: one test binary at a time, each
     # test serialised inside its binary by a lock, so two cores are not oversubscribed.
     cargo test --workspace --locked -- --test-threads=2

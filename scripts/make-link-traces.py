@@ -15,6 +15,9 @@ The model, per millisecond (one LTE transmission time interval):
   (retransmissions, other users), capacity earned meanwhile capped as above.
 Each 1500 bytes of delivered capacity is one line (one delivery opportunity). The last line
 is the period, 180000 ms, so every trace loops after 3 minutes.
+
+The step traces (STEPS) are a wired link's capacity changing in one step, with no fading and
+no scheduling: a packet whenever 1500 bytes of capacity have accrued.
 """
 
 import math
@@ -72,6 +75,36 @@ TRACES = [
 ]
 
 
+def step_6_to_1_5(t_ms):
+    """6 Mbit/s, 1.5 Mbit/s from 20 s to 40 s (the live-video scenario's drop)."""
+    return 1.5 if 20_000 <= t_ms % 60_000 < 40_000 else 6.0
+
+
+def step_short(t_ms):
+    """The same step in half the time: 1.5 Mbit/s from 10 s to 20 s (the demo's live video)."""
+    return 1.5 if 10_000 <= t_ms % 30_000 < 20_000 else 6.0
+
+
+STEPS = [
+    ("step-6-1.5-6", step_6_to_1_5, 60_000,
+     "A wired link at 6 Mbit/s that falls to 1.5 Mbit/s at 20 s and returns at 40 s, exact (no fading, no scheduling); loops every 60 s."),
+    ("step-6-1.5-6-short", step_short, 30_000,
+     "The same step in half the time: 1.5 Mbit/s from 10 s to 20 s; loops every 30 s."),
+]
+
+
+def make_exact(base, period_ms):
+    credit = 0.0
+    times = []
+    for t in range(period_ms):
+        credit += base(t) * 1000.0
+        while credit >= PACKET_BITS:
+            credit -= PACKET_BITS
+            times.append(t)
+    times.append(period_ms)
+    return times
+
+
 def gaussian(rng):
     # Box-Muller from random() alone, so the stream is the same in every Python 3.
     u1 = max(rng.random(), 1e-12)
@@ -106,15 +139,15 @@ def make(base, sigma, seed):
     return times
 
 
-def stats(times):
-    per_s = [0] * (PERIOD_MS // 1000)
+def stats(times, period_ms=PERIOD_MS):
+    per_s = [0] * (period_ms // 1000)
     for t in times:
         per_s[min(t // 1000, len(per_s) - 1)] += 1
     mbps = [n * PACKET_BITS / 1e6 for n in per_s]
     gaps = [b - a for a, b in zip(times, times[1:])]
     return {
         "lines": len(times),
-        "mean": len(times) * PACKET_BITS / (PERIOD_MS / 1000.0) / 1e6,
+        "mean": len(times) * PACKET_BITS / (period_ms / 1000.0) / 1e6,
         "min_s": min(mbps),
         "max_s": max(mbps),
         "gap": max(gaps),
@@ -132,13 +165,20 @@ def main():
         s = stats(times)
         rows.append((name, what, s))
         print(f"wrote traces/links/{name}.mahi: {s['lines']} lines, {s['mean']:.2f} Mbit/s mean")
+    for name, base, period_ms, what in STEPS:
+        times = make_exact(base, period_ms)
+        with open(os.path.join(OUT, name + ".mahi"), "w") as f:
+            f.write("".join(f"{t}\n" for t in times))
+        s = stats(times, period_ms)
+        rows.append((name, what, s))
+        print(f"wrote traces/links/{name}.mahi: {s['lines']} lines, {s['mean']:.2f} Mbit/s mean")
     with open(os.path.join(OUT, "README.md"), "w") as f:
         f.write("# Capacity traces (mahimahi format)\n\n")
         f.write("Made by `scripts/make-link-traces.py` (deterministic, seeded; its docstring has the model).\n")
         f.write("Each line is a millisecond at which one 1500-byte packet may leave; repeated lines are\n")
-        f.write("several packets in that millisecond; each trace is 3 minutes long and loops (its last\n")
-        f.write("line, 180000, is the period). Use one as a link's `trace = \"...\"` (see `docs/netem.md`);\n")
-        f.write("`scenarios/cellular.toml` runs the collapse.\n\n")
+        f.write("several packets in that millisecond; a trace loops, its last line is the period (3 minutes\n")
+        f.write("for the cellular ones, 60 s and 30 s for the steps). Use one as a link's `trace = \"...\"` (see\n")
+        f.write("`docs/netem.md`); `scenarios/cellular.toml` runs the collapse, `scenarios/live-video.toml` and the demo the steps.\n\n")
         f.write("| trace | what it models | mean | slowest / fastest second | longest gap | lines in the same ms |\n")
         f.write("| --- | --- | --- | --- | --- | --- |\n")
         for name, what, s in rows:

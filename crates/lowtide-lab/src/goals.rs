@@ -100,11 +100,23 @@ pub enum Metric {
     RateMatchShare,
     /// The same share as first defined: the stream's last second counted too.
     RateMatchShareWithLastSecond,
+    /// p99 latency minus the floor probe's p99: what the stream adds above the network.
+    LatencyP99AboveFloorMs,
+    /// Live video: share of the frames stamped in the window that were decoded.
+    LiveShownShare,
+    /// Live video: decoded frames the decoder marked corrupted (a reference missing).
+    LiveCorruptedFrames,
+    /// Live video: errors and warnings the receiver's GStreamer printed; samples: runs.
+    LiveBusProblems,
+    /// Live video: the 10th percentile of frames shown per second; samples: seconds.
+    LiveFpsP10,
+    /// Live video: the longest time between two decoded frames, ms, worst run.
+    LiveLongestStallMs,
 }
 
 impl Metric {
     /// Every metric, for checks and documentation.
-    pub const ALL: [Metric; 27] = [
+    pub const ALL: [Metric; 33] = [
         Metric::LatencyP50Ms,
         Metric::LatencyP95Ms,
         Metric::LatencyP99Ms,
@@ -132,6 +144,12 @@ impl Metric {
         Metric::RebuffersAfterFirstS,
         Metric::RateMatchShare,
         Metric::RateMatchShareWithLastSecond,
+        Metric::LatencyP99AboveFloorMs,
+        Metric::LiveShownShare,
+        Metric::LiveCorruptedFrames,
+        Metric::LiveBusProblems,
+        Metric::LiveFpsP10,
+        Metric::LiveLongestStallMs,
     ];
 
     /// The name as written in scenario files.
@@ -164,6 +182,12 @@ impl Metric {
             Metric::RebuffersAfterFirstS => "rebuffers_after_first_s",
             Metric::RateMatchShare => "rate_match_share",
             Metric::RateMatchShareWithLastSecond => "rate_match_share_with_last_second",
+            Metric::LatencyP99AboveFloorMs => "latency_p99_above_floor_ms",
+            Metric::LiveShownShare => "live_shown_share",
+            Metric::LiveCorruptedFrames => "live_corrupted_frames",
+            Metric::LiveBusProblems => "live_bus_problems",
+            Metric::LiveFpsP10 => "live_fps_p10",
+            Metric::LiveLongestStallMs => "live_longest_stall_ms",
         }
     }
 
@@ -185,7 +209,23 @@ impl Metric {
                 Measured::new(f(l), l.rate_match_seconds)
             })
         };
+        let live = |f: &dyn Fn(&crate::live_video::LiveSummary) -> Measured| {
+            v.live.as_ref().map_or(Measured::default(), f)
+        };
         match self {
+            Metric::LatencyP99AboveFloorMs => {
+                let f = &floor.latency_ms;
+                Measured::new(l.p99.zip(f.p99).map(|(a, b)| a - b), l.count.min(f.count))
+            }
+            Metric::LiveShownShare => live(&|x| Measured::new(x.shown_share(), x.stamped)),
+            Metric::LiveCorruptedFrames => {
+                live(&|x| Measured::new((x.decoded > 0).then_some(x.corrupted as f64), x.decoded))
+            }
+            Metric::LiveBusProblems => {
+                live(&|x| Measured::new((x.runs > 0).then_some(x.bus_problems as f64), x.runs))
+            }
+            Metric::LiveFpsP10 => live(&|x| Measured::new(x.fps_p10, x.fps_seconds)),
+            Metric::LiveLongestStallMs => live(&|x| Measured::new(x.longest_stall_ms, x.decoded)),
             Metric::LatencyP50Ms => latency(l.p50),
             Metric::LatencyP95Ms => latency(l.p95),
             Metric::LatencyP99Ms => latency(l.p99),

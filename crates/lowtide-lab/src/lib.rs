@@ -36,6 +36,8 @@ pub mod goals;
 pub mod ladder_flow;
 pub mod ladder_report;
 pub mod ladder_seconds;
+pub mod live_video;
+pub mod procs;
 pub mod quality_fairness;
 pub mod quic;
 pub mod rdc;

@@ -65,6 +65,11 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
                 )?);
             }
         }
+        if variants.iter().any(|v| v.live.is_some()) {
+            sections.push(crate::live_video::report::section(
+                dir, tag, mode, &variants, records,
+            )?);
+        }
         if variants.iter().any(|v| v.ladder.is_some()) {
             sections.push(crate::ladder_report::section(
                 dir, tag, mode, &variants, records,

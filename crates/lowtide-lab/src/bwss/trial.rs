@@ -19,12 +19,13 @@ use lowtide_netem::{Dumbbell, Host, RunOptions};
 use lowtide_traffic::cbr::{run_cbr, CbrConfig};
 use lowtide_traffic::Stop;
 
-use super::procs::{Proc, Tools};
+use super::procs::Tools;
 use super::scenario::{
     BwssScenario, BwssVariant, VideoTransport, HTTP_PORT, INTERFERER_PORT, VIDEO_PORT,
 };
 use super::summary::{FlowKind, FlowSeries, VariantRecord};
 use super::tfrc_video::{self, PlayerSecond};
+use crate::procs::Proc;
 use crate::LabError;
 
 /// How long a server or the daemon may take to answer.

@@ -6,7 +6,7 @@
 //! | `windows.csv` | adaptation window of a video variant |
 //! | `adus.csv` | ADU of a conference variant |
 //! | `tcpinfo.csv` | `TCP_INFO` sample of a measured stream's sender socket |
-//! | `trials.json` | emulated network: its variants, what the bottleneck did, the floor probe's sender, costs, counters, bit-rate ladder records (rates per second, switches, rebuffers) |
+//! | `trials.json` | emulated network: its variants, what the bottleneck did, the floor probe's sender, costs, counters, bit-rate ladder records (rates per second, switches, rebuffers), live-video records (frames and encoder rate per second, drops) |
 //!
 //! Every row names its trial (the index in `trials.json`), so trials rebuild exactly.
 //! Times are rounded to the microsecond when recorded ([`round_us`]), so the CSV holds the
@@ -87,6 +87,8 @@ struct TrialMeta {
     conference_sent: Vec<(String, ConferenceSent)>,
     #[serde(default)]
     ladder: Vec<(String, crate::ladder_flow::LadderRecord)>,
+    #[serde(default)]
+    live: Vec<(String, crate::live_video::LiveRecord)>,
 }
 
 fn io(what: String) -> impl FnOnce(csv::Error) -> LabError {
@@ -162,6 +164,7 @@ pub fn write_records(dir: &Path, records: &[TrialRecord]) -> Result<(), LabError
                 .collect(),
             conference_sent: r.conference_sent.clone(),
             ladder: r.ladder.clone(),
+            live: r.live.clone(),
         });
     }
     let flushed = |w: &mut csv::Writer<std::fs::File>, name: &str| {
@@ -224,6 +227,7 @@ pub fn read_records(dir: &Path) -> Result<Vec<TrialRecord>, LabError> {
             network: m.network,
             conference_sent: m.conference_sent,
             ladder: m.ladder,
+            live: m.live,
             ..TrialRecord::default()
         })
         .collect();

@@ -62,6 +62,8 @@ pub struct TrialRecord {
     pub delivery_errors: Vec<(String, DeliveryErrors)>,
     /// Bit-rate ladder variants: name → rates per second, switches, rebuffers.
     pub ladder: Vec<(String, crate::ladder_flow::LadderRecord)>,
+    /// Live-video variants: name → frames per second, encoder rate, drops, decoder problems.
+    pub live: Vec<(String, crate::live_video::LiveRecord)>,
     /// What the bottleneck did.
     pub network: TrialNetwork,
 }
@@ -286,6 +288,9 @@ pub struct VariantSummary {
     /// Bit-rate ladder variants: switches, rebuffers, rate match (Hasan et al.).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub ladder: Option<ladder::LadderSummary>,
+    /// Live-video variants: frames shown, dropped, per second; decoder problems.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<crate::live_video::LiveSummary>,
     pub paper: Option<PaperNumbers>,
 }
 
@@ -402,6 +407,8 @@ pub struct VariantInfo {
     pub conference: Option<Vec<Conference>>,
     /// Bit-rate ladder variants.
     pub ladder: bool,
+    /// Live-video variants.
+    pub live: bool,
 }
 
 /// Everything the summary is computed from besides the records.
@@ -635,6 +642,13 @@ fn summarize_variant(
             .collect();
         ladder::LadderSummary::of(&runs).unwrap_or_default()
     });
+    let live = info.live.then(|| {
+        let runs: Vec<&crate::live_video::LiveRecord> = ran
+            .iter()
+            .filter_map(|t| find(&t.live, &info.name))
+            .collect();
+        crate::live_video::LiveSummary::of(&runs, w.from_s, w.to_s).unwrap_or_default()
+    });
     let goodputs: Vec<f64> = goodput.iter().map(|x| x.1).collect();
     VariantSummary {
         name: info.name.clone(),
@@ -660,6 +674,7 @@ fn summarize_variant(
         video,
         conference,
         ladder,
+        live,
         paper: info.paper.clone(),
     }
 }

@@ -51,6 +51,7 @@ fn infos() -> Vec<VariantInfo> {
             video: None,
             conference: None,
             ladder: false,
+            live: false,
         })
         .collect()
 }

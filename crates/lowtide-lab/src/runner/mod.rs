@@ -79,6 +79,12 @@ pub fn run(
 ) -> Result<LabRun, LabError> {
     let checked = effective(checked, opts)?;
     let s = &checked.scenario;
+    if s.variants
+        .iter()
+        .any(|v| s.application_of(v) == crate::scenario::ApplicationKind::LiveVideo)
+    {
+        crate::live_video::preflight()?;
+    }
     let all: Vec<usize> = (0..s.variants.len()).collect();
     let mut trials: Vec<(Mode, u32, Vec<usize>)> = vec![];
     for &mode in &s.run.modes {

@@ -53,6 +53,7 @@ pub fn summary_inputs(
             conference: (s.application_of(v) == ApplicationKind::Conference)
                 .then(|| s.conference_videos(v)),
             ladder: s.application_of(v) == ApplicationKind::BitrateLadder,
+            live: s.application_of(v) == ApplicationKind::LiveVideo,
         })
         .collect();
     let mut provenance = provenance(s, opts);

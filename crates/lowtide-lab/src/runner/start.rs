@@ -15,7 +15,7 @@ use super::trial::TrialThreads;
 use super::{Measured, Task, FLOOR_PORT, GRACE};
 use crate::scenario::{ApplicationKind, Checked, Scenario, STREAM_PORT};
 use crate::stream::{self};
-use crate::{conference, floor, ladder_flow, quic, tfrc_flow, video, LabError};
+use crate::{conference, floor, ladder_flow, live_video, quic, tfrc_flow, video, LabError};
 
 /// Starts a QUIC variant's two ends (`crate::quic`).
 #[allow(clippy::too_many_arguments)]
@@ -136,6 +136,11 @@ pub(super) fn start_trial(
             measured.push((i, m));
             continue;
         }
+        let port = STREAM_PORT + i as u16;
+        if let Some(m) = live_video::start(s, v, i, port, hosts, start, end, stop)? {
+            measured.push((i, m));
+            continue;
+        }
         if let Some(m) = tfrc_flow::start(v, addr, hosts, start, end, stop)? {
             measured.push((i, m));
             continue;
@@ -166,10 +171,10 @@ pub(super) fn start_trial(
                         })?,
                     }
                 }
-                ApplicationKind::BitrateLadder => {
+                ApplicationKind::BitrateLadder | ApplicationKind::LiveVideo => {
                     return Err(LabError::io(
-                        "starting the bit-rate ladder",
-                        "ladder_flow::start did not take it (a bug)",
+                        "starting the variant",
+                        "ladder_flow::start or live_video::start did not take it (a bug)",
                     ))
                 }
                 ApplicationKind::Conference => {

@@ -12,7 +12,7 @@ use lowtide_traffic::Stop;
 
 use super::{TCP_SINK_PORT, UDP_SINK_PORT};
 use crate::stream::{self};
-use crate::{conference, ladder_flow, video, LabError};
+use crate::{conference, ladder_flow, live_video, video, LabError};
 
 /// A thread of a trial: running, or finished with its result. The trial looks at its
 /// threads every second, so one that fails ends the trial at once, not at its end.
@@ -158,6 +158,10 @@ pub(crate) enum Measured {
         tx: Task<ladder_flow::LadderSent>,
         rx: Task<ladder_flow::LadderSeen>,
     },
+    Live {
+        tx: Task<live_video::LiveSent>,
+        rx: Task<live_video::LiveSeen>,
+    },
 }
 
 impl Measured {
@@ -167,6 +171,7 @@ impl Measured {
             Measured::Video { tx, rx } => tx.poll().or_else(|| rx.poll()),
             Measured::Conference { tx, rx } => tx.poll().or_else(|| rx.poll()),
             Measured::Ladder { tx, rx } => tx.poll().or_else(|| rx.poll()),
+            Measured::Live { tx, rx } => tx.poll().or_else(|| rx.poll()),
         }
     }
 }

@@ -14,7 +14,7 @@ use super::{Measured, Task, GRACE, LEAD_IN};
 use crate::results::{TrialNetwork, TrialRecord};
 use crate::scenario::Checked;
 use crate::stream::{self, DeliveryErrors, Sample};
-use crate::{conference, floor, ladder_flow, video, LabError};
+use crate::{conference, floor, ladder_flow, live_video, video, LabError};
 
 /// One trial's outcome: what it measured, and the error that ended it early, if one did.
 pub(super) struct TrialOutcome {
@@ -236,6 +236,14 @@ impl TrialThreads {
                             record.costs.push((name.clone(), run.cost));
                         }
                         record.tcp.push((name, run.tcp));
+                    }
+                    (a, b) => note(&name, a.map(drop).and(b.map(drop))),
+                },
+                Measured::Live { tx, rx } => match (tx.wait(), rx.wait()) {
+                    (Ok(sent), Ok(seen)) => {
+                        let (samples, live) = live_video::join(&sent, &seen, receive_end_s);
+                        record.streams.push((name.clone(), samples));
+                        record.live.push((name, live));
                     }
                     (a, b) => note(&name, a.map(drop).and(b.map(drop))),
                 },

@@ -24,6 +24,9 @@ pub struct Application {
     /// The stream of `bitrate_ladder` variants.
     #[serde(default)]
     pub ladder: crate::ladder_flow::LadderApp,
+    /// The encoder of `live_video` variants.
+    #[serde(default)]
+    pub live: crate::live_video::LiveApp,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
@@ -39,6 +42,8 @@ pub enum ApplicationKind {
     Conference,
     /// [`crate::ladder_flow`]: Hasan et al.'s bit-rate ladder, switched at the server.
     BitrateLadder,
+    /// [`crate::live_video`]: a real encoder and decoder (GStreamer), stamped in band.
+    LiveVideo,
 }
 
 /// The layered video a `layered_video` variant streams (looped to the run's length).

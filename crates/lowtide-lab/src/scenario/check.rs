@@ -170,6 +170,19 @@ impl Scenario {
                 .check(self.run.duration_s)
                 .map_err(|(f, v, a)| invalid(f, v, a))?;
         }
+        if self
+            .variants
+            .iter()
+            .any(|v| self.application_of(v) == ApplicationKind::LiveVideo)
+        {
+            self.application
+                .live
+                .check()
+                .map_err(|(f, v, a)| invalid(f, v, a))?;
+        }
+        for (i, v) in self.variants.iter().enumerate() {
+            self.check_live_variant(i, v)?;
+        }
         for (i, g) in self.goals.iter().enumerate() {
             if !self.variants.iter().any(|v| v.name == g.variant) {
                 return Err(invalid(
