@@ -33,7 +33,8 @@ use serde::Serialize;
 
 use super::source::{LayeredSource, SourceConfig, SourceConfigError, SourceCounters};
 
-/// What counts as the send buffer's occupancy.
+/// What counts as the send buffer's occupancy, besides the segments the window holds back
+/// in the driver (always counted: they are unsent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Occupancy {
