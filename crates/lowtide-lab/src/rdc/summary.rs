@@ -377,18 +377,17 @@ impl VariantSummary {
 /// ([`window_goal`]); no data is never met.
 pub fn goals(s: &RdcScenario, variants: &[VariantSummary]) -> Vec<GoalResult> {
     let mut goals = scenario_goals(s, variants);
-    goals.extend(variants.iter().map(window_goal));
+    goals.extend(variants.iter().map(|v| window_goal(&v.name, &v.in_flight)));
     goals
 }
 
 /// Built in, not a scenario's choice: no flow had more segments in flight than the stated
 /// window. The paper's results hold for its window; a run whose flows exceeded it (as with
 /// the receiver's clamp, which Linux lifted) ran another experiment, and says so here.
-pub fn window_goal(v: &VariantSummary) -> GoalResult {
-    let f = &v.in_flight;
+pub fn window_goal(variant: &str, f: &measure::InFlight) -> GoalResult {
     let largest = show(&f.max_packets, |x| format!("{x:.0}"));
     GoalResult::judge(
-        &v.name,
+        variant,
         &format!("flows over {} packets in flight", f.window_packets),
         None,
         Some(0.0),
@@ -557,6 +556,18 @@ pub fn text_table(s: &RdcSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_goal_fails_when_a_flow_went_past_the_window() {
+        // The last run with the receiver's clamp: a flow at 70 packets against 40.
+        let g = window_goal("1-bit RDC", &measure::in_flight(&[Some(40), Some(70)], 40));
+        assert!(!g.met);
+        assert_eq!(g.metric, "flows over 40 packets in flight");
+        assert!(g.why.contains("largest 70 packets"), "{}", g.why);
+        assert!(window_goal("ECN", &measure::in_flight(&[Some(40), Some(19)], 40)).met);
+        // No samples: not met.
+        assert!(!window_goal("ECN", &measure::in_flight(&[None], 40)).met);
+    }
 
     #[test]
     fn a_ratio_over_a_zero_base_is_no_comparison() {
