@@ -330,7 +330,7 @@ mod tests {
     /// holds the sender back (a slow reader would bound it by itself). A thread samples the
     /// sender's `SIOCOUTQ` while it writes: it never exceeds the window, because each write
     /// is at most the room read just before it and only acknowledgements change the queue in
-    /// between. The old sender (writing whenever the socket took data) had 64 KiB and more.
+    /// between. The old sender (writing whenever the socket took data) reached 4.4 MB here.
     #[test]
     fn a_bulk_sender_never_has_more_than_its_window_unacknowledged() {
         let window = 10 * payload_of(1000) as u32;
