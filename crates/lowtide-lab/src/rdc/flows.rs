@@ -1,9 +1,15 @@
 //! The TCP flows of an RDC run: plain Linux TCP sockets with the paper's packet size
-//! (`TCP_MAXSEG`) and window cap (the receiver's `TCP_WINDOW_CLAMP`, which bounds what the
-//! sender may have in flight), each starting at its own time.
+//! (`TCP_MAXSEG`) and maximum window, each starting at its own time.
 //!
-//! A bulk sender writes whenever the socket takes data; a video sender runs the paper's
-//! layered source (`lowtide_media::rdc_video`) on the socket. A sampler thread beside it reads the
+//! The window (ns-2's `window_`, 40 packets in the paper) is bounded at the sender: it writes
+//! only while its unacknowledged bytes (`SIOCOUTQ`) are under `window_packets × payload`
+//! ([`lowtide_traffic::window`]). The receiver's `TCP_WINDOW_CLAMP` used to cap it, but
+//! receive-buffer autotuning rewrites that clamp during the run (see that module), so the
+//! receiver sets none: a cap that holds only until autotuning lifts it would be a second,
+//! time-varying window, and one that looks like the bound while it is not.
+//!
+//! A bulk sender writes whenever the window has room; a video sender runs the paper's
+//! layered source (`lowtide_media::rdc_video`) on the socket, bounded the same way. A sampler thread beside it reads the
 //! socket's `TCP_INFO` on a fixed grid from the trial's start: every sample goes into a
 //! [`TcpTimeline`] (timeouts, retransmissions, RTT), and at every bin boundary the count of
 //! data segments sent (`tcpi_data_segs_out`, retransmissions included) is kept, so packets
@@ -17,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lowtide_media::rdc_video::{self, TcpSourceOptions, TcpSourceRecord};
+use lowtide_traffic::window;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::tcpinfo::TcpTimeline;
@@ -32,6 +39,12 @@ const TIMESTAMPS: usize = 12;
 /// Payload bytes of a full data segment in a packet of `packet_bytes` (with timestamps).
 pub fn payload_of(packet_bytes: usize) -> usize {
     packet_bytes - HEADERS - TIMESTAMPS
+}
+
+/// `window_packets` full segments of payload, bytes (saturating; the scenario allows at most
+/// 100,000 packets, about 95 MB).
+pub fn window_bytes(window_packets: u32, packet_bytes: usize) -> u32 {
+    u32::try_from(window_packets as usize * payload_of(packet_bytes)).unwrap_or(u32::MAX)
 }
 
 /// What one flow does.
@@ -64,9 +77,9 @@ impl FlowPlan {
         payload_of(self.packet_bytes)
     }
 
-    /// The receiver's window clamp, bytes.
-    pub fn window_bytes(&self) -> usize {
-        self.window_packets as usize * self.payload()
+    /// The maximum window, bytes: what the sender may have unacknowledged.
+    pub fn window_bytes(&self) -> u32 {
+        window_bytes(self.window_packets, self.packet_bytes)
     }
 
     /// Bins that end within the run.
@@ -132,12 +145,6 @@ pub fn receive(
         .map_err(|e| format!("SO_REUSEADDR: {e}"))?;
     let fd = listener.as_raw_fd();
     set_int(fd, libc::TCP_MAXSEG, plan.mss_option() as i32, "TCP_MAXSEG")?;
-    set_int(
-        fd,
-        libc::TCP_WINDOW_CLAMP,
-        plan.window_bytes() as i32,
-        "TCP_WINDOW_CLAMP",
-    )?;
     let addr = SocketAddr::from(([0, 0, 0, 0], plan.port));
     listener
         .bind(&addr.into())
@@ -166,12 +173,6 @@ pub fn receive(
     conn.set_nonblocking(false)
         .and_then(|()| conn.set_read_timeout(Some(Duration::from_millis(50))))
         .map_err(|e| format!("receiver socket options: {e}"))?;
-    set_int(
-        conn.as_raw_fd(),
-        libc::TCP_WINDOW_CLAMP,
-        plan.window_bytes() as i32,
-        "TCP_WINDOW_CLAMP",
-    )?;
     let mut record = ReceiverRecord {
         received_bytes: vec![0; plan.bins() + 1],
     };
@@ -219,7 +220,7 @@ pub fn send(plan: &FlowPlan, dst: SocketAddr, t0: Instant) -> Result<SenderRecor
     let (mut record, outcome) = std::thread::scope(|scope| {
         let sampler = scope.spawn(|| sample(plan, fd, t0, &stop));
         let outcome = match &plan.video {
-            None => bulk(&mut stream, end).map(|n| (n, None)),
+            None => bulk(&mut stream, plan.window_bytes(), end).map(|n| (n, None)),
             Some(opts) => rdc_video::tcp::run(&mut stream, opts, t0, end, &stop)
                 .map(|r| (r.bytes_written, Some(r)))
                 .map_err(|e| e.to_string()),
@@ -236,15 +237,23 @@ pub fn send(plan: &FlowPlan, dst: SocketAddr, t0: Instant) -> Result<SenderRecor
     Ok(record)
 }
 
-/// Writes whenever the socket takes data, until `end`; the bytes written.
-fn bulk(stream: &mut std::net::TcpStream, end: Instant) -> Result<u64, String> {
+/// Writes until `end` whenever fewer than `window` bytes are unacknowledged, never more than
+/// the room left, so `SIOCOUTQ` stays at most `window`; the bytes written.
+fn bulk(stream: &mut std::net::TcpStream, window: u32, end: Instant) -> Result<u64, String> {
     stream
         .set_write_timeout(Some(Duration::from_millis(20)))
         .map_err(|e| format!("SO_SNDTIMEO: {e}"))?;
+    let fd = stream.as_raw_fd();
     let chunk = vec![0x5au8; 1 << 16];
     let mut written = 0u64;
     while Instant::now() < end {
-        match stream.write(&chunk) {
+        let outq = lowtide::sys::outq(fd).map_err(|e| e.to_string())?;
+        let n = window::room(Some(window), u64::from(outq), chunk.len());
+        if n == 0 {
+            std::thread::sleep(window::POLL);
+            continue;
+        }
+        match stream.write(&chunk[..n]) {
             Ok(n) => written += n as u64,
             Err(e)
                 if matches!(
@@ -308,5 +317,80 @@ fn sample(plan: &FlowPlan, fd: RawFd, t0: Instant, stop: &AtomicBool) -> SenderR
         bytes_written: 0,
         local_port: None,
         video: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::AtomicU32;
+
+    /// Loopback, a reader that keeps up and a 4 MiB send buffer, so nothing but the window
+    /// holds the sender back (a slow reader would bound it by itself). A thread samples the
+    /// sender's `SIOCOUTQ` while it writes: it never exceeds the window, because each write
+    /// is at most the room read just before it and only acknowledgements change the queue in
+    /// between. The old sender (writing whenever the socket took data) reached 4.4 MB here.
+    #[test]
+    fn a_bulk_sender_never_has_more_than_its_window_unacknowledged() {
+        let window = 10 * payload_of(1000) as u32;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut total = 0u64;
+            loop {
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => return total,
+                    Ok(n) => total += n as u64,
+                }
+            }
+        });
+        let mut s = TcpStream::connect(addr).unwrap();
+        socket2::SockRef::from(&s)
+            .set_send_buffer_size(4 << 20)
+            .unwrap();
+        let fd = s.as_raw_fd();
+        let done = AtomicBool::new(false);
+        let max_outq = AtomicU32::new(0);
+        let written = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    let q = lowtide::sys::outq(fd).unwrap();
+                    max_outq.fetch_max(q, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            });
+            let n = bulk(&mut s, window, Instant::now() + Duration::from_millis(300)).unwrap();
+            done.store(true, Ordering::Relaxed);
+            n
+        });
+        drop(s);
+        let read = reader.join().unwrap();
+        let max_outq = max_outq.into_inner();
+        assert_eq!(read, written);
+        // It moved (loopback acknowledges at once), and never past the window.
+        assert!(written > 20 * u64::from(window), "{written}");
+        assert!(max_outq > 0, "the sampler saw the queue");
+        assert!(max_outq <= window, "SIOCOUTQ {max_outq} > window {window}");
+    }
+
+    #[test]
+    fn the_window_is_packets_of_payload() {
+        let plan = FlowPlan {
+            index: 0,
+            start_s: 0.0,
+            port: 1,
+            packet_bytes: 1000,
+            window_packets: 40,
+            congestion: "reno".into(),
+            bin: Duration::from_millis(84),
+            sample: Duration::from_millis(10),
+            duration: Duration::from_secs(1),
+            video: None,
+        };
+        assert_eq!(plan.payload(), 948);
+        assert_eq!(plan.window_bytes(), 40 * 948);
     }
 }

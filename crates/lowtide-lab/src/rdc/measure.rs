@@ -96,6 +96,31 @@ pub fn mean_layers(points: &[LayerPoint], from_s: f64, to_s: f64) -> Option<f64>
     Some(area / (to_s - start))
 }
 
+/// Segments in flight against the stated maximum window.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct InFlight {
+    /// The scenario's `window_packets` (the paper's maximum window).
+    pub window_packets: u32,
+    /// Flows whose sampled `tcpi_unacked` ever exceeded it, over the flows sampled.
+    pub flows_over: Measured,
+    /// The largest `tcpi_unacked` of any flow, segments.
+    pub max_packets: Measured,
+}
+
+/// [`InFlight`] from each flow's largest `tcpi_unacked` (`None`: never sampled). The kernel's
+/// own count, not the sender's intent, so a bound that does not hold shows (the receiver's
+/// clamp did not); samples every few ms can miss a short excess, not invent one.
+pub fn in_flight(max_unacked: &[Option<u32>], window_packets: u32) -> InFlight {
+    let sampled: Vec<u32> = max_unacked.iter().flatten().copied().collect();
+    let n = sampled.len();
+    let over = sampled.iter().filter(|&&m| m > window_packets).count();
+    InFlight {
+        window_packets,
+        flows_over: Measured::new(Some(over as f64), n),
+        max_packets: Measured::new(sampled.iter().max().map(|&m| f64::from(m)), n),
+    }
+}
+
 /// Mean, population standard deviation, smallest and largest of `xs`.
 pub fn spread(xs: &[f64]) -> Option<(f64, f64, f64, f64)> {
     let m = mean(xs)?;
@@ -153,6 +178,20 @@ mod tests {
         assert!((o.value.unwrap() - 0.5).abs() < 1e-9);
         assert_eq!(oscillation(&[steady], 0).value, Some(0.0));
         assert_eq!(oscillation(&[vec![0, 0]], 0).value, None);
+    }
+
+    #[test]
+    fn flows_over_the_window_are_counted_against_it() {
+        // The last full run before the sender bound: 70 packets against 40.
+        let f = in_flight(&[Some(19), Some(40), Some(70), None], 40);
+        assert_eq!(f.flows_over, Measured::new(Some(1.0), 3));
+        assert_eq!(f.max_packets, Measured::new(Some(70.0), 3));
+        // Exactly the window is within it.
+        let f = in_flight(&[Some(40), Some(40)], 40);
+        assert_eq!(f.flows_over.value, Some(0.0));
+        // Nothing sampled is no data, not "no flow over".
+        let f = in_flight(&[None], 40);
+        assert_eq!((f.flows_over.value, f.max_packets.value), (None, None));
     }
 
     #[test]

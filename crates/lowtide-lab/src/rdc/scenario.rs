@@ -51,7 +51,7 @@ pub struct RunSettings {
     /// this long).
     #[serde(default = "packet_bytes")]
     pub packet_bytes: usize,
-    /// The sender's window cap, packets (the receiver's window clamp).
+    /// The maximum window, packets (ns-2's `window_`), kept by the sender (`flows`).
     pub window_packets: u32,
     /// Congestion control of every flow.
     #[serde(default = "cubic")]

@@ -84,6 +84,7 @@ pub fn run_variant(
                 source: v.source(r),
                 payload_bytes: flows::payload_of(r.packet_bytes),
                 occupancy: v.occupancy,
+                window_bytes: Some(flows::window_bytes(r.window_packets, r.packet_bytes)),
             }),
         })
         .collect();

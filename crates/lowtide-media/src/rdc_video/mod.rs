@@ -4,7 +4,7 @@
 //!
 //! - [`source`]: the rule, pure logic with explicit time;
 //! - [`tcp`]: the driver over a plain TCP socket (occupancy from `SIOCOUTQNSD`, the paper's
-//!   unsent data, or `SIOCOUTQ`).
+//!   unsent data, or `SIOCOUTQ`, plus the segments its sender-side window holds back).
 //!
 //! Not built: a driver over a lowtide channel (the channel's own send-buffer controller
 //! would compete with the rule for the same signal).

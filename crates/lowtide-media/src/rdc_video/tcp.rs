@@ -13,18 +13,28 @@
 //! The socket's `SO_SNDBUF` is set well above the source's buffer bound, so the bound the
 //! paper describes (buffer size minus occupancy) is the source's, not the kernel's; a write
 //! the kernel still refuses is counted (`refused_segments`), never retried later.
+//!
+//! The maximum window ([`TcpSourceOptions::window_bytes`], ns-2's `window_`) is kept by the
+//! sender ([`lowtide_traffic::window`]; a receiver's `TCP_WINDOW_CLAMP` does not hold on
+//! Linux): segments are handed to the kernel only while its unacknowledged bytes are under
+//! the window, the rest wait here and go out as acknowledgements make room (looked at every
+//! [`window::POLL`]). Before, the kernel held them as unsent data; now the driver does, so
+//! held segments count in the occupancy the source sees, as ns-2's agent buffer held them.
 
+use std::collections::VecDeque;
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use lowtide_traffic::window;
 use serde::Serialize;
 
 use super::source::{LayeredSource, SourceConfig, SourceConfigError, SourceCounters};
 
-/// What counts as the send buffer's occupancy.
+/// What counts as the send buffer's occupancy, besides the segments the window holds back
+/// in the driver (always counted: they are unsent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Occupancy {
@@ -51,6 +61,9 @@ pub struct TcpSourceOptions {
     pub occupancy: Occupancy,
     /// Bytes written per segment (the connection's MSS payload, so a segment is a packet).
     pub payload_bytes: usize,
+    /// The most bytes unacknowledged (`SIOCOUTQ`) the driver lets the kernel have; `None`:
+    /// only TCP's own windows.
+    pub window_bytes: Option<u32>,
 }
 
 /// The layer count from a time on (seconds from the caller's `t0`).
@@ -70,8 +83,16 @@ pub struct TcpSourceRecord {
     pub refused_segments: u64,
     /// Periods whose occupancy read failed (the source observed nothing and wrote nothing).
     pub failed_reads: u64,
+    /// The largest occupancy seen, segments (held ones included).
     pub max_occupancy: u32,
     pub bytes_written: u64,
+}
+
+/// Segments the window holds back: (layer, bytes not yet written), oldest first.
+#[derive(Debug, Default)]
+struct Held {
+    segments: VecDeque<(usize, usize)>,
+    bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,15 +147,25 @@ pub fn run(
     let segments: Vec<Vec<u8>> = (0..max_layers)
         .map(|k| vec![k as u8; opts.payload_bytes])
         .collect();
+    let mut held = Held::default();
     while !stop.load(Ordering::Relaxed) {
         let due = source.next_period();
         if due >= end {
             break;
         }
-        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        // Until the period is due, send what the window held back as it makes room.
+        loop {
+            flush(stream, opts.window_bytes, &segments, &mut held, &mut record)?;
+            let left = due.saturating_duration_since(Instant::now());
+            if held.bytes == 0 || left.is_zero() {
+                std::thread::sleep(left);
+                break;
+            }
+            std::thread::sleep(left.min(window::POLL));
+        }
         let now = Instant::now();
         let occupancy = match opts.occupancy.read(fd) {
-            Ok(bytes) => (bytes as usize).div_ceil(opts.payload_bytes) as u32,
+            Ok(bytes) => (bytes as usize + held.bytes).div_ceil(opts.payload_bytes) as u32,
             Err(_) => {
                 record.failed_reads += 1;
                 // Skip this period; the next is due a period on.
@@ -152,25 +183,56 @@ pub fn run(
                 layers: p.layers,
             });
         }
-        for seg in segments.iter().take(p.segments as usize) {
-            match write_whole(stream, seg) {
-                Ok(n) => {
-                    record.bytes_written += n as u64;
-                    if n < seg.len() {
-                        record.refused_segments += 1;
-                    }
-                }
-                Err(source) => {
-                    return Err(TcpSourceError::Io {
-                        what: "writing a segment",
-                        source,
-                    })
-                }
-            }
+        for layer in 0..(p.segments as usize).min(max_layers) {
+            held.segments.push_back((layer, opts.payload_bytes));
+            held.bytes += opts.payload_bytes;
         }
+        flush(stream, opts.window_bytes, &segments, &mut held, &mut record)?;
     }
     record.counters = source.counters();
     Ok(record)
+}
+
+/// Writes held segments, oldest first, while the window has room; a segment the kernel
+/// refuses (part of it) is counted and given up.
+fn flush(
+    stream: &mut TcpStream,
+    window_bytes: Option<u32>,
+    segments: &[Vec<u8>],
+    held: &mut Held,
+    record: &mut TcpSourceRecord,
+) -> Result<(), TcpSourceError> {
+    while let Some(&(layer, left)) = held.segments.front() {
+        let outq = match window_bytes {
+            None => 0,
+            Some(_) => lowtide::sys::outq(stream.as_raw_fd()).map_err(|e| TcpSourceError::Io {
+                what: "reading SIOCOUTQ",
+                source: e.source,
+            })?,
+        };
+        let n = window::room(window_bytes, u64::from(outq), left);
+        if n == 0 {
+            return Ok(());
+        }
+        let done =
+            write_whole(stream, &segments[layer][..n]).map_err(|source| TcpSourceError::Io {
+                what: "writing a segment",
+                source,
+            })?;
+        record.bytes_written += done as u64;
+        if done < n {
+            record.refused_segments += 1;
+            held.bytes -= left;
+            held.segments.pop_front();
+        } else if n == left {
+            held.bytes -= left;
+            held.segments.pop_front();
+        } else {
+            held.bytes -= n;
+            held.segments[0].1 -= n;
+        }
+    }
+    Ok(())
 }
 
 /// Writes what the socket takes of `buf` without waiting; the bytes taken.
@@ -222,6 +284,7 @@ mod tests {
             },
             payload_bytes: 1000,
             occupancy: Occupancy::Unacked,
+            window_bytes: Some(40_000),
         };
         let t0 = Instant::now();
         let stop = AtomicBool::new(false);
@@ -239,6 +302,68 @@ mod tests {
         );
     }
 
+    /// A receiver that never reads: its window closes, the kernel keeps at most the window
+    /// (`SIOCOUTQ` sampled throughout), and the segments held back count as occupancy, so
+    /// the source sees its buffer fill past T_drop and drops layers (with only the kernel's
+    /// bytes counted it would see at most 4 segments and never drop).
+    #[test]
+    fn segments_the_window_holds_back_count_as_occupancy() {
+        let listener =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        listener.set_recv_buffer_size(4096).unwrap();
+        listener
+            .bind(
+                &"127.0.0.1:0"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            )
+            .unwrap();
+        listener.listen(1).unwrap();
+        let addr = listener.local_addr().unwrap().as_socket().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let receiver = std::thread::spawn(move || {
+            let (c, _) = listener.accept().unwrap();
+            let _ = done_rx.recv();
+            drop(c);
+        });
+        let mut s = TcpStream::connect(addr).unwrap();
+        let opts = TcpSourceOptions {
+            source: SourceConfig {
+                segment_bytes: 1000,
+                layer_bytes_per_s: 100_000.0, // a 10 ms period
+                initial_layers: 8,
+                ..SourceConfig::default()
+            },
+            payload_bytes: 1000,
+            occupancy: Occupancy::Unsent,
+            window_bytes: Some(4000),
+        };
+        let fd = s.as_raw_fd();
+        let stop = AtomicBool::new(false);
+        let sampling = AtomicBool::new(true);
+        let max_outq = std::sync::atomic::AtomicU32::new(0);
+        let rec = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while sampling.load(Ordering::Relaxed) {
+                    max_outq.fetch_max(lowtide::sys::outq(fd).unwrap(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            });
+            let t0 = Instant::now();
+            let rec = run(&mut s, &opts, t0, t0 + Duration::from_millis(600), &stop).unwrap();
+            sampling.store(false, Ordering::Relaxed);
+            rec
+        });
+        done_tx.send(()).unwrap();
+        receiver.join().unwrap();
+        let max_outq = max_outq.into_inner();
+        assert!(max_outq <= 4000, "SIOCOUTQ {max_outq} > the window");
+        assert!(rec.max_occupancy > 20, "{rec:?}");
+        assert!(rec.counters.drops >= 1, "{rec:?}");
+        assert_eq!(rec.refused_segments, 0, "{rec:?}");
+    }
+
     #[test]
     fn a_bad_payload_is_refused() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -247,6 +372,7 @@ mod tests {
             source: SourceConfig::default(),
             payload_bytes: 0,
             occupancy: Occupancy::Unsent,
+            window_bytes: None,
         };
         let t0 = Instant::now();
         let e = run(&mut s, &opts, t0, t0, &AtomicBool::new(false)).unwrap_err();
