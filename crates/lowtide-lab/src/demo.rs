@@ -6,6 +6,9 @@
 //! It echoes Goel, Krasic and Walpole, "Low-Latency Adaptive Streaming over TCP" (2008), Fig. 3
 //! (Section 4): about 30% of TCP's packets over 160 ms, under 2% with MIN_BUF(1,3), at 95% of TCP's
 //! throughput; their set-up was heavier (30 Mbit/s, 100 ms RTT, 15 elephants and 80 mice).
+//!
+//! Its second part (`scenarios/demo-live.toml`) is real video: x264 into GStreamer's
+//! tcpserversink and into lowtidesink side by side, through a link that narrows for 10 s.
 
 use std::path::PathBuf;
 
@@ -15,6 +18,12 @@ use crate::LabError;
 
 /// The scenario the demo runs, built in so the demo needs no file.
 pub const SCENARIO: &str = include_str!("../../../scenarios/demo.toml");
+
+/// The demo's second part, real video; its link trace is read from the repository.
+pub const LIVE_SCENARIO: &str = include_str!("../../../scenarios/demo-live.toml");
+
+/// Where the live part's relative trace path starts.
+const SCENARIOS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios");
 
 /// What the demo can be told.
 #[derive(Debug, Clone)]
@@ -50,6 +59,19 @@ pub fn run(opts: &DemoOptions, progress: impl FnMut(&str)) -> Result<LabRun, Lab
             ..Overrides::default()
         },
         out_dir: opts.out_dir.clone(),
+        ..LabOptions::default()
+    };
+    runner::run(&checked, &lab, progress)
+}
+
+/// Runs the demo's live-video part into `OUT/live`.
+pub fn run_live(opts: &DemoOptions, progress: impl FnMut(&str)) -> Result<LabRun, LabError> {
+    let checked = Scenario::from_toml_in(LIVE_SCENARIO, std::path::Path::new(SCENARIOS_DIR))
+        .map_err(|e| LabError::io("checking the built-in live-video demo scenario", e))?;
+    let lab = LabOptions {
+        scenario_text: LIVE_SCENARIO.to_string(),
+        quick: opts.quick,
+        out_dir: opts.out_dir.join("live"),
         ..LabOptions::default()
     };
     runner::run(&checked, &lab, progress)

@@ -11,9 +11,11 @@
 //!
 //! The transports: lowtide (`lowtidesink` → `lowtidesrc`, the variant's latency controller,
 //! optionally the encoder's bit rate driven by lowtide's rate feedback), and what users do
-//! today, GStreamer's `tcpserversink` → `tcpclientsrc`. The baseline carries each buffer
-//! whole with `gdppay`/`gdpdepay`, so its receiver has no Annex-B framing wait (`h264parse`
-//! after a byte stream would hold each frame until the next one starts): its best case.
+//! today, GStreamer's `tcpserversink` → `tcpclientsrc`. The baseline carries RTP over TCP
+//! (RFC 4571: `rtph264pay ! rtpstreampay`, as RTSP's interleaved mode), whose marker bit ends
+//! each access unit, so its receiver has no Annex-B framing wait (`h264parse` after a raw
+//! byte stream would hold each frame until the next one starts): its best case. (`gdppay`
+//! would turn `h264parse`'s tag events into new stream headers that reset the decoder.)
 //!
 //! The parts: the configuration and the command lines (`pipeline.rs`), the two processes of a
 //! variant (`run.rs`), their CSV files read into a record (`record.rs`), the report's section
@@ -118,7 +120,7 @@ pub enum LiveTransport {
     /// `lowtidesink` → `lowtidesrc` with the variant's `controller`.
     #[default]
     Lowtide,
-    /// GStreamer's `tcpserversink` → `tcpclientsrc` (with `gdppay`/`gdpdepay`).
+    /// GStreamer's `tcpserversink` → `tcpclientsrc`, RTP over TCP (RFC 4571) in between.
     Tcpserversink,
 }
 

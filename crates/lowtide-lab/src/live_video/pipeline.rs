@@ -101,9 +101,15 @@ pub(crate) fn sender_args(
             format!("rate-log={}", path_value(&files.rate())),
             format!("unit-log={}", path_value(&files.units())),
         ]),
-        // A client joining waits for the next keyframe, so it never starts mid-GOP.
+        // RTP over TCP (RFC 4571), as RTSP's interleaved mode: the marker bit ends each
+        // access unit, so the receiver waits for no next unit. A client joining waits for the
+        // next keyframe, so it never starts mid-GOP.
         LiveTransport::Tcpserversink => a.extend([
-            "gdppay".into(),
+            "rtph264pay".into(),
+            "config-interval=-1".into(),
+            "pt=96".into(),
+            "!".into(),
+            "rtpstreampay".into(),
             "!".into(),
             "tcpserversink".into(),
             "host=0.0.0.0".into(),
@@ -136,7 +142,14 @@ pub(crate) fn receiver_args(
             format!("host={}", addr.ip()),
             format!("port={}", addr.port()),
             "!".into(),
-            "gdpdepay".into(),
+            "application/x-rtp-stream,media=video,clock-rate=90000,encoding-name=H264,payload=96"
+                .into(),
+            "!".into(),
+            "rtpstreamdepay".into(),
+            "!".into(),
+            "rtph264depay".into(),
+            "!".into(),
+            "video/x-h264,stream-format=byte-stream,alignment=au".into(),
         ]),
     }
     a.extend([
@@ -220,7 +233,7 @@ mod tests {
             &files(),
         )
         .join(" ");
-        assert!(a.ends_with("gdppay ! tcpserversink host=0.0.0.0 port=7001 sync=false sync-method=next-keyframe"), "{a}");
+        assert!(a.ends_with("rtph264pay config-interval=-1 pt=96 ! rtpstreampay ! tcpserversink host=0.0.0.0 port=7001 sync=false sync-method=next-keyframe"), "{a}");
         let r = receiver_args(
             &LiveApp::default(),
             &v,
@@ -229,9 +242,10 @@ mod tests {
         )
         .join(" ");
         assert!(
-            r.starts_with("-q tcpclientsrc host=10.0.0.1 port=7001 ! gdpdepay ! lowtidemeter"),
+            r.starts_with("-q tcpclientsrc host=10.0.0.1 port=7001 ! application/x-rtp-stream"),
             "{r}"
         );
+        assert!(r.contains("rtpstreamdepay ! rtph264depay ! video/x-h264,stream-format=byte-stream,alignment=au ! lowtidemeter"), "{r}");
     }
 
     #[test]

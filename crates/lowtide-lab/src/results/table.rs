@@ -163,6 +163,29 @@ pub fn text_table(s: &LabSummary) -> String {
             ));
         }
     }
+    for (v, l) in s
+        .variants
+        .iter()
+        .filter_map(|v| Some((v, v.live.as_ref()?)))
+    {
+        out.push_str(&format!(
+            "live video {}: glass-to-glass p50 {} / p99 {} / max {} ms; frames decoded {} of {} ({} dropped by lowtide's rule, {} never decoded); shown per second p10 {} (fewest {}); longest stall {} ms; encoded {} Mbit/s; corrupted frames {}, bus errors and warnings {}\n",
+            v.name,
+            v.latency_ms.show("p50", 0),
+            v.latency_ms.show("p99", 0),
+            v.latency_ms.show("max", 0),
+            l.decoded,
+            l.stamped,
+            l.dropped,
+            l.censored,
+            cell(l.fps_p10, false, |x| format!("{x:.0}")),
+            cell(l.fps_min, false, |x| format!("{x:.0}")),
+            cell(l.longest_stall_ms, false, |x| format!("{x:.0}")),
+            mbit(l.encoded_bps),
+            l.corrupted,
+            l.bus_problems,
+        ));
+    }
     if s.variants.iter().any(|v| v.latency_ms.censored > 0) {
         out.push_str(
             "\n≥: a lower bound; messages never delivered count with the time they had waited \
