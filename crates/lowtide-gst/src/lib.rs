@@ -26,9 +26,11 @@ use gst::glib;
 
 pub mod caps;
 pub mod encoder;
+pub mod meter;
 pub mod rate;
 pub mod sink;
 pub mod source;
+pub mod stamp;
 
 /// The tokio runtime every element's channel runs on (two worker threads: the channel
 /// drivers are light, and the machine's cores belong to the encoder and decoder).
@@ -47,6 +49,8 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     sink::register(plugin)?;
     source::register(plugin)?;
+    stamp::register(plugin)?;
+    meter::register(plugin)?;
     Ok(())
 }
 
