@@ -315,7 +315,10 @@ mod tests {
         assert_eq!(read_annexb(Codec::H264, &stamped), Ok(Some(99)));
         // Stamped once; parameter sets alone are left; 3-byte start codes are read too.
         assert_eq!(stamp_annexb(Codec::H264, &stamped, 5), Ok(None));
-        assert_eq!(stamp_annexb(Codec::H264, &[0, 0, 1, 0x67, 0x42], 5), Ok(None));
+        assert_eq!(
+            stamp_annexb(Codec::H264, &[0, 0, 1, 0x67, 0x42], 5),
+            Ok(None)
+        );
         assert!(matches!(
             stamp_annexb(Codec::H264, b"not a video", 5),
             Err(StampError::AnnexB(AnnexBError::NoStartCode { .. }))
