@@ -1,5 +1,6 @@
 //! GStreamer elements for lowtide (in the style of gst-plugins-rs): `lowtidesink` sends an
-//! encoded video stream over a lowtide channel, `lowtidesrc` receives it.
+//! encoded video stream over a lowtide channel, `lowtidesrc` receives it; `lowtidestamp` and
+//! `lowtidemeter` measure glass-to-glass latency over it or any other transport.
 //!
 //! ```text
 //!  encoder ─ parser ─ lowtidesink ══ lowtide channel (TCP) ══ lowtidesrc ─ parser ─ decoder
@@ -15,7 +16,10 @@
 //! - [`rate`]: the rate feedback law (sans-IO, unit-tested) and the encoders whose bit rate
 //!   it knows how to set ([`encoder`] finds them upstream);
 //! - [`sink`], [`source`]: the elements; each a `mod.rs` (the GObject wrapper and
-//!   `register`) and an `imp.rs` (properties, state, the streaming thread's work).
+//!   `register`) and an `imp.rs` (properties, state, the streaming thread's work);
+//! - [`stamp`], [`meter`]: the in-band stamp (`lowtide_media::encoded::stamp`) put into each
+//!   H.264/H.265 unit after the encoder, and read back and carried through the decoder as a
+//!   custom meta, one CSV line per decoded frame.
 //!
 //! The elements reuse `lowtide_media::pipe` (the driver behind `lowtide send --input -` and
 //! `lowtide recv --output -`) and its sans-IO model; the channels run on one shared tokio
@@ -26,9 +30,11 @@ use gst::glib;
 
 pub mod caps;
 pub mod encoder;
+pub mod meter;
 pub mod rate;
 pub mod sink;
 pub mod source;
+pub mod stamp;
 
 /// The tokio runtime every element's channel runs on (two worker threads: the channel
 /// drivers are light, and the machine's cores belong to the encoder and decoder).
@@ -47,6 +53,8 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     sink::register(plugin)?;
     source::register(plugin)?;
+    stamp::register(plugin)?;
+    meter::register(plugin)?;
     Ok(())
 }
 

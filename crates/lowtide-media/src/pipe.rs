@@ -132,6 +132,16 @@ impl StreamSender {
         &self.state
     }
 
+    /// Keeps each unit's fate from now on, for [`Self::poll_fate`].
+    pub fn record_fates(&mut self) {
+        self.state.record_fates();
+    }
+
+    /// The oldest unit fate not polled yet (see [`EncodedSender::record_fates`]).
+    pub fn poll_fate(&mut self) -> Option<(u64, crate::encoded::sender::Fate)> {
+        self.state.poll_fate()
+    }
+
     /// Whether the start message went out.
     pub fn is_started(&self) -> bool {
         self.started

@@ -4,6 +4,9 @@
 //! channel's events (a drop cancels what depends on it), asks the encoder for a keyframe
 //! when a reference was dropped here or the receiver asks for one, and runs rate feedback.
 
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -14,7 +17,7 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 use lowtide::{Channel, ChannelConfig, ControllerConfig, TlsConfig};
-use lowtide_media::encoded::sender::SenderConfig;
+use lowtide_media::encoded::sender::{Fate, SenderConfig};
 use lowtide_media::encoded::wire::{self, StreamStart, WireMessage};
 use lowtide_media::encoded::{
     write_ivf_frame, AccessUnit, AnnexBReader, Codec, DropReason, H264Framer, H265Framer,
@@ -43,6 +46,12 @@ const ACK_WAIT: Duration = Duration::from_secs(5);
 const COMMANDS: usize = 64;
 /// While the stream stays broken, the encoder is asked again this often.
 const KEYFRAME_REPEAT: Duration = Duration::from_secs(1);
+/// The rate log's header line.
+const RATE_LOG_HEADER: &str = "wall_us,estimate_bps,written_bps,delivery_rate_bps,queued_bytes,queue_delay_ms,rtt_ms,congested,encoder_bitrate_bps,target_bitrate_bps";
+/// The unit log's header line.
+const UNIT_LOG_HEADER: &str = "index,pts_ns,capture_us,fate,decided_us";
+/// Units whose PTS and capture time the unit log keeps until their fate is known.
+const UNIT_LOG_PENDING: usize = 1 << 16;
 /// IVF timebase of the stream header: nanoseconds, so a buffer's PTS travels unchanged.
 const NS_PER_S: u32 = 1_000_000_000;
 
@@ -58,6 +67,8 @@ struct Settings {
     backups: u32,
     rate_feedback: bool,
     rate_interval_ms: u32,
+    rate_log: Option<String>,
+    unit_log: Option<String>,
 }
 
 impl Default for Settings {
@@ -73,6 +84,8 @@ impl Default for Settings {
             backups: 0,
             rate_feedback: false,
             rate_interval_ms: 500,
+            rate_log: None,
+            unit_log: None,
         }
     }
 }
@@ -293,6 +306,16 @@ impl ObjectImpl for LowtideSink {
                     .default_value(d.rate_interval_ms)
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecString::builder("rate-log")
+                    .nick("Rate log")
+                    .blurb("CSV file: one line per rate-interval-ms with the wall clock (us) and the lowtide-rate message's fields, flushed per line (none: no file)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecString::builder("unit-log")
+                    .nick("Unit log")
+                    .blurb("CSV file: one line per access unit once its fate is known (index, pts_ns, capture_us, fate, decided_us), flushed per line (none: no file)")
+                    .mutable_ready()
+                    .build(),
                 glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
                     .nick("Statistics")
                     .blurb("Units by fate, drops by reason, keyframe requests, bit-rate changes")
@@ -321,6 +344,8 @@ impl ObjectImpl for LowtideSink {
             "backups" => s.backups = value.get().expect("type checked upstream"),
             "rate-feedback" => s.rate_feedback = value.get().expect("type checked upstream"),
             "rate-interval-ms" => s.rate_interval_ms = value.get().expect("type checked upstream"),
+            "rate-log" => s.rate_log = string(),
+            "unit-log" => s.unit_log = string(),
             _ => unimplemented!(),
         }
     }
@@ -338,6 +363,8 @@ impl ObjectImpl for LowtideSink {
             "backups" => s.backups.to_value(),
             "rate-feedback" => s.rate_feedback.to_value(),
             "rate-interval-ms" => s.rate_interval_ms.to_value(),
+            "rate-log" => s.rate_log.to_value(),
+            "unit-log" => s.unit_log.to_value(),
             "stats" => stats(&lock(&self.counters)).to_value(),
             _ => unimplemented!(),
         }
@@ -457,7 +484,7 @@ impl BaseSinkImpl for LowtideSink {
             max_queued_bytes: u64::from(settings.max_queued_mib) << 20,
             ..SenderConfig::default()
         };
-        let sender = {
+        let mut sender = {
             let _guard = rt.enter();
             StreamSender::open(&ch, sender_cfg)
         }
@@ -470,6 +497,11 @@ impl BaseSinkImpl for LowtideSink {
                 )
             )
         })?;
+        let rate_log = open_log(settings.rate_log.as_deref(), RATE_LOG_HEADER)?;
+        let unit_log = open_log(settings.unit_log.as_deref(), UNIT_LOG_HEADER)?;
+        if unit_log.is_some() {
+            sender.record_fates();
+        }
         *lock(&self.counters) = Counters::default();
         let (tx, rx) = tokio::sync::mpsc::channel(COMMANDS);
         let task = Task {
@@ -482,6 +514,9 @@ impl BaseSinkImpl for LowtideSink {
             rate_interval: Duration::from_millis(u64::from(settings.rate_interval_ms)),
             budget: sender_cfg.latency,
             last_keyframe_request: None,
+            rate_log,
+            unit_log,
+            pending: BTreeMap::new(),
         };
         let task = rt.spawn(task.run(rx));
         let mut state = lock(&self.state);
@@ -689,6 +724,78 @@ impl LowtideSink {
     }
 }
 
+/// Wall-clock now (CLOCK_REALTIME), microseconds since the Unix epoch.
+fn wall_clock_us() -> u64 {
+    crate::stamp::imp::wall_clock_us()
+}
+
+/// `instant` on the wall clock, microseconds since the Unix epoch.
+fn wall_us_of(instant: Instant) -> u64 {
+    let (wall, now) = (wall_clock_us(), Instant::now());
+    if instant <= now {
+        wall.saturating_sub(now.duration_since(instant).as_micros() as u64)
+    } else {
+        wall.saturating_add(instant.duration_since(now).as_micros() as u64)
+    }
+}
+
+/// A log file (`path`) with its header line written, or none.
+fn open_log(
+    path: Option<&str>,
+    header: &str,
+) -> Result<Option<BufWriter<File>>, gst::ErrorMessage> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let open = || -> std::io::Result<BufWriter<File>> {
+        let mut w = BufWriter::new(File::create(path)?);
+        writeln!(w, "{header}")?;
+        w.flush()?;
+        Ok(w)
+    };
+    open().map(Some).map_err(|e| {
+        gst::error_msg!(
+            gst::ResourceError::OpenWrite,
+            ("lowtidesink: writing {}: {}", path, e)
+        )
+    })
+}
+
+/// Writes `line` to a log and flushes it (a killed process loses no line written); a
+/// failed write closes the log with a warning, the stream goes on.
+fn log_line(
+    log: &mut Option<BufWriter<File>>,
+    line: &str,
+    element: &glib::WeakRef<super::LowtideSink>,
+) {
+    let Some(w) = log.as_mut() else {
+        return;
+    };
+    if let Err(e) = w.write_all(line.as_bytes()).and_then(|()| w.flush()) {
+        *log = None;
+        if let Some(el) = element.upgrade() {
+            gst::element_warning!(
+                el,
+                gst::ResourceError::Write,
+                ("lowtidesink: writing a log: {}", e)
+            );
+        }
+    }
+}
+
+/// A fate's name in the unit log.
+fn fate_name(f: Fate) -> &'static str {
+    match f {
+        Fate::Written => "written",
+        Fate::Skipped(DropReason::Expired) => "late-on-arrival",
+        Fate::Skipped(DropReason::QueueFull) | Fate::Dropped(DropReason::QueueFull) => "queue-full",
+        Fate::Dropped(DropReason::Expired) => "expired",
+        Fate::Skipped(DropReason::DependencyBroken)
+        | Fate::Dropped(DropReason::DependencyBroken) => "dependency-broken",
+        _ => "cancelled",
+    }
+}
+
 /// What went wrong with the channel to `address`, saying so when the peer is not lowtide.
 fn channel_failure(address: &str, what: &str, e: &lowtide::Error) -> String {
     match e {
@@ -710,6 +817,10 @@ struct Task {
     rate_interval: Duration,
     budget: Duration,
     last_keyframe_request: Option<Instant>,
+    rate_log: Option<BufWriter<File>>,
+    unit_log: Option<BufWriter<File>>,
+    /// PTS and capture wall-clock µs of the units whose fate the unit log waits for.
+    pending: BTreeMap<u64, (Option<u64>, u64)>,
 }
 
 impl Task {
@@ -767,6 +878,14 @@ impl Task {
                     Some(Cmd::Units(units, now)) => {
                         if !self.sender.is_started() {
                             return Err("units before the stream's caps".into());
+                        }
+                        if self.unit_log.is_some() {
+                            for u in &units {
+                                if self.pending.len() >= UNIT_LOG_PENDING {
+                                    self.pending.pop_first();
+                                }
+                                self.pending.insert(u.index, (u.pts, wall_us_of(u.capture)));
+                            }
                         }
                         let skipped = self.sender.send_units(units, now).map_err(|e| self.failed(&format!("sending ({e})")))?;
                         // Past its deadline before lowtide saw it: upstream (the encoder) is
@@ -833,6 +952,27 @@ impl Task {
             encoder_bps = enc.set_bitrate_bps(target);
             lock(&self.counters).bitrate_changes += 1;
         }
+        if self.rate_log.is_some() {
+            let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+            let line = format!(
+                "{},{},{},{},{},{:.3},{:.3},{},{},{}\n",
+                wall_clock_us(),
+                report.estimate_bps,
+                report.written_bps,
+                report.delivery_rate_bps,
+                report.queued_bytes,
+                report
+                    .queue_delay
+                    .min(Duration::from_secs(3600))
+                    .as_secs_f64()
+                    * 1e3,
+                report.rtt.as_secs_f64() * 1e3,
+                report.congested,
+                opt(encoder_bps),
+                opt(report.target_bps)
+            );
+            log_line(&mut self.rate_log, &line, &self.element);
+        }
         if let Some(el) = self.element.upgrade() {
             let s = rate_structure(&report, encoder_bps);
             let _ = el.post_message(gst::message::Element::builder(s).src(&el).build());
@@ -867,6 +1007,7 @@ impl Task {
     /// After units were sent or dropped: counters, and a keyframe request while a
     /// reference is missing.
     fn after_change(&mut self) {
+        self.log_fates();
         let st = self.sender.state();
         {
             let d = st.drops();
@@ -882,6 +1023,24 @@ impl Task {
         // Before the first unit the tracker waits for a keyframe too: not a drop.
         if st.is_broken() && st.counters().units > 0 {
             self.request_keyframe("a reference unit was dropped at the sender", false);
+        }
+    }
+
+    /// One unit-log line per fate decided since the last call.
+    fn log_fates(&mut self) {
+        if self.unit_log.is_none() {
+            return;
+        }
+        let decided = wall_clock_us();
+        while let Some((index, fate)) = self.sender.poll_fate() {
+            let (pts, capture) = self.pending.remove(&index).unzip();
+            let line = format!(
+                "{index},{},{},{},{decided}\n",
+                pts.flatten().map(|p| p.to_string()).unwrap_or_default(),
+                capture.map(|c| c.to_string()).unwrap_or_default(),
+                fate_name(fate)
+            );
+            log_line(&mut self.unit_log, &line, &self.element);
         }
     }
 

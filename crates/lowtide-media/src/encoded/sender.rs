@@ -110,6 +110,21 @@ struct Queued {
 /// // Unit 1 expired: unit 2, still queued, is to be cancelled too.
 /// assert_eq!(s.dropped(1, DropReason::Expired), vec![2]);
 /// ```
+/// A unit's fate at the sender (see [`EncodedSender::record_fates`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Written whole to the kernel.
+    Written,
+    /// Not sent: [`EncodedSender::admit`] skipped it (`Expired` there: past its deadline
+    /// when it came).
+    Skipped(DropReason),
+    /// Sent to lowtide, then dropped there (`DependencyBroken`: cancelled by the rule).
+    Dropped(DropReason),
+}
+
+/// Fates kept for [`EncodedSender::poll_fate`] at most (the oldest go first).
+const MAX_FATES: usize = 1 << 16;
+
 #[derive(Debug, Clone)]
 pub struct EncodedSender<K> {
     cfg: SenderConfig,
@@ -124,6 +139,8 @@ pub struct EncodedSender<K> {
     /// The unit last answered with [`Admit::Send`], until [`Self::queued`].
     admitted: Option<UnitInfo>,
     counters: SenderCounters,
+    /// Units' fates by index, once [`Self::record_fates`] was called.
+    fates: Option<std::collections::VecDeque<(u64, Fate)>>,
 }
 
 impl<K: Copy + Eq + Hash> EncodedSender<K> {
@@ -138,6 +155,27 @@ impl<K: Copy + Eq + Hash> EncodedSender<K> {
             notices: Vec::new(),
             admitted: None,
             counters: SenderCounters::default(),
+            fates: None,
+        }
+    }
+
+    /// From now on, keeps each unit's fate (by unit index) for [`Self::poll_fate`]; at most
+    /// 65536 unpolled, the oldest dropped first.
+    pub fn record_fates(&mut self) {
+        self.fates.get_or_insert_with(Default::default);
+    }
+
+    /// The oldest fate not polled yet, as (unit index, fate).
+    pub fn poll_fate(&mut self) -> Option<(u64, Fate)> {
+        self.fates.as_mut()?.pop_front()
+    }
+
+    fn fate(&mut self, index: u64, fate: Fate) {
+        if let Some(f) = self.fates.as_mut() {
+            if f.len() >= MAX_FATES {
+                f.pop_front();
+            }
+            f.push_back((index, fate));
         }
     }
 
@@ -187,6 +225,7 @@ impl<K: Copy + Eq + Hash> EncodedSender<K> {
         let epoch = *self.epoch.get_or_insert(unit.capture);
         if !self.tracker.produce(info) {
             self.notices.push(info);
+            self.fate(info.index, Fate::Skipped(DropReason::DependencyBroken));
             return Admit::Skip(DropReason::DependencyBroken);
         }
         let parameter_sets = unit.kind == FrameKind::ParameterSets;
@@ -204,6 +243,7 @@ impl<K: Copy + Eq + Hash> EncodedSender<K> {
             // The newest unit: nothing later depends on it yet, so nothing is to cancel.
             self.tracker.drop_unit(info.index, reason);
             self.notices.push(info);
+            self.fate(info.index, Fate::Skipped(reason));
             return Admit::Skip(reason);
         }
         let header = UnitHeader {
@@ -245,6 +285,7 @@ impl<K: Copy + Eq + Hash> EncodedSender<K> {
         if let Some(q) = self.queued.remove(&id) {
             self.ids.remove(&q.info.index);
             self.counters.written += 1;
+            self.fate(q.info.index, Fate::Written);
         }
     }
 
@@ -259,8 +300,10 @@ impl<K: Copy + Eq + Hash> EncodedSender<K> {
         self.notices.push(q.info);
         if q.cancelling {
             // Counted as dependency-broken when the rule cancelled it.
+            self.fate(q.info.index, Fate::Dropped(DropReason::DependencyBroken));
             return Vec::new();
         }
+        self.fate(q.info.index, Fate::Dropped(reason));
         let mut cancel = Vec::new();
         for index in self.tracker.drop_unit(q.info.index, reason) {
             let Some(&dep) = self.ids.get(&index) else {
@@ -367,6 +410,38 @@ mod tests {
         let d = *s.drops();
         assert_eq!((d.expired, d.dependency_broken, d.cancelled), (1, 1, 0));
         assert_eq!((s.counters().sent, s.counters().written), (7, 5));
+    }
+
+    #[test]
+    fn fates_are_kept_by_index_once_asked_for() {
+        let now = Instant::now();
+        let mut s = EncodedSender::new(SenderConfig::default());
+        s.record_fates();
+        send_all(
+            &mut s,
+            &[ParameterSets, Keyframe, Reference, Reference],
+            now,
+        );
+        s.written(0);
+        assert_eq!(s.dropped(1, DropReason::Expired), vec![2, 3]);
+        assert!(s.dropped(2, DropReason::Cancelled).is_empty());
+        s.written(3);
+        let late = now - Duration::from_secs(10);
+        assert_eq!(
+            s.admit(&unit(4, Keyframe, late), now, 0),
+            Admit::Skip(DropReason::Expired)
+        );
+        let fates: Vec<_> = std::iter::from_fn(|| s.poll_fate()).collect();
+        assert_eq!(
+            fates,
+            vec![
+                (0, Fate::Written),
+                (1, Fate::Dropped(DropReason::Expired)),
+                (2, Fate::Dropped(DropReason::DependencyBroken)),
+                (3, Fate::Written),
+                (4, Fate::Skipped(DropReason::Expired)),
+            ]
+        );
     }
 
     #[test]

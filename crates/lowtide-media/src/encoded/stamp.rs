@@ -15,7 +15,7 @@
 //! could carry it; not built).
 
 use super::access_unit::AccessUnit;
-use super::annexb::{write_nal, AnnexBSplitter};
+use super::annexb::{write_nal, AnnexBError, AnnexBSplitter};
 use super::h264::H264NalHeader;
 use super::h265::H265NalHeader;
 use super::Codec;
@@ -78,6 +78,65 @@ fn nal_units(data: &[u8]) -> Vec<Vec<u8>> {
     let mut v = s.push(data).unwrap_or_default();
     v.extend(s.finish().ok().flatten());
     v
+}
+
+/// Why an access unit's bytes could not be read for a stamp.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StampError {
+    /// Not Annex-B (no start code, a forbidden sequence, an empty NAL unit).
+    #[error("{0}")]
+    AnnexB(#[from] AnnexBError),
+    /// A NAL unit whose header does not parse (forbidden bit set, too short).
+    #[error("NAL unit {nal} of the access unit has no valid {codec:?} header")]
+    NalHeader { nal: usize, codec: Codec },
+    /// A codec without SEI.
+    #[error("{0:?} has no SEI to carry a stamp (only H.264 and H.265 are stamped)")]
+    Codec(Codec),
+}
+
+/// The NAL units of one Annex-B access unit, checked: every NAL unit has a header of `codec`.
+fn checked_nal_units(codec: Codec, data: &[u8]) -> Result<Vec<Vec<u8>>, StampError> {
+    if !matches!(codec, Codec::H264 | Codec::H265) {
+        return Err(StampError::Codec(codec));
+    }
+    let mut s = AnnexBSplitter::new(data.len().max(1));
+    let mut v = s.push(data)?;
+    v.extend(s.finish()?);
+    if let Some(nal) = v.iter().position(|n| nal_type(codec, n).is_none()) {
+        return Err(StampError::NalHeader { nal, codec });
+    }
+    Ok(v)
+}
+
+/// [`stamp`] on the bytes of one Annex-B access unit (a GStreamer buffer with
+/// `alignment=au`): the stamped bytes, or `None` when the unit is left as it is (no picture,
+/// or stamped already). Bytes that are not an access unit of `codec` are an error.
+pub fn stamp_annexb(
+    codec: Codec,
+    data: &[u8],
+    capture_us: u64,
+) -> Result<Option<Vec<u8>>, StampError> {
+    let nals = checked_nal_units(codec, data)?;
+    if read_nals(codec, &nals).is_some() {
+        return Ok(None);
+    }
+    let Some(first) = nals.iter().position(|n| is_picture(codec, n)) else {
+        return Ok(None);
+    };
+    let sei = stamp_nal(codec, capture_us).ok_or(StampError::Codec(codec))?;
+    let mut out = Vec::with_capacity(data.len() + sei.len() + 4 * (nals.len() + 1));
+    for (i, n) in nals.iter().enumerate() {
+        if i == first {
+            write_nal(&mut out, &sei);
+        }
+        write_nal(&mut out, n);
+    }
+    Ok(Some(out))
+}
+
+/// [`read`] on the bytes of one Annex-B access unit: the stamp, if it has one.
+pub fn read_annexb(codec: Codec, data: &[u8]) -> Result<Option<u64>, StampError> {
+    Ok(read_nals(codec, &checked_nal_units(codec, data)?))
 }
 
 /// Stamps a unit with a picture: its SEI goes just before the first picture NAL unit. Units
@@ -246,6 +305,35 @@ mod tests {
             .chain(std::iter::repeat_n(0xff, 64))
             .collect();
         assert_eq!(read(&unit(Codec::H264, &[&ffs, idr])), None);
+    }
+
+    #[test]
+    fn annexb_bytes_stamp_and_read_back_and_garbage_is_an_error() {
+        let u = unit(Codec::H264, &[&[0x09, 0xf0], &[0x65, 0x88, 0x84]]);
+        assert_eq!(read_annexb(Codec::H264, &u.data), Ok(None));
+        let stamped = stamp_annexb(Codec::H264, &u.data, 99).unwrap().unwrap();
+        assert_eq!(read_annexb(Codec::H264, &stamped), Ok(Some(99)));
+        // Stamped once; parameter sets alone are left; 3-byte start codes are read too.
+        assert_eq!(stamp_annexb(Codec::H264, &stamped, 5), Ok(None));
+        assert_eq!(
+            stamp_annexb(Codec::H264, &[0, 0, 1, 0x67, 0x42], 5),
+            Ok(None)
+        );
+        assert!(matches!(
+            stamp_annexb(Codec::H264, b"not a video", 5),
+            Err(StampError::AnnexB(AnnexBError::NoStartCode { .. }))
+        ));
+        assert_eq!(
+            stamp_annexb(Codec::H264, &[0, 0, 0, 1, 0xe5, 0x00], 5),
+            Err(StampError::NalHeader {
+                nal: 0,
+                codec: Codec::H264
+            })
+        );
+        assert_eq!(
+            read_annexb(Codec::Vp8, &[1, 2]),
+            Err(StampError::Codec(Codec::Vp8))
+        );
     }
 
     proptest! {

@@ -1,0 +1,193 @@
+//! The stamper's implementation: in place (the buffer keeps its timestamps and flags; its
+//! memory is replaced by the stamped bytes), no buffering.
+
+use std::sync::{LazyLock, Mutex};
+
+use gst::glib;
+use gst::prelude::*;
+use gst::subclass::prelude::*;
+use gst_base::subclass::prelude::*;
+use lowtide_media::encoded::{stamp, Codec};
+
+use crate::caps;
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "lowtidestamp",
+        gst::DebugColorFlags::empty(),
+        Some("lowtide stamp"),
+    )
+});
+
+/// Counters for the `stats` property.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    buffers: u64,
+    stamped: u64,
+}
+
+#[derive(Default)]
+pub struct LowtideStamp {
+    codec: Mutex<Option<Codec>>,
+    counters: Mutex<Counters>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Wall-clock now (CLOCK_REALTIME), microseconds since the Unix epoch.
+pub fn wall_clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// The caps both stamp elements take on encoded video: H.264/H.265 AU-aligned Annex-B.
+pub fn stamp_caps() -> gst::Caps {
+    let mut c = caps::caps_for(Codec::H264, None);
+    c.merge(caps::caps_for(Codec::H265, None));
+    c
+}
+
+#[glib::object_subclass]
+impl ObjectSubclass for LowtideStamp {
+    const NAME: &'static str = "GstLowtideStamp";
+    type Type = super::LowtideStamp;
+    type ParentType = gst_base::BaseTransform;
+}
+
+impl ObjectImpl for LowtideStamp {
+    fn properties() -> &'static [glib::ParamSpec] {
+        static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+            vec![glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+                .nick("Statistics")
+                .blurb("Buffers seen, access units stamped")
+                .read_only()
+                .build()]
+        });
+        PROPERTIES.as_ref()
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        match pspec.name() {
+            "stats" => {
+                let c = *lock(&self.counters);
+                gst::Structure::builder("lowtide-stamp-stats")
+                    .field("buffers", c.buffers)
+                    .field("stamped", c.stamped)
+                    .build()
+                    .to_value()
+            }
+            _ => unimplemented!(),
+        }
+    }
+}
+
+impl GstObjectImpl for LowtideStamp {}
+
+impl ElementImpl for LowtideStamp {
+    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+            gst::subclass::ElementMetadata::new(
+                "lowtide stamp",
+                "Filter/Video",
+                "Stamps each H.264/H.265 access unit with the wall-clock instant it arrived (an SEI message lowtidemeter reads after the transport)",
+                "lowtide",
+            )
+        });
+        Some(&*META)
+    }
+
+    fn pad_templates() -> &'static [gst::PadTemplate] {
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+            let caps = stamp_caps();
+            vec![
+                gst::PadTemplate::new(
+                    "src",
+                    gst::PadDirection::Src,
+                    gst::PadPresence::Always,
+                    &caps,
+                )
+                .expect("a valid pad template"),
+                gst::PadTemplate::new(
+                    "sink",
+                    gst::PadDirection::Sink,
+                    gst::PadPresence::Always,
+                    &caps,
+                )
+                .expect("a valid pad template"),
+            ]
+        });
+        TEMPLATES.as_ref()
+    }
+}
+
+impl BaseTransformImpl for LowtideStamp {
+    const MODE: gst_base::subclass::BaseTransformMode =
+        gst_base::subclass::BaseTransformMode::AlwaysInPlace;
+    const PASSTHROUGH_ON_SAME_CAPS: bool = false;
+    const TRANSFORM_IP_ON_PASSTHROUGH: bool = false;
+
+    fn start(&self) -> Result<(), gst::ErrorMessage> {
+        *lock(&self.counters) = Counters::default();
+        *lock(&self.codec) = None;
+        Ok(())
+    }
+
+    fn set_caps(&self, incaps: &gst::Caps, _outcaps: &gst::Caps) -> Result<(), gst::LoggableError> {
+        match caps::codec_of(incaps) {
+            Some(c @ (Codec::H264 | Codec::H265)) => {
+                *lock(&self.codec) = Some(c);
+                Ok(())
+            }
+            _ => Err(gst::loggable_error!(CAT, "caps {} refused", incaps)),
+        }
+    }
+
+    fn transform_ip(&self, buf: &mut gst::BufferRef) -> Result<gst::FlowSuccess, gst::FlowError> {
+        // The instant the buffer reached the element: before any work on it.
+        let now_us = wall_clock_us();
+        let Some(codec) = *lock(&self.codec) else {
+            gst::element_imp_error!(
+                self,
+                gst::CoreError::Negotiation,
+                ("a buffer before caps: lowtidestamp needs caps to know the codec")
+            );
+            return Err(gst::FlowError::NotNegotiated);
+        };
+        let stamped = {
+            let map = buf.map_readable().map_err(|_| {
+                gst::element_imp_error!(self, gst::StreamError::Failed, ("buffer not readable"));
+                gst::FlowError::Error
+            })?;
+            stamp::stamp_annexb(codec, &map, now_us)
+        };
+        let stamped = match stamped {
+            Ok(s) => s,
+            Err(e) => {
+                gst::element_imp_error!(
+                    self,
+                    gst::StreamError::Decode,
+                    (
+                        "lowtidestamp: the buffer at PTS {} is not an Annex-B {:?} access unit: {}",
+                        buf.pts().display(),
+                        codec,
+                        e
+                    ),
+                    ["lowtidestamp takes {}", stamp_caps()]
+                );
+                return Err(gst::FlowError::Error);
+            }
+        };
+        let mut c = lock(&self.counters);
+        c.buffers += 1;
+        if let Some(data) = stamped {
+            c.stamped += 1;
+            drop(c);
+            buf.replace_all_memory(gst::Memory::from_mut_slice(data));
+        }
+        Ok(gst::FlowSuccess::Ok)
+    }
+}
