@@ -161,7 +161,7 @@ fn run(tx: &gst::Pipeline, rx: &gst::Pipeline, server_is_sender: bool) -> Vec<St
 fn check_frames(what: &str, tx: &gst::Pipeline, rx: &gst::Pipeline, frames_csv: &Path) {
     let lines = csv(
         frames_csv,
-        "pts_ns,stamp_us,arrived_us,decoded_us,latency_ms",
+        "pts_ns,stamp_us,arrived_us,decoded_us,latency_ms,corrupted",
     );
     let stats = |p: &gst::Pipeline, name: &str| {
         p.by_name(name).unwrap().property::<gst::Structure>("stats")
@@ -174,7 +174,8 @@ fn check_frames(what: &str, tx: &gst::Pipeline, rx: &gst::Pipeline, frames_csv: 
         stats(rx, "before")
     );
     for l in &lines {
-        assert_eq!(l.len(), 5, "{what}: {l:?}");
+        assert_eq!(l.len(), 6, "{what}: {l:?}");
+        assert_eq!(l[5], "0", "{what}: no frame decoded with a reference missing: {l:?}");
         let stamp: u64 = l[1]
             .parse()
             .unwrap_or_else(|_| panic!("{what}: no stamp: {l:?}"));
@@ -421,4 +422,49 @@ fn check_sink_logs(dir: &Path, stats: &gst::Structure) {
         let decided: u64 = l[4].parse().unwrap();
         assert!(capture <= decided, "{l:?}");
     }
+}
+
+#[test]
+fn lowtidestamp_writes_a_line_per_stamped_unit() {
+    setup_or_skip!();
+    require(&["x264enc", "h264parse"]);
+    let dir = scratch("stamp-log");
+    let log = dir.join("stamps.csv");
+    let p = gst::parse::launch(&format!(
+        "videotestsrc num-buffers=30 ! video/x-raw,width=320,height=240,framerate=30/1 \
+         ! x264enc tune=zerolatency key-int-max=10 ! h264parse \
+         ! video/x-h264,stream-format=byte-stream,alignment=au \
+         ! lowtidestamp location={} ! fakesink",
+        log.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    p.set_state(gst::State::Playing).unwrap();
+    let bus = p.bus().unwrap();
+    let m = bus.timed_pop_filtered(
+        gst::ClockTime::from_seconds(30),
+        &[gst::MessageType::Eos, gst::MessageType::Error],
+    );
+    p.set_state(gst::State::Null).unwrap();
+    assert!(
+        matches!(m.as_ref().map(|m| m.view()), Some(gst::MessageView::Eos(_))),
+        "{m:?}"
+    );
+    let lines = csv(&log, "pts_ns,stamp_us,bytes,keyframe");
+    assert_eq!(lines.len(), 30, "{lines:?}");
+    let mut last = 0u64;
+    for l in &lines {
+        let stamp: u64 = l[1].parse().unwrap();
+        assert!(stamp >= last, "stamps in order: {l:?}");
+        last = stamp;
+        assert!(l[2].parse::<u64>().unwrap() > 0, "{l:?}");
+    }
+    let keyframes: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l[3] == "1")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(keyframes, vec![0, 10, 20], "a keyframe every 10 frames");
 }

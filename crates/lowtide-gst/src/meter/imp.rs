@@ -29,7 +29,7 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 pub const META_NAME: &str = "GstLowtideStampMeta";
 
 /// The CSV's header line.
-pub const CSV_HEADER: &str = "pts_ns,stamp_us,arrived_us,decoded_us,latency_ms";
+pub const CSV_HEADER: &str = "pts_ns,stamp_us,arrived_us,decoded_us,latency_ms,corrupted";
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Counters {
@@ -269,13 +269,15 @@ impl BaseTransformImpl for LowtideMeter {
             // Latency: from the stamp to this element (decoded, or arrived before the decoder).
             let at = decoded_us.or(arrived_us).unwrap_or(now_us);
             let latency_ms = stamp_us.map(|s| format!("{:.3}", (at as f64 - s as f64) / 1e3));
+            // The decoder marks a frame it made with a reference missing (libav's corrupt flag).
             let line = format!(
-                "{},{},{},{},{}\n",
+                "{},{},{},{},{},{}\n",
                 field(buf.pts().map(|t| t.nseconds())),
                 field(stamp_us),
                 field(arrived_us),
                 field(decoded_us),
-                latency_ms.unwrap_or_default()
+                latency_ms.unwrap_or_default(),
+                u8::from(buf.flags().contains(gst::BufferFlags::CORRUPTED)),
             );
             // Flushed per line: a killed process loses at most the line being written.
             if let Err(e) = w.write_all(line.as_bytes()).and_then(|()| w.flush()) {

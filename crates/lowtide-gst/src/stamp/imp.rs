@@ -1,6 +1,9 @@
 //! The stamper's implementation: in place (the buffer keeps its timestamps and flags; its
-//! memory is replaced by the stamped bytes), no buffering.
+//! memory is replaced by the stamped bytes), no buffering; one CSV line per stamped unit when
+//! `location` is set (what was sent, for units that never arrive).
 
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::sync::{LazyLock, Mutex};
 
 use gst::glib;
@@ -26,10 +29,15 @@ struct Counters {
     stamped: u64,
 }
 
+/// The CSV's header line.
+pub const CSV_HEADER: &str = "pts_ns,stamp_us,bytes,keyframe";
+
 #[derive(Default)]
 pub struct LowtideStamp {
     codec: Mutex<Option<Codec>>,
     counters: Mutex<Counters>,
+    location: Mutex<Option<String>>,
+    out: Mutex<Option<BufWriter<File>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -61,17 +69,31 @@ impl ObjectSubclass for LowtideStamp {
 impl ObjectImpl for LowtideStamp {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            vec![glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
-                .nick("Statistics")
-                .blurb("Buffers seen, access units stamped")
-                .read_only()
-                .build()]
+            vec![
+                glib::ParamSpecString::builder("location")
+                    .nick("CSV file")
+                    .blurb("One line per stamped access unit: pts_ns,stamp_us,bytes,keyframe (none: no file)")
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
+                    .nick("Statistics")
+                    .blurb("Buffers seen, access units stamped")
+                    .read_only()
+                    .build(),
+            ]
         });
         PROPERTIES.as_ref()
     }
 
+    fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if pspec.name() == "location" {
+            *lock(&self.location) = value.get().expect("type checked upstream");
+        }
+    }
+
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         match pspec.name() {
+            "location" => lock(&self.location).to_value(),
             "stats" => {
                 let c = *lock(&self.counters);
                 gst::Structure::builder("lowtide-stamp-stats")
@@ -133,6 +155,29 @@ impl BaseTransformImpl for LowtideStamp {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         *lock(&self.counters) = Counters::default();
         *lock(&self.codec) = None;
+        let mut out = None;
+        if let Some(path) = lock(&self.location).clone() {
+            let open = || -> std::io::Result<BufWriter<File>> {
+                let mut w = BufWriter::new(File::create(&path)?);
+                writeln!(w, "{CSV_HEADER}")?;
+                w.flush()?;
+                Ok(w)
+            };
+            out = Some(open().map_err(|e| {
+                gst::error_msg!(
+                    gst::ResourceError::OpenWrite,
+                    ("lowtidestamp: writing {}: {}", path, e)
+                )
+            })?);
+        }
+        *lock(&self.out) = out;
+        Ok(())
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        if let Some(mut w) = lock(&self.out).take() {
+            let _ = w.flush();
+        }
         Ok(())
     }
 
@@ -186,7 +231,28 @@ impl BaseTransformImpl for LowtideStamp {
         if let Some(data) = stamped {
             c.stamped += 1;
             drop(c);
+            let line = format!(
+                "{},{now_us},{},{}\n",
+                buf.pts().map(|t| t.nseconds().to_string()).unwrap_or_default(),
+                data.len(),
+                u8::from(!buf.flags().contains(gst::BufferFlags::DELTA_UNIT)),
+            );
             buf.replace_all_memory(gst::Memory::from_mut_slice(data));
+            let mut out = lock(&self.out);
+            if let Some(w) = out.as_mut() {
+                // Flushed per line: a killed process loses at most the line being written.
+                if let Err(e) = w.write_all(line.as_bytes()).and_then(|()| w.flush()) {
+                    *out = None;
+                    drop(out);
+                    let path = lock(&self.location).clone().unwrap_or_default();
+                    gst::element_imp_error!(
+                        self,
+                        gst::ResourceError::Write,
+                        ("lowtidestamp: writing {}: {}", path, e)
+                    );
+                    return Err(gst::FlowError::Error);
+                }
+            }
         }
         Ok(gst::FlowSuccess::Ok)
     }
