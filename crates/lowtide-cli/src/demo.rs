@@ -36,10 +36,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
         demo::run(&opts, progress)
     })?;
     println!(
-        "\nlowtide demo, part 2: real video (x264, 640x360, 1.2 Mbit/s) through GStreamer's \
-         tcpserversink and through lowtidesink side by side, on a link that falls from 6 to \
-         1.5 Mbit/s for 10 s; glass-to-glass latency stamped after the encoder, read after the \
-         decoder"
+        "\nlowtide demo, part 2: real video (x264, 640x360, 2.5 Mbit/s) through GStreamer's \
+         tcpserversink, then through lowtidesink, each on a link that falls from 6 to 1.5 Mbit/s \
+         for 10 s; glass-to-glass latency stamped after the encoder, read after the decoder"
     );
     let second = crate::lab::show(!args.no_fail_on_goals, |progress| {
         demo::run_live(&opts, progress)

@@ -175,7 +175,10 @@ fn check_frames(what: &str, tx: &gst::Pipeline, rx: &gst::Pipeline, frames_csv: 
     );
     for l in &lines {
         assert_eq!(l.len(), 6, "{what}: {l:?}");
-        assert_eq!(l[5], "0", "{what}: no frame decoded with a reference missing: {l:?}");
+        assert_eq!(
+            l[5], "0",
+            "{what}: no frame decoded with a reference missing: {l:?}"
+        );
         let stamp: u64 = l[1]
             .parse()
             .unwrap_or_else(|_| panic!("{what}: no stamp: {l:?}"));

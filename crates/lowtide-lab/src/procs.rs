@@ -54,6 +54,25 @@ impl Proc {
         self.status
     }
 
+    /// SIGINT (a program's orderly end: `gst-launch-1.0 -e` sends end-of-stream), wait up to
+    /// `grace`, then [`Proc::stop`]; returns the exit status.
+    pub fn interrupt(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if let (Some(child), None) = (&self.child, self.status) {
+            // SAFETY: kill(2) on our own child's pid, which is not reaped yet.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+            }
+            let until = Instant::now() + grace;
+            while Instant::now() < until {
+                if let Some(s) = self.exited() {
+                    return Some(s);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.stop()
+    }
+
     /// SIGTERM, wait up to `TERM_GRACE`, then SIGKILL; returns the exit status.
     pub fn stop(&mut self) -> Option<ExitStatus> {
         let Some(mut child) = self.child.take() else {

@@ -1,9 +1,9 @@
 //! Real video through the emulator (needs root, GStreamer and the plugin, which `run.sh test`
 //! builds): `scenarios/demo-live.toml`, GStreamer's tcpserversink and lowtide with rate
-//! feedback side by side through a link that falls from 6 to 1.5 Mbit/s for 10 s, 30 s in
-//! all. The bounds hold with room on a loaded two-core machine but not for a lowtide that
-//! queued like plain TCP: tcpserversink's backlog at 1.5 Mbit/s grows for the whole 10 s
-//! (seconds of latency), lowtide's must not.
+//! feedback, each through a link that falls from 6 to 1.5 Mbit/s for 10 s, 25 s each. The
+//! bounds hold with room on a loaded two-core machine but not for a lowtide that queued like
+//! plain TCP: tcpserversink's backlog of a 2.5 Mbit/s stream at 1.5 Mbit/s grows for the
+//! whole 10 s (seconds of latency), lowtide's must not.
 
 use lowtide_lab::results::VariantSummary;
 use lowtide_lab::runner::{self, LabOptions};
@@ -37,9 +37,9 @@ fn lowtide_keeps_real_video_live_where_tcpserversink_falls_behind() {
         lt.latency_ms.p50, lt.latency_ms.p99, lt.latency_ms.max, ll.decoded, ll.stamped,
         ll.dropped, ll.fps_p10, ll.corrupted, ll.bus_problems
     );
-    // Both streamed real frames: 27 s of the window at 30 fps is 810 frames.
+    // Both streamed real frames: 22 s of the window at 30 fps is 660 frames.
     for l in [tl, ll] {
-        assert!(l.stamped > 600, "{l:?}");
+        assert!(l.stamped > 500, "{l:?}");
     }
     // lowtide showed most frames, none broken, and stayed live through the drop.
     assert!(ll.decoded as f64 >= 0.8 * ll.stamped as f64, "{ll:?}");

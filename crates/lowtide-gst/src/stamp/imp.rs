@@ -233,7 +233,9 @@ impl BaseTransformImpl for LowtideStamp {
             drop(c);
             let line = format!(
                 "{},{now_us},{},{}\n",
-                buf.pts().map(|t| t.nseconds().to_string()).unwrap_or_default(),
+                buf.pts()
+                    .map(|t| t.nseconds().to_string())
+                    .unwrap_or_default(),
                 data.len(),
                 u8::from(!buf.flags().contains(gst::BufferFlags::DELTA_UNIT)),
             );

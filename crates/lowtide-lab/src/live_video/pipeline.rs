@@ -64,6 +64,7 @@ pub(crate) fn sender_args(
 ) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "-q".into(),
+        "-e".into(),
         "videotestsrc".into(),
         "is-live=true".into(),
         format!("pattern={}", app.pattern),

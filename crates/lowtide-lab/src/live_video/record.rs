@@ -137,8 +137,11 @@ pub(crate) fn read_units(path: &Path) -> Result<Vec<UnitLine>, LabError> {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
 pub struct LiveSecond {
     pub t_s: f64,
-    /// Frames stamped (captured) in the second.
+    /// Frames stamped (captured) in the second...
     pub captured: u32,
+    /// ...and of them, the ones decoded (whenever).
+    #[serde(default)]
+    pub captured_decoded: u32,
     /// Frames decoded in the second (what a viewer sees).
     pub shown: u32,
     /// What the encoder made in the second (the stamped units' bytes), bits/s.
@@ -161,9 +164,12 @@ pub struct LiveRecord {
     pub unstamped_decoded: usize,
     /// Decoded frames the decoder marked corrupted.
     pub corrupted: usize,
-    /// Frames lowtide dropped by rule, by fate (expired, dependency-broken, ...).
+    /// Frames not decoded by reason: lowtide's fates at the sender (expired,
+    /// dependency-broken, ...), and `skipped-at-receiver` for one not decoded although a
+    /// later frame was (the transport delivers in order, so it arrived: the receiver's gate
+    /// dropped it, or a joining client started at a later keyframe).
     pub dropped: BTreeMap<String, usize>,
-    /// Stamped frames neither decoded nor dropped by rule by the receiver's end.
+    /// Stamped frames after the last decoded one: still on their way at the receiver's end.
     pub censored: usize,
     /// Errors and warnings the receiver's GStreamer printed (the decoder's among them).
     pub bus_problems: Vec<String>,
@@ -176,8 +182,11 @@ fn is_drop(fate: &str) -> bool {
     !matches!(fate, "written" | "sent" | "acknowledged")
 }
 
+/// Why a frame a later frame overtook was not decoded.
+pub const SKIPPED_AT_RECEIVER: &str = "skipped-at-receiver";
+
 /// The variant's samples (one per stamped frame: decoded, or censored at the receiver's end;
-/// frames lowtide dropped by rule are not latency samples) and its record.
+/// frames dropped by rule or skipped at the receiver are not latency samples) and its record.
 pub(crate) fn join(
     sent: &LiveSent,
     seen: &LiveSeen,
@@ -202,6 +211,12 @@ pub(crate) fn join(
         bus_problems: seen.bus_problems.clone(),
         ..LiveRecord::default()
     };
+    let last_decoded_stamp = sent
+        .stamps
+        .iter()
+        .filter(|s| decoded.contains_key(&s.stamp_us))
+        .map(|s| s.stamp_us)
+        .max();
     let mut samples = vec![];
     for s in &sent.stamps {
         let sent_s = at(s.stamp_us);
@@ -215,6 +230,9 @@ pub(crate) fn join(
         }
         match s.pts_ns.and_then(|p| fates.get(&p)) {
             Some(fate) if is_drop(fate) => *rec.dropped.entry(fate.to_string()).or_default() += 1,
+            _ if last_decoded_stamp.is_some_and(|l| l > s.stamp_us) => {
+                *rec.dropped.entry(SKIPPED_AT_RECEIVER.into()).or_default() += 1
+            }
             _ => {
                 rec.censored += 1;
                 samples.push(Sample {
@@ -238,6 +256,7 @@ pub(crate) fn join(
     for s in &sent.stamps {
         if let Some(k) = second(at(s.stamp_us)) {
             rec.seconds[k].captured += 1;
+            rec.seconds[k].captured_decoded += u32::from(decoded.contains_key(&s.stamp_us));
             rec.seconds[k].encoded_bps += s.bytes as f64 * 8.0;
         }
     }
@@ -260,10 +279,12 @@ pub(crate) fn join(
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct LiveSummary {
     pub runs: usize,
-    /// Frames stamped in the window, and of them decoded, dropped by rule, never seen.
+    /// Frames stamped in the window and of them decoded, all runs (the shown share)...
     pub stamped: usize,
     pub decoded: usize,
-    pub dropped: usize,
+    /// ...and over whole runs: frames not decoded by reason (as in [`LiveRecord`]), frames
+    /// still on their way at the end.
+    pub dropped: BTreeMap<String, usize>,
     pub censored: usize,
     /// Decoded frames the decoder marked corrupted, all runs.
     pub corrupted: usize,
@@ -296,15 +317,17 @@ impl LiveSummary {
         for r in runs {
             out.corrupted += r.corrupted;
             out.bus_problems += r.bus_problems.len();
-            out.dropped += r.dropped.values().sum::<usize>();
+            for (why, n) in &r.dropped {
+                *out.dropped.entry(why.clone()).or_default() += n;
+            }
             out.censored += r.censored;
-            out.stamped += r.stamped;
-            out.decoded += r.decoded;
             for s in r
                 .seconds
                 .iter()
                 .filter(|s| s.t_s >= from_s && s.t_s + 1.0 <= to_s)
             {
+                out.stamped += s.captured as usize;
+                out.decoded += s.captured_decoded as usize;
                 fps.push(f64::from(s.shown));
                 encoded.push(s.encoded_bps);
             }
@@ -333,6 +356,18 @@ impl LiveSummary {
         Some(out)
     }
 
+    /// The reasons frames were not decoded, for a table cell ("none" without any).
+    pub fn dropped_text(&self) -> String {
+        if self.dropped.is_empty() {
+            return "none".into();
+        }
+        self.dropped
+            .iter()
+            .map(|(why, n)| format!("{why} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Share of the stamped frames that were decoded.
     pub fn shown_share(&self) -> Option<f64> {
         (self.stamped > 0).then(|| self.decoded as f64 / self.stamped as f64)
@@ -359,6 +394,8 @@ mod tests {
                 stamp(t0 + 100_000, 1),
                 stamp(t0 + 133_000, 2),
                 stamp(t0 + 166_000, 3),
+                stamp(t0 + 200_000, 4),
+                stamp(t0 + 233_000, 5),
             ],
             units: vec![UnitLine {
                 pts_ns: Some(2),
@@ -368,27 +405,33 @@ mod tests {
             start_wall_us: t0,
         };
         let seen = LiveSeen {
-            frames: vec![FrameLine {
-                stamp_us: Some(t0 + 100_000),
-                decoded_us: t0 + 150_000,
-                corrupted: false,
-            }],
+            frames: vec![
+                FrameLine {
+                    stamp_us: Some(t0 + 100_000),
+                    decoded_us: t0 + 150_000,
+                    corrupted: false,
+                },
+                FrameLine {
+                    stamp_us: Some(t0 + 200_000),
+                    decoded_us: t0 + 260_000,
+                    corrupted: false,
+                },
+            ],
             bus_problems: vec![],
         };
         let (samples, rec) = join(&sent, &seen, 2.0);
-        assert_eq!((rec.stamped, rec.decoded, rec.censored), (3, 1, 1));
+        assert_eq!((rec.stamped, rec.decoded, rec.censored), (5, 2, 1));
         assert_eq!(rec.dropped.get("expired"), Some(&1));
-        assert_eq!(
-            samples.len(),
-            2,
-            "the dropped frame is not a latency sample"
-        );
+        // frame 3 was overtaken by the decoded frame 4: it arrived and was not decoded
+        assert_eq!(rec.dropped.get(SKIPPED_AT_RECEIVER), Some(&1));
+        assert_eq!(samples.len(), 3, "dropped frames are not latency samples");
         assert!((samples[0].latency_ms - 50.0).abs() < 1e-9);
-        assert!(samples[1].censored);
-        assert!((samples[1].latency_ms - (2.0 - 0.166) * 1e3).abs() < 1e-6);
-        assert_eq!(rec.seconds[0].captured, 3);
-        assert_eq!(rec.seconds[0].shown, 1);
-        assert!((rec.seconds[0].encoded_bps - 240_000.0).abs() < 1e-9);
+        assert!((samples[1].latency_ms - 60.0).abs() < 1e-9);
+        assert!(samples[2].censored, "frame 5, after the last decoded one");
+        assert!((samples[2].latency_ms - (2.0 - 0.233) * 1e3).abs() < 1e-6);
+        assert_eq!(rec.seconds[0].captured, 5);
+        assert_eq!(rec.seconds[0].shown, 2);
+        assert!((rec.seconds[0].encoded_bps - 400_000.0).abs() < 1e-9);
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub fn section(
         rows.push(vec![
             v.name.clone(),
             format!("{} of {}", l.decoded, l.stamped),
-            l.dropped.to_string(),
+            l.dropped_text(),
             l.censored.to_string(),
             cell(lat.p50, bound("p50"), |x| format!("{x:.0}")),
             cell(lat.p99, bound("p99"), |x| format!("{x:.0}")),
@@ -57,8 +57,8 @@ pub fn section(
     let table = report::html_table(
         &[
             "variant",
-            "frames decoded of stamped",
-            "dropped by lowtide's rule",
+            "frames captured in the window: decoded of all",
+            "not decoded, why",
             "never decoded by the end",
             "p50 ms",
             "p99 ms",
@@ -76,9 +76,10 @@ pub fn section(
         "<h3>Live video</h3><p>Glass-to-glass latency: each frame's capture instant travels in \
          band (an SEI stamp inserted after the encoder), read after the decoder, on the clock \
          the namespaces share; the same rule for every transport. Frames lowtide dropped by its \
-         rule (late, or depending on a dropped one) are not latency samples; frames neither \
-         decoded nor dropped by the end of the run count with the time they had waited (a lower \
-         bound, shown ≥). Frames shown per second count the decoder's output in each whole second \
+         rule (expired, dependency-broken, ...) and frames skipped at the receiver (not decoded \
+         though a later one was: the receiver's gate dropped it, or a client joining at a \
+         keyframe never got it) are not latency samples; frames after the last one decoded \
+         count with the time they had waited at the end (a lower bound, shown ≥). Frames shown per second count the decoder's output in each whole second \
          of the window, all runs; {NO_DATA} where nothing was measured.</p>{table}\
          <h3>Frames shown, bit rate and latency (run 1)</h3>{figures}"
     ))
@@ -115,8 +116,10 @@ fn plot(path: &Path, name: &str, rec: &LiveRecord, samples: &[Sample]) -> Result
         .map(|s| f64::from(s.shown.max(s.captured)))
         .fold(30.0f64, f64::max)
         * 1.15;
+    // The axis fits the decoded frames; a censored one further up is drawn at the top.
     let lmax = samples
         .iter()
+        .filter(|s| !s.censored)
         .map(|s| s.latency_ms / 1e3)
         .fold(0.5f64, f64::max)
         * 1.15;
@@ -200,7 +203,7 @@ fn plot(path: &Path, name: &str, rec: &LiveRecord, samples: &[Sample]) -> Result
             } else {
                 color.filled()
             };
-            Circle::new((s.sent_s, s.latency_ms / 1e3), 2, style)
+            Circle::new((s.sent_s, (s.latency_ms / 1e3).min(lmax)), 2, style)
         }))
         .map_err(|e| e.to_string())?;
         Ok(())

@@ -167,9 +167,12 @@ pub(crate) fn start(
     }))
 }
 
-/// Runs a process from `at` until `until`. It may end by itself only after `may_end_after`
-/// (a receiver whose sender has gone); earlier, or at all for the sender, is a failure that
-/// quotes its last words. Returns the errors and warnings it printed.
+/// Runs a process from `at` until `until`, then ends it with SIGINT (gst-launch's `-e`: an
+/// end of stream, so lowtidesink tells its receiver the stream ended). It may end by itself
+/// only after `may_end_after` (a receiver whose sender has gone, whatever its exit status:
+/// tcpclientsrc sees a closed connection, not an end of stream); earlier, or at all for the
+/// sender, is a failure that quotes its last words. Returns the errors and warnings it
+/// printed.
 fn watch(
     name: &str,
     cmd: std::process::Command,
@@ -184,17 +187,23 @@ fn watch(
     }
     let mut proc = Proc::spawn(name, cmd, dir)?;
     let err_file = dir.join(format!("{name}.err"));
+    // The trial sets its stop flag when it ends too (at the receivers' end): from then on
+    // the flag is the end, not a failure elsewhere.
+    let ends_normally_after = may_end_after.unwrap_or(until);
     loop {
-        if stop.flag_is_set() {
-            proc.stop();
-            return Err(LabError::Stopped);
-        }
         let now = Instant::now();
         if now >= until {
             break;
         }
+        if stop.flag_is_set() {
+            if now >= ends_normally_after {
+                break;
+            }
+            proc.stop();
+            return Err(LabError::Stopped);
+        }
         if let Some(status) = proc.exited() {
-            if may_end_after.is_some_and(|t| now >= t) && status.success() {
+            if may_end_after.is_some_and(|t| now >= t) {
                 break;
             }
             return Err(LabError::io(
@@ -204,7 +213,7 @@ fn watch(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    proc.stop();
+    proc.interrupt(Duration::from_secs(2));
     let text = std::fs::read_to_string(&err_file).unwrap_or_default();
     Ok(text
         .lines()

@@ -169,14 +169,14 @@ pub fn text_table(s: &LabSummary) -> String {
         .filter_map(|v| Some((v, v.live.as_ref()?)))
     {
         out.push_str(&format!(
-            "live video {}: glass-to-glass p50 {} / p99 {} / max {} ms; frames decoded {} of {} ({} dropped by lowtide's rule, {} never decoded); shown per second p10 {} (fewest {}); longest stall {} ms; encoded {} Mbit/s; corrupted frames {}, bus errors and warnings {}\n",
+            "live video {}: glass-to-glass p50 {} / p99 {} / max {} ms; frames decoded {} of {} (not decoded: {}; on their way at the end: {}); shown per second p10 {} (fewest {}); longest stall {} ms; encoded {} Mbit/s; corrupted frames {}, bus errors and warnings {}\n",
             v.name,
             v.latency_ms.show("p50", 0),
             v.latency_ms.show("p99", 0),
             v.latency_ms.show("max", 0),
             l.decoded,
             l.stamped,
-            l.dropped,
+            l.dropped_text(),
             l.censored,
             cell(l.fps_p10, false, |x| format!("{x:.0}")),
             cell(l.fps_min, false, |x| format!("{x:.0}")),
