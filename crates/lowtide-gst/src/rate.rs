@@ -9,15 +9,24 @@
 //! - **written rate** `W`: bytes written to the kernel per second over the last interval.
 //!   With a latency controller (MinBuf) lowtide writes no faster than the path takes, so
 //!   `W` is what the path drained while a queue was waiting.
+//! - **path delay** `D = srtt − min_rtt` (the kernel's): the queue the stream's own packets
+//!   wait in on the path. With a latency controller lowtide's queue stays small while a
+//!   loss-based congestion control fills the bottleneck's queue, so `D` is where a bit rate
+//!   above the path's shows first.
 //! - **congested** when lowtide's queue would take more than a quarter of the latency
-//!   budget to drain at `W`, or a unit expired in lowtide's queue or was dropped as
-//!   queue-full in the interval: the encoder makes more than the path carries. A unit already
-//!   past its deadline when it reached the sink (an encoder slower than real time) does not
-//!   count: a lower bit rate would not bring it in time. The target goes to
-//!   `min(target, 0.85·W)` (the queue then drains at 15 % of the path).
-//! - **clear** when the queue is under an eighth of the budget and nothing expired: the
-//!   target grows by 10 % per interval (from 1.5 to 4 Mbit/s in about 5 s at 0.5 s), never
-//!   above the encoder's bit rate when feedback started (the user's choice is the ceiling).
+//!   budget to drain at `W`, or `D` is over a quarter of the budget, or a unit expired in
+//!   lowtide's queue or was dropped as queue-full in the interval: the encoder makes more
+//!   than the path carries. A unit already past its deadline when it reached the sink (an
+//!   encoder slower than real time) does not count: a lower bit rate would not bring it in
+//!   time. The target goes to `min(target, 0.85·C)`, `C` the larger of `W` and the kernel's
+//!   delivery rate (`tcpi_delivery_rate`, capped at the target): in the interval a path
+//!   narrows, the kernel's queue drains slowly and `W` falls far below what the path still
+//!   carries, which the delivery rate measures (measured on a 6 → 1.5 Mbit/s step: with `W`
+//!   alone the target fell to the 0.1 Mbit/s floor and took 15 s to climb back).
+//! - **clear** when the queue is under an eighth of the budget, `D` under an eighth of it
+//!   and nothing expired: the target grows by 10 % per interval (from 1.5 to 4 Mbit/s in
+//!   about 5 s at 0.5 s), never above the encoder's bit rate when feedback started (the
+//!   user's choice is the ceiling).
 //! - in between the target holds.
 //!
 //! The **estimate** posted on the bus is `W` while congested (what the path gives) and
@@ -144,8 +153,11 @@ impl RateFeedback {
             Duration::from_secs_f64(s.queued_bytes as f64 * 8.0 / written_bps as f64)
         };
         let dropped = s.deadline_drops > last.deadline_drops;
-        let congested = dropped || queue_delay > self.cfg.budget / 4;
-        let clear = !dropped && queue_delay < self.cfg.budget / 8;
+        let path_delay = s.tcp.rtt.saturating_sub(s.tcp.min_rtt);
+        let congested =
+            dropped || queue_delay > self.cfg.budget / 4 || path_delay > self.cfg.budget / 4;
+        let clear =
+            !dropped && queue_delay < self.cfg.budget / 8 && path_delay < self.cfg.budget / 8;
         let estimate_bps = if congested {
             written_bps
         } else {
@@ -153,8 +165,9 @@ impl RateFeedback {
         };
         let mut target_bps = None;
         if let Some((current, ceiling)) = self.target {
-            let next = if congested && written_bps > 0 {
-                current.min((written_bps as f64 * self.cfg.decrease_to) as u64)
+            let carried = written_bps.max(delivery_rate_bps.min(current));
+            let next = if congested && carried > 0 {
+                current.min((carried as f64 * self.cfg.decrease_to) as u64)
             } else if clear {
                 ceiling.min((current as f64 * self.cfg.increase_by) as u64)
             } else {
@@ -290,6 +303,38 @@ mod tests {
                 .target_bps,
             None
         );
+    }
+
+    #[test]
+    fn a_queue_on_the_path_is_congestion_and_the_delivery_rate_sets_the_cut() {
+        let t0 = Instant::now();
+        let mut f = RateFeedback::new(RateConfig::default());
+        f.set_encoder_rate(4_000_000);
+        f.on_sample(sample(t0, 0, 0, 0, 0));
+        // The path narrowed: lowtide's queue is empty, only 0.3 Mbit/s went into the
+        // kernel, the kernel's delivery rate says 1.5 Mbit/s, srtt is 120 ms over min_rtt.
+        let mut s = sample(t0, 500, 18_750, 0, 0);
+        s.tcp.rtt = Duration::from_millis(220);
+        s.tcp.min_rtt = Duration::from_millis(100);
+        s.tcp.delivery_rate = 1_500_000 / 8;
+        let r = f.on_sample(s).unwrap();
+        assert!(r.congested, "{r:?}");
+        assert_eq!(r.target_bps, Some(1_275_000), "0.85 of what the path carried");
+        // A delivery rate above the target never raises it.
+        let mut s = sample(t0, 1000, 37_500, 0, 0);
+        s.tcp.rtt = Duration::from_millis(220);
+        s.tcp.min_rtt = Duration::from_millis(100);
+        s.tcp.delivery_rate = 9_000_000 / 8;
+        let r = f.on_sample(s).unwrap();
+        assert!(r.congested);
+        assert_eq!(r.target_bps, Some(1_083_750), "0.85 of the target itself");
+        // A path delay between an eighth and a quarter of the budget holds the target.
+        let mut s = sample(t0, 1500, 56_250, 0, 0);
+        s.tcp.rtt = Duration::from_millis(135);
+        s.tcp.min_rtt = Duration::from_millis(100);
+        let r = f.on_sample(s).unwrap();
+        assert!(!r.congested);
+        assert_eq!(r.target_bps, None);
     }
 
     #[test]

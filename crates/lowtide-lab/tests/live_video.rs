@@ -35,7 +35,7 @@ fn lowtide_keeps_real_video_live_where_tcpserversink_falls_behind() {
         "live-video-measured: tcpserversink p50 {:?} p99 {:?} max {:?} decoded {}/{}; lowtide p50 {:?} p99 {:?} max {:?} decoded {}/{} dropped {} fps p10 {:?} corrupted {} bus {}",
         tcp.latency_ms.p50, tcp.latency_ms.p99, tcp.latency_ms.max, tl.decoded, tl.stamped,
         lt.latency_ms.p50, lt.latency_ms.p99, lt.latency_ms.max, ll.decoded, ll.stamped,
-        ll.dropped, ll.fps_p10, ll.corrupted, ll.bus_problems
+        ll.dropped_text(), ll.fps_p10, ll.corrupted, ll.bus_problems
     );
     // Both streamed real frames: 22 s of the window at 30 fps is 660 frames.
     for l in [tl, ll] {
