@@ -29,6 +29,7 @@
 use gst::glib;
 
 pub mod caps;
+pub mod csv_log;
 pub mod encoder;
 pub mod meter;
 pub mod rate;

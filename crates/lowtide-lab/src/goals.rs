@@ -100,8 +100,6 @@ pub enum Metric {
     RateMatchShare,
     /// The same share as first defined: the stream's last second counted too.
     RateMatchShareWithLastSecond,
-    /// p99 latency minus the floor probe's p99: what the stream adds above the network.
-    LatencyP99AboveFloorMs,
     /// Live video: share of the frames stamped in the window that were decoded.
     LiveShownShare,
     /// Live video: decoded frames the decoder marked corrupted (a reference missing).
@@ -116,7 +114,7 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, for checks and documentation.
-    pub const ALL: [Metric; 33] = [
+    pub const ALL: [Metric; 32] = [
         Metric::LatencyP50Ms,
         Metric::LatencyP95Ms,
         Metric::LatencyP99Ms,
@@ -144,7 +142,6 @@ impl Metric {
         Metric::RebuffersAfterFirstS,
         Metric::RateMatchShare,
         Metric::RateMatchShareWithLastSecond,
-        Metric::LatencyP99AboveFloorMs,
         Metric::LiveShownShare,
         Metric::LiveCorruptedFrames,
         Metric::LiveBusProblems,
@@ -182,7 +179,6 @@ impl Metric {
             Metric::RebuffersAfterFirstS => "rebuffers_after_first_s",
             Metric::RateMatchShare => "rate_match_share",
             Metric::RateMatchShareWithLastSecond => "rate_match_share_with_last_second",
-            Metric::LatencyP99AboveFloorMs => "latency_p99_above_floor_ms",
             Metric::LiveShownShare => "live_shown_share",
             Metric::LiveCorruptedFrames => "live_corrupted_frames",
             Metric::LiveBusProblems => "live_bus_problems",
@@ -213,10 +209,6 @@ impl Metric {
             v.live.as_ref().map_or(Measured::default(), f)
         };
         match self {
-            Metric::LatencyP99AboveFloorMs => {
-                let f = &floor.latency_ms;
-                Measured::new(l.p99.zip(f.p99).map(|(a, b)| a - b), l.count.min(f.count))
-            }
             Metric::LiveShownShare => live(&|x| Measured::new(x.shown_share(), x.stamped)),
             Metric::LiveCorruptedFrames => {
                 live(&|x| Measured::new((x.decoded > 0).then_some(x.corrupted as f64), x.decoded))

@@ -4,8 +4,6 @@
 //! CSV line per buffer when `location` is set. Buffers pass untouched (the meta aside) and at
 //! once; memory is bounded (one line buffer).
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use gst::glib;
@@ -15,6 +13,7 @@ use gst_base::subclass::prelude::*;
 use lowtide_media::encoded::{stamp, Codec};
 
 use crate::caps;
+use crate::csv_log::CsvLog;
 use crate::stamp::imp::{stamp_caps, wall_clock_us};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -42,7 +41,7 @@ struct Counters {
 struct State {
     /// `Some(codec)` before the decoder, `None` after it (raw caps) or before caps.
     codec: Option<Codec>,
-    out: Option<BufWriter<File>>,
+    out: Option<CsvLog>,
     /// Units before the decoder that did not parse (logged once).
     unparsed_logged: bool,
 }
@@ -168,28 +167,13 @@ impl BaseTransformImpl for LowtideMeter {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         *lock(&self.counters) = Counters::default();
         let mut state = State::default();
-        if let Some(path) = lock(&self.location).clone() {
-            let open = || -> std::io::Result<BufWriter<File>> {
-                let mut w = BufWriter::new(File::create(&path)?);
-                writeln!(w, "{CSV_HEADER}")?;
-                w.flush()?;
-                Ok(w)
-            };
-            state.out = Some(open().map_err(|e| {
-                gst::error_msg!(
-                    gst::ResourceError::OpenWrite,
-                    ("lowtidemeter: writing {}: {}", path, e)
-                )
-            })?);
-        }
+        state.out = CsvLog::maybe("lowtidemeter", lock(&self.location).as_deref(), CSV_HEADER)?;
         *lock(&self.state) = state;
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(mut w) = lock(&self.state).out.take() {
-            let _ = w.flush();
-        }
+        lock(&self.state).out = None;
         Ok(())
     }
 
@@ -280,7 +264,7 @@ impl BaseTransformImpl for LowtideMeter {
                 u8::from(buf.flags().contains(gst::BufferFlags::CORRUPTED)),
             );
             // Flushed per line: a killed process loses at most the line being written.
-            if let Err(e) = w.write_all(line.as_bytes()).and_then(|()| w.flush()) {
+            if let Err(e) = w.line(&line) {
                 let path = lock(&self.location).clone().unwrap_or_default();
                 state.out = None;
                 drop(state);

@@ -5,8 +5,6 @@
 //! when a reference was dropped here or the receiver asks for one, and runs rate feedback.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -26,6 +24,7 @@ use lowtide_media::encoded::{
 use lowtide_media::pipe::StreamSender;
 
 use crate::caps;
+use crate::csv_log::CsvLog;
 use crate::encoder::Encoder;
 use crate::rate::{RateConfig, RateFeedback, RateReport, RateSample};
 
@@ -497,8 +496,8 @@ impl BaseSinkImpl for LowtideSink {
                 )
             )
         })?;
-        let rate_log = open_log(settings.rate_log.as_deref(), RATE_LOG_HEADER)?;
-        let unit_log = open_log(settings.unit_log.as_deref(), UNIT_LOG_HEADER)?;
+        let rate_log = CsvLog::maybe("lowtidesink", settings.rate_log.as_deref(), RATE_LOG_HEADER)?;
+        let unit_log = CsvLog::maybe("lowtidesink", settings.unit_log.as_deref(), UNIT_LOG_HEADER)?;
         if unit_log.is_some() {
             sender.record_fates();
         }
@@ -739,39 +738,13 @@ fn wall_us_of(instant: Instant) -> u64 {
     }
 }
 
-/// A log file (`path`) with its header line written, or none.
-fn open_log(
-    path: Option<&str>,
-    header: &str,
-) -> Result<Option<BufWriter<File>>, gst::ErrorMessage> {
-    let Some(path) = path else {
-        return Ok(None);
-    };
-    let open = || -> std::io::Result<BufWriter<File>> {
-        let mut w = BufWriter::new(File::create(path)?);
-        writeln!(w, "{header}")?;
-        w.flush()?;
-        Ok(w)
-    };
-    open().map(Some).map_err(|e| {
-        gst::error_msg!(
-            gst::ResourceError::OpenWrite,
-            ("lowtidesink: writing {}: {}", path, e)
-        )
-    })
-}
-
 /// Writes `line` to a log and flushes it (a killed process loses no line written); a
 /// failed write closes the log with a warning, the stream goes on.
-fn log_line(
-    log: &mut Option<BufWriter<File>>,
-    line: &str,
-    element: &glib::WeakRef<super::LowtideSink>,
-) {
+fn log_line(log: &mut Option<CsvLog>, line: &str, element: &glib::WeakRef<super::LowtideSink>) {
     let Some(w) = log.as_mut() else {
         return;
     };
-    if let Err(e) = w.write_all(line.as_bytes()).and_then(|()| w.flush()) {
+    if let Err(e) = w.line(line) {
         *log = None;
         if let Some(el) = element.upgrade() {
             gst::element_warning!(
@@ -817,8 +790,8 @@ struct Task {
     rate_interval: Duration,
     budget: Duration,
     last_keyframe_request: Option<Instant>,
-    rate_log: Option<BufWriter<File>>,
-    unit_log: Option<BufWriter<File>>,
+    rate_log: Option<CsvLog>,
+    unit_log: Option<CsvLog>,
     /// PTS and capture wall-clock µs of the units whose fate the unit log waits for.
     pending: BTreeMap<u64, (Option<u64>, u64)>,
 }

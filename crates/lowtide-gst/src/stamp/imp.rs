@@ -2,8 +2,6 @@
 //! memory is replaced by the stamped bytes), no buffering; one CSV line per stamped unit when
 //! `location` is set (what was sent, for units that never arrive).
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::sync::{LazyLock, Mutex};
 
 use gst::glib;
@@ -13,6 +11,7 @@ use gst_base::subclass::prelude::*;
 use lowtide_media::encoded::{stamp, Codec};
 
 use crate::caps;
+use crate::csv_log::CsvLog;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -37,7 +36,7 @@ pub struct LowtideStamp {
     codec: Mutex<Option<Codec>>,
     counters: Mutex<Counters>,
     location: Mutex<Option<String>>,
-    out: Mutex<Option<BufWriter<File>>>,
+    out: Mutex<Option<CsvLog>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -155,29 +154,13 @@ impl BaseTransformImpl for LowtideStamp {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         *lock(&self.counters) = Counters::default();
         *lock(&self.codec) = None;
-        let mut out = None;
-        if let Some(path) = lock(&self.location).clone() {
-            let open = || -> std::io::Result<BufWriter<File>> {
-                let mut w = BufWriter::new(File::create(&path)?);
-                writeln!(w, "{CSV_HEADER}")?;
-                w.flush()?;
-                Ok(w)
-            };
-            out = Some(open().map_err(|e| {
-                gst::error_msg!(
-                    gst::ResourceError::OpenWrite,
-                    ("lowtidestamp: writing {}: {}", path, e)
-                )
-            })?);
-        }
-        *lock(&self.out) = out;
+        *lock(&self.out) =
+            CsvLog::maybe("lowtidestamp", lock(&self.location).as_deref(), CSV_HEADER)?;
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
-        if let Some(mut w) = lock(&self.out).take() {
-            let _ = w.flush();
-        }
+        *lock(&self.out) = None;
         Ok(())
     }
 
@@ -243,7 +226,7 @@ impl BaseTransformImpl for LowtideStamp {
             let mut out = lock(&self.out);
             if let Some(w) = out.as_mut() {
                 // Flushed per line: a killed process loses at most the line being written.
-                if let Err(e) = w.write_all(line.as_bytes()).and_then(|()| w.flush()) {
+                if let Err(e) = w.line(&line) {
                     *out = None;
                     drop(out);
                     let path = lock(&self.location).clone().unwrap_or_default();
