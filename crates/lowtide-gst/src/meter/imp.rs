@@ -166,9 +166,11 @@ impl BaseTransformImpl for LowtideMeter {
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         *lock(&self.counters) = Counters::default();
-        let mut state = State::default();
-        state.out = CsvLog::maybe("lowtidemeter", lock(&self.location).as_deref(), CSV_HEADER)?;
-        *lock(&self.state) = state;
+        let out = CsvLog::maybe("lowtidemeter", lock(&self.location).as_deref(), CSV_HEADER)?;
+        *lock(&self.state) = State {
+            out,
+            ..State::default()
+        };
         Ok(())
     }
 
