@@ -84,6 +84,21 @@ pub fn size_of(caps: &gst::CapsRef) -> Option<(u16, u16)> {
     Some((w, h))
 }
 
+/// The pad templates of an element that passes buffers on as it takes them (`lowtidestamp`,
+/// `lowtidemeter`): a sink and a source pad, always there, with the same caps.
+pub fn passthrough_templates(caps: &gst::Caps) -> Vec<gst::PadTemplate> {
+    [
+        ("src", gst::PadDirection::Src),
+        ("sink", gst::PadDirection::Sink),
+    ]
+    .into_iter()
+    .map(|(name, dir)| {
+        gst::PadTemplate::new(name, dir, gst::PadPresence::Always, caps)
+            .expect("a valid pad template")
+    })
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,8 +13,8 @@ use gst_base::subclass::prelude::*;
 use lowtide_media::encoded::{stamp, Codec};
 
 use crate::caps;
-use crate::csv_log::CsvLog;
-use crate::stamp::imp::{stamp_caps, wall_clock_us};
+use crate::csv_log::{wall_clock_us, CsvLog};
+use crate::stamp::imp::stamp_caps;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -135,25 +135,8 @@ impl ElementImpl for LowtideMeter {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            let caps = template_caps();
-            vec![
-                gst::PadTemplate::new(
-                    "src",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Always,
-                    &caps,
-                )
-                .expect("a valid pad template"),
-                gst::PadTemplate::new(
-                    "sink",
-                    gst::PadDirection::Sink,
-                    gst::PadPresence::Always,
-                    &caps,
-                )
-                .expect("a valid pad template"),
-            ]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| caps::passthrough_templates(&template_caps()));
         TEMPLATES.as_ref()
     }
 }

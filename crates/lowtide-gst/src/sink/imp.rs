@@ -4,7 +4,6 @@
 //! channel's events (a drop cancels what depends on it), asks the encoder for a keyframe
 //! when a reference was dropped here or the receiver asks for one, and runs rate feedback.
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -15,7 +14,7 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
 use lowtide::{Channel, ChannelConfig, ControllerConfig, TlsConfig};
-use lowtide_media::encoded::sender::{Fate, SenderConfig};
+use lowtide_media::encoded::sender::SenderConfig;
 use lowtide_media::encoded::wire::{self, StreamStart, WireMessage};
 use lowtide_media::encoded::{
     write_ivf_frame, AccessUnit, AnnexBReader, Codec, DropReason, H264Framer, H265Framer,
@@ -23,8 +22,8 @@ use lowtide_media::encoded::{
 };
 use lowtide_media::pipe::StreamSender;
 
+use super::logs::SinkLogs;
 use crate::caps;
-use crate::csv_log::CsvLog;
 use crate::encoder::Encoder;
 use crate::rate::{RateConfig, RateFeedback, RateReport, RateSample};
 
@@ -45,12 +44,6 @@ const ACK_WAIT: Duration = Duration::from_secs(5);
 const COMMANDS: usize = 64;
 /// While the stream stays broken, the encoder is asked again this often.
 const KEYFRAME_REPEAT: Duration = Duration::from_secs(1);
-/// The rate log's header line.
-const RATE_LOG_HEADER: &str = "wall_us,estimate_bps,written_bps,delivery_rate_bps,queued_bytes,queue_delay_ms,rtt_ms,congested,encoder_bitrate_bps,target_bitrate_bps";
-/// The unit log's header line.
-const UNIT_LOG_HEADER: &str = "index,pts_ns,capture_us,fate,decided_us";
-/// Units whose PTS and capture time the unit log keeps until their fate is known.
-const UNIT_LOG_PENDING: usize = 1 << 16;
 /// IVF timebase of the stream header: nanoseconds, so a buffer's PTS travels unchanged.
 const NS_PER_S: u32 = 1_000_000_000;
 
@@ -496,11 +489,12 @@ impl BaseSinkImpl for LowtideSink {
                 )
             )
         })?;
-        let rate_log = CsvLog::maybe("lowtidesink", settings.rate_log.as_deref(), RATE_LOG_HEADER)?;
-        let unit_log = CsvLog::maybe("lowtidesink", settings.unit_log.as_deref(), UNIT_LOG_HEADER)?;
-        if unit_log.is_some() {
-            sender.record_fates();
-        }
+        let logs = SinkLogs::open(
+            settings.rate_log.as_deref(),
+            settings.unit_log.as_deref(),
+            &mut sender,
+            self.obj().downgrade(),
+        )?;
         *lock(&self.counters) = Counters::default();
         let (tx, rx) = tokio::sync::mpsc::channel(COMMANDS);
         let task = Task {
@@ -513,9 +507,7 @@ impl BaseSinkImpl for LowtideSink {
             rate_interval: Duration::from_millis(u64::from(settings.rate_interval_ms)),
             budget: sender_cfg.latency,
             last_keyframe_request: None,
-            rate_log,
-            unit_log,
-            pending: BTreeMap::new(),
+            logs,
         };
         let task = rt.spawn(task.run(rx));
         let mut state = lock(&self.state);
@@ -723,52 +715,6 @@ impl LowtideSink {
     }
 }
 
-/// Wall-clock now (CLOCK_REALTIME), microseconds since the Unix epoch.
-fn wall_clock_us() -> u64 {
-    crate::stamp::imp::wall_clock_us()
-}
-
-/// `instant` on the wall clock, microseconds since the Unix epoch.
-fn wall_us_of(instant: Instant) -> u64 {
-    let (wall, now) = (wall_clock_us(), Instant::now());
-    if instant <= now {
-        wall.saturating_sub(now.duration_since(instant).as_micros() as u64)
-    } else {
-        wall.saturating_add(instant.duration_since(now).as_micros() as u64)
-    }
-}
-
-/// Writes `line` to a log and flushes it (a killed process loses no line written); a
-/// failed write closes the log with a warning, the stream goes on.
-fn log_line(log: &mut Option<CsvLog>, line: &str, element: &glib::WeakRef<super::LowtideSink>) {
-    let Some(w) = log.as_mut() else {
-        return;
-    };
-    if let Err(e) = w.line(line) {
-        *log = None;
-        if let Some(el) = element.upgrade() {
-            gst::element_warning!(
-                el,
-                gst::ResourceError::Write,
-                ("lowtidesink: writing a log: {}", e)
-            );
-        }
-    }
-}
-
-/// A fate's name in the unit log.
-fn fate_name(f: Fate) -> &'static str {
-    match f {
-        Fate::Written => "written",
-        Fate::Skipped(DropReason::Expired) => "late-on-arrival",
-        Fate::Skipped(DropReason::QueueFull) | Fate::Dropped(DropReason::QueueFull) => "queue-full",
-        Fate::Dropped(DropReason::Expired) => "expired",
-        Fate::Skipped(DropReason::DependencyBroken)
-        | Fate::Dropped(DropReason::DependencyBroken) => "dependency-broken",
-        _ => "cancelled",
-    }
-}
-
 /// What went wrong with the channel to `address`, saying so when the peer is not lowtide.
 fn channel_failure(address: &str, what: &str, e: &lowtide::Error) -> String {
     match e {
@@ -790,10 +736,7 @@ struct Task {
     rate_interval: Duration,
     budget: Duration,
     last_keyframe_request: Option<Instant>,
-    rate_log: Option<CsvLog>,
-    unit_log: Option<CsvLog>,
-    /// PTS and capture wall-clock µs of the units whose fate the unit log waits for.
-    pending: BTreeMap<u64, (Option<u64>, u64)>,
+    logs: SinkLogs,
 }
 
 impl Task {
@@ -852,14 +795,7 @@ impl Task {
                         if !self.sender.is_started() {
                             return Err("units before the stream's caps".into());
                         }
-                        if self.unit_log.is_some() {
-                            for u in &units {
-                                if self.pending.len() >= UNIT_LOG_PENDING {
-                                    self.pending.pop_first();
-                                }
-                                self.pending.insert(u.index, (u.pts, wall_us_of(u.capture)));
-                            }
-                        }
+                        self.logs.queued(&units);
                         let skipped = self.sender.send_units(units, now).map_err(|e| self.failed(&format!("sending ({e})")))?;
                         // Past its deadline before lowtide saw it: upstream (the encoder) is
                         // late, not the path.
@@ -925,27 +861,7 @@ impl Task {
             encoder_bps = enc.set_bitrate_bps(target);
             lock(&self.counters).bitrate_changes += 1;
         }
-        if self.rate_log.is_some() {
-            let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
-            let line = format!(
-                "{},{},{},{},{},{:.3},{:.3},{},{},{}\n",
-                wall_clock_us(),
-                report.estimate_bps,
-                report.written_bps,
-                report.delivery_rate_bps,
-                report.queued_bytes,
-                report
-                    .queue_delay
-                    .min(Duration::from_secs(3600))
-                    .as_secs_f64()
-                    * 1e3,
-                report.rtt.as_secs_f64() * 1e3,
-                report.congested,
-                opt(encoder_bps),
-                opt(report.target_bps)
-            );
-            log_line(&mut self.rate_log, &line, &self.element);
-        }
+        self.logs.rate(&report, encoder_bps);
         if let Some(el) = self.element.upgrade() {
             let s = rate_structure(&report, encoder_bps);
             let _ = el.post_message(gst::message::Element::builder(s).src(&el).build());
@@ -980,7 +896,7 @@ impl Task {
     /// After units were sent or dropped: counters, and a keyframe request while a
     /// reference is missing.
     fn after_change(&mut self) {
-        self.log_fates();
+        self.logs.fates(&mut self.sender);
         let st = self.sender.state();
         {
             let d = st.drops();
@@ -996,24 +912,6 @@ impl Task {
         // Before the first unit the tracker waits for a keyframe too: not a drop.
         if st.is_broken() && st.counters().units > 0 {
             self.request_keyframe("a reference unit was dropped at the sender", false);
-        }
-    }
-
-    /// One unit-log line per fate decided since the last call.
-    fn log_fates(&mut self) {
-        if self.unit_log.is_none() {
-            return;
-        }
-        let decided = wall_clock_us();
-        while let Some((index, fate)) = self.sender.poll_fate() {
-            let (pts, capture) = self.pending.remove(&index).unzip();
-            let line = format!(
-                "{index},{},{},{},{decided}\n",
-                pts.flatten().map(|p| p.to_string()).unwrap_or_default(),
-                capture.map(|c| c.to_string()).unwrap_or_default(),
-                fate_name(fate)
-            );
-            log_line(&mut self.unit_log, &line, &self.element);
         }
     }
 

@@ -6,6 +6,7 @@ use gst::glib;
 use gst::prelude::*;
 
 mod imp;
+mod logs;
 
 glib::wrapper! {
     /// The sink element.

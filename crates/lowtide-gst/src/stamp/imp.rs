@@ -11,7 +11,7 @@ use gst_base::subclass::prelude::*;
 use lowtide_media::encoded::{stamp, Codec};
 
 use crate::caps;
-use crate::csv_log::CsvLog;
+use crate::csv_log::{wall_clock_us, CsvLog};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -41,14 +41,6 @@ pub struct LowtideStamp {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Wall-clock now (CLOCK_REALTIME), microseconds since the Unix epoch.
-pub fn wall_clock_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
 }
 
 /// The caps both stamp elements take on encoded video: H.264/H.265 AU-aligned Annex-B.
@@ -122,25 +114,8 @@ impl ElementImpl for LowtideStamp {
     }
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
-        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            let caps = stamp_caps();
-            vec![
-                gst::PadTemplate::new(
-                    "src",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Always,
-                    &caps,
-                )
-                .expect("a valid pad template"),
-                gst::PadTemplate::new(
-                    "sink",
-                    gst::PadDirection::Sink,
-                    gst::PadPresence::Always,
-                    &caps,
-                )
-                .expect("a valid pad template"),
-            ]
-        });
+        static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> =
+            LazyLock::new(|| caps::passthrough_templates(&stamp_caps()));
         TEMPLATES.as_ref()
     }
 }
