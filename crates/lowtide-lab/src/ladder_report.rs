@@ -121,9 +121,7 @@ fn first_run<'a>(
     records: &'a [TrialRecord],
     name: &str,
 ) -> Option<(&'a LadderRecord, Vec<Sample>)> {
-    let t = records
-        .iter()
-        .find(|r| r.mode == Some(mode) && r.run == 1 && r.variants.iter().any(|v| v == name))?;
+    let t = crate::results::first_run(records, mode, name)?;
     let rec = t.ladder.iter().find(|(n, _)| n == name).map(|(_, r)| r)?;
     let samples = t
         .stream_of(name)

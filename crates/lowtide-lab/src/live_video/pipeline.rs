@@ -176,7 +176,7 @@ mod tests {
 
     fn files() -> Files {
         Files {
-            dir: PathBuf::from("/tmp/x"),
+            dir: PathBuf::from("run/x"),
         }
     }
 
@@ -200,7 +200,7 @@ mod tests {
             ),
             "{a}"
         );
-        assert!(a.contains("lowtidestamp location=\"/tmp/x/stamps.csv\" ! lowtidesink address=10.0.0.2:7000 controller=min-buf:1,3 latency-ms=200 rate-feedback=true"), "{a}");
+        assert!(a.contains("lowtidestamp location=\"run/x/stamps.csv\" ! lowtidesink address=10.0.0.2:7000 controller=min-buf:1,3 latency-ms=200 rate-feedback=true"), "{a}");
         let r = receiver_args(
             &LiveApp::default(),
             &v,
@@ -215,7 +215,7 @@ mod tests {
             "{r}"
         );
         assert!(
-            r.ends_with("lowtidemeter location=\"/tmp/x/frames.csv\" ! fakesink sync=false"),
+            r.ends_with("lowtidemeter location=\"run/x/frames.csv\" ! fakesink sync=false"),
             "{r}"
         );
     }

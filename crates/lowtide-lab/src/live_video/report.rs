@@ -91,9 +91,7 @@ fn first_run<'a>(
     records: &'a [TrialRecord],
     name: &str,
 ) -> Option<(&'a LiveRecord, Vec<Sample>)> {
-    let t = records
-        .iter()
-        .find(|r| r.mode == Some(mode) && r.run == 1 && r.variants.iter().any(|v| v == name))?;
+    let t = crate::results::first_run(records, mode, name)?;
     let rec = t.live.iter().find(|(n, _)| n == name).map(|(_, r)| r)?;
     Some((rec, t.stream_of(name).unwrap_or_default().to_vec()))
 }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lowtide_traffic::Stop;
 
@@ -71,12 +71,6 @@ pub fn preflight() -> Result<(), LabError> {
     plugin_dir().map(drop)
 }
 
-fn wall_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
 /// Starts a live-video variant's processes, or `None` when the variant runs another application.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
@@ -104,7 +98,7 @@ pub(crate) fn start(
     let dir = std::env::temp_dir().join(format!(
         "lowtide-live-{}-{}-{index}",
         std::process::id(),
-        wall_us()
+        crate::clock::wall_us(Instant::now())
     ));
     std::fs::create_dir_all(&dir)
         .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
@@ -132,8 +126,7 @@ pub(crate) fn start(
         LiveTransport::Lowtide => (start, Instant::now()),
         LiveTransport::Tcpserversink => (Instant::now(), start),
     };
-    let start_wall_us =
-        wall_us() + start.saturating_duration_since(Instant::now()).as_micros() as i64;
+    let start_wall_us = crate::clock::wall_us(start);
     let receive_end = end + GRACE;
     let (tx_files, tx_scratch, tstop) = (files.clone(), scratch.clone(), stop.clone());
     let (rx_files, rstop) = (files, stop.clone());

@@ -68,6 +68,17 @@ pub struct TrialRecord {
     pub network: TrialNetwork,
 }
 
+/// The trial of `mode` whose run 1 had the variant `name`: the run the reports plot.
+pub fn first_run<'a>(
+    records: &'a [TrialRecord],
+    mode: Mode,
+    name: &str,
+) -> Option<&'a TrialRecord> {
+    records
+        .iter()
+        .find(|r| r.mode == Some(mode) && r.run == 1 && r.variants.iter().any(|v| v == name))
+}
+
 fn find<'a, T>(list: &'a [(String, T)], name: &str) -> Option<&'a T> {
     list.iter().find(|(n, _)| n == name).map(|(_, x)| x)
 }

@@ -74,11 +74,7 @@ pub(super) fn run_trial(
     let end = start + duration;
     if let Some(dir) = &pcap_dir {
         // The pcap's timestamps are the wall clock; the records count from `start`.
-        let wall = std::time::SystemTime::now() + start.saturating_duration_since(Instant::now());
-        let secs = wall
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
+        let secs = crate::clock::wall_us(start) as f64 / 1e6;
         let names: String = variants
             .iter()
             .map(|&i| format!("{}\n", s.variants[i].name))
