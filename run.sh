@@ -28,6 +28,10 @@ install_system_packages() {
   [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
   # ffmpeg and ffprobe decode the encoded-video tests' gated streams (lowtide-media).
   command -v ffmpeg >/dev/null || missing+=(ffmpeg)
+  # Headless Chromium (Debian's build decodes H.264 with WebCodecs) is the browser viewer of
+  # `lowtide serve`'s player page: the serve tests and the lab's browser viewers
+  # (crates/lowtide-lab/src/chromium.rs).
+  command -v chromium >/dev/null || missing+=(chromium)
   # GStreamer 1.22 (Debian 12) for the plugin crates/lowtide-gst: the -dev packages to build
   # it (the workspace does not build without them), the tools (gst-inspect-1.0) and the
   # encoders, parsers and decoders its element tests run (x264enc, vp8enc, avdec_h264, ...).

@@ -3,6 +3,7 @@
 //! ours, and rendered as HTML reports with SVG plots.
 //!
 //! - [`bwss`]: Mehra's BWSS Fig. 4-6: real daemon, preload library, curl and the ladder in the lab;
+//! - [`chromium`]: headless Chromium, a browser viewer of `lowtide serve`'s player page;
 //! - [`clock`]: one process, one clock: timestamps that travel inside messages;
 //! - [`stream`]: the measured latency stream over a lowtide channel;
 //! - [`video`]: the measured layered video (priority-progress streaming, lowtide-media);
@@ -26,6 +27,7 @@
 //! - [`rdc`]: the RDC experiments (Hsiao, Kung, Tan): bulk flows, the agent in the receivers.
 
 pub mod bwss;
+pub mod chromium;
 pub mod clock;
 pub mod conference;
 pub mod demo;
