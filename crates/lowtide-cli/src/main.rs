@@ -9,6 +9,7 @@ mod media;
 mod netem;
 mod pipe;
 mod rdc;
+mod serve;
 mod stamp;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +58,11 @@ enum Command {
     /// The RDC receiver agent: holds this host's ACKs by the delay routers ask for (NFQUEUE);
     /// `rdc cleanup` removes a killed agent's rules, `rdc bench` measures the agent.
     Rdc(rdc::RdcArgs),
+    /// Live video to browsers: publishers in over lowtide (or a local --source), viewers out
+    /// over WebSocket, each viewer's socket under its own latency controller.
+    Serve(serve::ServeArgs),
+    /// A light viewer of a `lowtide serve` stream: times every unit and checks it decodes.
+    Watch(serve::WatchArgs),
 }
 
 fn main() {
@@ -83,6 +89,8 @@ fn main() {
         Command::Recv(args) => media::recv(args),
         Command::Stamp(args) => stamp::run(args),
         Command::Rdc(args) => rdc::run(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Watch(args) => serve::watch(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -56,6 +56,18 @@ pub struct SendArgs {
     /// while lowtide holds this many MiB.
     #[arg(long, default_value_t = 64)]
     max_queued_mib: u64,
+    /// With --input: publish to `lowtide serve` (its --ingest address is --to) under this
+    /// stream path; viewers watch it at http://SERVER/watch/PATH.
+    #[arg(long, requires = "input")]
+    publish: Option<String>,
+    /// With --publish: the server's publish token (default: $LOWTIDE_PUBLISH_TOKEN).
+    #[arg(
+        long,
+        requires = "publish",
+        env = "LOWTIDE_PUBLISH_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -165,6 +177,10 @@ pub fn send(args: SendArgs) -> anyhow::Result<i32> {
             latency: Duration::from_millis(args.latency_ms),
             max_queued_bytes: args.max_queued_mib.saturating_mul(1 << 20),
             describe,
+            publish: args.publish.map(|path| lowtide_media::pipe::Publish {
+                path,
+                token: args.token.unwrap_or_default(),
+            }),
         };
         return crate::pipe::send(p, cfg);
     }

@@ -22,6 +22,7 @@ pub struct PipeSend {
     pub latency: Duration,
     pub max_queued_bytes: u64,
     pub describe: String,
+    pub publish: Option<pipe::Publish>,
 }
 
 fn provenance(what: &str, describe: &str) {
@@ -81,6 +82,7 @@ pub fn send(p: PipeSend, cfg: ChannelConfig) -> anyhow::Result<i32> {
             max_queued_bytes: p.max_queued_bytes,
             ..SenderConfig::default()
         },
+        publish: p.publish.clone(),
         ..SendOptions::default()
     };
     lowtide::current_thread_runtime()?.block_on(async move {

@@ -49,17 +49,27 @@ pub enum PipeError {
     /// The channel failed or closed early.
     #[error(transparent)]
     Transport(#[from] lowtide::Error),
+    /// The publish message cannot carry this path or token.
+    #[error("publish: {0}")]
+    Publish(#[from] crate::encoded::wire::WireError),
     /// The consumer of [`receive_units`] dropped its end of the queue.
     #[error("the consumer of the received units went away")]
     ConsumerGone,
+    /// The receiver closed the channel with an error code (a server that refused a publish
+    /// says why here).
+    #[error("the receiver closed the channel (code {code}): {reason}")]
+    PeerClosed { code: u64, reason: String },
     /// The channel ended while messages were still in flight.
     #[error("the channel closed with {0} units in flight")]
     Closed(usize),
 }
 
 /// How [`send_encoded`] reads and schedules.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SendOptions {
+    /// Publish to a server (`lowtide serve`) under this stream path with this token: a
+    /// publish message goes first ([`crate::encoded::wire::encode_publish`]).
+    pub publish: Option<Publish>,
     /// The input's format (`None`: detect it).
     pub format: Option<InputFormat>,
     pub sender: SenderConfig,
@@ -72,12 +82,20 @@ pub struct SendOptions {
 impl Default for SendOptions {
     fn default() -> Self {
         Self {
+            publish: None,
             format: None,
             sender: SenderConfig::default(),
             max_unit: DEFAULT_MAX_NAL,
             ack_wait: Duration::from_secs(5),
         }
     }
+}
+
+/// Where a stream is published on a server, and the token that allows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    pub path: String,
+    pub token: String,
 }
 
 /// What [`send_encoded`] did.
@@ -113,6 +131,8 @@ pub struct StreamSender {
     stream: u64,
     state: EncodedSender<MessageId>,
     started: bool,
+    /// The receiver's close, when it closed with an error code.
+    refused: Option<(u64, String)>,
 }
 
 impl StreamSender {
@@ -123,6 +143,7 @@ impl StreamSender {
             stream: ch.open_stream(StreamConfig::default())?,
             state: EncodedSender::new(cfg),
             started: false,
+            refused: None,
         })
     }
 
@@ -142,6 +163,16 @@ impl StreamSender {
         self.state.poll_fate()
     }
 
+    /// The receiver's close with an error code, if it closed so ([`PipeError::PeerClosed`]).
+    pub fn refused(&self) -> Option<PipeError> {
+        self.refused
+            .as_ref()
+            .map(|(code, reason)| PipeError::PeerClosed {
+                code: *code,
+                reason: reason.clone(),
+            })
+    }
+
     /// Whether the start message went out.
     pub fn is_started(&self) -> bool {
         self.started
@@ -152,6 +183,11 @@ impl StreamSender {
     pub fn handle_event(&mut self, e: Event) -> Result<(), lowtide::Error> {
         match e {
             Event::Written { id, .. } => self.state.written(id),
+            Event::Closed {
+                by_peer: true,
+                code,
+                reason,
+            } if code != 0 => self.refused = Some((code, reason)),
             Event::Cancelled { id, reason, .. } => {
                 let reason = match reason {
                     CancelReason::Expired => DropReason::Expired,
@@ -171,6 +207,19 @@ impl StreamSender {
         while let Some(n) = self.state.poll_notice() {
             self.ch.send(self.stream, message(n))?;
         }
+        Ok(())
+    }
+
+    /// Sends the publish message for a server (before [`Self::start`]); a path or token the
+    /// message cannot carry is an error here, before anything is sent.
+    pub fn publish(&mut self, p: &Publish) -> Result<(), PipeError> {
+        let data = crate::encoded::wire::encode_publish(&p.path, &p.token)?;
+        let m = Outgoing {
+            data,
+            importance: crate::encoded::MAX_IMPORTANCE,
+            deadline: None,
+        };
+        self.ch.send(self.stream, message(m))?;
         Ok(())
     }
 
@@ -221,7 +270,11 @@ impl StreamSender {
             // Fates not published yet: wait for the next event rather than spin.
             match tokio::time::timeout(Duration::from_millis(100), self.ch.next_event()).await {
                 Ok(Some(e)) => self.handle_event(e)?,
-                Ok(None) => return Err(closed(&self.ch, self.state.in_flight())),
+                Ok(None) => {
+                    return Err(self
+                        .refused()
+                        .unwrap_or_else(|| closed(&self.ch, self.state.in_flight())))
+                }
                 Err(_) => {}
             }
         }
@@ -240,14 +293,22 @@ pub async fn send_encoded<R: AsyncRead + Unpin>(
     opts: SendOptions,
 ) -> Result<SendReport, PipeError> {
     let mut s = StreamSender::open(ch, opts.sender)?;
+    if let Some(p) = &opts.publish {
+        s.publish(p)?;
+    }
     let mut reader = UnitReader::new(opts.format, opts.max_unit);
     let mut buf = vec![0u8; 64 << 10];
     loop {
         tokio::select! {
             biased;
             e = ch.next_event() => match e {
-                Some(e) => s.handle_event(e)?,
-                None => return Err(closed(ch, s.state.in_flight())),
+                Some(e) => {
+                    s.handle_event(e)?;
+                    if let Some(e) = s.refused() {
+                        return Err(e);
+                    }
+                }
+                None => return Err(s.refused().unwrap_or_else(|| closed(ch, s.state.in_flight()))),
             },
             n = input.read(&mut buf) => {
                 let n = n.map_err(PipeError::Read)?;
@@ -258,13 +319,16 @@ pub async fn send_encoded<R: AsyncRead + Unpin>(
                 } else {
                     reader.push(&buf[..n], now)?
                 };
+                // A send fails once the receiver closed: say why it closed, if it said.
                 if let Some(codec) = reader.codec() {
-                    s.start(&StreamStart {
+                    let r = s.start(&StreamStart {
                         codec,
                         ivf: reader.ivf_header(),
-                    })?;
+                    });
+                    r.map_err(|e| s.refused().unwrap_or(e.into()))?;
                 }
-                s.send_units(units, now)?;
+                let r = s.send_units(units, now);
+                r.map_err(|e| s.refused().unwrap_or(e.into()))?;
                 if eof {
                     break;
                 }

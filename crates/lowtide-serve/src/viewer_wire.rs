@@ -231,6 +231,114 @@ pub fn decode_from_viewer(m: &[u8]) -> Result<FromViewer, ViewerWireError> {
     }
 }
 
+/// A message from the server, as a viewer reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromServer<'a> {
+    Hello {
+        codec: u8,
+        server_us: u64,
+        path: &'a str,
+    },
+    Unit(UnitFields, &'a [u8]),
+    Dropped {
+        units: u32,
+        reason: DropReason,
+    },
+    End,
+}
+
+/// Why a server's message is refused (a viewer's reader).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerWireError {
+    #[error("server message of {len} bytes ends inside its {what}")]
+    Short { what: &'static str, len: usize },
+    #[error("unknown server message tag {0:#04x}")]
+    UnknownTag(u8),
+    #[error("server protocol version {0}, this viewer reads {VERSION}")]
+    Version(u8),
+    #[error("unknown {what} {value}")]
+    Unknown { what: &'static str, value: u8 },
+    #[error("stream path is not UTF-8")]
+    PathNotUtf8,
+}
+
+/// Decodes a server's message (what the player page does in JavaScript).
+pub fn decode_from_server(m: &[u8]) -> Result<FromServer<'_>, ServerWireError> {
+    let short = |what| ServerWireError::Short { what, len: m.len() };
+    let u64_at = |i: usize| -> Result<u64, ServerWireError> {
+        m.get(i..i + 8)
+            .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+            .ok_or(short("fields"))
+    };
+    match *m.first().ok_or(short("tag"))? {
+        TAG_HELLO => {
+            if m.len() < 12 {
+                return Err(short("hello"));
+            }
+            if m[1] != VERSION {
+                return Err(ServerWireError::Version(m[1]));
+            }
+            let n = usize::from(m[11]);
+            let path = m.get(12..12 + n).ok_or(short("path"))?;
+            Ok(FromServer::Hello {
+                codec: m[2],
+                server_us: u64_at(3)?,
+                path: std::str::from_utf8(path).map_err(|_| ServerWireError::PathNotUtf8)?,
+            })
+        }
+        TAG_UNIT => {
+            if m.len() < UNIT_HEADER_LEN {
+                return Err(short("unit header"));
+            }
+            let kind = match m[9] {
+                0 => FrameKind::ParameterSets,
+                1 => FrameKind::Keyframe,
+                2 => FrameKind::Reference,
+                3 => FrameKind::NonReference,
+                k => {
+                    return Err(ServerWireError::Unknown {
+                        what: "kind",
+                        value: k,
+                    })
+                }
+            };
+            if m[10] & !FLAG_PARAMETER_SETS != 0 {
+                return Err(ServerWireError::Unknown {
+                    what: "flags",
+                    value: m[10],
+                });
+            }
+            let f = UnitFields {
+                index: u64_at(1)?,
+                kind,
+                has_parameter_sets: m[10] & FLAG_PARAMETER_SETS != 0,
+                capture_us: u64_at(11)?,
+                ingest_us: u64_at(19)?,
+                sent_us: u64_at(27)?,
+            };
+            Ok(FromServer::Unit(f, &m[UNIT_HEADER_LEN..]))
+        }
+        TAG_DROPPED => {
+            if m.len() < 6 {
+                return Err(short("dropped notice"));
+            }
+            let reason = *DropReason::ALL.iter().find(|r| **r as u8 == m[5]).ok_or(
+                ServerWireError::Unknown {
+                    what: "drop reason",
+                    value: m[5],
+                },
+            )?;
+            Ok(FromServer::Dropped {
+                units: u32::from_be_bytes([m[1], m[2], m[3], m[4]]),
+                reason,
+            })
+        }
+        TAG_END => Ok(FromServer::End),
+        t => Err(ServerWireError::UnknownTag(t)),
+    }
+}
+
 fn truncate_utf8(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -310,7 +418,46 @@ mod tests {
         assert!(std::str::from_utf8(&m[12..12 + len]).is_ok());
     }
 
+    #[test]
+    fn every_server_message_reads_back() {
+        let m = encode_hello(1, 5, "cam/1");
+        assert_eq!(
+            decode_from_server(&m),
+            Ok(FromServer::Hello {
+                codec: 1,
+                server_us: 5,
+                path: "cam/1"
+            })
+        );
+        let f = UnitFields {
+            index: 3,
+            kind: FrameKind::Reference,
+            has_parameter_sets: false,
+            capture_us: 4,
+            ingest_us: 5,
+            sent_us: 6,
+        };
+        let mut m = encode_unit_header(&f).to_vec();
+        m.extend_from_slice(b"AU");
+        assert_eq!(decode_from_server(&m), Ok(FromServer::Unit(f, &b"AU"[..])));
+        assert!(decode_from_server(&m[..UNIT_HEADER_LEN - 1]).is_err());
+        let d = encode_dropped(9, DropReason::QueueFull);
+        assert_eq!(
+            decode_from_server(&d),
+            Ok(FromServer::Dropped {
+                units: 9,
+                reason: DropReason::QueueFull
+            })
+        );
+        assert_eq!(decode_from_server(&encode_end()), Ok(FromServer::End));
+    }
+
     proptest! {
+        #[test]
+        fn server_bytes_never_panic(m in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = decode_from_server(&m);
+        }
+
         #[test]
         fn viewer_bytes_never_panic(m in proptest::collection::vec(any::<u8>(), 0..400)) {
             let _ = decode_from_viewer(&m);

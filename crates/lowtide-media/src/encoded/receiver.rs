@@ -230,6 +230,11 @@ impl EncodedReceiver {
                     "a keyframe request, which goes to a sender",
                 ));
             }
+            WireMessage::Publish { .. } => {
+                return Err(ReceiveError::OutOfSequence(
+                    "a publish message, which goes to a server (lowtide serve)",
+                ));
+            }
         }
         self.release(now);
         Ok(())

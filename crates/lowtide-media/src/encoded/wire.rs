@@ -10,6 +10,7 @@
 //! dropped:  0x22 | count u16 | count × (index u64 | kind u8 | temporal_id u8 | flags u8)
 //! end:      0x23 | units u64
 //! keyframe: 0x24 | reason u8 | index u64 | dropped_since u64      (receiver to sender)
+//! publish:  0x25 | path_len u8 | path (UTF-8) | token_len u8 | token (UTF-8)
 //! ```
 //!
 //! - `codec`: 1 H.264, 2 H.265, 3 VP8, 4 VP9, 5 AV1. `kind`: 0 parameter sets, 1 keyframe,
@@ -26,6 +27,9 @@
 //! - `keyframe` goes the other way, on a stream the receiver opens: its gate's
 //!   [`KeyframeRequest`] for the sender's encoder (`reason` 0: no keyframe yet, 1: reference
 //!   unit `index` was lost; `index` is 0 for reason 0).
+//! - `publish` comes before `start` on a stream sent to a server (`lowtide serve`): the
+//!   stream's path there and the publish token that allows it ([`encode_publish`]). A plain
+//!   receiver refuses it; the server reads it and hands the rest to its receiver.
 //!
 //! # When decoding fails
 //! [`decode`] never panics: a message shorter than its fixed part or its `count`, an unknown
@@ -45,6 +49,8 @@ pub const TAG_DROPPED: u8 = 0x22;
 pub const TAG_END: u8 = 0x23;
 /// Tag of a keyframe request (receiver to sender).
 pub const TAG_KEYFRAME_REQUEST: u8 = 0x24;
+/// Tag of a publish message (sender to a server, before [`TAG_START`]).
+pub const TAG_PUBLISH: u8 = 0x25;
 /// The header version this module writes and reads.
 pub const VERSION: u8 = 1;
 /// A unit message's header without the optional `pts`.
@@ -80,6 +86,13 @@ pub enum WireError {
     /// A keyframe request's reason byte outside 0..=1.
     #[error("unknown keyframe request reason {0}")]
     UnknownReason(u8),
+    /// A publish message whose path or token is not UTF-8, or a path that is empty, holds
+    /// something other than `[A-Za-z0-9._-]` and `/`, or starts with `/`.
+    #[error("bad publish {what}: {why}")]
+    BadPublish {
+        what: &'static str,
+        why: &'static str,
+    },
     /// Flag bits that are not defined.
     #[error("undefined flag bits {0:#04x}")]
     UnknownFlags(u8),
@@ -119,6 +132,7 @@ pub enum WireMessage<'a> {
     Dropped(Vec<UnitInfo>),
     End { units: u64 },
     KeyframeRequest(KeyframeRequest),
+    Publish { path: &'a str, token: &'a str },
 }
 
 fn codec_byte(c: Codec) -> u8 {
@@ -263,6 +277,60 @@ pub fn encode_keyframe_request(r: &KeyframeRequest) -> Vec<u8> {
     out
 }
 
+/// Encodes a publish message. Errors if the path is not a valid stream path
+/// ([`check_stream_path`]) or the path or token is over 255 bytes.
+///
+/// ```
+/// use lowtide_media::encoded::wire::{decode, encode_publish, WireMessage};
+/// let m = encode_publish("cam/1", "secret")?;
+/// assert_eq!(decode(&m), Ok(WireMessage::Publish { path: "cam/1", token: "secret" }));
+/// assert!(encode_publish("../etc", "t").is_err());
+/// # Ok::<(), lowtide_media::encoded::wire::WireError>(())
+/// ```
+pub fn encode_publish(path: &str, token: &str) -> Result<Vec<u8>, WireError> {
+    check_stream_path(path)?;
+    if token.len() > usize::from(u8::MAX) {
+        return Err(WireError::BadPublish {
+            what: "token",
+            why: "over 255 bytes",
+        });
+    }
+    let mut out = Vec::with_capacity(3 + path.len() + token.len());
+    out.push(TAG_PUBLISH);
+    out.push(path.len() as u8);
+    out.extend_from_slice(path.as_bytes());
+    out.push(token.len() as u8);
+    out.extend_from_slice(token.as_bytes());
+    Ok(out)
+}
+
+/// Whether `path` may name a stream: 1 to 255 bytes of `[A-Za-z0-9._-]` and `/`, not
+/// starting with `/`, no empty, `.` or `..` segment (it appears in URLs and file names).
+pub fn check_stream_path(path: &str) -> Result<(), WireError> {
+    let bad = |why| {
+        Err(WireError::BadPublish {
+            what: "stream path",
+            why,
+        })
+    };
+    if path.is_empty() || path.len() > usize::from(u8::MAX) {
+        return bad("not 1 to 255 bytes");
+    }
+    if !path
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b))
+    {
+        return bad("only letters, digits, '.', '_', '-' and '/' are allowed");
+    }
+    if path
+        .split('/')
+        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return bad("an empty, '.' or '..' segment");
+    }
+    Ok(())
+}
+
 /// A cursor over a message that reports where it ran short.
 struct Cursor<'a> {
     bytes: &'a [u8],
@@ -401,6 +469,24 @@ pub fn decode(bytes: &[u8]) -> Result<WireMessage<'_>, WireError> {
                 dropped_since,
             }))
         }
+        TAG_PUBLISH => {
+            let n = c.u8("path length")?;
+            let path = std::str::from_utf8(c.take(usize::from(n), "path")?).map_err(|_| {
+                WireError::BadPublish {
+                    what: "stream path",
+                    why: "not UTF-8",
+                }
+            })?;
+            check_stream_path(path)?;
+            let n = c.u8("token length")?;
+            let token = std::str::from_utf8(c.take(usize::from(n), "token")?).map_err(|_| {
+                WireError::BadPublish {
+                    what: "token",
+                    why: "not UTF-8",
+                }
+            })?;
+            Ok(WireMessage::Publish { path, token })
+        }
         t => Err(WireError::UnknownTag(t)),
     }
 }
@@ -419,6 +505,41 @@ mod tests {
             timebase_scale: 1,
             frame_count: 0,
         }
+    }
+
+    #[test]
+    fn publish_refuses_paths_that_could_escape_a_url_or_a_folder() {
+        for bad in [
+            "",
+            "/a",
+            "a//b",
+            "a/../b",
+            "./a",
+            "a b",
+            "caf\u{e9}",
+            &"x".repeat(256),
+        ] {
+            assert!(
+                matches!(encode_publish(bad, "t"), Err(WireError::BadPublish { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(encode_publish("a", &"t".repeat(256)).is_err());
+        // The decoder checks the path too: a hand-made message with "..".
+        let m = [TAG_PUBLISH, 2, b'.', b'.', 0];
+        assert!(matches!(decode(&m), Err(WireError::BadPublish { .. })));
+        assert!(matches!(
+            decode(&[TAG_PUBLISH, 5, b'a']),
+            Err(WireError::Short { what: "path", .. })
+        ));
+        let ok = encode_publish("live/cam-1.main", "").unwrap();
+        assert_eq!(
+            decode(&ok),
+            Ok(WireMessage::Publish {
+                path: "live/cam-1.main",
+                token: ""
+            })
+        );
     }
 
     #[test]

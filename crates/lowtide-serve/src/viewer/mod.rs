@@ -1,0 +1,90 @@
+//! A viewer: its queue ([`queue`], the per-viewer drop rules without I/O) and its
+//! connection ([`connection`], the WebSocket under its own latency controller).
+
+pub mod connection;
+pub mod queue;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use lowtide::ControllerConfig;
+
+/// Shown frames whose latencies a viewer's statistics keep (the metrics' quantiles).
+pub const LATENCY_WINDOW: usize = 300;
+
+/// How each viewer's connection runs.
+#[derive(Debug, Clone)]
+pub struct ViewerConfig {
+    /// The latency controller on each viewer's socket (`Unlimited`: a plain WebSocket
+    /// server that writes whatever the socket takes).
+    pub controller: ControllerConfig,
+    /// A viewer whose socket takes no byte for this long while units wait is dropped.
+    pub stall_timeout: Duration,
+    /// The largest message a viewer may send (reports are 25 bytes).
+    pub max_message: usize,
+}
+
+impl Default for ViewerConfig {
+    fn default() -> Self {
+        Self {
+            controller: ControllerConfig::default(),
+            stall_timeout: Duration::from_secs(10),
+            max_message: 4096,
+        }
+    }
+}
+
+/// What a viewer's connection has seen, for the metrics and the viewer log.
+#[derive(Debug, Default, Clone)]
+pub struct ViewerStats {
+    pub path: String,
+    /// Frames the viewer reported shown.
+    pub shown: u64,
+    /// Decoder problems the viewer reported.
+    pub problems: u64,
+    pub last_problem: Option<String>,
+    /// Capture-to-shown latency (ms) of the last [`LATENCY_WINDOW`] stamped frames shown.
+    pub capture_to_shown_ms: VecDeque<f64>,
+    /// Server-to-shown latency (ms; ingest at the server to shown).
+    pub server_to_shown_ms: VecDeque<f64>,
+    /// Bytes written to the viewer's socket (WebSocket framing included).
+    pub bytes_written: u64,
+    /// From the socket's last `TCP_INFO`.
+    pub cwnd: u32,
+    pub srtt_us: u64,
+    pub notsent: u32,
+}
+
+impl ViewerStats {
+    pub(crate) fn record(window: &mut VecDeque<f64>, v: f64) {
+        if window.len() == LATENCY_WINDOW {
+            window.pop_front();
+        }
+        window.push_back(v);
+    }
+}
+
+/// The `q` quantile (nearest rank) of `v`, `None` when empty (no data, never 0).
+pub fn quantile(v: &VecDeque<f64>, q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s: Vec<f64> = v.iter().copied().collect();
+    s.sort_by(f64::total_cmp);
+    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
+    Some(s[rank - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_nearest_rank_and_none_without_samples() {
+        assert_eq!(quantile(&VecDeque::new(), 0.5), None);
+        let v: VecDeque<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), Some(50.0));
+        assert_eq!(quantile(&v, 0.99), Some(99.0));
+        assert_eq!(quantile(&v, 1.0), Some(100.0));
+    }
+}
