@@ -64,8 +64,10 @@ fn headless_chromium_decodes_and_shows_a_served_stream() {
         .lines()
         .skip(1)
         .filter_map(|l| {
-            let f: Vec<u64> = l.split(',').map(|x| x.parse().unwrap()).collect();
-            (f[2] != 0 && f[7] == 0).then(|| (f[6] as f64 - f[2] as f64) / 1000.0)
+            // viewer,addr,index,capture_us,ingest_us,sent_us,decoded_us,shown_us,catch_up
+            let f: Vec<&str> = l.split(',').collect();
+            let n = |i: usize| f[i].parse::<u64>().unwrap();
+            (n(3) != 0 && n(8) == 0).then(|| (n(7) as f64 - n(3) as f64) / 1000.0)
         })
         .collect();
     assert!(

@@ -354,7 +354,7 @@ struct CsvShown(Mutex<std::io::BufWriter<std::fs::File>>);
 
 impl CsvShown {
     const HEADER: &'static str =
-        "viewer,index,capture_us,ingest_us,sent_us,decoded_us,shown_us,catch_up\n";
+        "viewer,addr,index,capture_us,ingest_us,sent_us,decoded_us,shown_us,catch_up\n";
 
     fn create(p: &std::path::Path) -> std::io::Result<Self> {
         use std::io::Write;
@@ -373,8 +373,9 @@ impl ShownSink for CsvShown {
         // killed at the end of a run loses nothing.
         let w = writeln!(
             f,
-            "{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{}",
             r.viewer,
+            r.addr,
             r.index,
             r.capture_us,
             r.ingest_us,

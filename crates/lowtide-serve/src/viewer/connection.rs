@@ -57,6 +57,8 @@ pub trait ShownSink: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ShownRecord {
     pub viewer: u64,
+    /// The viewer's address (the lab tells its hosts apart by it).
+    pub addr: std::net::IpAddr,
     pub index: u64,
     pub capture_us: u64,
     pub ingest_us: u64,
@@ -289,6 +291,7 @@ impl Connection {
         if let Some(sink) = sink {
             sink.shown(&ShownRecord {
                 viewer: slot.id,
+                addr: slot.addr,
                 index,
                 capture_us: s.capture_us,
                 ingest_us: s.ingest_us,
