@@ -207,6 +207,13 @@ pub struct ViewerCommand {
 }
 
 impl ViewerCommand {
+    /// One more browser flag, e.g. `--unsafely-treat-insecure-origin-as-secure=ORIGIN` (a
+    /// page over plain HTTP from another host gets WebCodecs only as a secure context).
+    pub fn arg(mut self, flag: impl Into<OsString>) -> Self {
+        self.args.push(flag.into());
+        self
+    }
+
     /// The whole command: the base's program and arguments, the browser's flags (with
     /// `--remote-debugging-pipe` if `devtools`), the URL last.
     fn into_command(mut self, devtools: bool) -> (Command, ProfileDir, String) {

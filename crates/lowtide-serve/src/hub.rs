@@ -375,7 +375,7 @@ mod tests {
     fn queued(slot: &ViewerSlot) -> Vec<u64> {
         let now = Instant::now();
         let mut q = lock(&slot.queue);
-        std::iter::from_fn(|| q.pop(now))
+        std::iter::from_fn(|| q.pop(now, Duration::ZERO))
             .map(|n| n.unit.info.index)
             .collect()
     }

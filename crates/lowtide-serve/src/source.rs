@@ -55,17 +55,24 @@ pub enum SourceError {
 
 /// Runs `cmd` (a shell command) and publishes its output at `path` until it exits.
 pub async fn run(hub: Arc<Hub>, path: &str, cmd: &str) -> Result<(), SourceError> {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c").arg(cmd);
+    run_command(hub, path, sh).await
+}
+
+/// [`run`] for a command built by the caller (no shell; the lab sets its environment).
+pub async fn run_command(
+    hub: Arc<Hub>,
+    path: &str,
+    cmd: std::process::Command,
+) -> Result<(), SourceError> {
+    let shown = format!("{cmd:?}");
+    let mut child = Command::from(cmd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| SourceError::Spawn {
-            cmd: cmd.into(),
-            source,
-        })?;
+        .map_err(|source| SourceError::Spawn { cmd: shown, source })?;
     let mut out = child.stdout.take().expect("stdout is piped");
     let stream = hub.publish(path, Codec::H264)?;
     let result = pump(&hub, &stream, &mut out).await;

@@ -17,14 +17,20 @@
 //! byte stream would hold each frame until the next one starts): its best case. (`gdppay`
 //! would turn `h264parse`'s tag events into new stream headers that reset the decoder.)
 //!
+//! A third pair of ends puts a browser at the receiver (`serve.rs`): `lowtide serve` at the
+//! sender with the same encoder as its source, headless Chromium at the receiver decoding
+//! with WebCodecs; the frames it reports shown come back in the server's shown log, and the
+//! page's decoder errors count as the receiver's bus problems.
+//!
 //! The parts: the configuration and the command lines (`pipeline.rs`), the two processes of a
-//! variant (`run.rs`), their CSV files read into a record (`record.rs`), the report's section
-//! (`report.rs`).
+//! variant (`run.rs`, `serve.rs`), their CSV files read into a record (`record.rs`), the
+//! report's section (`report.rs`).
 
 mod pipeline;
 mod record;
 pub mod report;
 mod run;
+mod serve;
 
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +128,13 @@ pub enum LiveTransport {
     Lowtide,
     /// GStreamer's `tcpserversink` → `tcpclientsrc`, RTP over TCP (RFC 4571) in between.
     Tcpserversink,
+    /// `lowtide serve` in the sender's namespace (the encoder as its `--source`), headless
+    /// Chromium in the receiver's watching the player page: the variant's `controller` on the
+    /// viewer's socket, `latency_ms` the viewer queue's deadline.
+    Serve,
+    /// The same server as a plain WebSocket server: no controller, no deadline (what servers
+    /// that write frames as fast as the socket takes them do).
+    ServePlain,
 }
 
 /// `variant.live`: how a live-video variant carries the stream.

@@ -118,6 +118,10 @@ pub(crate) fn sender_args(
             "sync=false".into(),
             "sync-method=next-keyframe".into(),
         ]),
+        // `lowtide serve --source`: the server reads the stream from the encoder's stdout.
+        LiveTransport::Serve | LiveTransport::ServePlain => {
+            a.extend(["fdsink".into(), "fd=1".into()])
+        }
     }
     a
 }
@@ -133,6 +137,8 @@ pub(crate) fn receiver_args(
 ) -> Vec<String> {
     let mut a: Vec<String> = vec!["-q".into()];
     match v.transport {
+        // The receiver is a browser (serve.rs), not a pipeline.
+        LiveTransport::Serve | LiveTransport::ServePlain => return vec![],
         LiveTransport::Lowtide => a.extend([
             "lowtidesrc".into(),
             format!("address={addr}"),

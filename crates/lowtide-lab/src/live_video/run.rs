@@ -34,7 +34,7 @@ pub(crate) struct LiveSeen {
 }
 
 /// A folder for the processes' files, removed when both ends are done with it.
-struct Scratch(PathBuf);
+pub(super) struct Scratch(pub(super) PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -44,7 +44,7 @@ impl Drop for Scratch {
 
 /// The folder holding `libgstlowtide.so`: `$LOWTIDE_GST_PLUGIN_PATH`, else beside this
 /// program or one folder up (a test binary in `target/*/deps`).
-fn plugin_dir() -> Result<PathBuf, LabError> {
+pub(super) fn plugin_dir() -> Result<PathBuf, LabError> {
     if let Some(p) = std::env::var_os("LOWTIDE_GST_PLUGIN_PATH") {
         return Ok(PathBuf::from(p));
     }
@@ -91,6 +91,10 @@ pub(crate) fn start(
     let controller = match live.transport {
         LiveTransport::Lowtide => controller_property(&v.controller)
             .map_err(|e| LabError::io(format!("variant {:?}", v.name), e))?,
+        LiveTransport::Serve | LiveTransport::ServePlain => {
+            let hosts = (tx_host, rx_host);
+            return super::serve::start(s, v, live, index, port, hosts, start, end, stop).map(Some);
+        }
         LiveTransport::Tcpserversink => String::new(),
     };
     let gst = in_path("gst-launch-1.0", "gstreamer1.0-tools")?;
@@ -105,7 +109,7 @@ pub(crate) fn start(
     let scratch = Arc::new(Scratch(dir.clone()));
     let files = Files { dir };
     let (to, listen) = match live.transport {
-        LiveTransport::Lowtide => (
+        LiveTransport::Lowtide | LiveTransport::Serve | LiveTransport::ServePlain => (
             SocketAddr::from((rx_host.addr(), port)),
             SocketAddr::from(([0, 0, 0, 0], port)),
         ),
@@ -123,7 +127,9 @@ pub(crate) fn start(
     let rx_cmd = command(rx_host, receiver_args(app, &live, listen, &files));
     // The listening end starts at once, the connecting end at the trial's start.
     let (tx_at, rx_at) = match live.transport {
-        LiveTransport::Lowtide => (start, Instant::now()),
+        LiveTransport::Lowtide | LiveTransport::Serve | LiveTransport::ServePlain => {
+            (start, Instant::now())
+        }
         LiveTransport::Tcpserversink => (Instant::now(), start),
     };
     let start_wall_us = crate::clock::wall_us(start);

@@ -85,6 +85,13 @@ pub fn run(
     {
         crate::live_video::preflight()?;
     }
+    if s.variants.iter().any(|v| {
+        use crate::live_video::LiveTransport as T;
+        v.live
+            .is_some_and(|l| matches!(l.transport, T::Serve | T::ServePlain))
+    }) {
+        crate::chromium::Chromium::find()?;
+    }
     let all: Vec<usize> = (0..s.variants.len()).collect();
     let mut trials: Vec<(Mode, u32, Vec<usize>)> = vec![];
     for &mode in &s.run.modes {

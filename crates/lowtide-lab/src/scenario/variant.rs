@@ -437,6 +437,26 @@ impl Scenario {
                 crate::live_video::controller_property(&v.controller)
                     .map_err(|e| invalid(field("controller"), format!("{:?}", v.controller), e))?;
             }
+            LiveTransport::Serve | LiveTransport::ServePlain => {
+                let plain = live.transport == LiveTransport::ServePlain;
+                if live.rate_feedback || (plain && v.controller != ControllerConfig::Unlimited) {
+                    return Err(invalid(
+                        field("live"),
+                        "serve with rate_feedback, or serve_plain with a controller",
+                        "serve with controller = min_buf or notsent_lowat (the viewer's socket), serve_plain alone",
+                    ));
+                }
+                if matches!(
+                    v.controller,
+                    ControllerConfig::PaceA { .. } | ControllerConfig::Dbat(_)
+                ) {
+                    return Err(invalid(
+                        field("controller"),
+                        format!("{:?}", v.controller),
+                        "a controller that needs no P-ACKs (a browser sends none): min_buf, notsent_lowat or unlimited",
+                    ));
+                }
+            }
         }
         Ok(())
     }

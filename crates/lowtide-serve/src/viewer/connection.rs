@@ -347,7 +347,13 @@ impl Connection {
                     Wake::Writable | Wake::PAck => (true, None),
                 });
             }
-            if self.current.is_none() && !self.next_frame(source, slot, now) {
+            // What the kernel holds leaves at the socket's delivery rate; a unit written now
+            // starts on the wire after it.
+            let ahead = match tcp.delivery_rate {
+                0 => Duration::ZERO,
+                rate => Duration::from_secs_f64(tcp.outq as f64 / rate as f64),
+            };
+            if self.current.is_none() && !self.next_frame(source, slot, now, ahead) {
                 return Ok((false, None));
             }
             let cur = self.current.as_ref().expect("a frame to write");
@@ -375,7 +381,13 @@ impl Connection {
     }
 
     /// Takes the next frame to write: control frames first, then the viewer's queue.
-    fn next_frame(&mut self, source: &Stream, slot: &ViewerSlot, now: Instant) -> bool {
+    fn next_frame(
+        &mut self,
+        source: &Stream,
+        slot: &ViewerSlot,
+        now: Instant,
+        ahead: Duration,
+    ) -> bool {
         if let Some(c) = self.control.pop_front() {
             self.current = Some(Outgoing::small(c));
             return true;
@@ -386,7 +398,7 @@ impl Connection {
             self.current = Some(Outgoing::small(websocket::server_frame(Opcode::Binary, &m)));
             return true;
         }
-        if let Some(next) = q.pop(now) {
+        if let Some(next) = q.pop(now, ahead) {
             drop(q);
             let u = &next.unit;
             let sent_us = wall_us();

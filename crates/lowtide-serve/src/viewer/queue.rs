@@ -8,8 +8,11 @@
 //! - a unit whose references this viewer did not get is dropped (`dependency-broken`): the
 //!   [`Chain`] rule of the encoded-video model, so the viewer's decoder never sees a unit
 //!   it cannot decode; after a break the viewer waits for the next keyframe;
-//! - a unit older than the latency budget since it reached the server is dropped
+//! - a unit that cannot be on the wire within the latency budget since it reached the
+//!   server (its wait here plus the time the kernel's queue takes to leave) is dropped
 //!   (`expired`), and with it what depends on it;
+//! - a late keyframe that ends a wait for one is sent anyway, unless a newer keyframe is
+//!   queued: without it a path that stays slower than the budget would show nothing;
 //! - units the viewer was given to catch up at join (the stream's current group of
 //!   pictures) have no deadline: without them the keyframe they follow is useless.
 //!
@@ -140,7 +143,11 @@ impl ViewerQueue {
     }
 
     /// The next unit to send at `now`, dropping by the rules on the way; `None` when empty.
-    pub fn pop(&mut self, now: Instant) -> Option<Next> {
+    /// `ahead` is how long the bytes already in the kernel take to leave (the socket's
+    /// queue over its delivery rate): a unit that would start on the wire after its
+    /// deadline is dropped now rather than sent late, which would only delay the keyframe
+    /// that comes next.
+    pub fn pop(&mut self, now: Instant, ahead: Duration) -> Option<Next> {
         while let Some(n) = self.units.pop_front() {
             self.bytes -= n.unit.data.len();
             let u = &n.unit;
@@ -151,7 +158,8 @@ impl ViewerQueue {
                 self.drop_unit(&n.unit.clone(), DropReason::DependencyBroken);
                 continue;
             }
-            if !n.catch_up && now > u.ingest_at + self.cfg.latency {
+            let late = now + ahead > u.ingest_at + self.cfg.latency;
+            if !n.catch_up && late && !self.resumes(&n) {
                 self.drop_unit(&n.unit.clone(), DropReason::Expired);
                 continue;
             }
@@ -159,6 +167,19 @@ impl ViewerQueue {
             return Some(self.sent(n));
         }
         None
+    }
+
+    /// A late keyframe that ends a wait for one goes anyway when no newer keyframe is
+    /// queued: a path slower than the stream (the kernel's share, about one congestion
+    /// window, draining for longer than the budget) would otherwise expire every keyframe
+    /// and show nothing until it recovers; this way it shows at least each keyframe.
+    fn resumes(&self, n: &Next) -> bool {
+        n.unit.info.kind == FrameKind::Keyframe
+            && self.chain.waiting_for_keyframe()
+            && !self
+                .units
+                .iter()
+                .any(|q| q.unit.info.kind == FrameKind::Keyframe)
     }
 
     fn sent(&mut self, n: Next) -> Next {
@@ -217,7 +238,7 @@ mod tests {
     }
 
     fn popped(q: &mut ViewerQueue, now: Instant) -> Vec<u64> {
-        std::iter::from_fn(|| q.pop(now))
+        std::iter::from_fn(|| q.pop(now, Duration::ZERO))
             .map(|n| n.unit.info.index)
             .collect()
     }
@@ -261,6 +282,48 @@ mod tests {
         assert!(q.take_break());
         assert!(!q.take_break());
         assert_eq!(q.counters().breaks, 1);
+    }
+
+    #[test]
+    fn a_late_keyframe_ends_a_wait_unless_a_newer_one_is_queued() {
+        let t0 = Instant::now();
+        let cfg = QueueConfig {
+            latency: Duration::from_millis(100),
+            ..QueueConfig::default()
+        };
+        let late = t0 + Duration::from_millis(500);
+        let mut q = ViewerQueue::new(cfg);
+        q.push(unit(0, Keyframe, t0, 10), false);
+        assert_eq!(popped(&mut q, t0), [0]);
+        // 1 expires and breaks the chain; keyframe 2 is late too, but it is the only one.
+        q.push(unit(1, Reference, t0, 10), false);
+        q.push(unit(2, Keyframe, t0, 10), false);
+        q.push(unit(3, Reference, t0, 10), false);
+        assert_eq!(popped(&mut q, late), [2]);
+        // Two late keyframes queued: only the newer goes.
+        q.push(unit(4, Reference, t0, 10), false);
+        q.push(unit(5, Keyframe, t0, 10), false);
+        q.push(unit(6, Keyframe, t0, 10), false);
+        assert_eq!(popped(&mut q, late), [6]);
+    }
+
+    #[test]
+    fn a_unit_the_kernels_queue_would_make_late_is_dropped_now() {
+        let t0 = Instant::now();
+        let cfg = QueueConfig {
+            latency: Duration::from_millis(200),
+            ..QueueConfig::default()
+        };
+        let mut q = ViewerQueue::new(cfg);
+        q.push(unit(0, Keyframe, t0, 10), false);
+        q.push(unit(1, Reference, t0, 10), false);
+        assert_eq!(
+            q.pop(t0, Duration::ZERO).map(|n| n.unit.info.index),
+            Some(0)
+        );
+        // Fresh, but 300 ms of bytes wait in the kernel ahead of it.
+        assert!(q.pop(t0, Duration::from_millis(300)).is_none());
+        assert_eq!(q.take_untold(), Some((1, DropReason::Expired)));
     }
 
     #[test]
@@ -325,11 +388,11 @@ mod tests {
                 let params: usize = q.units.iter().filter(|n| n.unit.info.kind == ParameterSets).map(|n| n.unit.data.len()).sum();
                 prop_assert!(q.bytes() <= 1000 + params);
                 if pops[i % pops.len()] {
-                    while let Some(n) = q.pop(now) { sent.push(n.unit.info); }
+                    while let Some(n) = q.pop(now, Duration::ZERO) { sent.push(n.unit.info); }
                 }
             }
             now += Duration::from_secs(1);
-            while let Some(n) = q.pop(now) { sent.push(n.unit.info); }
+            while let Some(n) = q.pop(now, Duration::ZERO) { sent.push(n.unit.info); }
             let dropped: u64 = q.counters().dropped.iter().sum();
             prop_assert_eq!(sent.len() as u64 + dropped, pushed_after_start);
             // The decoder's view: every unit of the stream in order, delivered or missing.
