@@ -193,6 +193,13 @@ impl FrameReader {
             .max(1)
     }
 
+    /// Bytes pushed and not yet parsed into a frame (at most the limit plus 14, the
+    /// longest frame header, when the caller reads at most [`Self::room`] each time and takes
+    /// every message before the next read).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Adds bytes read from the client.
     pub fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
