@@ -1,8 +1,9 @@
 //! Feeds arbitrary bytes to `lowtide serve`'s request-head parser (`http::parse_head`, the
 //! first parser of a stranger's bytes): nothing may panic; a parsed request's path is absolute
 //! with its query and fragment cut off, its head within `MAX_HEAD` and its `rest` exactly the
-//! bytes after the head; every prefix of a complete head waits for more (the reader parses
-//! after each read); a websocket key only when `Upgrade: websocket`, `Connection: upgrade`
+//! bytes after the head; the head alone parses the same, and a prefix of it (cut one byte
+//! short, at half, at one byte) waits for more rather than failing (the reader parses after
+//! each read); a websocket key only when `Upgrade: websocket`, `Connection: upgrade`
 //! and version 13 are all there (checked against httparse's headers directly); the same head
 //! padded past `MAX_HEAD` is refused.
 #![no_main]
