@@ -224,7 +224,7 @@ impl Hub {
             let mut s = stream.lock();
             let gap = s
                 .last_index
-                .map_or(0, |l| unit.info.index.saturating_sub(l + 1));
+                .map_or(0, |l| unit.info.index.saturating_sub(l.saturating_add(1)));
             s.last_index = Some(unit.info.index);
             let gap = u32::try_from(gap).unwrap_or(u32::MAX);
             if gap > 0 {
@@ -396,6 +396,20 @@ mod tests {
         hub.push(&s, unit(5, NonReference, 100));
         assert_eq!(queued(&v), [5]);
         assert_eq!(s.keyframe_requests.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn the_last_index_does_not_overflow_the_gap() {
+        // A publisher's indices are its own: the largest one, twice (the receiver and the
+        // gate saturate at it), is no gap the second time and no overflow.
+        let hub = Hub::new(HubConfig::default());
+        let s = hub.publish("cam", Codec::H264).unwrap();
+        hub.push(&s, unit(0, FrameKind::Keyframe, 10));
+        let (_, v) = hub.join("cam", A, Instant::now()).unwrap();
+        hub.push(&s, unit(u64::MAX, FrameKind::Keyframe, 10));
+        hub.push(&s, unit(u64::MAX, FrameKind::Keyframe, 10));
+        assert_eq!(s.upstream_lost.load(Ordering::Relaxed), u64::from(u32::MAX));
+        assert_eq!(queued(&v), [0, u64::MAX, u64::MAX]);
     }
 
     #[test]

@@ -193,6 +193,13 @@ impl FrameReader {
             .max(1)
     }
 
+    /// Bytes pushed and not yet parsed into a frame (at most the limit plus 14, the
+    /// longest frame header, when the caller reads at most [`Self::room`] each time and takes
+    /// every message before the next read).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Adds bytes read from the client.
     pub fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
@@ -287,7 +294,11 @@ impl FrameReader {
         if op.is_control() && (!fin || len > 125) {
             return Err(FrameError::BadControlFrame);
         }
-        let so_far = self.partial.as_ref().map_or(0, |(_, d)| d.len() as u64);
+        // A control frame between a message's fragments (§5.4) is not part of the message.
+        let so_far = match &self.partial {
+            Some((_, d)) if !op.is_control() => d.len() as u64,
+            _ => 0,
+        };
         if len.saturating_add(so_far) > self.max_message as u64 {
             return Err(FrameError::TooLong {
                 len: len.saturating_add(so_far),
@@ -421,6 +432,21 @@ mod tests {
         r.push(&client_frame(Opcode::Continuation, true, &[0; 60], M));
         assert!(matches!(r.next_message(), Err(FrameError::TooLong { .. })));
         assert_eq!(FrameError::TooLong { len: 0, limit: 0 }.close_code(), 1009);
+    }
+
+    #[test]
+    fn a_ping_inside_a_fragmented_message_does_not_count_against_its_limit() {
+        // §5.4: control frames may come between a message's fragments; their payload is not
+        // part of the message.
+        let mut r = FrameReader::new(64);
+        r.push(&client_frame(Opcode::Binary, false, &[1; 60], M));
+        r.push(&client_frame(Opcode::Ping, true, &[2; 10], M));
+        r.push(&client_frame(Opcode::Continuation, true, &[3; 4], M));
+        assert_eq!(r.next_message(), Ok(Some(WsMessage::Ping(vec![2; 10]))));
+        let mut want = vec![1; 60];
+        want.extend_from_slice(&[3; 4]);
+        assert_eq!(r.next_message(), Ok(Some(WsMessage::Binary(want))));
+        assert_eq!(r.next_message(), Ok(None));
     }
 
     #[test]

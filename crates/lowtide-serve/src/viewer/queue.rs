@@ -113,7 +113,9 @@ impl ViewerQueue {
     /// breaks its chain like a drop here would.
     pub fn upstream_lost(&mut self, units: u32) {
         if units > 0 && self.started {
-            self.untold[DropReason::Upstream as usize - 1] += units;
+            // Saturating: the hub tells gaps of up to u32::MAX units each.
+            let untold = &mut self.untold[DropReason::Upstream as usize - 1];
+            *untold = untold.saturating_add(units);
             self.counters.dropped[DropReason::Upstream as usize - 1] += u64::from(units);
         }
     }
@@ -138,7 +140,7 @@ impl ViewerQueue {
             self.counters.breaks += 1;
             self.broke = true;
         }
-        self.untold[reason as usize - 1] += 1;
+        self.untold[reason as usize - 1] = self.untold[reason as usize - 1].saturating_add(1);
         self.counters.dropped[reason as usize - 1] += 1;
     }
 
@@ -359,6 +361,23 @@ mod tests {
             2
         );
         assert!(q.waiting_for_keyframe());
+    }
+
+    #[test]
+    fn huge_upstream_gaps_saturate_the_untold_count_instead_of_overflowing() {
+        // A publisher's index may jump by up to u64::MAX; the hub tells each gap clamped to
+        // u32::MAX, and two of them before the viewer is told must not overflow.
+        let t0 = Instant::now();
+        let mut q = ViewerQueue::new(QueueConfig::default());
+        q.push(unit(0, Keyframe, t0, 10), false);
+        q.upstream_lost(u32::MAX);
+        q.upstream_lost(u32::MAX);
+        assert_eq!(
+            q.counters().dropped[DropReason::Upstream as usize - 1],
+            2 * u64::from(u32::MAX)
+        );
+        assert_eq!(q.take_untold(), Some((u32::MAX, DropReason::Upstream)));
+        assert_eq!(q.take_untold(), None);
     }
 
     proptest! {
