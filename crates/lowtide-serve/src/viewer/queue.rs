@@ -109,8 +109,9 @@ impl ViewerQueue {
         self.bound();
     }
 
-    /// Units a publisher lost before the server: told to the viewer, and a lost reference
-    /// breaks its chain like a drop here would.
+    /// Units a publisher lost before the server: told to the viewer and counted. The
+    /// chain does not break here: the server's ingest gate already dropped every unit that
+    /// depended on them, so what still comes decodes.
     pub fn upstream_lost(&mut self, units: u32) {
         if units > 0 && self.started {
             // Saturating: the hub tells gaps of up to u32::MAX units each.
