@@ -207,6 +207,13 @@ pub struct ViewerCommand {
 }
 
 impl ViewerCommand {
+    /// One more browser flag after the defaults, e.g. `--ignore-certificate-errors` for a
+    /// server with a self-signed certificate.
+    pub fn arg(mut self, flag: impl Into<OsString>) -> Self {
+        self.args.push(flag.into());
+        self
+    }
+
     /// The whole command: the base's program and arguments, the browser's flags (with
     /// `--remote-debugging-pipe` if `devtools`), the URL last.
     fn into_command(mut self, devtools: bool) -> (Command, ProfileDir, String) {
