@@ -118,10 +118,10 @@ pub enum WatchError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("TLS with {addr}: {source}")]
+    #[error("TLS with {addr}: {error}")]
     Tls {
         addr: SocketAddr,
-        source: HandshakeError,
+        error: HandshakeError,
     },
     #[error("the server answered {status}: {body}")]
     Refused { status: u16, body: String },
@@ -182,7 +182,7 @@ async fn watch_with(
             Duration::from_secs(5),
         )
         .await
-        .map_err(|source| WatchError::Tls { addr, source })?,
+        .map_err(|error| WatchError::Tls { addr, error })?,
     };
     let key =
         base64::engine::general_purpose::STANDARD.encode(rand::thread_rng().gen::<[u8; 16]>());

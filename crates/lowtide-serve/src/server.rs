@@ -81,8 +81,9 @@ pub enum ServeError {
         addr: SocketAddr,
         source: lowtide::Error,
     },
+    // Not a `source`: the message is whole (an error chain would print it twice).
     #[error("HTTPS: {0}")]
-    Tls(#[from] TlsConfigError),
+    Tls(TlsConfigError),
     #[error("the shown log {path}: {source}")]
     Log {
         path: PathBuf,
@@ -130,7 +131,12 @@ impl Server {
             )));
         }
         // The certificate first: a bad file fails before anything listens.
-        let tls = cfg.tls.as_ref().map(TlsFiles::load).transpose()?;
+        let tls = cfg
+            .tls
+            .as_ref()
+            .map(TlsFiles::load)
+            .transpose()
+            .map_err(ServeError::Tls)?;
         let http_listener =
             TcpListener::bind(cfg.http)
                 .await

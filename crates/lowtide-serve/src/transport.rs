@@ -146,11 +146,36 @@ pub enum HandshakeError {
     #[error("the peer closed the connection during the TLS handshake")]
     Closed,
     /// The peer broke TLS, or refused ours with an alert (a browser that does not trust
-    /// the certificate).
-    #[error("TLS: {0}")]
-    Tls(#[from] rustls::Error),
+    /// the certificate). Not a `source`: the message is whole.
+    #[error("TLS: {0}{hint}", hint = hint(.0))]
+    Tls(rustls::Error),
     #[error("socket: {0}")]
     Io(#[from] io::Error),
+}
+
+impl From<rustls::Error> for HandshakeError {
+    fn from(e: rustls::Error) -> Self {
+        HandshakeError::Tls(e)
+    }
+}
+
+/// What to do about the errors a self-made certificate runs into.
+fn hint(e: &rustls::Error) -> &'static str {
+    use rustls::{CertificateError as C, Error as E};
+    match e {
+        E::InvalidCertificate(C::UnknownIssuer | C::BadSignature) => {
+            " (trust the server's certificate, or the CA that signed it)"
+        }
+        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+            " (connect by a name the certificate carries)"
+        }
+        // webpki's own error, only as text through rustls.
+        E::InvalidCertificate(C::Other(_)) if format!("{e:?}").contains("CaUsedAsEndEntity") => {
+            " (the server's certificate is a CA: make a leaf, e.g. openssl req -x509 \
+             -addext basicConstraints=critical,CA:FALSE, or rcgen)"
+        }
+        _ => "",
+    }
 }
 
 impl HandshakeError {

@@ -73,11 +73,9 @@ async fn get_tls(addr: SocketAddr, cert: &Cert, path: &str) -> String {
         .unwrap();
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(Duration::from_secs(5), t.read(&mut buf)).await {
-            Ok(Ok(n @ 1..)) => out.extend_from_slice(&buf[..n]),
-            _ => break,
-        }
+    while let Ok(Ok(n @ 1..)) = tokio::time::timeout(Duration::from_secs(5), t.read(&mut buf)).await
+    {
+        out.extend_from_slice(&buf[..n]);
     }
     String::from_utf8_lossy(&out).into_owned()
 }
@@ -140,6 +138,10 @@ async fn a_viewer_over_tls_gets_every_unit_decodable_and_the_end() {
         .await
         .unwrap_err();
     assert!(matches!(e, client::WatchError::Tls { .. }), "{e}");
+    assert!(
+        e.to_string().contains("trust the server's certificate"),
+        "{e}"
+    );
     assert!(server
         .metrics()
         .contains("lowtide_serve_bad_requests_total 0"));
