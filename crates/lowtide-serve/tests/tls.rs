@@ -1,7 +1,8 @@
 //! `lowtide serve` with HTTPS and WSS over loopback, a self-signed certificate made here: a
 //! light viewer over TLS gets every unit decodable and the end, the page and the metrics come
-//! over HTTPS, and what is not a TLS handshake (plain HTTP, silence, a handshake that stops
-//! half way) is refused within the request timeout.
+//! over HTTPS, a viewer that stops reading is dropped while the other keeps up, and what is
+//! not a TLS handshake (plain HTTP, silence, a handshake that stops half way) is refused
+//! within the request timeout.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -199,4 +200,61 @@ async fn plain_http_and_handshakes_that_never_finish_are_cut_off() {
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     let m = server.metrics();
     assert!(m.contains("lowtide_serve_bad_requests_total 4"), "{m}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn over_tls_a_viewer_that_stops_reading_is_dropped_and_the_other_keeps_up() {
+    let cert = Cert::new("tls-stall");
+    let mut cfg = config(&cert);
+    cfg.viewer.stall_timeout = Duration::from_secs(1);
+    let server = Server::start(cfg).await.unwrap();
+    // Noise at 4 Mbit/s, 2.5 MB in 5 s: far over what a stalled viewer's 64 KiB receive
+    // buffer and its controller's share of the kernel hold.
+    let cmd = source::test_pattern_command(640, 360, 4000, Some(150))
+        .replace("pattern=ball", "pattern=snow");
+    let hub = server.hub().clone();
+    let src = tokio::spawn(async move { source::run(hub, "test", &cmd).await });
+    for _ in 0..200 {
+        if server.hub().get("test").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let addr = server.http_addr();
+    let steady = WatchOptions {
+        duration: Duration::from_secs(20),
+        ..WatchOptions::default()
+    };
+    let stalling = WatchOptions {
+        stall_after_first: Some(Duration::from_secs(8)),
+        recv_buffer: Some(64 << 10),
+        ..steady
+    };
+    let tls = cert.watch_tls();
+    let (a, b) = tokio::join!(
+        client::watch_tls(addr, "test", steady, &tls),
+        client::watch_tls(addr, "test", stalling, &tls)
+    );
+    src.await.unwrap().unwrap();
+    let a = a.unwrap();
+    assert!(a.ended);
+    assert_eq!(a.undecodable(), 0);
+    assert_eq!(a.dropped, [0; 4], "the steady viewer lost nothing");
+    let worst = a
+        .units
+        .iter()
+        .filter(|u| u.capture_us != 0)
+        .map(|u| u.received_us.saturating_sub(u.capture_us))
+        .max()
+        .unwrap();
+    assert!(
+        worst < 300_000,
+        "the steady viewer's worst unit took {worst} µs"
+    );
+    match b {
+        Ok(r) => assert!(!r.ended, "a stalled viewer must not get the whole stream"),
+        Err(e) => assert!(matches!(e, client::WatchError::Io(_)), "{e}"),
+    }
+    let m = server.metrics();
+    assert!(m.contains("lowtide_serve_viewers_stalled_total 1"), "{m}");
 }
