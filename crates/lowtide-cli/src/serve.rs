@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use lowtide::ControllerConfig;
-use lowtide_serve::client::{self, WatchOptions};
+use lowtide_serve::client::{self, WatchOptions, WatchTls};
 use lowtide_serve::hub::HubConfig;
+use lowtide_serve::transport::TlsFiles;
 use lowtide_serve::viewer::queue::QueueConfig;
 use lowtide_serve::viewer::ViewerConfig;
 use lowtide_serve::{source, ServeConfig, Server};
@@ -19,6 +20,13 @@ pub struct ServeArgs {
     /// Where viewers connect: the player page, /streams, /metrics, the WebSockets.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Serve HTTPS and WSS with this certificate chain (PEM, leaf first): browsers give
+    /// WebCodecs only to secure contexts, so viewers on other machines need it.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Where publishers connect (`lowtide send --input - --publish PATH --to ADDR`).
     #[arg(long, default_value = "127.0.0.1:7000")]
     ingest: SocketAddr,
@@ -105,6 +113,11 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     };
     let cfg = ServeConfig {
         http: a.listen,
+        tls: a
+            .tls_cert
+            .as_ref()
+            .zip(a.tls_key.as_ref())
+            .map(|(c, k)| TlsFiles::new(c, k)),
         ingest: a.ingest,
         publish_token: token.clone(),
         hub: HubConfig {
@@ -125,8 +138,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     lowtide::current_thread_runtime()?.block_on(async move {
         let server = Server::start(cfg).await?;
         let http = server.http_addr();
+        let scheme = server.scheme();
         eprintln!(
-            "lowtide serve: viewers at http://{http}/ ({}), metrics at http://{http}/metrics",
+            "lowtide serve: viewers at {scheme}://{http}/ ({}), metrics at {scheme}://{http}/metrics",
             if a.plain {
                 "plain WebSocket, no controller".to_owned()
             } else {
@@ -143,7 +157,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             }
         );
         let src = source_cmd.map(|cmd| {
-            eprintln!("  --source at http://{http}/watch/{}: {cmd}", a.source_path);
+            eprintln!("  --source at {scheme}://{http}/watch/{}: {cmd}", a.source_path);
             let hub = server.hub().clone();
             let path = a.source_path.clone();
             tokio::spawn(async move { source::run(hub, &path, &cmd).await })
@@ -187,6 +201,13 @@ pub struct WatchArgs {
     /// Print one JSON object instead of a line.
     #[arg(long)]
     json: bool,
+    /// Watch over TLS (a server with --tls-cert), trusting the CA certificate(s) in this PEM
+    /// file (a self-signed server's own certificate will do).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the --server address).
+    #[arg(long, requires = "tls_ca")]
+    tls_name: Option<String>,
 }
 
 pub fn watch(a: WatchArgs) -> anyhow::Result<i32> {
@@ -194,8 +215,20 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<i32> {
         duration: Duration::from_secs_f64(a.seconds),
         ..WatchOptions::default()
     };
+    let tls = match &a.tls_ca {
+        Some(ca) => {
+            let name = a.tls_name.clone().unwrap_or(a.server.ip().to_string());
+            Some(WatchTls::from_ca_file(ca, &name).context("--tls-ca")?)
+        }
+        None => None,
+    };
     let r = lowtide::current_thread_runtime()?
-        .block_on(client::watch(a.server, &a.path, opts))
+        .block_on(async {
+            match &tls {
+                Some(t) => client::watch_tls(a.server, &a.path, opts, t).await,
+                None => client::watch(a.server, &a.path, opts).await,
+            }
+        })
         .with_context(|| format!("watching {} at {}", a.path, a.server))?;
     let mut lat: Vec<f64> = r
         .units

@@ -207,8 +207,9 @@ pub struct ViewerCommand {
 }
 
 impl ViewerCommand {
-    /// One more browser flag, e.g. `--unsafely-treat-insecure-origin-as-secure=ORIGIN` (a
-    /// page over plain HTTP from another host gets WebCodecs only as a secure context).
+    /// One more browser flag after the defaults: `--ignore-certificate-errors` for a server
+    /// with a self-signed certificate, `--unsafely-treat-insecure-origin-as-secure=ORIGIN`
+    /// for a page over plain HTTP from another host (WebCodecs is for secure contexts).
     pub fn arg(mut self, flag: impl Into<OsString>) -> Self {
         self.args.push(flag.into());
         self

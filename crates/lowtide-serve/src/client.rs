@@ -1,18 +1,20 @@
-//! A light viewer: a WebSocket client that reads a stream from `lowtide serve`, times every
-//! unit and checks that it could be decoded, without decoding it (`lowtide watch`, the
+//! A light viewer: a WebSocket client (over TLS with [`watch_tls`]) that reads a stream from
+//! `lowtide serve`, times every unit and checks that it could be decoded, without decoding it (`lowtide watch`, the
 //! lab's many viewers, the tests). It reports each unit back as shown at its arrival, so the
 //! server's per-viewer latency covers light viewers too (a browser reports when it drew the
 //! frame instead).
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use lowtide_media::encoded::{Chain, FrameKind, UnitInfo};
 use rand::Rng;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use rustls::pki_types::{CertificateDer, ServerName};
 
+use crate::transport::{self, HandshakeError, TlsConfigError, Transport};
 use crate::viewer_wire::{self, FromServer};
 use crate::wall_us;
 use crate::websocket::{self, FrameReader, Opcode, WsMessage};
@@ -38,6 +40,37 @@ impl Default for WatchOptions {
             stall_after_first: None,
             recv_buffer: None,
         }
+    }
+}
+
+/// TLS for [`watch_tls`]: whom to trust, and the name the server's certificate must carry.
+#[derive(Debug, Clone)]
+pub struct WatchTls {
+    pub config: Arc<rustls::ClientConfig>,
+    pub server_name: ServerName<'static>,
+}
+
+impl WatchTls {
+    /// Trusting `roots` (CA certificates, or a self-signed server certificate itself) for
+    /// `server_name`, a DNS name or an IP address.
+    pub fn new(
+        roots: impl IntoIterator<Item = CertificateDer<'static>>,
+        server_name: &str,
+    ) -> Result<Self, TlsConfigError> {
+        let server_name = ServerName::try_from(server_name.to_owned()).map_err(|_| {
+            TlsConfigError::from(format!(
+                "{server_name:?} is not a DNS name or an IP address"
+            ))
+        })?;
+        Ok(Self {
+            config: transport::client_config(roots)?,
+            server_name,
+        })
+    }
+
+    /// Trusting the certificates in the PEM file `ca`.
+    pub fn from_ca_file(ca: &Path, server_name: &str) -> Result<Self, TlsConfigError> {
+        Self::new(transport::load_certs(ca)?, server_name)
     }
 }
 
@@ -85,6 +118,11 @@ pub enum WatchError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("TLS with {addr}: {error}")]
+    Tls {
+        addr: SocketAddr,
+        error: HandshakeError,
+    },
     #[error("the server answered {status}: {body}")]
     Refused { status: u16, body: String },
     #[error("the server's handshake is not RFC 6455: {0}")]
@@ -103,6 +141,25 @@ pub async fn watch(
     path: &str,
     opts: WatchOptions,
 ) -> Result<WatchReport, WatchError> {
+    watch_with(addr, path, opts, None).await
+}
+
+/// As [`watch`], over TLS (a server with `--tls-cert`).
+pub async fn watch_tls(
+    addr: SocketAddr,
+    path: &str,
+    opts: WatchOptions,
+    tls: &WatchTls,
+) -> Result<WatchReport, WatchError> {
+    watch_with(addr, path, opts, Some(tls)).await
+}
+
+async fn watch_with(
+    addr: SocketAddr,
+    path: &str,
+    opts: WatchOptions,
+    tls: Option<&WatchTls>,
+) -> Result<WatchReport, WatchError> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()
     } else {
@@ -111,11 +168,22 @@ pub async fn watch(
     if let Some(b) = opts.recv_buffer {
         socket.set_recv_buffer_size(b)?;
     }
-    let mut s = socket
+    let tcp = socket
         .connect(addr)
         .await
         .map_err(|source| WatchError::Connect { addr, source })?;
-    s.set_nodelay(true)?;
+    tcp.set_nodelay(true)?;
+    let mut s = match tls {
+        None => Transport::plain(tcp),
+        Some(t) => Transport::connect(
+            tcp,
+            t.config.clone(),
+            t.server_name.clone(),
+            Duration::from_secs(5),
+        )
+        .await
+        .map_err(|error| WatchError::Tls { addr, error })?,
+    };
     let key =
         base64::engine::general_purpose::STANDARD.encode(rand::thread_rng().gen::<[u8; 16]>());
     let req = format!(
@@ -216,7 +284,7 @@ fn mask(op: Opcode, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Reads the handshake's answer; returns bytes that came after it.
-async fn handshake(s: &mut TcpStream, key: &str) -> Result<Vec<u8>, WatchError> {
+async fn handshake(s: &mut Transport, key: &str) -> Result<Vec<u8>, WatchError> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -240,7 +308,12 @@ async fn handshake(s: &mut TcpStream, key: &str) -> Result<Vec<u8>, WatchError> 
         let status = resp.code.unwrap_or(0);
         if status != 101 {
             let mut body = buf[used..].to_vec();
-            let _ = tokio::time::timeout(Duration::from_secs(1), s.read_to_end(&mut body)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                while let Ok(n @ 1..) = s.read(&mut chunk).await {
+                    body.extend_from_slice(&chunk[..n]);
+                }
+            })
+            .await;
             return Err(WatchError::Refused {
                 status,
                 body: String::from_utf8_lossy(&body).trim().to_owned(),

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use crate::transport::Transport;
 
 /// The largest request head accepted.
 pub const MAX_HEAD: usize = 8 << 10;
@@ -56,7 +55,7 @@ impl RequestError {
 
 /// Reads one request head within `limit`.
 pub async fn read_request(
-    stream: &mut TcpStream,
+    stream: &mut Transport,
     limit: Duration,
 ) -> Result<Request, RequestError> {
     let mut buf = Vec::with_capacity(1024);
@@ -129,7 +128,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Request>, RequestError> {
 
 /// Writes a whole response and closes the write side.
 pub async fn respond(
-    stream: &mut TcpStream,
+    stream: &mut Transport,
     status: u16,
     content_type: &str,
     body: &[u8],
@@ -146,7 +145,7 @@ pub async fn respond(
 }
 
 /// A plain-text error response.
-pub async fn respond_error(stream: &mut TcpStream, status: u16, why: &str) -> std::io::Result<()> {
+pub async fn respond_error(stream: &mut Transport, status: u16, why: &str) -> std::io::Result<()> {
     respond(
         stream,
         status,

@@ -12,7 +12,8 @@
 //! - [`hub`]: the streams, the catch-up a joiner starts from, every viewer's queue;
 //! - [`viewer::queue`]: one viewer's drop rules (dependencies, deadlines, bounds) without
 //!   I/O; [`viewer::connection`]: its socket under lowtide's latency controller;
-//! - [`http`], [`websocket`]: the request head and the WebSocket frames;
+//! - [`transport`]: plain TCP or TLS (rustls) under HTTP, with ciphertext counted for the
+//!   controller; [`http`], [`websocket`]: the request head and the WebSocket frames;
 //!   [`viewer_wire`]: the messages between the server and a viewer;
 //! - [`metrics`]: the Prometheus page; [`server`]: the listeners and routes;
 //! - [`client`]: a light viewer that times and checks units without decoding them.
@@ -26,6 +27,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod server;
 pub mod source;
+pub mod transport;
 pub mod viewer;
 pub mod viewer_wire;
 pub mod websocket;

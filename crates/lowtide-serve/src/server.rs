@@ -1,5 +1,6 @@
-//! The server: the HTTP listener (page, stream list, metrics, viewers' WebSockets) and the
-//! lowtide listener for publishers, both on one tokio runtime, sharing the [`Hub`].
+//! The server: the HTTP listener (page, stream list, metrics, viewers' WebSockets; HTTPS and
+//! WSS with [`ServeConfig::tls`]) and the lowtide listener for publishers, both on one tokio
+//! runtime, sharing the [`Hub`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use lowtide::ChannelConfig;
 use lowtide_media::pipe::ReceiveOptions;
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::http::{self, Request};
 use crate::hub::{Hub, HubConfig, JoinError};
 use crate::ingest::{self, IngestConfig};
 use crate::metrics::{self, ServerCounters};
+use crate::transport::{self, TlsConfigError, TlsFiles, Transport};
 use crate::viewer::connection::{self, ShownRecord, ShownSink, ViewerEnd};
 use crate::viewer::ViewerConfig;
 use crate::websocket;
@@ -29,6 +30,9 @@ const PLAYER_JS: &str = include_str!("../assets/player.js");
 pub struct ServeConfig {
     /// Where viewers connect (HTTP and WebSocket).
     pub http: SocketAddr,
+    /// HTTPS and WSS on [`ServeConfig::http`] instead (browsers give WebCodecs only to
+    /// secure contexts: a viewer on another machine needs this).
+    pub tls: Option<TlsFiles>,
     /// Where publishers connect (lowtide).
     pub ingest: SocketAddr,
     /// The publishers' channels (TLS, congestion control).
@@ -37,7 +41,8 @@ pub struct ServeConfig {
     pub publish_token: String,
     pub hub: HubConfig,
     pub viewer: ViewerConfig,
-    /// A client that sends no complete request head within this is dropped.
+    /// A client that sends no complete request head within this is dropped (and, with TLS,
+    /// one that does not finish its handshake within this).
     pub request_timeout: Duration,
     /// A publisher that sends no publish message and stream start within this is dropped.
     pub first_message_timeout: Duration,
@@ -49,6 +54,7 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            tls: None,
             ingest: SocketAddr::from(([127, 0, 0, 1], 7000)),
             ingest_channel: ChannelConfig::default(),
             publish_token: String::new(),
@@ -75,6 +81,9 @@ pub enum ServeError {
         addr: SocketAddr,
         source: lowtide::Error,
     },
+    // Not a `source`: the message is whole (an error chain would print it twice).
+    #[error("HTTPS: {0}")]
+    Tls(TlsConfigError),
     #[error("the shown log {path}: {source}")]
     Log {
         path: PathBuf,
@@ -104,6 +113,8 @@ impl Drop for Server {
 
 struct Ctx {
     cfg: ServeConfig,
+    /// Loaded from [`ServeConfig::tls`].
+    tls: Option<Arc<rustls::ServerConfig>>,
     hub: Arc<Hub>,
     counters: ServerCounters,
     shown_log: Option<CsvShown>,
@@ -119,6 +130,13 @@ impl Server {
                 cfg.viewer.controller
             )));
         }
+        // The certificate first: a bad file fails before anything listens.
+        let tls = cfg
+            .tls
+            .as_ref()
+            .map(TlsFiles::load)
+            .transpose()
+            .map_err(ServeError::Tls)?;
         let http_listener =
             TcpListener::bind(cfg.http)
                 .await
@@ -154,6 +172,7 @@ impl Server {
         let ctx = Arc::new(Ctx {
             hub: Arc::new(Hub::new(cfg.hub)),
             cfg,
+            tls,
             counters: ServerCounters::default(),
             shown_log,
         });
@@ -213,6 +232,15 @@ impl Server {
         self.http_addr
     }
 
+    /// `https` with TLS, else `http` (for the URLs to show).
+    pub fn scheme(&self) -> &'static str {
+        if self.ctx.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     pub fn ingest_addr(&self) -> SocketAddr {
         self.ingest_addr
     }
@@ -227,8 +255,57 @@ impl Server {
     }
 }
 
-async fn http_connection(mut s: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
+/// The connection's transport: plain, or TLS after its handshake. `None` if the client
+/// went away, was too slow, or does not speak TLS to the TLS port (answered in plain HTTP:
+/// a browser shows why).
+async fn open(s: TcpStream, peer: SocketAddr, ctx: &Ctx) -> Option<Transport> {
+    let Some(tls) = &ctx.tls else {
+        return Some(Transport::plain(s));
+    };
+    let limit = ctx.cfg.request_timeout;
+    let bad = || ctx.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(limit, s.peek(&mut first)).await {
+        Ok(Ok(1..)) => {}
+        Ok(_) => return None,
+        Err(_) => {
+            bad();
+            tracing::debug!(%peer, "no TLS handshake within {limit:?}");
+            return None;
+        }
+    }
+    if first[0] != transport::TLS_HANDSHAKE_RECORD {
+        bad();
+        let mut t = Transport::plain(s);
+        // The request is read first: closing with it unread would reset the connection
+        // before the client reads the answer.
+        let _ = http::read_request(&mut t, limit).await;
+        let _ = http::respond_error(
+            &mut t,
+            400,
+            "this port speaks HTTPS: open the same address with https://",
+        )
+        .await;
+        tracing::debug!(%peer, "plain HTTP (or not TLS) to the HTTPS port");
+        return None;
+    }
+    match Transport::accept(s, tls, limit).await {
+        Ok(t) => Some(t),
+        Err(e) => {
+            if e.is_protocol_violation() || matches!(e, transport::HandshakeError::Timeout(_)) {
+                bad();
+            }
+            tracing::debug!(%peer, "TLS handshake: {e}");
+            None
+        }
+    }
+}
+
+async fn http_connection(s: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     let _ = s.set_nodelay(true);
+    let Some(mut s) = open(s, peer, &ctx).await else {
+        return;
+    };
     let req = match http::read_request(&mut s, ctx.cfg.request_timeout).await {
         Ok(r) => r,
         Err(e) => {
@@ -289,7 +366,7 @@ async fn http_connection(mut s: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     }
 }
 
-async fn viewer(mut s: TcpStream, peer: SocketAddr, req: Request, path: String, ctx: Arc<Ctx>) {
+async fn viewer(mut s: Transport, peer: SocketAddr, req: Request, path: String, ctx: Arc<Ctx>) {
     let Some(key) = req.websocket_key.clone() else {
         let _ = http::respond_error(
             &mut s,

@@ -10,6 +10,12 @@
 //! so only whole units are ever dropped). The WebSocket framing is only bytes to the
 //! controller. The wake-up when blocked is the channel driver's: `TCP_NOTSENT_LOWAT` set to
 //! the blocked part, or a timer when only in-flight bytes block.
+//!
+//! Under TLS ([`Transport`]) the controller sees ciphertext: `written` is the ciphertext the
+//! kernel took (handshake included), the allowance is turned into the plaintext whose
+//! records fit in it, and ciphertext the kernel did not take is staged; no more plaintext
+//! is encrypted until the kernel has taken it, so rustls and the transport hold at most one
+//! allowance of this viewer's bytes.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -20,9 +26,9 @@ use std::time::{Duration, Instant};
 use lowtide::proto::controller::{AppProgress, LatencyController, Wake};
 use lowtide::sys;
 use tokio::io::Interest;
-use tokio::net::TcpStream;
 
 use crate::hub::{lock, HubUnit, Stream, ViewerSlot};
+use crate::transport::Transport;
 use crate::viewer::{ViewerConfig, ViewerStats};
 use crate::viewer_wire::{self, FromViewer, UnitFields};
 use crate::wall_us;
@@ -123,7 +129,7 @@ const SENT_MEMORY: usize = 1024;
 /// Runs a viewer whose handshake was answered, until the stream ends, the viewer leaves or
 /// fails. `early` holds bytes the viewer sent with its request.
 pub async fn run(
-    stream: TcpStream,
+    stream: Transport,
     early: Vec<u8>,
     source: Arc<Stream>,
     slot: Arc<ViewerSlot>,
@@ -132,13 +138,13 @@ pub async fn run(
     sink: Option<&dyn ShownSink>,
 ) -> Result<ViewerEnd, ViewerEnd> {
     let mut c = Connection {
-        fd: stream.as_raw_fd(),
+        fd: stream.tcp().as_raw_fd(),
+        counted: stream.written(),
         stream,
         controller: cfg
             .controller
             .build()
             .map_err(|e| ViewerEnd::Controller(e.to_string()))?,
-        written: 0,
         current: None,
         control: VecDeque::new(),
         reader: FrameReader::new(cfg.max_message),
@@ -153,7 +159,7 @@ pub async fn run(
     c.control
         .push_back(websocket::server_frame(Opcode::Binary, &hello));
     let r = c.drive(&source, &slot, cfg, keyframe_interval, sink).await;
-    let _ = c.stream.try_write(&websocket::close_frame(
+    c.stream.try_close_with(&websocket::close_frame(
         if matches!(r, Ok(ViewerEnd::StreamEnded)) {
             1000
         } else {
@@ -165,11 +171,13 @@ pub async fn run(
 }
 
 struct Connection {
-    stream: TcpStream,
+    /// The controller's `written` is the transport's: every byte handed to the kernel,
+    /// ciphertext under TLS, from the connection's first on.
+    stream: Transport,
     fd: i32,
     controller: Box<dyn LatencyController>,
-    /// Bytes handed to the kernel so far (the controller's `written`).
-    written: u64,
+    /// `stream.written()` when last added to the viewer's `bytes_written`.
+    counted: u64,
     current: Option<Outgoing>,
     /// Small frames to send between units (hello, pong, drop notices, the end).
     control: VecDeque<Vec<u8>>,
@@ -227,7 +235,7 @@ impl Connection {
                         Err(e) => return Err(e.into()),
                     }
                 }
-                r = self.stream.writable(), if want_write => r?,
+                r = self.stream.tcp().writable(), if want_write => r?,
                 _ = slot.notify.notified() => {}
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
@@ -312,10 +320,14 @@ impl Connection {
         now: Instant,
     ) -> Result<(bool, Option<Instant>), ViewerEnd> {
         loop {
+            // Ciphertext the kernel did not take last time goes first.
+            self.stream.try_flush()?;
+            self.count_written(slot, now);
             // The controller first: a unit taken from the queue is committed (a frame once
             // begun must end), so none is taken while the controller blocks; it waits in
             // the queue, where it can still expire.
-            let tcp = sys::tcp_state(self.fd, self.written)
+            let written = self.stream.written();
+            let tcp = sys::tcp_state(self.fd, written)
                 .map_err(|e| ViewerEnd::Io(io::Error::other(e.to_string())))?;
             {
                 let mut st = lock(&slot.stats);
@@ -323,21 +335,22 @@ impl Connection {
                 st.srtt_us = tcp.rtt.as_micros() as u64;
                 st.notsent = tcp.notsent;
             }
+            let held = self.stream.pending();
             let app = AppProgress {
-                written: self.written,
+                written,
                 acked: 0,
-                staged: 0,
+                staged: held as u64,
                 queued: (self.current.as_ref().map_or(0, Outgoing::left)
                     + lock(&slot.queue).bytes()) as u64,
             };
             let d = self.controller.decide(&tcp, &app, now);
             if d.blocked() {
-                return Ok(match d.wake {
+                let (w, t) = match d.wake {
                     Wake::NotsentBelow(x) => {
                         // EPOLLOUT comes when 2·notsent < lowat (tcp_stream_memory_free).
                         sys::set_notsent_lowat(self.fd, x.saturating_mul(2))
                             .map_err(|e| ViewerEnd::Io(io::Error::other(e.to_string())))?;
-                        let _ = self.stream.try_io(Interest::WRITABLE, || {
+                        let _ = self.stream.tcp().try_io(Interest::WRITABLE, || {
                             Err::<(), _>(io::ErrorKind::WouldBlock.into())
                         });
                         // A wake-up that raced the option: look again soon.
@@ -345,7 +358,13 @@ impl Connection {
                     }
                     Wake::At(t) => (false, Some(t)),
                     Wake::Writable | Wake::PAck => (true, None),
-                });
+                };
+                // Held ciphertext also waits for the kernel's room.
+                return Ok((w || held > 0, t));
+            }
+            if held > 0 {
+                // The kernel refused ciphertext: nothing more is encrypted until it takes it.
+                return Ok((true, None));
             }
             // What the kernel holds leaves at the socket's delivery rate; a unit written now
             // starts on the wire after it.
@@ -357,17 +376,11 @@ impl Connection {
                 return Ok((false, None));
             }
             let cur = self.current.as_ref().expect("a frame to write");
-            let max = usize::try_from(d.allowance).unwrap_or(usize::MAX);
-            let slices = cur.slices(max);
-            match self.stream.try_write_vectored(&slices) {
+            let slices = cur.slices(self.stream.plaintext_within(d.allowance));
+            let r = self.stream.try_write_vectored(&slices);
+            self.count_written(slot, now);
+            match r {
                 Ok(n) => {
-                    self.written += n as u64;
-                    lock(&slot.stats).bytes_written += n as u64;
-                    if n > 0 {
-                        self.last_progress = now;
-                        self.dropped_at_progress =
-                            lock(&slot.queue).counters().dropped.iter().sum();
-                    }
                     let cur = self.current.as_mut().expect("a frame to write");
                     cur.at += n;
                     if cur.left() == 0 {
@@ -377,6 +390,18 @@ impl Connection {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((true, None)),
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// Adds the bytes the kernel took since last time to the viewer's statistics; any is
+    /// progress (the stall clock).
+    fn count_written(&mut self, slot: &ViewerSlot, now: Instant) {
+        let w = self.stream.written();
+        if w > self.counted {
+            lock(&slot.stats).bytes_written += w - self.counted;
+            self.counted = w;
+            self.last_progress = now;
+            self.dropped_at_progress = lock(&slot.queue).counters().dropped.iter().sum();
         }
     }
 

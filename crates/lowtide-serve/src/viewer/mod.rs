@@ -47,7 +47,8 @@ pub struct ViewerStats {
     pub capture_to_shown_ms: VecDeque<f64>,
     /// Server-to-shown latency (ms; ingest at the server to shown).
     pub server_to_shown_ms: VecDeque<f64>,
-    /// Bytes written to the viewer's socket (WebSocket framing included).
+    /// Bytes the viewer's socket took after the handshake's answer (WebSocket framing
+    /// included; ciphertext under TLS).
     pub bytes_written: u64,
     /// From the socket's last `TCP_INFO`.
     pub cwnd: u32,
