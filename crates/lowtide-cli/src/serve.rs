@@ -49,6 +49,9 @@ pub struct ServeArgs {
     /// The latency controller on each viewer's socket: min-buf:A,B | notsent-lowat:BYTES | tcp.
     #[arg(long, default_value = "min-buf:1,3")]
     controller: String,
+    /// The congestion control of the viewers' sockets (e.g. bbr; default: the system's).
+    #[arg(long)]
+    congestion: Option<String>,
     /// A plain WebSocket server for comparison: no controller, no deadlines, a 64 MiB queue
     /// per viewer (what servers that write frames as fast as the socket takes them do).
     #[arg(long, conflicts_with = "controller")]
@@ -129,6 +132,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         },
         viewer: ViewerConfig {
             controller,
+            congestion: a.congestion.clone(),
             stall_timeout: Duration::from_secs_f64(a.stall_s),
             ..ViewerConfig::default()
         },

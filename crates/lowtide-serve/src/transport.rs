@@ -329,6 +329,7 @@ impl Transport {
         }
     }
 
+    /// The socket, for readiness and socket options.
     pub fn tcp(&self) -> &TcpStream {
         &self.tcp
     }
@@ -369,7 +370,7 @@ impl Transport {
         };
         tls.drain()?;
         while tls.at < tls.out.len() {
-            match self.tcp.try_write(&tls.out[tls.at..]) {
+            match raw_write(&self.tcp, &[IoSlice::new(&tls.out[tls.at..])]) {
                 Ok(n) => {
                     tls.at += n;
                     self.written += n as u64;
@@ -387,7 +388,7 @@ impl Transport {
     /// them: the rest is [`Transport::pending`]. `WouldBlock` if nothing was taken.
     pub fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let Some(tls) = self.tls.as_deref_mut() else {
-            let n = self.tcp.try_write_vectored(bufs)?;
+            let n = raw_write(&self.tcp, bufs)?;
             self.written += n as u64;
             return Ok(n);
         };
@@ -496,6 +497,24 @@ impl Transport {
             tls.conn.send_close_notify();
             let _ = self.try_flush();
         }
+    }
+}
+
+/// A write straight to the kernel (`writev`), not through tokio's readiness cache: the viewer's
+/// connection clears that cache itself when its controller blocks (to wait for the
+/// `TCP_NOTSENT_LOWAT` wake-up), and a write gated by the cache would then see `WouldBlock`
+/// with room in the kernel and wait for an event that never comes. A real `EAGAIN` clears the
+/// cache, so the next `writable()` waits for the kernel's next wake-up.
+fn raw_write(tcp: &TcpStream, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    match lowtide::sys::writev(tcp.as_raw_fd(), bufs.iter().map(|b| &**b)) {
+        Err(e) if would_block(&e) => {
+            let _ = tcp.try_io(tokio::io::Interest::WRITABLE, || {
+                Err::<(), _>(io::ErrorKind::WouldBlock.into())
+            });
+            Err(e)
+        }
+        r => r,
     }
 }
 

@@ -102,8 +102,9 @@ pub(super) fn start(
             controller: if plain {
                 ControllerConfig::Unlimited
             } else {
-                v.controller.clone()
+                v.controller
             },
+            congestion: v.congestion.clone(),
             ..ViewerConfig::default()
         },
         shown_log: Some(shown_log.clone()),

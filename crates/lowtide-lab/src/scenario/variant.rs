@@ -413,13 +413,17 @@ impl Scenario {
             || v.importance_reserve.is_some()
             || v.age_cancel_ms.is_some()
             || v.sndbuf.is_some()
-            || v.congestion.is_some()
+            || (v.congestion.is_some()
+                && !matches!(
+                    v.live.map(|l| l.transport),
+                    Some(LiveTransport::Serve | LiveTransport::ServePlain)
+                ))
             || v.one_segment_messages
         {
             return Err(invalid(
                 field("application"),
                 "live_video with quic, tfrc, tls, failover, importance_reserve, age_cancel_ms, sndbuf, congestion or one_segment_messages",
-                "a live-video variant with controller and live = { ... } only (the lab's pipelines do not pass the others to the elements yet)",
+                "a live-video variant with controller and live = { ... } only, and congestion with serve (the lab's pipelines do not pass the others to the elements yet)",
             ));
         }
         let live = v.live.unwrap_or_default();

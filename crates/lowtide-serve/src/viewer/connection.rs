@@ -137,6 +137,10 @@ pub async fn run(
     keyframe_interval: Duration,
     sink: Option<&dyn ShownSink>,
 ) -> Result<ViewerEnd, ViewerEnd> {
+    if let Some(cc) = &cfg.congestion {
+        sys::set_congestion(stream.tcp().as_raw_fd(), cc)
+            .map_err(|e| ViewerEnd::Controller(format!("TCP_CONGESTION {cc}: {e}")))?;
+    }
     let mut c = Connection {
         fd: stream.tcp().as_raw_fd(),
         counted: stream.written(),
@@ -353,8 +357,17 @@ impl Connection {
                         let _ = self.stream.tcp().try_io(Interest::WRITABLE, || {
                             Err::<(), _>(io::ErrorKind::WouldBlock.into())
                         });
-                        // A wake-up that raced the option: look again soon.
-                        (true, Some(now + Duration::from_millis(1)))
+                        // poll(2) marks the socket as waiting for room (SOCK_NOSPACE), so the
+                        // ACK that frees it raises the edge epoll reports; without it no
+                        // event comes. Already writable: look again almost at once.
+                        let writable = sys::poll_writable(self.fd)
+                            .map_err(|e| ViewerEnd::Io(io::Error::other(e.to_string())))?;
+                        let again = if writable {
+                            Duration::from_micros(200)
+                        } else {
+                            Duration::from_millis(1)
+                        };
+                        (true, Some(now + again))
                     }
                     Wake::At(t) => (false, Some(t)),
                     Wake::Writable | Wake::PAck => (true, None),
@@ -366,12 +379,7 @@ impl Connection {
                 // The kernel refused ciphertext: nothing more is encrypted until it takes it.
                 return Ok((true, None));
             }
-            // What the kernel holds leaves at the socket's delivery rate; a unit written now
-            // starts on the wire after it.
-            let ahead = match tcp.delivery_rate {
-                0 => Duration::ZERO,
-                rate => Duration::from_secs_f64(tcp.outq as f64 / rate as f64),
-            };
+            let ahead = kernel_drain(&tcp);
             if self.current.is_none() && !self.next_frame(source, slot, now, ahead) {
                 return Ok((false, None));
             }
@@ -471,10 +479,41 @@ impl Connection {
     }
 }
 
+/// How long the bytes the kernel holds take to leave: a unit written now starts on the wire
+/// after them. The window's rate (cwnd segments per smoothed RTT), not the delivery rate: a
+/// viewer whose units are dropped sends little, and an app-limited delivery rate would
+/// predict every unit late, drop it, and keep the rate low. In slow start nothing is
+/// predicted late: the window grows only if the units go.
+fn kernel_drain(tcp: &lowtide::TcpState) -> Duration {
+    let window = u64::from(tcp.cwnd) * u64::from(tcp.mss_or_default());
+    if !tcp.left_slow_start() || window == 0 || tcp.rtt.is_zero() {
+        return Duration::ZERO;
+    }
+    tcp.rtt.mul_f64(f64::from(tcp.outq) / window as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use lowtide_media::encoded::{FrameKind, UnitInfo};
+
+    #[test]
+    fn the_kernels_queue_drains_at_the_windows_rate_once_out_of_slow_start() {
+        let tcp = lowtide::TcpState {
+            cwnd: 10,
+            mss: 1000,
+            outq: 20_000,
+            rtt: Duration::from_millis(100),
+            ssthresh: 8,
+            ..lowtide::TcpState::default()
+        };
+        assert_eq!(kernel_drain(&tcp), Duration::from_millis(200));
+        let slow_start = lowtide::TcpState {
+            ssthresh: lowtide::proto::controller::INITIAL_SSTHRESH,
+            ..tcp
+        };
+        assert_eq!(kernel_drain(&slow_start), Duration::ZERO);
+    }
 
     #[test]
     fn a_frame_is_written_in_parts_that_join_up() {

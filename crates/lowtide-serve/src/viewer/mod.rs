@@ -18,6 +18,9 @@ pub struct ViewerConfig {
     /// The latency controller on each viewer's socket (`Unlimited`: a plain WebSocket
     /// server that writes whatever the socket takes).
     pub controller: ControllerConfig,
+    /// The congestion control of each viewer's socket (`TCP_CONGESTION`, e.g. `bbr`), if
+    /// not the system's default.
+    pub congestion: Option<String>,
     /// A viewer whose socket takes no byte for this long while units wait is dropped.
     pub stall_timeout: Duration,
     /// The largest message a viewer may send (reports are 25 bytes).
@@ -28,6 +31,7 @@ impl Default for ViewerConfig {
     fn default() -> Self {
         Self {
             controller: ControllerConfig::default(),
+            congestion: None,
             stall_timeout: Duration::from_secs(10),
             max_message: 4096,
         }

@@ -146,8 +146,8 @@ impl ViewerQueue {
     }
 
     /// The next unit to send at `now`, dropping by the rules on the way; `None` when empty.
-    /// `ahead` is how long the bytes already in the kernel take to leave (the socket's
-    /// queue over its delivery rate): a unit that would start on the wire after its
+    /// `ahead` is how long the bytes already in the kernel take to leave (the connection
+    /// estimates it from the window): a unit that would start on the wire after its
     /// deadline is dropped now rather than sent late, which would only delay the keyframe
     /// that comes next.
     pub fn pop(&mut self, now: Instant, ahead: Duration) -> Option<Next> {
