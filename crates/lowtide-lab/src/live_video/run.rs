@@ -36,6 +36,20 @@ pub(crate) struct LiveSeen {
 /// A folder for the processes' files, removed when both ends are done with it.
 pub(super) struct Scratch(pub(super) PathBuf);
 
+impl Scratch {
+    /// A new folder for variant `index`'s files, named by `what`, this process and now.
+    pub(super) fn create(what: &str, index: usize) -> Result<Arc<Self>, LabError> {
+        let dir = std::env::temp_dir().join(format!(
+            "lowtide-{what}-{}-{}-{index}",
+            std::process::id(),
+            crate::clock::wall_us(Instant::now())
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
+        Ok(Arc::new(Scratch(dir)))
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -99,15 +113,10 @@ pub(crate) fn start(
     };
     let gst = in_path("gst-launch-1.0", "gstreamer1.0-tools")?;
     let plugins = plugin_dir()?;
-    let dir = std::env::temp_dir().join(format!(
-        "lowtide-live-{}-{}-{index}",
-        std::process::id(),
-        crate::clock::wall_us(Instant::now())
-    ));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
-    let scratch = Arc::new(Scratch(dir.clone()));
-    let files = Files { dir };
+    let scratch = Scratch::create("live", index)?;
+    let files = Files {
+        dir: scratch.0.clone(),
+    };
     let (to, listen) = match live.transport {
         LiveTransport::Lowtide | LiveTransport::Serve | LiveTransport::ServePlain => (
             SocketAddr::from((rx_host.addr(), port)),

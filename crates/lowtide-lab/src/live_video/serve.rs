@@ -11,7 +11,6 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lowtide::proto::ControllerConfig;
@@ -54,14 +53,8 @@ pub(super) fn start(
     let gst = in_path("gst-launch-1.0", "gstreamer1.0-tools")?;
     let plugins = plugin_dir()?;
     let chromium = Chromium::find()?;
-    let dir = std::env::temp_dir().join(format!(
-        "lowtide-serve-{}-{}-{index}",
-        std::process::id(),
-        crate::clock::wall_us(Instant::now())
-    ));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| LabError::io(format!("creating {}", dir.display()), e))?;
-    let scratch = Arc::new(Scratch(dir.clone()));
+    let scratch = Scratch::create("serve", index)?;
+    let dir = scratch.0.clone();
     let files = Files { dir: dir.clone() };
     let shown_log = dir.join("shown.csv");
     let mut encoder = std::process::Command::new(&gst);
