@@ -234,17 +234,13 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<i32> {
             }
         })
         .with_context(|| format!("watching {} at {}", a.path, a.server))?;
-    let mut lat: Vec<f64> = r
+    let lat: Vec<f64> = r
         .units
         .iter()
         .filter(|u| u.capture_us != 0)
         .map(|u| (u.received_us as f64 - u.capture_us as f64) / 1000.0)
         .collect();
-    lat.sort_by(f64::total_cmp);
-    let q = |p: f64| -> Option<f64> {
-        (!lat.is_empty())
-            .then(|| lat[((p * lat.len() as f64).ceil() as usize).clamp(1, lat.len()) - 1])
-    };
+    let q = |p: f64| lowtide_serve::viewer::quantile(&lat, p);
     let fmt = |v: Option<f64>| v.map_or("no data".into(), |v| format!("{v:.1} ms"));
     let dropped: u64 = r.dropped.iter().sum();
     if a.json {

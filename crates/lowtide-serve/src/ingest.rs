@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use lowtide::{Channel, Message, StreamConfig};
 use lowtide_media::encoded::receiver::OutputUnit;
 use lowtide_media::encoded::wire::{self, WireMessage};
-use lowtide_media::encoded::{stamp, KeyframeRequest, RequestReason, MAX_IMPORTANCE};
+use lowtide_media::encoded::{stamp, Codec, KeyframeRequest, RequestReason, MAX_IMPORTANCE};
 use lowtide_media::pipe::{self, ReceiveOptions};
 
 use crate::hub::{Hub, HubUnit, Stream};
@@ -113,7 +113,7 @@ pub async fn publisher(ch: Channel, hub: Arc<Hub>, cfg: IngestConfig) -> Result<
         }
     };
     tracing::info!(path, peer = %ch.peer_addr(), "publisher started");
-    let result = relay(&ch, start, &hub, &stream, cfg.receive).await;
+    let result = relay(&ch, start, codec, &hub, &stream, cfg.receive).await;
     hub.end(&stream);
     ch.close(0, "stream over").await;
     tracing::info!(path, "publisher ended: {result:?}");
@@ -124,6 +124,7 @@ pub async fn publisher(ch: Channel, hub: Arc<Hub>, cfg: IngestConfig) -> Result<
 async fn relay(
     ch: &Channel,
     start: lowtide::Received,
+    codec: Codec,
     hub: &Hub,
     stream: &Arc<Stream>,
     opts: ReceiveOptions,
@@ -140,7 +141,7 @@ async fn relay(
             loop {
                 tokio::select! {
                     u = rx.recv() => match u {
-                        Some(u) => hub.push(stream, hub_unit(u, stream.codec_byte)),
+                        Some(u) => hub.push(stream, hub_unit(u, codec)),
                         None => break,
                     },
                     () = stream.keyframe_wanted() => ask(KeyframeRequest {
@@ -160,18 +161,13 @@ async fn relay(
     drop(tx);
     // Units the receiver passed before it returned.
     while let Ok(u) = rx.try_recv() {
-        hub.push(stream, hub_unit(u, stream.codec_byte));
+        hub.push(stream, hub_unit(u, codec));
     }
     result.map(|_| ())
 }
 
 /// A received unit as the hub holds it: its in-band capture stamp read once here.
-pub fn hub_unit(u: OutputUnit, codec_byte: u8) -> HubUnit {
-    let codec = if codec_byte == 2 {
-        lowtide_media::encoded::Codec::H265
-    } else {
-        lowtide_media::encoded::Codec::H264
-    };
+pub fn hub_unit(u: OutputUnit, codec: Codec) -> HubUnit {
     let capture_us = stamp::read_annexb(codec, &u.data)
         .ok()
         .flatten()

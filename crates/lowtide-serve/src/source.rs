@@ -126,6 +126,6 @@ fn unit(mut u: AccessUnit) -> crate::hub::HubUnit {
             header,
             data: u.data,
         },
-        1,
+        u.codec,
     )
 }

@@ -70,11 +70,11 @@ impl ViewerStats {
 }
 
 /// The `q` quantile (nearest rank) of `v`, `None` when empty (no data, never 0).
-pub fn quantile(v: &VecDeque<f64>, q: f64) -> Option<f64> {
-    if v.is_empty() {
+pub fn quantile<'a>(v: impl IntoIterator<Item = &'a f64>, q: f64) -> Option<f64> {
+    let mut s: Vec<f64> = v.into_iter().copied().collect();
+    if s.is_empty() {
         return None;
     }
-    let mut s: Vec<f64> = v.iter().copied().collect();
     s.sort_by(f64::total_cmp);
     let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
     Some(s[rank - 1])
