@@ -158,6 +158,11 @@ pub enum AqmConfig {
         /// Mark ECN-capable packets instead of dropping them.
         #[serde(default = "yes")]
         ecn: bool,
+        /// As ns-2's RED (`mark_p_`, on by default there): a packet chosen while the
+        /// probability is at least this is dropped even when ECN-capable. Default: none
+        /// (RFC 3168 and Linux mark up to max_th, or 2*max_th when gentle).
+        #[serde(default)]
+        mark_p: Option<f64>,
     },
     /// Derivative random drop, as in nistnet (Goel et al. 2008, Section 4.1): no averaging.
     Drd {
@@ -455,7 +460,12 @@ impl LinkConfig {
         match &self.aqm {
             AqmConfig::DropTail => {}
             AqmConfig::Rdc(rdc) => rdc.validate(&format!("{name}.aqm"))?,
-            AqmConfig::Red { max_p, weight, .. } => {
+            AqmConfig::Red {
+                max_p,
+                weight,
+                mark_p,
+                ..
+            } => {
                 check_range(
                     &format!("{name}.aqm.max_p"),
                     *max_p,
@@ -463,6 +473,15 @@ impl LinkConfig {
                     1.0,
                     "a probability above 0, at most 1",
                 )?;
+                if let Some(mark_p) = mark_p {
+                    check_range(
+                        &format!("{name}.aqm.mark_p"),
+                        *mark_p,
+                        1e-6,
+                        1.0,
+                        "a probability above 0, at most 1",
+                    )?;
+                }
                 check_range(
                     &format!("{name}.aqm.weight"),
                     *weight,

@@ -602,17 +602,21 @@ fn aqm_for(
             weight,
             gentle,
             ecn,
+            mark_p,
             ..
-        } => Box::new(Red::new(
-            min,
-            max,
-            *max_p,
-            *weight,
-            *gentle,
-            *ecn,
-            link.nominal_rate_bps(),
-            seed,
-        )),
+        } => Box::new(
+            Red::new(
+                min,
+                max,
+                *max_p,
+                *weight,
+                *gentle,
+                *ecn,
+                link.nominal_rate_bps(),
+                seed,
+            )
+            .with_mark_p(*mark_p),
+        ),
         AqmConfig::Drd { ecn, .. } => Box::new(Drd::new(min, max, hard, *ecn, seed)),
         AqmConfig::Rdc(rdc) => Box::new(Rdc::new(rdc, link.nominal_rate_bps(), seed)),
         AqmConfig::Codel {

@@ -120,6 +120,7 @@ fn red_marks_ecn_flows_instead_of_dropping() {
         weight: 0.01,
         gentle: true,
         ecn: true,
+        mark_p: None,
     };
     let n = net(cfg);
     let r = cubic_bulk(&n, 1, 4, 1);

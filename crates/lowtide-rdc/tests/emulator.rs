@@ -230,6 +230,7 @@ fn red(limit: usize) -> AqmConfig {
         weight: 0.002,
         gentle: true,
         ecn: true,
+        mark_p: None,
     }
 }
 

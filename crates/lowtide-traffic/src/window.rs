@@ -11,7 +11,8 @@
 //! window, and looks again every [`POLL`] otherwise. The bound then holds within what one poll
 //! lets through (at 500 kbit/s about 60 bytes).
 
-use std::time::Duration;
+use std::io::{Error, ErrorKind};
+use std::time::{Duration, Instant};
 
 /// How often a sender at its window looks again.
 pub const POLL: Duration = Duration::from_millis(1);
@@ -32,9 +33,28 @@ pub fn room(window: Option<u32>, outq: u64, chunk: usize) -> usize {
     }
 }
 
+/// Whether a write error only says the run is over: the lab's receivers stop reading at the
+/// run's end and close with data unread, so a sender that writes at or after that end (a
+/// thread a little late on a loaded machine) meets their reset. Before the end it is an error.
+pub fn reset_at_end(e: &Error, now: Instant, end: Instant) -> bool {
+    now >= end && matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_reset_at_or_after_the_end_ends_a_run_quietly() {
+        let end = Instant::now();
+        let early = end - Duration::from_millis(1);
+        let pipe = Error::from(ErrorKind::BrokenPipe);
+        let reset = Error::from(ErrorKind::ConnectionReset);
+        assert!(reset_at_end(&pipe, end, end));
+        assert!(reset_at_end(&reset, end + Duration::from_millis(5), end));
+        assert!(!reset_at_end(&pipe, early, end));
+        assert!(!reset_at_end(&Error::from(ErrorKind::TimedOut), end, end));
+    }
 
     #[test]
     fn the_window_bounds_what_is_written() {

@@ -260,14 +260,7 @@ fn bulk(stream: &mut std::net::TcpStream, window: u32, end: Instant) -> Result<u
                     e.kind(),
                     ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                 ) => {}
-            // the receiver stops at `end` too and closes with data unread: a write that began
-            // before then may meet its reset
-            Err(e)
-                if Instant::now() >= end
-                    && matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) =>
-            {
-                break
-            }
+            Err(e) if window::reset_at_end(&e, Instant::now(), end) => break,
             Err(e) => return Err(e.to_string()),
         }
     }

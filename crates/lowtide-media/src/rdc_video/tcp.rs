@@ -148,14 +148,31 @@ pub fn run(
         .map(|k| vec![k as u8; opts.payload_bytes])
         .collect();
     let mut held = Held::default();
-    while !stop.load(Ordering::Relaxed) {
+    // A reset met at or after `end` ends the run (`window::reset_at_end`), not an error.
+    let ended = |r: Result<(), TcpSourceError>| match r {
+        Err(TcpSourceError::Io { source, .. })
+            if window::reset_at_end(&source, Instant::now(), end) =>
+        {
+            Ok(true)
+        }
+        r => r.map(|()| false),
+    };
+    'periods: while !stop.load(Ordering::Relaxed) {
         let due = source.next_period();
         if due >= end {
             break;
         }
         // Until the period is due, send what the window held back as it makes room.
         loop {
-            flush(stream, opts.window_bytes, &segments, &mut held, &mut record)?;
+            if ended(flush(
+                stream,
+                opts.window_bytes,
+                &segments,
+                &mut held,
+                &mut record,
+            ))? {
+                break 'periods;
+            }
             let left = due.saturating_duration_since(Instant::now());
             if held.bytes == 0 || left.is_zero() {
                 std::thread::sleep(left);
@@ -187,7 +204,15 @@ pub fn run(
             held.segments.push_back((layer, opts.payload_bytes));
             held.bytes += opts.payload_bytes;
         }
-        flush(stream, opts.window_bytes, &segments, &mut held, &mut record)?;
+        if ended(flush(
+            stream,
+            opts.window_bytes,
+            &segments,
+            &mut held,
+            &mut record,
+        ))? {
+            break;
+        }
     }
     record.counters = source.counters();
     Ok(record)

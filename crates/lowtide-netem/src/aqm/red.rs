@@ -7,7 +7,11 @@
 //!   queue of small packets is not over-counted;
 //! - the idle-time correction uses the link's time to send one MTU packet (the paper's `s`);
 //! - above max_th (or above 2*max_th when gentle) packets are dropped even when ECN-capable,
-//!   as RFC 3168 asks; below that, ECN-capable packets are marked instead of dropped.
+//!   as RFC 3168 asks; below that, ECN-capable packets are marked instead of dropped;
+//! - optionally, as ns-2's RED (`mark_p_`, `use_mark_p_`, both on by default there): an
+//!   ECN-capable packet chosen while p_b is at least `mark_p` is dropped, not marked. With
+//!   ns-2's `mark_p_ = max_p = 0.1` that is the whole gentle region; Linux and RFC 3168 mark
+//!   there.
 
 use std::time::Instant;
 
@@ -24,6 +28,8 @@ pub struct Red {
     weight: f64,
     gentle: bool,
     ecn: bool,
+    /// ns-2's `mark_p_`: at or above this p_b a chosen ECN-capable packet is dropped.
+    mark_p: Option<f64>,
     /// Seconds to send one MTU packet at the link rate.
     packet_time: f64,
     avg: f64,
@@ -52,12 +58,19 @@ impl Red {
             weight,
             gentle,
             ecn,
+            mark_p: None,
             packet_time: MTU as f64 * 8.0 / rate_bps.max(1.0),
             avg: 0.0,
             count: -1,
             idle_since: None,
             rng: StdRng::seed_from_u64(seed),
         }
+    }
+
+    /// Marks only while p_b is under `mark_p`, drops above it (ns-2's `mark_p_`).
+    pub fn with_mark_p(mut self, mark_p: Option<f64>) -> Self {
+        self.mark_p = mark_p;
+        self
     }
 
     /// The averaged queue, in packets.
@@ -111,7 +124,8 @@ impl Aqm for Red {
         let pa = if denom <= 0.0 { 1.0 } else { pb / denom };
         if self.rng.gen::<f64>() < pa {
             self.count = 0;
-            mark_or_drop(self.ecn, packet.ecn_capable, Reason::RedEarly)
+            let may_mark = self.ecn && self.mark_p.is_none_or(|mark_p| pb < mark_p);
+            mark_or_drop(may_mark, packet.ecn_capable, Reason::RedEarly)
         } else {
             Verdict::Pass
         }
@@ -214,6 +228,25 @@ mod tests {
         assert!(v[1000..]
             .iter()
             .all(|v| *v == Verdict::Drop(Reason::RedForced)));
+    }
+
+    #[test]
+    fn with_ns2_mark_p_the_gentle_region_drops_what_it_would_mark() {
+        // avg = 70 (p_b = 0.25) with mark_p = 0.1: every packet chosen is dropped.
+        let mut r = red(true, true).with_mark_p(Some(0.1));
+        let v = feed(&mut r, 70, 10_000, true);
+        let dropped = v[1000..]
+            .iter()
+            .filter(|v| **v == Verdict::Drop(Reason::RedEarly))
+            .count();
+        assert!(dropped > 4_000 && dropped < 5_000, "{dropped}");
+        // (The first packets, while the average climbs past max_th, may still be marked.)
+        assert!(!v[1000..].iter().any(|v| matches!(v, Verdict::Mark(_))));
+        // Between the thresholds p_b (0.05) is under mark_p: marks as before.
+        let mut r = red(false, true).with_mark_p(Some(0.1));
+        let v = feed(&mut r, 40, 10_000, true);
+        assert!(v.contains(&Verdict::Mark(Reason::RedEarly)));
+        assert!(!v.iter().any(|v| matches!(v, Verdict::Drop(_))));
     }
 
     #[test]

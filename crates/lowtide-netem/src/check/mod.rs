@@ -516,6 +516,7 @@ fn red_ecn(duration: Duration, noise: &WakeupNoise) -> Result<Vec<Row>, NetemErr
         weight: 0.002,
         gentle: true,
         ecn: true,
+        mark_p: None,
     };
     let n = net(cfg)?;
     let r = probe::bulk(&n, "cubic", 1, duration, Duration::from_secs(1))?;
