@@ -50,6 +50,16 @@ pub fn render(dir: &Path, s: &LabSummary, records: &[TrialRecord]) -> Result<(),
             );
             sections.push(cost_table(&variants));
         }
+        if let Some(table) = lane_table(&variants) {
+            sections.push(
+                "<h3>The duplicate lane</h3><p>Per run: copies the sender wrote to the lane and \
+                 their bytes; at the receiver, copies that arrived before their original (the \
+                 lane won) and after it (dropped as second), and the lane's reads acknowledged \
+                 at once.</p>"
+                    .into(),
+            );
+            sections.push(table);
+        }
         let tag = mode.as_str();
         if variants.iter().any(|v| v.video.is_some()) {
             sections.push(video_section(dir, tag, mode, &variants, s, records)?);
@@ -653,6 +663,37 @@ fn cost_table(variants: &[&VariantSummary]) -> String {
         ],
         &rows,
     )
+}
+
+/// The duplicate lane's counters of the variants that wrote copies; `None` when none did.
+fn lane_table(variants: &[&VariantSummary]) -> Option<String> {
+    let rows: Vec<Vec<String>> = variants
+        .iter()
+        .filter_map(|v| {
+            let c = v.sender_cost.filter(|c| c.copies_sent > 0.0)?;
+            Some(vec![
+                v.name.clone(),
+                format!("{:.0}", c.copies_sent),
+                format!("{:.0}", c.copy_bytes / 1000.0),
+                format!("{:.0}", c.copies_first),
+                format!("{:.0}", c.copies_late),
+                format!("{:.0}", c.quick_acks),
+            ])
+        })
+        .collect();
+    (!rows.is_empty()).then(|| {
+        report::html_table(
+            &[
+                "variant",
+                "copies sent",
+                "copy kB",
+                "copies first",
+                "copies second",
+                "quick ACKs",
+            ],
+            &rows,
+        )
+    })
 }
 
 fn goal_table(s: &LabSummary) -> String {

@@ -115,6 +115,9 @@ pub fn play(
                 }
             }
         }
+        if let ClientLink::Lowtide(ch) = &link {
+            out.lane = ch.stats().lane;
+        }
         Ok(out)
     })
 }

@@ -177,6 +177,8 @@ pub struct LadderSent {
     pub tcp: TcpTimeline,
     /// The transport at each client report.
     pub transport: Vec<TransportSample>,
+    /// Over lowtide: the sender's cost and its duplicate lane's counters.
+    pub cost: Option<crate::stream::SendCost>,
 }
 
 /// The transport when a client report arrived: what the server's rule could see. Rates in
@@ -227,6 +229,8 @@ pub struct LadderSeen {
     pub rebuffers_s: Vec<f64>,
     pub play_start_s: Option<f64>,
     pub reports_sent: u64,
+    /// Over lowtide: the duplicate lane's receiving counters (zero without a lane).
+    pub lane: lowtide::proto::failover::duplicate::DuplicateStats,
 }
 
 /// Port of the server's report socket on its host: this plus the variant's index.

@@ -229,6 +229,7 @@ pub fn serve(
             _ = tokio::time::sleep_until(session_start.into()) => {}
             _ = stopped(&stop) => return Err(LabError::Stopped),
         }
+        let meter = stream::CostMeter::start();
         let kind = transport.policy();
         let (link, sampler) = match &transport {
             LadderTransport::Lowtide(cfg) => {
@@ -361,6 +362,9 @@ pub fn serve(
         }
         if let Some(s) = sampler {
             out.tcp = s.finish().await;
+        }
+        if let ServerLink::Lowtide { ch, .. } = &link {
+            out.cost = Some(meter.finish(ch, out.sent_s.len() as u64));
         }
         match &link {
             ServerLink::Lowtide { ch, .. } => {

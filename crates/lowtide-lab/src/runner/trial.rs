@@ -244,7 +244,13 @@ impl TrialThreads {
                     (a, b) => note(&name, a.map(drop).and(b.map(drop))),
                 },
                 Measured::Ladder { tx, rx } => match (tx.wait(), rx.wait()) {
-                    (Ok(sent), Ok(seen)) => {
+                    (Ok(mut sent), Ok(seen)) => {
+                        if let Some(mut cost) = sent.cost.take() {
+                            cost.copies_first = seen.lane.copies_first;
+                            cost.copies_late = seen.lane.copies_late;
+                            cost.quick_acks = seen.lane.quick_acks;
+                            record.costs.push((name.clone(), cost));
+                        }
                         let (samples, errors, ladder) =
                             ladder_flow::join(&sent, &seen, receive_end_s);
                         record.streams.push((name.clone(), samples));
