@@ -237,9 +237,11 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<i32> {
     let lat: Vec<f64> = r
         .units
         .iter()
-        .filter(|u| u.capture_us != 0)
+        .filter(|u| u.capture_us != 0 && !u.catch_up)
         .map(|u| (u.received_us as f64 - u.capture_us as f64) / 1000.0)
         .collect();
+    // The catch-up was captured before the viewer joined: its age is not the stream's latency.
+    let catch_up = r.units.iter().filter(|u| u.catch_up).count();
     let q = |p: f64| lowtide_serve::viewer::quantile(&lat, p);
     let fmt = |v: Option<f64>| v.map_or("no data".into(), |v| format!("{v:.1} ms"));
     let dropped: u64 = r.dropped.iter().sum();
@@ -253,11 +255,12 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<i32> {
             "capture_to_arrival_ms_p50": q(0.5),
             "capture_to_arrival_ms_p99": q(0.99),
             "samples": lat.len(),
+            "catch_up_units": catch_up,
         });
         println!("{j}");
     } else {
         println!(
-            "lowtide watch {}: {} units ({} undecodable), {dropped} dropped by the server, capture to arrival p50 {} p99 {} over {} stamped units{}",
+            "lowtide watch {}: {} units ({} undecodable), {dropped} dropped by the server, capture to arrival p50 {} p99 {} over {} stamped units after the {catch_up} catch-up units{}",
             r.path,
             r.units.len(),
             r.undecodable(),

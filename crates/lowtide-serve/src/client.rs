@@ -84,6 +84,8 @@ pub struct ReceivedUnit {
     pub ingest_us: u64,
     pub sent_us: u64,
     pub received_us: u64,
+    /// Part of the catch-up the server sent on joining (captured before the viewer joined).
+    pub catch_up: bool,
     /// Its references had all arrived (the server's promise), counting every unit that did
     /// not arrive as a reference: exact for streams whose frames are all references (x264
     /// `zerolatency`, baseline), an over-count where non-reference frames were dropped.
@@ -226,6 +228,7 @@ async fn watch_with(
                         ingest_us: f.ingest_us,
                         sent_us: f.sent_us,
                         received_us,
+                        catch_up: f.catch_up,
                         decodable,
                     });
                     if opts.report && f.kind != FrameKind::ParameterSets {

@@ -16,7 +16,9 @@
 //! - `codec`: 1 H.264, 2 H.265 (the codecs a browser's WebCodecs decodes from Annex-B).
 //! - `kind`: 0 parameter sets (SPS/PPS, VPS; sent as their own unit before the keyframe that
 //!   needs them), 1 keyframe, 2 reference, 3 non-reference. `flags`: bit 0 the unit carries
-//!   parameter sets; other bits 0.
+//!   parameter sets; bit 1 the unit is part of the catch-up a joining viewer gets (captured
+//!   before it joined: its latency says when the viewer joined, not how late the stream is);
+//!   other bits 0.
 //! - Clocks, all µs since the Unix epoch: `capture_us` the capture instant from the unit's
 //!   in-band stamp (`lowtidestamp`), 0 when the unit carries none; `ingest_us` when the
 //!   server received the unit; `sent_us` when the server began writing it to this viewer;
@@ -53,6 +55,7 @@ pub const UNIT_HEADER_LEN: usize = 1 + 8 + 1 + 1 + 8 + 8 + 8;
 pub const MAX_PROBLEM_LEN: usize = 256;
 
 const FLAG_PARAMETER_SETS: u8 = 1;
+const FLAG_CATCH_UP: u8 = 2;
 
 /// Why the server did not send units to a viewer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -125,6 +128,8 @@ pub struct UnitFields {
     pub index: u64,
     pub kind: FrameKind,
     pub has_parameter_sets: bool,
+    /// Sent as part of a joining viewer's catch-up.
+    pub catch_up: bool,
     pub capture_us: u64,
     pub ingest_us: u64,
     pub sent_us: u64,
@@ -140,7 +145,7 @@ pub fn encode_unit_header(f: &UnitFields) -> [u8; UNIT_HEADER_LEN] {
         FLAG_PARAMETER_SETS
     } else {
         0
-    };
+    } | if f.catch_up { FLAG_CATCH_UP } else { 0 };
     h[11..19].copy_from_slice(&f.capture_us.to_be_bytes());
     h[19..27].copy_from_slice(&f.ingest_us.to_be_bytes());
     h[27..35].copy_from_slice(&f.sent_us.to_be_bytes());
@@ -303,7 +308,7 @@ pub fn decode_from_server(m: &[u8]) -> Result<FromServer<'_>, ServerWireError> {
                     })
                 }
             };
-            if m[10] & !FLAG_PARAMETER_SETS != 0 {
+            if m[10] & !(FLAG_PARAMETER_SETS | FLAG_CATCH_UP) != 0 {
                 return Err(ServerWireError::Unknown {
                     what: "flags",
                     value: m[10],
@@ -313,6 +318,7 @@ pub fn decode_from_server(m: &[u8]) -> Result<FromServer<'_>, ServerWireError> {
                 index: u64_at(1)?,
                 kind,
                 has_parameter_sets: m[10] & FLAG_PARAMETER_SETS != 0,
+                catch_up: m[10] & FLAG_CATCH_UP != 0,
                 capture_us: u64_at(11)?,
                 ingest_us: u64_at(19)?,
                 sent_us: u64_at(27)?,
@@ -361,13 +367,14 @@ mod tests {
             index: 7,
             kind: FrameKind::Keyframe,
             has_parameter_sets: true,
+            catch_up: true,
             capture_us: 1,
             ingest_us: 2,
             sent_us: 3,
         });
         assert_eq!(h[0], TAG_UNIT);
         assert_eq!(&h[1..9], &7u64.to_be_bytes());
-        assert_eq!((h[9], h[10]), (1, 1));
+        assert_eq!((h[9], h[10]), (1, 3));
         assert_eq!(h[18], 1);
         assert_eq!(h[26], 2);
         assert_eq!(h[34], 3);
@@ -433,6 +440,7 @@ mod tests {
             index: 3,
             kind: FrameKind::Reference,
             has_parameter_sets: false,
+            catch_up: false,
             capture_us: 4,
             ingest_us: 5,
             sent_us: 6,

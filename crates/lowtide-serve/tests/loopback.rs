@@ -73,6 +73,12 @@ async fn a_live_source_reaches_viewers_whole_and_decodable() {
         // A viewer joining up to a second late misses at most the first group of pictures.
         assert!(pictures >= 80, "{pictures} of 120 pictures");
         assert_eq!(r.dropped, [0; 4], "nothing dropped over loopback");
+        // The catch-up (the current group of pictures on joining) comes first, flagged.
+        let live = r.units.iter().position(|u| !u.catch_up).unwrap_or(0);
+        assert!(
+            r.units[live..].iter().all(|u| !u.catch_up),
+            "catch-up after live units"
+        );
         // Each picture carries the source's capture stamp; over loopback the wait is the
         // encoder's output to the viewer, far under the 300 ms budget for every unit.
         for u in r.units.iter().filter(|u| u.capture_us != 0) {

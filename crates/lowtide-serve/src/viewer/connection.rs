@@ -439,6 +439,7 @@ impl Connection {
                 index: u.info.index,
                 kind: u.info.kind,
                 has_parameter_sets: u.has_parameter_sets,
+                catch_up: next.catch_up,
                 capture_us: u.capture_us,
                 ingest_us: u.ingest_us,
                 sent_us,
