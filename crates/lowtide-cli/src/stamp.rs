@@ -14,13 +14,14 @@
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Args;
 use lowtide_lab::summary::LatencySummary;
 use lowtide_media::encoded::input::{InputFormat, UnitReader};
 use lowtide_media::encoded::{stamp, Codec};
+use lowtide_media::wall_clock::now_us as wall_us;
 
 #[derive(Args)]
 pub struct StampArgs {
@@ -40,12 +41,6 @@ pub struct StampArgs {
 /// Wall-clock µs of `at`, an instant in the past, from one reading of both clocks.
 fn unix_us(at: Instant, now: Instant, wall_now_us: u64) -> u64 {
     wall_now_us.saturating_sub(now.saturating_duration_since(at).as_micros() as u64)
-}
-
-fn wall_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 pub fn run(args: StampArgs) -> anyhow::Result<i32> {

@@ -1,29 +1,10 @@
 //! The elements' CSV logs (`lowtidestamp location=`, `lowtidemeter location=`,
 //! `lowtidesink rate-log=`/`unit-log=`): a header, then lines flushed one at a time, so a
-//! process killed by a signal loses no line it wrote; and their clock, the wall clock
-//! (CLOCK_REALTIME), which hosts (and network namespaces) share.
+//! process killed by a signal loses no line it wrote. Their clock is the wall clock
+//! (`lowtide_media::wall_clock`), which hosts (and network namespaces) share.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::time::Instant;
-
-/// Wall-clock now, microseconds since the Unix epoch.
-pub fn wall_clock_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
-
-/// `instant` on the wall clock, microseconds since the Unix epoch.
-pub fn wall_us_of(instant: Instant) -> u64 {
-    let (wall, now) = (wall_clock_us(), Instant::now());
-    if instant <= now {
-        wall.saturating_sub(now.duration_since(instant).as_micros() as u64)
-    } else {
-        wall.saturating_add(instant.duration_since(now).as_micros() as u64)
-    }
-}
 
 /// An open log.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! message and the receiver subtract it from its own: one-way latency without NTP.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 fn origin() -> Instant {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
@@ -22,28 +22,12 @@ pub fn from_wire(ns: u64) -> Instant {
 /// `t` on the wall clock, µs since the Unix epoch: what programs a trial runs (pcaps,
 /// GStreamer's logs) stamp their records with, to line up with the run's own.
 pub fn wall_us(t: Instant) -> i64 {
-    let (wall, now) = (SystemTime::now(), Instant::now());
-    let wall = if t >= now {
-        wall + (t - now)
-    } else {
-        wall - (now - t)
-    };
-    wall.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
+    lowtide_media::wall_clock::us_of(t) as i64
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_instant_lands_on_the_wall_clock_where_it_is() {
-        let now = Instant::now();
-        let (a, b) = (wall_us(now), wall_us(now + Duration::from_secs(1)));
-        assert!((b - a - 1_000_000).abs() < 1_000, "{a} {b}");
-        let c = wall_us(now - Duration::from_secs(2));
-        assert!((a - c - 2_000_000).abs() < 1_000, "{a} {c}");
-    }
 
     #[test]
     fn round_trips_to_the_nanosecond() {

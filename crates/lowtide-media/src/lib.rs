@@ -39,4 +39,5 @@ pub mod server;
 pub mod session;
 pub mod supersede;
 pub mod video;
+pub mod wall_clock;
 pub mod wire;

@@ -34,9 +34,5 @@ pub mod websocket;
 
 pub use server::{ServeConfig, ServeError, Server};
 
-/// Now, µs since the Unix epoch (the clock of every `_us` field the server writes).
-pub fn wall_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
+/// Now, µs since the Unix epoch: the clock of every `_us` field the server writes.
+pub use lowtide_media::wall_clock::now_us as wall_us;

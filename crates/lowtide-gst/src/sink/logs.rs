@@ -9,8 +9,9 @@ use lowtide_media::encoded::sender::Fate;
 use lowtide_media::encoded::{AccessUnit, DropReason};
 use lowtide_media::pipe::StreamSender;
 
-use crate::csv_log::{wall_clock_us, wall_us_of, CsvLog};
+use crate::csv_log::CsvLog;
 use crate::rate::RateReport;
+use lowtide_media::wall_clock::{now_us as wall_clock_us, us_of as wall_us_of};
 
 /// The rate log's header.
 const RATE_HEADER: &str = "wall_us,estimate_bps,written_bps,delivery_rate_bps,queued_bytes,queue_delay_ms,rtt_ms,congested,encoder_bitrate_bps,target_bitrate_bps";

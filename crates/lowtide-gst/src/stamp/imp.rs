@@ -11,7 +11,8 @@ use gst_base::subclass::prelude::*;
 use lowtide_media::encoded::{stamp, Codec};
 
 use crate::caps;
-use crate::csv_log::{wall_clock_us, CsvLog};
+use crate::csv_log::CsvLog;
+use lowtide_media::wall_clock::now_us as wall_clock_us;
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
