@@ -148,14 +148,8 @@ pub fn run(
         .map(|k| vec![k as u8; opts.payload_bytes])
         .collect();
     let mut held = Held::default();
-    // A reset met at or after `end` ends the run (`window::reset_at_end`), not an error.
-    let ended = |r: Result<(), TcpSourceError>| match r {
-        Err(TcpSourceError::Io { source, .. })
-            if window::reset_at_end(&source, Instant::now(), end) =>
-        {
-            Ok(true)
-        }
-        r => r.map(|()| false),
+    let mut flush_now = |held: &mut Held, record: &mut TcpSourceRecord| {
+        flush_until(end, stream, opts.window_bytes, &segments, held, record)
     };
     'periods: while !stop.load(Ordering::Relaxed) {
         let due = source.next_period();
@@ -164,13 +158,7 @@ pub fn run(
         }
         // Until the period is due, send what the window held back as it makes room.
         loop {
-            if ended(flush(
-                stream,
-                opts.window_bytes,
-                &segments,
-                &mut held,
-                &mut record,
-            ))? {
+            if flush_now(&mut held, &mut record)? {
                 break 'periods;
             }
             let left = due.saturating_duration_since(Instant::now());
@@ -204,18 +192,32 @@ pub fn run(
             held.segments.push_back((layer, opts.payload_bytes));
             held.bytes += opts.payload_bytes;
         }
-        if ended(flush(
-            stream,
-            opts.window_bytes,
-            &segments,
-            &mut held,
-            &mut record,
-        ))? {
+        if flush_now(&mut held, &mut record)? {
             break;
         }
     }
     record.counters = source.counters();
     Ok(record)
+}
+
+/// [`flush`], and whether the run is over: a reset met at or after `end` ends it
+/// (`window::reset_at_end`) rather than failing it.
+fn flush_until(
+    end: Instant,
+    stream: &mut TcpStream,
+    window_bytes: Option<u32>,
+    segments: &[Vec<u8>],
+    held: &mut Held,
+    record: &mut TcpSourceRecord,
+) -> Result<bool, TcpSourceError> {
+    match flush(stream, window_bytes, segments, held, record) {
+        Err(TcpSourceError::Io { source, .. })
+            if window::reset_at_end(&source, Instant::now(), end) =>
+        {
+            Ok(true)
+        }
+        r => r.map(|()| false),
+    }
 }
 
 /// Writes held segments, oldest first, while the window has room; a segment the kernel
