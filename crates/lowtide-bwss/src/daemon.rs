@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::{Config, FlowInfo};
-use crate::shm::{monotonic_ns, Region, SLOTS};
+use crate::shm::{monotonic_ns, Region, Slot, SLOTS};
 use crate::sigma::SigmaCounters;
 use crate::system::{Bwss, FlowId};
 use crate::unix;
@@ -238,20 +238,7 @@ fn tick(shared: &Shared, now: Instant) {
     let st = &mut *g;
     for e in st.flows.values() {
         if let Some(slot) = shared.region.slot(e.slot) {
-            let bytes = slot.bytes_read.load(Ordering::Relaxed);
-            st.bwss.record_bytes(now, e.id, bytes);
-            let at_ns = slot.arrived_at_ns.load(Ordering::Acquire);
-            let arrived = slot.bytes_arrived.load(Ordering::Relaxed);
-            if arrived > 0 && at_ns > 0 {
-                // Recorded when the reader took it, not now: a rare reader's count is old.
-                let age = Duration::from_nanos(monotonic_ns().saturating_sub(at_ns));
-                let at = now.checked_sub(age).unwrap_or(now);
-                st.bwss.record_arrivals(at, e.id, arrived);
-            }
-            let rtt_us = slot.rtt_us.load(Ordering::Relaxed);
-            if rtt_us > 0 {
-                st.bwss.record_rtt(e.id, Duration::from_micros(rtt_us));
-            }
+            record_slot(&mut st.bwss, e.id, slot, now, monotonic_ns());
         }
     }
     st.bwss.on_tick(now);
@@ -259,6 +246,25 @@ fn tick(shared: &Shared, now: Instant) {
     shared.region.beat();
     if let Some(log) = &mut st.log {
         log.maybe_write(now, shared.start, &st.bwss);
+    }
+}
+
+/// What a reader wrote into flow `id`'s slot, into the core at `now` (`now_ns`: [`monotonic_ns`]
+/// then). Any process that maps the region can write any slot, so every value may be hostile.
+pub fn record_slot(bwss: &mut Bwss, id: FlowId, slot: &Slot, now: Instant, now_ns: u64) {
+    let bytes = slot.bytes_read.load(Ordering::Relaxed);
+    bwss.record_bytes(now, id, bytes);
+    let at_ns = slot.arrived_at_ns.load(Ordering::Acquire);
+    let arrived = slot.bytes_arrived.load(Ordering::Relaxed);
+    if arrived > 0 && at_ns > 0 {
+        // Recorded when the reader took it, not now: a rare reader's count is old.
+        let age = Duration::from_nanos(now_ns.saturating_sub(at_ns));
+        let at = now.checked_sub(age).unwrap_or(now);
+        bwss.record_arrivals(at, id, arrived);
+    }
+    let rtt_us = slot.rtt_us.load(Ordering::Relaxed);
+    if rtt_us > 0 {
+        bwss.record_rtt(id, Duration::from_micros(rtt_us));
     }
 }
 

@@ -34,7 +34,7 @@ mod client;
 mod server;
 #[cfg(test)]
 mod tests;
-mod wire;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::time::Instant;

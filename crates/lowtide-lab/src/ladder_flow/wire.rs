@@ -1,13 +1,16 @@
-//! The frame header and the client's report datagram.
+//! The frame header and the client's report datagram (public for the fuzz checks: the
+//! server reads reports from any UDP sender).
 
 use lowtide_media::ladder::server_policy::ClientReport;
 
 /// Frame header: send time (8), sequence number (8), rung (1).
-pub(super) const HEADER: usize = 17;
+pub const HEADER: usize = 17;
 const REPORT_MAGIC: &[u8; 4] = b"LTR1";
-pub(super) const REPORT_LEN: usize = 4 + 5 * 8;
+/// A report datagram's length: the magic and five counters.
+pub const REPORT_LEN: usize = 4 + 5 * 8;
 
-pub(super) fn encode_report(r: &ClientReport) -> [u8; REPORT_LEN] {
+/// The client's report as its datagram.
+pub fn encode_report(r: &ClientReport) -> [u8; REPORT_LEN] {
     let mut b = [0u8; REPORT_LEN];
     b[..4].copy_from_slice(REPORT_MAGIC);
     let words = [
@@ -23,7 +26,9 @@ pub(super) fn encode_report(r: &ClientReport) -> [u8; REPORT_LEN] {
     b
 }
 
-pub(super) fn decode_report(b: &[u8]) -> Option<ClientReport> {
+/// The report in a datagram; `None` for anything else (a wrong length or magic, more frames
+/// received than expected).
+pub fn decode_report(b: &[u8]) -> Option<ClientReport> {
     if b.len() != REPORT_LEN || &b[..4] != REPORT_MAGIC {
         return None;
     }

@@ -1,0 +1,7 @@
+//! What this target feeds in and asserts: `lowtide_fuzz_checks::bwss_control` (shared with the
+//! corpus replay in `cargo test`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| lowtide_fuzz_checks::bwss_control::check(data));
