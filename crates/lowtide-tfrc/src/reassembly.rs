@@ -50,6 +50,9 @@ struct Partial {
     got: u64,
     /// Payload bytes received; a complete message has exactly its length.
     got_bytes: u64,
+    /// The byte ranges received (offset → end), which must not overlap: with that, as many
+    /// bytes as the message's length means no hole, whatever a lying peer sends.
+    ranges: BTreeMap<u64, u64>,
     importance: u8,
     time_us: u64,
     data: Vec<u8>,
@@ -104,6 +107,7 @@ impl Reassembly {
                     frag_count: h.frag_count,
                     got: 0,
                     got_bytes: 0,
+                    ranges: BTreeMap::new(),
                     importance: h.importance,
                     time_us: h.msg_time_us,
                     data: vec![0; h.total_len as usize],
@@ -111,15 +115,24 @@ impl Reassembly {
             );
         }
         let p = self.partials.get_mut(&h.msg).expect("inserted above");
+        let (at, end) = (h.offset, h.offset + payload.len() as u64);
+        let overlaps = p
+            .ranges
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, &e)| e > at)
+            || p.ranges.contains_key(&at);
         let consistent = p.data.len() as u64 == h.total_len
             && p.frag_count == h.frag_count
-            && p.first_seq == seq - h.frag_index;
+            && p.first_seq == seq - h.frag_index
+            && !overlaps;
         if !consistent {
             // a fragment that contradicts the message's first: the message is unusable
             self.discard(h.msg);
             return;
         }
-        let at = h.offset as usize;
+        p.ranges.insert(at, end);
+        let at = at as usize;
         p.data[at..at + payload.len()].copy_from_slice(payload);
         p.got += 1;
         p.got_bytes += payload.len() as u64;
@@ -224,6 +237,17 @@ mod tests {
         on(&mut r, now, frag(2, 15, 1, 2, 3, 5), b"de");
         assert!(r.pop().is_none());
         assert_eq!(r.stats.inconsistent, 2);
+        // a lying peer: the same bytes twice, adding up to the length with a hole at 2..4
+        on(&mut r, now, frag(4, 20, 0, 2, 0, 4), b"ab");
+        on(&mut r, now, frag(4, 21, 1, 2, 0, 4), b"ab");
+        // or overlapping pieces
+        on(&mut r, now, frag(5, 22, 0, 2, 0, 4), b"abc");
+        on(&mut r, now, frag(5, 23, 1, 2, 2, 4), b"cd");
+        assert!(
+            r.pop().is_none(),
+            "a message with a hole is never delivered"
+        );
+        assert_eq!(r.stats.inconsistent, 4);
         assert_eq!(r.memory(), 0);
         // a message missing a fragment is dropped once its range is classified
         on(&mut r, now, frag(3, 16, 0, 2, 0, 5), b"abc");
