@@ -13,10 +13,15 @@ use crate::scenario::PaperFigure;
 /// Flows a scenario may have.
 pub const MAX_FLOWS: usize = 256;
 
-/// A whole RDC scenario file. Its `[rdc]` table is what marks it as one.
+/// A whole RDC scenario file (`kind = "rdc"`, with an `[rdc]` table).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RdcScenario {
+    /// The experiment this file is (`kind = "rdc"`), read and checked by
+    /// [`crate::experiment::registry`] before this struct is parsed; kept so the scenario as
+    /// run names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub name: String,
     #[serde(default)]
     pub description: String,

@@ -79,6 +79,11 @@ pub const STREAM_PORT: u16 = 6001;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
+    /// The experiment this file is (`kind = "streams"`), read and checked by
+    /// [`crate::experiment::registry`] before this struct is parsed; kept so the scenario as
+    /// run names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// Short name: the output folder and the report title use it.
     pub name: String,
     /// What the scenario shows, for the report.
