@@ -234,6 +234,7 @@ mod tests {
         BwssScenario::from_toml_in(
             &format!(
                 r#"
+kind = "bwss"
 name = "t"
 [run]
 duration_s = 50.0

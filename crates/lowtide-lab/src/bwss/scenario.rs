@@ -3,6 +3,7 @@
 //! A scenario is a BWSS scenario when it has a `[bwss]` table ([`is_bwss_scenario`]).
 //!
 //! ```toml
+//! kind = "bwss"
 //! name = "bwss-fig6"
 //! [run]
 //! duration_s = 150.0

@@ -7,6 +7,7 @@
 //! (`sequential`, the paper's way, N runs each). A `[quick]` block scales it down for CI.
 //!
 //! ```toml
+//! kind = "streams"                # the experiment (crate::experiment)
 //! name = "fig3-forward"
 //! [paper]
 //! figure = "Goel, Krasic, Walpole 2008, Fig. 3"

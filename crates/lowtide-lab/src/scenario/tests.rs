@@ -2,6 +2,7 @@ use super::*;
 use lowtide::ControllerConfig;
 
 const GOOD: &str = r#"
+kind = "streams"
 name = "t"
 [run]
 modes = ["side_by_side", "sequential"]
