@@ -646,7 +646,9 @@ mod tests {
                 let text = std::fs::read_to_string(&p).unwrap();
                 (p, text)
             })
-            .filter(|(_, t)| is_rdc_scenario(t))
+            .filter(|(_, t)| {
+                crate::experiment::registry::resolve(t).is_ok_and(|r| r.experiment.kind() == "rdc")
+            })
             .collect()
     }
 
@@ -708,7 +710,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("agent_flows") && e.contains("below 2"), "{e}");
-        assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
     }
 
     #[test]
