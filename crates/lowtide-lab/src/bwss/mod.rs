@@ -31,7 +31,7 @@ pub mod trial;
 use std::path::{Path, PathBuf};
 
 pub use procs::Tools;
-pub use scenario::{is_bwss_scenario, BwssScenario};
+pub use scenario::BwssScenario;
 use summary::{BwssSummary, VariantRecord};
 
 use crate::LabError;

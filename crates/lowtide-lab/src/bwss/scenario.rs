@@ -1,6 +1,6 @@
 //! A BWSS scenario file (Mehra Fig. 4-6): the access link, the daemon's rules, the video, the
 //! downloads, the interferer and the variants, checked in full before any namespace exists.
-//! A scenario is a BWSS scenario when it has a `[bwss]` table ([`is_bwss_scenario`]).
+//! A BWSS scenario says `kind = "bwss"` and has a `[bwss]` table.
 //!
 //! ```toml
 //! kind = "bwss"
@@ -39,13 +39,6 @@ pub const HTTP_PORT: u16 = 8000;
 pub const INTERFERER_PORT: u16 = 8600;
 /// Downloads on the receiver at most.
 pub const MAX_DOWNLOADS: usize = 8;
-
-/// True when `text` is TOML with a top-level `[bwss]` table.
-pub fn is_bwss_scenario(text: &str) -> bool {
-    text.parse::<toml::Table>()
-        .map(|t| t.contains_key("bwss"))
-        .unwrap_or(false)
-}
 
 /// A BWSS scenario as written.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

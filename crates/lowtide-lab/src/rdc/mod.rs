@@ -42,7 +42,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub use scenario::{is_rdc_scenario, RdcScenario};
+pub use scenario::RdcScenario;
 pub use summary::{text_table, RdcSummary};
 
 use crate::LabError;

@@ -340,12 +340,6 @@ fn check(
     }
 }
 
-/// Whether a scenario file is an RDC scenario (has an `[rdc]` table).
-pub fn is_rdc_scenario(text: &str) -> bool {
-    text.parse::<toml::Table>()
-        .is_ok_and(|t| t.get("rdc").is_some_and(toml::Value::is_table))
-}
-
 impl RdcScenario {
     /// Parses and checks a file's text; relative trace paths are relative to `base`.
     pub fn from_toml_in(text: &str, base: &Path) -> Result<Self, RdcScenarioError> {
