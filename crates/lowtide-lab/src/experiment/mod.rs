@@ -163,7 +163,14 @@ pub enum RunError {
     #[error("the run failed: {0}")]
     Failed(Box<LabError>),
     #[error(transparent)]
-    Lab(#[from] LabError),
+    Lab(Box<LabError>),
+}
+
+// Boxed so a `Result<Finished, Stopped>` stays small whatever `LabError` grows to.
+impl From<LabError> for RunError {
+    fn from(error: LabError) -> Self {
+        RunError::Lab(Box::new(error))
+    }
 }
 
 /// A scenario or a request that cannot run.

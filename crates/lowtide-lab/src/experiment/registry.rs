@@ -24,17 +24,18 @@ pub struct Resolved {
 impl Resolved {
     /// For a file without `kind`: what it was taken for, and the line to add.
     pub fn warning(&self) -> Option<String> {
+        if !self.inferred {
+            return None;
+        }
         let kind = self.experiment.kind();
         let why = match self.experiment.section() {
             Some(section) => format!("it has a [{section}] table"),
             None => format!("it has no {} table", own_tables()),
         };
-        self.inferred.then(|| {
-            format!(
-                "no kind = \"...\" line, read as kind = \"{kind}\" ({why}); \
-                 add kind = \"{kind}\" at the top of the file"
-            )
-        })
+        Some(format!(
+            "no kind = \"...\" line, read as kind = \"{kind}\" ({why}); \
+             add kind = \"{kind}\" at the top of the file"
+        ))
     }
 }
 
