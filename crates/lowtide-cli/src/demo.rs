@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use lowtide_lab::demo::{self, DemoOptions};
+use lowtide_lab::streams::outcome;
 
 #[derive(Args)]
 pub struct DemoArgs {
@@ -32,16 +33,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<i32> {
          layered video, side by side through one emulated bottleneck (10 Mbit/s, 50 ms RTT, \
          3 elephants and 8 mice of cross traffic)"
     );
-    let first = crate::lab::show(!args.no_fail_on_goals, |progress| {
-        demo::run(&opts, progress)
-    })?;
+    let fail_on_goals = !args.no_fail_on_goals;
+    let first = crate::lab::show(|progress| outcome(demo::run(&opts, progress), fail_on_goals))?;
     println!(
         "\nlowtide demo, part 2: real video (x264, 640x360, 2.5 Mbit/s) through GStreamer's \
          tcpserversink, then through lowtidesink, each on a link that falls from 6 to 1.5 Mbit/s \
          for 10 s; glass-to-glass latency stamped after the encoder, read after the decoder"
     );
-    let second = crate::lab::show(!args.no_fail_on_goals, |progress| {
-        demo::run_live(&opts, progress)
-    })?;
+    let second =
+        crate::lab::show(|progress| outcome(demo::run_live(&opts, progress), fail_on_goals))?;
     Ok(first.max(second))
 }

@@ -1,13 +1,11 @@
-//! `lowtide lab run FILE` and `lowtide lab report DIR`: thin wrappers over lowtide-lab.
+//! `lowtide lab run FILE` and `lowtide lab report DIR`: thin wrappers over lowtide-lab, the
+//! scenario's kind told by its registry (`lowtide_lab::experiment`).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use lowtide_lab::results;
-use lowtide_lab::runner::{self, LabOptions};
-use lowtide_lab::scenario::{Checked, Overrides, Scenario};
-use lowtide_lab::{fps_sweep, sweep};
+use lowtide_lab::experiment::{registry, Finished, RunRequest, Stopped};
 
 #[derive(Subcommand)]
 pub enum LabCommand {
@@ -117,28 +115,17 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<i32> {
     match cmd {
         LabCommand::Run(args) => run_scenario(args),
         LabCommand::Report { dir } => {
-            let done = runner::recompute(&dir)
+            let recomputed = registry::of_run_folder(&dir)
+                .map_err(anyhow::Error::from)
+                .and_then(|experiment| Ok(experiment.report(&dir)?))
                 .with_context(|| format!("recomputing the summary in {}", dir.display()))?;
-            if done.differences.is_empty() {
-                println!("the summary recomputed from the records matches the stored one");
-            } else {
-                println!(
-                    "the summary recomputed from the records differs from the stored one in {} places \
-                     (the stored one is kept as {}):",
-                    done.differences.len(),
-                    lowtide_lab::render::SUMMARY_STORED
-                );
-                for d in &done.differences {
-                    println!("  {d}");
-                }
-            }
-            print!("{}", results::text_table(&done.summary));
-            println!("report: {}", done.report.display());
-            Ok(0)
+            print_finished(recomputed)
         }
     }
 }
 
+/// Reads the scenario, tells its kind through the registry (warning when the file does not
+/// name it), has the kind check it with the flags, then runs it.
 fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
     let mut text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading scenario {}", args.file.display()))?;
@@ -146,238 +133,26 @@ fn run_scenario(args: RunArgs) -> anyhow::Result<i32> {
         let names: Vec<String> = args.variant.iter().flat_map(|v| split_names(v)).collect();
         text = only_variants(&text, &names)?;
     }
-    let folder = args.file.parent().unwrap_or(std::path::Path::new("."));
-    let special =
-        lowtide_lab::rdc::is_rdc_scenario(&text) || lowtide_lab::bwss::is_bwss_scenario(&text);
-    anyhow::ensure!(
-        !(special && args.pcap),
-        "--pcap is for the lab's own scenarios, not RDC or BWSS ones"
-    );
-    if lowtide_lab::rdc::is_rdc_scenario(&text) {
-        return run_rdc(&args, &text, folder);
-    }
-    if lowtide_lab::bwss::is_bwss_scenario(&text) {
-        let folder = folder.to_path_buf();
-        return run_bwss(args, text, &folder);
-    }
-    let checked = Scenario::from_toml_in(&text, folder)
+    let resolved = registry::resolve(&text)
         .with_context(|| format!("checking scenario {}", args.file.display()))?;
-    if let Some(n) = args.runs {
-        if !(1..=lowtide_lab::scenario::MAX_RUNS).contains(&n) {
-            anyhow::bail!(
-                "--runs {n} is outside 1 to {}",
-                lowtide_lab::scenario::MAX_RUNS
-            );
-        }
+    if let Some(warning) = resolved.warning() {
+        eprintln!("warning: {}: {warning}", args.file.display());
     }
-    let combos = sweep::planned(
-        &checked.scenario,
-        &args.cc,
-        &args.queue_bdp,
-        args.window_frames,
-        &args.threshold_ms,
-    );
-    if combos.len() > 1 {
-        return run_sweep(args, text, &checked, &combos);
-    }
-    let overrides = combos.into_iter().next().unwrap_or_default();
-    let name = &checked.scenario.name;
-    let out_dir = args.out.unwrap_or_else(|| {
-        PathBuf::from("out/lab").join(format!(
-            "{name}{}{}",
-            overrides.suffix(),
-            if args.quick { "-quick" } else { "" }
-        ))
-    });
-    let opts = LabOptions {
-        scenario_text: text,
+    let request = RunRequest {
+        file: args.file,
         quick: args.quick,
         runs: args.runs,
-        overrides,
-        out_dir,
+        out: args.out,
+        queue_bdp: args.queue_bdp,
+        cc: args.cc,
+        window_frames: args.window_frames,
+        threshold_ms: args.threshold_ms,
         pcap: args.pcap,
-        ..LabOptions::default()
+        fail_on_goals: !args.no_fail_on_goals,
     };
-    println!(
-        "lowtide lab: {name}{} from {}",
-        if args.quick { " (--quick)" } else { "" },
-        args.file.display()
-    );
-    show(!args.no_fail_on_goals, |progress| {
-        runner::run(&checked, &opts, progress)
-    })
-}
-
-/// A BWSS scenario (`[bwss]`, Mehra Fig. 4-6): real daemon, preload library and programs.
-fn run_bwss(args: RunArgs, text: String, folder: &std::path::Path) -> anyhow::Result<i32> {
-    use lowtide_lab::bwss::{self, BwssOptions, BwssScenario, Tools};
-    anyhow::ensure!(
-        args.queue_bdp.is_empty()
-            && args.cc.is_empty()
-            && args.window_frames.is_none()
-            && args.threshold_ms.is_empty(),
-        "a BWSS scenario takes only --quick, --runs, --variant, --out and --no-fail-on-goals"
-    );
-    let mut s = BwssScenario::from_toml_in(&text, folder)
-        .with_context(|| format!("checking scenario {}", args.file.display()))?;
-    if args.quick {
-        s = s.quick_form().context("the --quick form")?;
-    }
-    if let Some(n) = args.runs {
-        s = s.with_runs(n).context("--runs")?;
-    }
-    let out_dir = args.out.unwrap_or_else(|| {
-        PathBuf::from("out/lab").join(format!(
-            "{}{}",
-            s.name,
-            if args.quick { "-quick" } else { "" }
-        ))
-    });
-    let opts = BwssOptions {
-        scenario_text: text,
-        out_dir,
-        tools: Tools::find()?,
-        seed: 1,
-    };
-    println!(
-        "lowtide lab: {}{} from {} (BWSS)",
-        s.name,
-        if args.quick { " (--quick)" } else { "" },
-        args.file.display()
-    );
-    let result = bwss::run(&s, &opts, progress_line());
-    eprintln!();
-    let done = match result {
-        Ok(done) => done,
-        Err(lowtide_lab::LabError::Partial { error, dir }) => {
-            println!("partial report: {}", dir.join("report.html").display());
-            anyhow::bail!("the run failed: {error}");
-        }
-        Err(e) => return Err(e.into()),
-    };
-    print!("{}", bwss::report::text_table(&done.summary));
-    println!("report: {}", done.dir.join("report.html").display());
-    let missed = done.summary.goals_not_met();
-    if missed > 0 {
-        eprintln!("{missed} goal(s) not met");
-    }
-    Ok(i32::from(missed > 0 && !args.no_fail_on_goals))
-}
-
-/// An RDC scenario (`[rdc]`): one trial per variant, bulk flows, the agent in the receivers.
-fn run_rdc(args: &RunArgs, text: &str, folder: &std::path::Path) -> anyhow::Result<i32> {
-    use lowtide_lab::rdc::{self, RdcOptions, RdcScenario};
-    let s = RdcScenario::from_toml_in(text, folder)
-        .with_context(|| format!("checking scenario {}", args.file.display()))?;
-    if args.runs.is_some()
-        || !args.queue_bdp.is_empty()
-        || !args.cc.is_empty()
-        || args.window_frames.is_some()
-        || !args.threshold_ms.is_empty()
-    {
-        anyhow::bail!(
-            "--runs, --queue-bdp, --cc, --window-frames and --threshold-ms do not apply to an \
-             RDC scenario ([rdc])"
-        );
-    }
-    let out_dir = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("out/lab").join(format!(
-            "{}{}",
-            s.name,
-            if args.quick { "-quick" } else { "" }
-        ))
-    });
-    println!(
-        "lowtide lab: {}{} from {}",
-        s.name,
-        if args.quick { " (--quick)" } else { "" },
-        args.file.display()
-    );
-    let opts = RdcOptions {
-        quick: args.quick,
-        out_dir: out_dir.clone(),
-    };
-    let summary = rdc::run(&s, &opts, &mut progress_line());
-    eprintln!();
-    let summary = summary?;
-    print!("{}", rdc::text_table(&summary));
-    println!(
-        "run folder: {} (open {}; {})",
-        out_dir.display(),
-        rdc::REPORT,
-        rdc::SUMMARY
-    );
-    let goals_met = summary.goals.iter().all(|g| g.met);
-    Ok(if !summary.errors.is_empty() {
-        2
-    } else if goals_met || args.no_fail_on_goals {
-        0
-    } else {
-        1
-    })
-}
-
-/// Several combinations of --cc and --queue-bdp: one run folder each, one index.
-fn run_sweep(
-    args: RunArgs,
-    text: String,
-    checked: &Checked,
-    combos: &[Overrides],
-) -> anyhow::Result<i32> {
-    let name = &checked.scenario.name;
-    let out_dir = args.out.unwrap_or_else(|| {
-        PathBuf::from("out/lab").join(format!(
-            "{name}-sweep{}{}",
-            args.window_frames
-                .map_or(String::new(), |w| format!("-w{w}")),
-            if args.quick { "-quick" } else { "" }
-        ))
-    });
-    let opts = LabOptions {
-        scenario_text: text,
-        quick: args.quick,
-        runs: args.runs,
-        out_dir,
-        pcap: args.pcap,
-        ..LabOptions::default()
-    };
-    println!(
-        "lowtide lab: {name}, {} combinations (congestion control, queue, latency threshold){}",
-        combos.len(),
-        if args.quick { " (--quick)" } else { "" }
-    );
-    let points = sweep::run(checked, &opts, combos, progress_line())?;
-    eprintln!();
-    print!("{}", sweep::text_table(&points));
-    let mut fps_missed = 0;
-    if let Some(goal) = checked
-        .scenario
-        .sweep
-        .as_ref()
-        .and_then(|s| s.fps_goal.as_ref())
-    {
-        let fps: Vec<_> = points.iter().map(fps_sweep::FpsAt::of).collect();
-        let rows = fps_sweep::goal_rows(&fps, goal);
-        fps_missed = rows
-            .iter()
-            .flat_map(|r| &r.variants)
-            .filter(|c| !c.met)
-            .count();
-        print!("{}", fps_sweep::goal_text(&rows, goal));
-    }
-    println!("index: {}", opts.out_dir.join(sweep::INDEX).display());
-    let summaries: Vec<&results::LabSummary> = points.iter().map(|p| &p.summary).collect();
-    let code = exit_code(&summaries, !args.no_fail_on_goals);
-    if fps_missed > 0 {
-        eprintln!(
-            "the sweep's frame-rate goal is not met at {fps_missed} (variant, combination) pairs"
-        );
-    }
-    Ok(if fps_missed > 0 && !args.no_fail_on_goals {
-        1
-    } else {
-        code
-    })
+    let prepared = resolved.experiment.prepare(&text, &request)?;
+    println!("lowtide lab: {}", prepared.headline());
+    show(|progress| prepared.run(progress))
 }
 
 /// A progress line that rewrites itself: seconds since it was made, then what is going on.
@@ -392,48 +167,30 @@ fn progress_line() -> impl FnMut(&str) {
 }
 
 /// Runs a lab run with a live progress line, then prints its table and names its report.
-/// Exit code: 0 when every goal was met and every measurement worked, 1 when not (goals only
-/// with `fail_on_goals`); a failed run is an error (2), after its partial report.
+/// Exit code: the run's ([`Finished::exit_code`]); a run that stopped is an error (2), after
+/// what it measured and its partial report.
 pub fn show(
-    fail_on_goals: bool,
-    run: impl FnOnce(&mut dyn FnMut(&str)) -> Result<runner::LabRun, lowtide_lab::LabError>,
+    run: impl FnOnce(&mut dyn FnMut(&str)) -> Result<Finished, Stopped>,
 ) -> anyhow::Result<i32> {
     let result = run(&mut progress_line());
     eprintln!();
-    let done = match result {
-        Ok(done) => done,
-        Err(lowtide_lab::LabError::Partial { error, dir }) => {
-            if let Ok(s) = results::read_json(&dir.join(lowtide_lab::render::SUMMARY)) {
-                print!("{}", results::text_table(&s));
-            }
-            println!("partial report: {}", dir.join("report.html").display());
-            anyhow::bail!("the run failed: {error}");
+    match result {
+        Ok(finished) => print_finished(finished),
+        Err(stopped) => {
+            print!("{}", stopped.text);
+            Err(stopped.error.into())
         }
-        Err(e) => return Err(e.into()),
-    };
-    print!("{}", results::text_table(&done.summary));
-    println!("report: {}", done.dir.join("report.html").display());
-    Ok(exit_code(&[&done.summary], fail_on_goals))
+    }
 }
 
-/// 1 when a measurement failed, or (with `fail_on_goals`) a goal was not met; else 0.
-fn exit_code(summaries: &[&results::LabSummary], fail_on_goals: bool) -> i32 {
-    let errors = summaries.iter().any(|s| !s.measurement_errors.is_empty());
-    let missed: usize = summaries.iter().map(|s| s.goals_not_met()).sum();
-    if errors {
-        eprintln!("some measurements failed (see MEASUREMENT ERROR above): exit code 1");
+/// Prints what a run or a recomputed folder says, its notes on standard error, and gives
+/// its exit code.
+fn print_finished(finished: Finished) -> anyhow::Result<i32> {
+    print!("{}", finished.text);
+    for note in &finished.notes {
+        eprintln!("{note}");
     }
-    if missed > 0 {
-        eprintln!(
-            "{missed} goal(s) not met{}",
-            if fail_on_goals {
-                ": exit code 1 (--no-fail-on-goals to explore)"
-            } else {
-                ""
-            }
-        );
-    }
-    i32::from(errors || (fail_on_goals && missed > 0))
+    Ok(finished.exit_code)
 }
 
 #[cfg(test)]
@@ -452,6 +209,7 @@ mod tests {
     #[test]
     fn only_variants_keeps_the_named_rows_and_their_goals() {
         let text = r#"
+kind = "streams"
 name = "x"
 [[variant]]
 name = "A"
@@ -481,6 +239,8 @@ relative_to = "A"
         assert_eq!(names("variant", "name"), ["B b"]);
         assert_eq!(names("goal", "variant"), ["B b"]);
         assert_eq!(out["name"].as_str(), Some("x"));
+        // The experiment's kind survives, so the selection runs as the same kind.
+        assert_eq!(out["kind"].as_str(), Some("streams"));
         let err = only_variants(text, &["C".into()]).unwrap_err().to_string();
         assert!(err.contains("\"C\"") && err.contains("B b"), "{err}");
     }

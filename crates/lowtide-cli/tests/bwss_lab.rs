@@ -11,6 +11,7 @@ use lowtide_lab::bwss::summary::FlowKind;
 use lowtide_lab::bwss::{self, BwssOptions, BwssScenario, Tools};
 
 const SCENARIO: &str = r#"
+kind = "bwss"
 name = "bwss-smoke"
 [run]
 duration_s = 8.0

@@ -2,6 +2,10 @@
 //! TCP under the same bottleneck and cross traffic, summarised with the paper's figures beside
 //! ours, and rendered as HTML reports with SVG plots.
 //!
+//! - [`experiment`]: the kinds of experiment (`kind = "..."` in a scenario file) behind one
+//!   interface, and their registry;
+//! - [`streams`]: the `streams` experiment's entry; its chain is [`scenario`], [`runner`],
+//!   [`results`], [`render`] and [`goals`] below;
 //! - [`bwss`]: Mehra's BWSS Fig. 4-6: real daemon, preload library, curl and the ladder in the lab;
 //! - [`chromium`]: headless Chromium, a browser viewer of `lowtide serve`'s player page;
 //! - [`clock`]: one process, one clock: timestamps that travel inside messages;
@@ -31,6 +35,7 @@ pub mod chromium;
 pub mod clock;
 pub mod conference;
 pub mod demo;
+pub mod experiment;
 pub mod fairness;
 pub mod floor;
 pub mod fps_sweep;
@@ -50,6 +55,7 @@ pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod stream;
+pub mod streams;
 pub mod summary;
 pub mod sweep;
 pub mod tail;

@@ -7,6 +7,7 @@ use lowtide_lab::runner::{self, LabOptions};
 use lowtide_lab::scenario::Scenario;
 
 const SCENARIO: &str = r#"
+kind = "streams"
 name = "ladder-tfrc-test"
 description = "A TFRC ladder stream alone through a 1 Mbit/s bottleneck"
 [paper]

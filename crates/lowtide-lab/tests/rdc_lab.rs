@@ -9,6 +9,7 @@ use lowtide_netem::cleanup::leftover_namespaces;
 use lowtide_rdc::iptables;
 
 const SCENARIO: &str = r#"
+kind = "rdc"
 name = "rdc-agent-test"
 [rdc]
 duration_s = 4
@@ -95,6 +96,7 @@ fn a_run_with_the_agent_completes_and_leaves_no_rule_behind() {
 /// buffer, overloads the link, and drops one when its unsent data passes T_drop. The second
 /// stream's host has 20 ms of access delay each way (RTT 60 ms against 20 ms): two RTT groups.
 const VIDEO: &str = r#"
+kind = "rdc"
 name = "rdc-video-test"
 [rdc]
 duration_s = 8

@@ -11,6 +11,8 @@
 //! library. Variants run one after another, each trial in a fresh dumbbell; a variant with
 //! several trials (`runs`) has its seconds pooled, and trials run in rounds.
 //!
+//! - [`experiment`]: its entry behind the lab's [`Experiment`](crate::experiment::Experiment)
+//!   (`kind = "bwss"`);
 //! - [`scenario`]: the scenario file (`[bwss]`), checked;
 //! - [`procs`]: the programs, found before the run, stopped and reaped by their guards;
 //! - [`trial`]: one variant's trial and its per-second rates;
@@ -18,6 +20,7 @@
 //! - [`summary`]: the video's numbers, link utilization, goals;
 //! - [`report`]: the plots, `report.html` and the printed table.
 
+pub mod experiment;
 pub mod procs;
 pub mod report;
 pub mod scenario;
@@ -28,7 +31,7 @@ pub mod trial;
 use std::path::{Path, PathBuf};
 
 pub use procs::Tools;
-pub use scenario::{is_bwss_scenario, BwssScenario};
+pub use scenario::BwssScenario;
 use summary::{BwssSummary, VariantRecord};
 
 use crate::LabError;
@@ -234,6 +237,7 @@ mod tests {
         BwssScenario::from_toml_in(
             &format!(
                 r#"
+kind = "bwss"
 name = "t"
 [run]
 duration_s = 50.0

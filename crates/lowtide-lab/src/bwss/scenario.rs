@@ -1,8 +1,9 @@
 //! A BWSS scenario file (Mehra Fig. 4-6): the access link, the daemon's rules, the video, the
 //! downloads, the interferer and the variants, checked in full before any namespace exists.
-//! A scenario is a BWSS scenario when it has a `[bwss]` table ([`is_bwss_scenario`]).
+//! A BWSS scenario says `kind = "bwss"` and has a `[bwss]` table.
 //!
 //! ```toml
+//! kind = "bwss"
 //! name = "bwss-fig6"
 //! [run]
 //! duration_s = 150.0
@@ -39,17 +40,15 @@ pub const INTERFERER_PORT: u16 = 8600;
 /// Downloads on the receiver at most.
 pub const MAX_DOWNLOADS: usize = 8;
 
-/// True when `text` is TOML with a top-level `[bwss]` table.
-pub fn is_bwss_scenario(text: &str) -> bool {
-    text.parse::<toml::Table>()
-        .map(|t| t.contains_key("bwss"))
-        .unwrap_or(false)
-}
-
 /// A BWSS scenario as written.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BwssScenario {
+    /// The experiment this file is (`kind = "bwss"`), read and checked by
+    /// [`crate::experiment::registry`] before this struct is parsed; kept so the scenario as
+    /// run names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub name: String,
     #[serde(default)]
     pub description: String,

@@ -302,6 +302,7 @@ mod tests {
     fn scenario() -> BwssScenario {
         toml::from_str(
             r#"
+kind = "bwss"
 name = "t"
 [run]
 duration_s = 10.0

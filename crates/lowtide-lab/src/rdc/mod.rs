@@ -5,8 +5,9 @@
 //! mode), and for the RDC variants the receiver agent of `lowtide-rdc` running in each
 //! receiver's namespace for the length of the trial.
 //!
-//! A scenario file with an `[rdc]` table is one of these (`lowtide lab run
-//! scenarios/rdc-fig3.toml`); the measured-stream scenarios are untouched.
+//! A scenario file of `kind = "rdc"`, with an `[rdc]` table, is one of these (`lowtide lab run
+//! scenarios/rdc-fig3.toml`); [`experiment`] is its entry behind the lab's
+//! [`Experiment`](crate::experiment::Experiment).
 //!
 //! - [`scenario`]: the file, checked;
 //! - [`flows`]: the flows (packet size, window cap, start times, packets per bin, `TCP_INFO`,
@@ -26,6 +27,7 @@
 //! first two packets' gap and the maximum window.
 
 pub mod agents;
+pub mod experiment;
 pub mod flows;
 pub mod measure;
 pub mod plot;
@@ -40,7 +42,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub use scenario::{is_rdc_scenario, RdcScenario};
+pub use scenario::RdcScenario;
 pub use summary::{text_table, RdcSummary};
 
 use crate::LabError;

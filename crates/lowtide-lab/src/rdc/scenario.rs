@@ -13,10 +13,15 @@ use crate::scenario::PaperFigure;
 /// Flows a scenario may have.
 pub const MAX_FLOWS: usize = 256;
 
-/// A whole RDC scenario file. Its `[rdc]` table is what marks it as one.
+/// A whole RDC scenario file (`kind = "rdc"`, with an `[rdc]` table).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RdcScenario {
+    /// The experiment this file is (`kind = "rdc"`), read and checked by
+    /// [`crate::experiment::registry`] before this struct is parsed; kept so the scenario as
+    /// run names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub name: String,
     #[serde(default)]
     pub description: String,
@@ -335,12 +340,6 @@ fn check(
     }
 }
 
-/// Whether a scenario file is an RDC scenario (has an `[rdc]` table).
-pub fn is_rdc_scenario(text: &str) -> bool {
-    text.parse::<toml::Table>()
-        .is_ok_and(|t| t.get("rdc").is_some_and(toml::Value::is_table))
-}
-
 impl RdcScenario {
     /// Parses and checks a file's text; relative trace paths are relative to `base`.
     pub fn from_toml_in(text: &str, base: &Path) -> Result<Self, RdcScenarioError> {
@@ -641,7 +640,9 @@ mod tests {
                 let text = std::fs::read_to_string(&p).unwrap();
                 (p, text)
             })
-            .filter(|(_, t)| is_rdc_scenario(t))
+            .filter(|(_, t)| {
+                crate::experiment::registry::resolve(t).is_ok_and(|r| r.experiment.kind() == "rdc")
+            })
             .collect()
     }
 
@@ -703,7 +704,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("agent_flows") && e.contains("below 2"), "{e}");
-        assert!(!is_rdc_scenario("name = \"x\"\n[run]\n"));
     }
 
     #[test]

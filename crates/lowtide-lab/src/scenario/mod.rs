@@ -7,6 +7,7 @@
 //! (`sequential`, the paper's way, N runs each). A `[quick]` block scales it down for CI.
 //!
 //! ```toml
+//! kind = "streams"                # the experiment (crate::experiment)
 //! name = "fig3-forward"
 //! [paper]
 //! figure = "Goel, Krasic, Walpole 2008, Fig. 3"
@@ -79,6 +80,11 @@ pub const STREAM_PORT: u16 = 6001;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
+    /// The experiment this file is (`kind = "streams"`), read and checked by
+    /// [`crate::experiment::registry`] before this struct is parsed; kept so the scenario as
+    /// run names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// Short name: the output folder and the report title use it.
     pub name: String,
     /// What the scenario shows, for the report.

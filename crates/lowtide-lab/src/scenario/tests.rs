@@ -2,6 +2,7 @@ use super::*;
 use lowtide::ControllerConfig;
 
 const GOOD: &str = r#"
+kind = "streams"
 name = "t"
 [run]
 modes = ["side_by_side", "sequential"]
@@ -453,11 +454,15 @@ fn shipped_scenarios_check() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             let text = std::fs::read_to_string(&path).unwrap();
-            if crate::rdc::is_rdc_scenario(&text) {
+            let kind = crate::experiment::registry::resolve(&text)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                .experiment
+                .kind();
+            if kind == "rdc" {
                 // Checked by the RDC experiments' own test.
                 continue;
             }
-            if crate::bwss::is_bwss_scenario(&text) {
+            if kind == "bwss" {
                 let s = crate::bwss::BwssScenario::from_toml_in(&text, &dir)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 s.quick_form()
