@@ -184,6 +184,19 @@ pub struct SendCost {
     pub quick_acks: u64,
 }
 
+impl SendCost {
+    /// The duplicate lane's receiving counters (`lane`, read at the receiver), beside the
+    /// sender's.
+    pub(crate) fn add_receiver_lane(
+        &mut self,
+        lane: &lowtide::proto::failover::duplicate::DuplicateStats,
+    ) {
+        self.copies_first = lane.copies_first;
+        self.copies_late = lane.copies_late;
+        self.quick_acks = lane.quick_acks;
+    }
+}
+
 /// User and system CPU time of the calling thread, seconds (`/proc/thread-self/stat`, in
 /// USER_HZ = 100 ticks; `None` where it cannot be read).
 pub fn thread_cpu_s() -> Option<(f64, f64)> {

@@ -210,10 +210,7 @@ impl TrialThreads {
                 Measured::Conference { tx, rx } => match (tx.wait(), rx.wait()) {
                     (Ok(mut run), Ok(seen)) => {
                         let viewers = seen.viewers;
-                        // the duplicate lane's receiving counters, beside the sender's
-                        run.cost.copies_first = seen.lane.copies_first;
-                        run.cost.copies_late = seen.lane.copies_late;
-                        run.cost.quick_acks = seen.lane.quick_acks;
+                        run.cost.add_receiver_lane(&seen.lane);
                         let mut adus = conference::records(&viewers);
                         conference::add_writes(&mut adus, &run.sent.writes);
                         record
@@ -246,9 +243,7 @@ impl TrialThreads {
                 Measured::Ladder { tx, rx } => match (tx.wait(), rx.wait()) {
                     (Ok(mut sent), Ok(seen)) => {
                         if let Some(mut cost) = sent.cost.take() {
-                            cost.copies_first = seen.lane.copies_first;
-                            cost.copies_late = seen.lane.copies_late;
-                            cost.quick_acks = seen.lane.quick_acks;
+                            cost.add_receiver_lane(&seen.lane);
                             record.costs.push((name.clone(), cost));
                         }
                         let (samples, errors, ladder) =
