@@ -649,6 +649,23 @@ mod tests {
     }
 
     #[test]
+    fn red_takes_ns2s_mark_p_and_names_a_bad_one() {
+        let cfg = TopologyConfig::from_toml(
+            &GOOD.replace("{ kind = \"drd\" }", "{ kind = \"red\", mark_p = 0.1 }"),
+        )
+        .unwrap();
+        assert!(matches!(
+            cfg.forward.aqm,
+            AqmConfig::Red {
+                mark_p: Some(p),
+                ..
+            } if p == 0.1
+        ));
+        let e = err(&GOOD.replace("{ kind = \"drd\" }", "{ kind = \"red\", mark_p = 1.5 }"));
+        assert!(e.contains("forward.aqm.mark_p") && e.contains("1.5"), "{e}");
+    }
+
+    #[test]
     fn an_rdc_cell_parses_with_the_papers_defaults_and_bad_values_are_named() {
         let cfg = TopologyConfig::from_toml(&GOOD.replace(
             "{ kind = \"drd\" }",
