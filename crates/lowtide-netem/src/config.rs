@@ -14,10 +14,17 @@
 //! loss = 0.0
 //! # trace = "cell.mahi" # mahimahi capacity trace, replaces rate_mbps (a relative path
 //!                        # is relative to the file it is written in: `resolve_paths`)
+//! # outages = [{ kind = "blackhole", at_s = 20, for_s = 5 }]  # `crate::link::outage`
 //! [reverse]              # right -> left
 //! rate_mbps = 30
 //! delay_ms = 50
 //! # access_delay_ms = [0, 5] # extra one-way delay per sender host, each way (top level)
+//! # [path_b.forward]     # a second path from every sender to the receivers (optional)
+//! # rate_mbps = 10       # every field of a link, its own queue, AQM and outages
+//! # delay_ms = 20
+//! # [path_b.reverse]
+//! # rate_mbps = 10
+//! # delay_ms = 20
 //! ```
 //!
 //! Every check names the field, the value and what is allowed, so a bad scenario file fails
@@ -30,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::aqm::rdc::{RdcConfig, RdcMode};
 use crate::error::ConfigError;
+pub use crate::link::outage::{OutageConfig, OutageKind};
 use crate::trace::Trace;
 
 /// IPv4 MTU of every emulated link; queue limits in BDP multiples count packets of this size.
@@ -50,6 +58,25 @@ pub struct TopologyConfig {
     /// per sender, or none): flows of different round trips (`crate::access`).
     #[serde(default)]
     pub access_delay_ms: Vec<f64>,
+    /// A second network path: each sender host gets a second interface (10.3.i.1) through
+    /// its own bottleneck in each direction to the same receivers (`crate::dumbbell`).
+    #[serde(default)]
+    pub path_b: Option<PathConfig>,
+}
+
+/// The two directions of a second path.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PathConfig {
+    pub forward: LinkConfig,
+    pub reverse: LinkConfig,
+}
+
+impl PathConfig {
+    /// Path B's base round-trip time: its two propagation delays.
+    pub fn base_rtt(&self) -> Duration {
+        Duration::from_secs_f64((self.forward.delay_ms + self.reverse.delay_ms) / 1000.0)
+    }
 }
 
 fn one() -> usize {
@@ -101,6 +128,9 @@ pub struct LinkConfig {
     /// [`crate::trace`]).
     #[serde(default)]
     pub trace: Option<PathBuf>,
+    /// Times the link goes dark, stops or slows (`crate::link::outage`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outages: Vec<OutageConfig>,
 }
 
 impl LinkConfig {
@@ -113,6 +143,7 @@ impl LinkConfig {
             aqm: AqmConfig::DropTail,
             loss: 0.0,
             trace: None,
+            outages: vec![],
         }
     }
 }
@@ -233,6 +264,7 @@ impl TopologyConfig {
             forward: LinkConfig::new(rate_mbps, one_way_delay_ms),
             reverse: LinkConfig::new(rate_mbps, one_way_delay_ms),
             access_delay_ms: vec![],
+            path_b: None,
         }
     }
 
@@ -262,7 +294,14 @@ impl TopologyConfig {
     /// written in), so a topology or scenario file works from any current directory.
     /// Absolute paths stay as they are.
     pub fn resolve_paths(&mut self, base: &Path) {
-        for link in [&mut self.forward, &mut self.reverse] {
+        let path_b = self
+            .path_b
+            .iter_mut()
+            .flat_map(|p| [&mut p.forward, &mut p.reverse]);
+        for link in [&mut self.forward, &mut self.reverse]
+            .into_iter()
+            .chain(path_b)
+        {
             if let Some(trace) = &link.trace {
                 if trace.is_relative() {
                     link.trace = Some(base.join(trace));
@@ -287,10 +326,25 @@ impl TopologyConfig {
         )?;
         check_congestion_name("hosts.congestion", &self.hosts.congestion)?;
         crate::access::validate(&self.access_delay_ms, self.senders)?;
-        self.forward.validate("forward")?;
-        self.reverse.validate("reverse")?;
-        let rtt = self.base_rtt();
-        for (name, link) in [("forward", &self.forward), ("reverse", &self.reverse)] {
+        let mut links = vec![
+            ("forward", &self.forward, self.base_rtt()),
+            ("reverse", &self.reverse, self.base_rtt()),
+        ];
+        if let Some(p) = &self.path_b {
+            if matches!(p.forward.aqm, AqmConfig::Rdc(_))
+                || matches!(p.reverse.aqm, AqmConfig::Rdc(_))
+            {
+                return Err(ConfigError::invalid(
+                    "path_b.forward.aqm",
+                    "rdc",
+                    "drop_tail, red, drd or codel (RDC cells run on path A only)",
+                ));
+            }
+            links.push(("path_b.forward", &p.forward, p.base_rtt()));
+            links.push(("path_b.reverse", &p.reverse, p.base_rtt()));
+        }
+        for (name, link, rtt) in links {
+            link.validate(name)?;
             if let AqmConfig::Red { .. } | AqmConfig::Drd { .. } = link.aqm {
                 // Thresholds derive from the queue limit and the BDP: they must be computable.
                 link.aqm_thresholds(name, rtt)?;
@@ -433,6 +487,7 @@ impl LinkConfig {
             0.99,
             "a probability from 0 to 0.99",
         )?;
+        OutageConfig::validate_all(&self.outages, name, self.trace.is_some())?;
         match self.queue {
             QueueLimit::Packets(p) if p == 0 || p > 1_000_000 => {
                 return Err(ConfigError::invalid(
@@ -637,6 +692,29 @@ mod tests {
             e.contains("forward.trace") && e.contains("/nonexistent/trace"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_second_path_with_outages_parses_and_is_checked_as_its_own_links() {
+        let two = format!(
+            "{GOOD}\n[path_b.forward]\nrate_mbps = 10\ndelay_ms = 20\naqm = {{ kind = \"red\" }}\n\
+             outages = [{{ kind = \"blackhole\", at_s = 20, for_s = 5 }}]\n\
+             [path_b.reverse]\nrate_mbps = 10\ndelay_ms = 20\n"
+        );
+        let cfg = TopologyConfig::from_toml(&two).unwrap();
+        let b = cfg.path_b.as_ref().unwrap();
+        assert_eq!(b.base_rtt(), Duration::from_millis(40));
+        assert_eq!(b.forward.outages[0].kind, OutageKind::Blackhole);
+        assert!(TopologyConfig::from_toml(GOOD).unwrap().path_b.is_none());
+        let e = err(&two.replace("at_s = 20", "at_s = -3"));
+        assert!(e.contains("path_b.forward.outages[0].at_s"), "{e}");
+        let e = err(&two.replace(
+            "[path_b.reverse]\nrate_mbps = 10",
+            "[path_b.reverse]\nrate_mbps = 0",
+        ));
+        assert!(e.contains("path_b.reverse.rate_mbps"), "{e}");
+        let e = err(&two.replace("kind = \"red\"", "kind = \"rdc\""));
+        assert!(e.contains("path_b") && e.contains("path A only"), "{e}");
     }
 
     #[test]

@@ -14,6 +14,19 @@
 //! neighbour entries with the far hosts' MAC addresses, as rattan's own environments do.
 //! Senders are 10.1.i.1, receivers 10.2.j.1, inside namespaces this process made.
 //!
+//! With a second path (`path_b` in the topology), each sender host also has a second veth,
+//! 10.3.i.1, whose packets cross path B's own chain of cells (`forward_b_*`, `reverse_b_*`) to
+//! the same receivers; each receiver's packets go through a router (`r{j}_paths`) that picks
+//! the reverse link by the destination's path. On the sender, a policy rule sends what leaves
+//! from 10.3.i.1 out of the second veth (table 100), and the main table also routes the
+//! receivers through it at metric 100, so a socket bound to that address or to that device
+//! (`SO_BINDTODEVICE`) takes path B and every other socket path A:
+//!
+//! ```text
+//!  lt-ID-s1 ─veth A─ forward  → … → router ─┐        ┌─ reverse   ← …  ← r1_paths ─ lt-ID-r1
+//!          ─veth B─ forward_b → … → router ─┴─ r1 ─── ┴─ reverse_b ← … ←┘
+//! ```
+//!
 //! Every cell runs inside a [`Guarded`]: a cell that panics or errs is recorded as the run's
 //! [`EmulatorFailure`](crate::failure::EmulatorFailure) (see [`Dumbbell::failure`]) and never
 //! takes the process down; dropping the network still removes everything.
@@ -42,10 +55,11 @@ use crate::cells::delay::DelayCell;
 use crate::cells::guard::{Guarded, Watch};
 use crate::cells::rate::{Capacity, RateCell};
 use crate::cleanup;
-use crate::config::{AqmConfig, LinkConfig, TopologyConfig};
+use crate::config::{AqmConfig, LinkConfig, PathConfig, TopologyConfig};
 use crate::error::NetemError;
 use crate::failure::{Direction, FailureSlot, FailureWatch, Site};
 use crate::host::Host;
+use crate::link::Outages;
 use crate::queue::{LinkQueue, LinkQueueLimits};
 use crate::stats::LinkStats;
 use crate::tap::LinkTap;
@@ -70,6 +84,8 @@ pub struct Dumbbell {
     receivers: Vec<Host>,
     forward: Arc<LinkStats>,
     reverse: Arc<LinkStats>,
+    /// Path B's forward and reverse links, when the topology has a second path.
+    path_b: Option<[Arc<LinkStats>; 2]>,
     start: Instant,
     timing: Timing,
     watch: FailureWatch,
@@ -81,6 +97,8 @@ pub struct Dumbbell {
     runtime_thread: Option<std::thread::JoinHandle<()>>,
     runtime_cancel: CancellationToken,
     veths: Vec<Arc<VethPair>>,
+    /// Each sender's second interface, when there is a path B.
+    veths_b: Vec<Arc<VethPair>>,
     namespaces: Vec<(String, Arc<NetNs>)>,
 }
 
@@ -107,6 +125,12 @@ impl Dumbbell {
         let mut net = Dumbbell {
             forward: Arc::new(LinkStats::new(start)),
             reverse: Arc::new(LinkStats::new(start)),
+            path_b: config.path_b.as_ref().map(|_| {
+                [
+                    Arc::new(LinkStats::new(start)),
+                    Arc::new(LinkStats::new(start)),
+                ]
+            }),
             config,
             senders: vec![],
             receivers: vec![],
@@ -119,6 +143,7 @@ impl Dumbbell {
             runtime_thread: None,
             runtime_cancel: CancellationToken::new(),
             veths: vec![],
+            veths_b: vec![],
             namespaces: vec![],
         };
         // On any error below, dropping `net` removes what was made so far.
@@ -150,9 +175,16 @@ impl Dumbbell {
                         NetemError::setup(format!("creating the veth pair of host {i}"), e)
                     })?;
                 self.veths.push(pair);
+                let path_b = match side {
+                    Side::Sender if self.config.path_b.is_some() => {
+                        Some(self.second_interface(id, i, &host_ns, &emu)?)
+                    }
+                    _ => None,
+                };
                 let host = Host {
                     name: format!("lt-{id}-{}{i}", side.letter()),
                     addr: side.addr(i, 1),
+                    path_b,
                     ns: host_ns,
                     congestion: self.config.hosts.congestion.clone(),
                     ecn: self.config.hosts.ecn,
@@ -164,12 +196,96 @@ impl Dumbbell {
             }
         }
         self.route_hosts()?;
+        if self.config.path_b.is_some() {
+            self.route_path_b()?;
+        }
         for host in self.senders.iter().chain(&self.receivers) {
             host.sysctl("net.ipv4.tcp_ecn", if host.ecn { "1" } else { "0" })?;
             // Each run starts from scratch, not from the previous connection's ssthresh.
             host.sysctl("net.ipv4.tcp_no_metrics_save", "1")?;
         }
         self.start_emulator(emu, options)
+    }
+
+    /// Sender `i`'s interface on path B: 10.3.i.1, its own veth into the emulator.
+    fn second_interface(
+        &mut self,
+        id: &str,
+        i: usize,
+        host_ns: &Arc<NetNs>,
+        emu: &Arc<NetNs>,
+    ) -> Result<(Ipv4Addr, String), NetemError> {
+        let device = format!("lt{id}s{i}bh");
+        let pair = VethPairBuilder::new()
+            .name(device.clone(), format!("lt{id}s{i}be"))
+            .namespace(Some(host_ns.clone()), Some(emu.clone()))
+            .mac_addr(path_b_mac(i, 1).into(), path_b_mac(i, 2).into())
+            .ip_addr(
+                (IpAddr::V4(path_b_addr(i, 1)), 32),
+                (IpAddr::V4(path_b_addr(i, 2)), 32),
+            )
+            .build(i)
+            .map_err(|e| {
+                NetemError::setup(format!("creating the path B veth pair of sender {i}"), e)
+            })?;
+        self.veths_b.push(pair);
+        Ok((path_b_addr(i, 1), device))
+    }
+
+    /// Path B's routes: each receiver reaches 10.3.i.1 through its one veth; each sender
+    /// sends what leaves from 10.3.i.1 (or is bound to its second device) out of that device.
+    fn route_path_b(&self) -> Result<(), NetemError> {
+        let receivers = &self.veths[self.senders.len()..];
+        for (sender, b) in self.senders.iter().zip(&self.veths_b) {
+            let (addr, device) = sender.path_b.clone().expect("a path B interface");
+            for r in receivers {
+                let what = || format!("routing {device} to {}", r.left.ip_addr.0);
+                let dest = r.left.ip_addr.0.to_string();
+                let mac = r.left.mac_addr.to_string();
+                let ns = &sender.name;
+                for args in [
+                    vec!["route", "add", &dest, "dev", &device, "table", "100"],
+                    vec!["route", "add", &dest, "dev", &device, "metric", "100"],
+                    vec![
+                        "neigh",
+                        "replace",
+                        &dest,
+                        "lladdr",
+                        &mac,
+                        "dev",
+                        &device,
+                        "nud",
+                        "permanent",
+                    ],
+                ] {
+                    ip(ns, &args).map_err(|e| NetemError::setup(what(), e))?;
+                }
+                let what = || format!("routing {} to {addr}", r.left.name);
+                let (ns, index) = (r.left.namespace.clone(), r.left.index);
+                add_route_with_netns(
+                    (IpAddr::V4(addr), 32),
+                    None,
+                    index,
+                    ns.clone(),
+                    RouteScope::Link,
+                )
+                .map_err(|e| NetemError::setup(what(), e))?;
+                add_arp_entry_with_netns(IpAddr::V4(addr), b.left.mac_addr, index, ns)
+                    .map_err(|e| NetemError::setup(what(), e))?;
+            }
+            let from = addr.to_string();
+            ip(
+                &sender.name,
+                &["rule", "add", "from", &from, "lookup", "100"],
+            )
+            .map_err(|e| NetemError::setup(format!("a source rule for {addr}"), e))?;
+            // Replies on path B come from receivers that path A also routes: no reverse-path
+            // filter may drop them.
+            for dev in ["all", "default", device.as_str()] {
+                sender.sysctl(&format!("net.ipv4.conf.{dev}.rp_filter"), "0")?;
+            }
+        }
+        Ok(())
     }
 
     fn namespace(&mut self, name: &str) -> Result<Arc<NetNs>, NetemError> {
@@ -273,110 +389,155 @@ impl Dumbbell {
             })
             .map_err(|e| NetemError::setup(what("interfaces"), e))?;
         }
-        let access = &self.config.access_delay_ms;
-        access::build(&mut core, access, self.timing.tail, &self.watch.failures)?;
-        let directions = [
-            (
-                Direction::Forward,
-                &self.config.forward,
-                &self.forward,
-                1u8,
-                self.senders.len(),
-                2u8,
-                self.receivers.len(),
-            ),
-            (
-                Direction::Reverse,
-                &self.config.reverse,
-                &self.reverse,
-                2u8,
-                self.receivers.len(),
-                1u8,
-                self.senders.len(),
-            ),
-        ];
-        let seed_of = |k: usize| options.seed.wrapping_add(k as u64 * 1_000_003);
-        // Both bottleneck queues first: an RDC cell learns which flows answer from the
-        // agents' echoes on the other direction's link.
-        let mut queues = Vec::with_capacity(2);
-        for (k, (direction, link, stats, ..)) in directions.iter().enumerate() {
-            queues.push(bottleneck_queue(
-                link,
-                direction.as_str(),
-                rtt,
-                seed_of(k),
-                stats,
-            )?);
+        for (i, pair) in self.veths_b.iter().enumerate() {
+            let (cell, ns, i) = (pair.right.clone(), emu.clone(), i + 1);
+            let mut vid = VirtualEthernetId::new();
+            vid.set_ns_id(3);
+            vid.set_veth_id(i as u8);
+            let watch = Watch {
+                egress: Site::new(
+                    Direction::Forward,
+                    format!("path B interface of sender {i} (reading)"),
+                ),
+                ingress: Site::new(
+                    Direction::Reverse,
+                    format!("path B interface of sender {i} (writing)"),
+                ),
+                failures: self.watch.failures.clone(),
+                drops: self.path_b.as_ref().map(|[_, reverse]| reverse.clone()),
+            };
+            core.build_cell(path_b_cell_id(i), move |rt: &tokio::runtime::Handle| {
+                let _rt = rt.enter();
+                let _ns = NetNsGuard::new(ns)?;
+                let veth = VirtualEthernet::<AfPacketDriver>::new(cell, vid)?;
+                Ok(Guarded::new(veth, watch))
+            })
+            .map_err(|e| NetemError::setup(what("path B interfaces"), e))?;
         }
+        let access = self.config.access_delay_ms.clone();
+        access::build(&mut core, &access, self.timing.tail, &self.watch.failures)?;
+        let (n_senders, n_receivers) = (self.senders.len(), self.receivers.len());
+        let seed_of = |k: usize| options.seed.wrapping_add(k as u64 * 1_000_003);
+        let two_paths = self.config.path_b.is_some();
+        let mut plans = vec![
+            LinkPlan {
+                direction: Direction::Forward,
+                name: "forward".into(),
+                label: "",
+                link: self.config.forward.clone(),
+                rtt,
+                stats: self.forward.clone(),
+                entries: (1..=n_senders)
+                    .map(|i| access::entry(1, i, &access))
+                    .collect(),
+                exits: (1..=n_receivers)
+                    .map(|j| (Side::Receiver.addr(j, 1), access::exit(2, j, &access)))
+                    .collect(),
+                fault: self.faults[0].clone(),
+                seed: seed_of(0),
+            },
+            LinkPlan {
+                direction: Direction::Reverse,
+                name: "reverse".into(),
+                label: "",
+                link: self.config.reverse.clone(),
+                rtt,
+                stats: self.reverse.clone(),
+                // With two paths, each receiver's router picks the link (below).
+                entries: if two_paths {
+                    vec![]
+                } else {
+                    (1..=n_receivers)
+                        .map(|j| access::entry(2, j, &access))
+                        .collect()
+                },
+                exits: (1..=n_senders)
+                    .map(|i| (Side::Sender.addr(i, 1), access::exit(1, i, &access)))
+                    .collect(),
+                fault: self.faults[1].clone(),
+                seed: seed_of(1),
+            },
+        ];
+        if let (Some(PathConfig { forward, reverse }), Some([fwd_stats, rev_stats])) =
+            (&self.config.path_b, &self.path_b)
+        {
+            let rtt_b = Duration::from_secs_f64((forward.delay_ms + reverse.delay_ms) / 1000.0);
+            plans.push(LinkPlan {
+                direction: Direction::Forward,
+                name: "forward_b".into(),
+                label: "path B ",
+                link: forward.clone(),
+                rtt: rtt_b,
+                stats: fwd_stats.clone(),
+                entries: (1..=n_senders).map(path_b_cell_id).collect(),
+                exits: (1..=n_receivers)
+                    .map(|j| (Side::Receiver.addr(j, 1), access::exit(2, j, &access)))
+                    .collect(),
+                fault: Arc::default(),
+                seed: seed_of(2),
+            });
+            plans.push(LinkPlan {
+                direction: Direction::Reverse,
+                name: "reverse_b".into(),
+                label: "path B ",
+                link: reverse.clone(),
+                rtt: rtt_b,
+                stats: rev_stats.clone(),
+                entries: vec![],
+                exits: (1..=n_senders)
+                    .map(|i| (path_b_addr(i, 1), path_b_cell_id(i)))
+                    .collect(),
+                fault: Arc::default(),
+                seed: seed_of(3),
+            });
+        }
+        // Every bottleneck queue first: an RDC cell learns which flows answer from the
+        // agents' echoes on the other direction's link (path A's only: RDC runs there).
+        let mut queues = plans
+            .iter()
+            .map(|p| bottleneck_queue(&p.link, &p.name, p.rtt, p.seed, &p.stats))
+            .collect::<Result<Vec<_>, _>>()?;
         for k in 0..2 {
             if let Some(table) = queues[k].answering_flows() {
                 queues[1 - k].read_echoes_into(table);
             }
         }
-        for (k, ((direction, link, stats, from, n_from, to, n_to), queue)) in
-            directions.into_iter().zip(queues).enumerate()
-        {
-            let name = direction.as_str();
-            let seed = seed_of(k);
+        let epoch = self.start;
+        for (plan, queue) in plans.into_iter().zip(queues) {
             let parts = LinkParts {
-                direction,
+                direction: plan.direction,
+                label: plan.label,
                 tail: self.timing.tail,
-                fault: self.faults[k].clone(),
+                fault: plan.fault.clone(),
                 failures: self.watch.failures.clone(),
+                outages: Outages::new(&plan.link.outages, epoch),
             };
-            build_link(&mut core, link, queue, parts)?;
-            let watch =
-                |cell: &str| Watch::inside(Site::new(direction, cell), &self.watch.failures);
-            let tap_stats = stats.clone();
-            let pcap = options
-                .pcap_dir
-                .as_ref()
-                .map(|d| d.join(format!("{name}.pcap")));
-            let loss = link.loss;
-            let mut tap_err = None;
-            let tap_watch = watch("exit");
-            core.build_cell(format!("{name}_tap"), |rt: &tokio::runtime::Handle| {
-                let _rt = rt.enter();
-                let tap = LinkTap::<StdPacket>::new(loss, seed ^ 0x7a9, tap_stats, pcap.as_deref())
-                    .map_err(|e| {
-                        tap_err = Some(e.to_string());
-                        rattan_core::error::Error::ConfigError(e.to_string())
-                    })?;
-                Ok(Guarded::new(tap, tap_watch))
-            })
-            .map_err(|e| NetemError::setup(what(name), tap_err.clone().unwrap_or(e.to_string())))?;
-            let receivers = (1..=n_to)
-                .map(|j| core.get_receiver(&access::exit(to, j, access)))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| NetemError::setup(what(name), e))?;
-            let table = (1..=n_to)
-                .map(|j| {
-                    let addr = if to == 1 {
-                        Side::Sender
-                    } else {
-                        Side::Receiver
-                    }
-                    .addr(j, 1);
-                    RoutingEntry::new(ipnet::IpNet::from(IpAddr::V4(addr)), Some(j - 1))
-                })
-                .collect();
-            let router_watch = watch("router");
-            core.build_cell(
-                format!("{name}_router"),
-                move |rt: &tokio::runtime::Handle| {
+            build_direction(&mut core, &plan, queue, parts, options)?;
+        }
+        if two_paths {
+            // Each receiver's packets take the reverse link of their destination's path.
+            for j in 1..=n_receivers {
+                let links = ["reverse_bw", "reverse_b_bw"]
+                    .map(|c| core.get_receiver(&c.to_string()))
+                    .into_iter()
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| NetemError::setup(what("paths"), e))?;
+                let table = vec![
+                    RoutingEntry::new("10.1.0.0/16".parse().expect("a prefix"), Some(0)),
+                    RoutingEntry::new("10.3.0.0/16".parse().expect("a prefix"), Some(1)),
+                ];
+                let watch = Watch::inside(
+                    Site::new(Direction::Reverse, format!("path router of receiver {j}")),
+                    &self.watch.failures,
+                );
+                core.build_cell(format!("r{j}_paths"), move |rt: &tokio::runtime::Handle| {
                     let _rt = rt.enter();
-                    let router =
-                        RouterCell::<StdPacket, SimpleRoutingTable>::new(receivers, table)?;
-                    Ok(Guarded::new(router, router_watch))
-                },
-            )
-            .map_err(|e| NetemError::setup(what(name), e))?;
-            for i in 1..=n_from {
-                core.link_cell(access::entry(from, i, access), format!("{name}_bw"));
+                    let router = RouterCell::<StdPacket, SimpleRoutingTable>::new(links, table)?;
+                    Ok(Guarded::new(router, watch))
+                })
+                .map_err(|e| NetemError::setup(what("paths"), e))?;
+                core.link_cell(access::entry(2, j, &access), format!("r{j}_paths"));
             }
-            core.link_cell(format!("{name}_bw"), format!("{name}_delay"));
-            core.link_cell(format!("{name}_delay"), format!("{name}_tap"));
-            core.link_cell(format!("{name}_tap"), format!("{name}_router"));
         }
         core.spawn_rattan()
             .map_err(|e| NetemError::setup(what("tasks"), e))?;
@@ -416,6 +577,11 @@ impl Dumbbell {
     /// Measurements of the right-to-left bottleneck.
     pub fn reverse(&self) -> &Arc<LinkStats> {
         &self.reverse
+    }
+
+    /// Path B's forward and reverse links' measurements, when the topology has a second path.
+    pub fn path_b(&self) -> Option<&[Arc<LinkStats>; 2]> {
+        self.path_b.as_ref()
     }
 
     /// When the network started: the zero of every time series.
@@ -490,6 +656,7 @@ impl Drop for Dumbbell {
         self.receivers.clear();
         // rattan deletes each pair through netlink while its namespaces still exist.
         self.veths.clear();
+        self.veths_b.clear();
         // rattan removes a namespace when its last handle drops: that is the one owner of
         // the removal. `ip netns delete` is only the fallback for a namespace rattan failed
         // to remove, or one a host thread still holds (a caller that did not join it):
@@ -536,6 +703,38 @@ impl Side {
     }
     fn mac(self, i: usize, end: u8) -> [u8; 6] {
         [0x38, 0x7e, 0x58, self.group(), i as u8, end]
+    }
+}
+
+/// Sender `i`'s path B address (`end` 1) and the emulator's side of it (2).
+fn path_b_addr(i: usize, end: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 3, i as u8, end)
+}
+
+fn path_b_mac(i: usize, end: u8) -> [u8; 6] {
+    [0x38, 0x7e, 0x58, 3, i as u8, end]
+}
+
+fn path_b_cell_id(i: usize) -> String {
+    format!("s{i}b")
+}
+
+/// Runs `ip -n NS ARGS` (policy routing, which rattan's netlink helpers do not cover).
+fn ip(ns: &str, args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new("ip")
+        .arg("-n")
+        .arg(ns)
+        .args(args)
+        .output()
+        .map_err(|e| format!("running ip (install iproute2): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
@@ -634,9 +833,94 @@ fn aqm_for(
 /// What a direction's cells share.
 struct LinkParts {
     direction: Direction,
+    /// "" for path A, "path B " for path B: the start of the cells' names in failures.
+    label: &'static str,
     tail: crate::timer::WakeTail,
     fault: Arc<AtomicBool>,
     failures: Arc<FailureSlot>,
+    outages: Outages,
+}
+
+/// One direction of one path: its link, the cells that feed it and where it delivers.
+struct LinkPlan {
+    direction: Direction,
+    /// The cells' id prefix (`forward`, `reverse_b`, ...) and the pcap file's name.
+    name: String,
+    label: &'static str,
+    link: LinkConfig,
+    /// The path's base RTT, for queue limits and thresholds in BDPs.
+    rtt: Duration,
+    stats: Arc<LinkStats>,
+    /// Cells whose output enters this link.
+    entries: Vec<String>,
+    /// Destination host address and the cell that hands it its packets.
+    exits: Vec<(Ipv4Addr, String)>,
+    fault: Arc<AtomicBool>,
+    seed: u64,
+}
+
+/// Builds a direction's cells: rate (draining `queue`), propagation delay, tap and router.
+fn build_direction(
+    core: &mut Core,
+    plan: &LinkPlan,
+    queue: LinkQueue<StdPacket>,
+    parts: LinkParts,
+    options: &RunOptions,
+) -> Result<(), NetemError> {
+    let name = plan.name.as_str();
+    let what = || format!("building the emulator's {name}");
+    let failures = parts.failures.clone();
+    let (direction, label) = (parts.direction, parts.label);
+    let watch =
+        |cell: &str| Watch::inside(Site::new(direction, format!("{label}{cell}")), &failures);
+    build_link(core, name, &plan.link, queue, parts)?;
+    let tap_stats = plan.stats.clone();
+    let pcap = options
+        .pcap_dir
+        .as_ref()
+        .map(|d| d.join(format!("{name}.pcap")));
+    let (loss, seed) = (plan.link.loss, plan.seed);
+    let mut tap_err = None;
+    let tap_watch = watch("exit");
+    core.build_cell(format!("{name}_tap"), |rt: &tokio::runtime::Handle| {
+        let _rt = rt.enter();
+        let tap = LinkTap::<StdPacket>::new(loss, seed ^ 0x7a9, tap_stats, pcap.as_deref())
+            .map_err(|e| {
+                tap_err = Some(e.to_string());
+                rattan_core::error::Error::ConfigError(e.to_string())
+            })?;
+        Ok(Guarded::new(tap, tap_watch))
+    })
+    .map_err(|e| NetemError::setup(what(), tap_err.clone().unwrap_or(e.to_string())))?;
+    let receivers = plan
+        .exits
+        .iter()
+        .map(|(_, cell)| core.get_receiver(cell))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| NetemError::setup(what(), e))?;
+    let table = plan
+        .exits
+        .iter()
+        .enumerate()
+        .map(|(k, (addr, _))| RoutingEntry::new(ipnet::IpNet::from(IpAddr::V4(*addr)), Some(k)))
+        .collect();
+    let router_watch = watch("router");
+    core.build_cell(
+        format!("{name}_router"),
+        move |rt: &tokio::runtime::Handle| {
+            let _rt = rt.enter();
+            let router = RouterCell::<StdPacket, SimpleRoutingTable>::new(receivers, table)?;
+            Ok(Guarded::new(router, router_watch))
+        },
+    )
+    .map_err(|e| NetemError::setup(what(), e))?;
+    for entry in &plan.entries {
+        core.link_cell(entry.clone(), format!("{name}_bw"));
+    }
+    core.link_cell(format!("{name}_bw"), format!("{name}_delay"));
+    core.link_cell(format!("{name}_delay"), format!("{name}_tap"));
+    core.link_cell(format!("{name}_tap"), format!("{name}_router"));
+    Ok(())
 }
 
 /// A direction's bottleneck queue with its AQM.
@@ -659,11 +943,11 @@ fn bottleneck_queue(
 /// `{name}_delay`.
 fn build_link(
     core: &mut Core,
+    name: &str,
     link: &LinkConfig,
     queue: LinkQueue<StdPacket>,
     parts: LinkParts,
 ) -> Result<(), NetemError> {
-    let name = parts.direction.as_str();
     let capacity = match &link.trace {
         Some(path) => Capacity::Trace(Trace::load(path).map_err(|error| {
             crate::error::ConfigError::Trace {
@@ -677,11 +961,18 @@ fn build_link(
     };
     let err =
         |e: rattan_core::error::Error| NetemError::setup(format!("building the {name} link"), e);
-    let site = |cell: &str| Watch::inside(Site::new(parts.direction, cell), &parts.failures);
+    let label = parts.label;
+    let site = |cell: &str| {
+        Watch::inside(
+            Site::new(parts.direction, format!("{label}{cell}")),
+            &parts.failures,
+        )
+    };
     let (rate_watch, tail, fault) = (site("rate"), parts.tail, parts.fault);
+    let outages = parts.outages;
     core.build_cell(format!("{name}_bw"), move |rt: &tokio::runtime::Handle| {
         let _rt = rt.enter();
-        let cell = RateCell::new(capacity, queue, tail, fault)?;
+        let cell = RateCell::new(capacity, outages, queue, tail, fault)?;
         Ok(Guarded::new(cell, rate_watch))
     })
     .map_err(err)?;

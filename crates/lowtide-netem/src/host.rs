@@ -1,4 +1,5 @@
-//! An emulated host: a network namespace with one veth into the emulator and one address.
+//! An emulated host: a network namespace with one veth into the emulator and one address (and,
+//! for the senders of a two-path topology, a second veth and address on path B).
 //! Code runs there as threads that `setns` into the namespace, so every host of a run shares
 //! one process and one CLOCK_MONOTONIC: one-way latency is exact, without NTP.
 
@@ -14,6 +15,8 @@ use crate::error::NetemError;
 pub struct Host {
     pub(crate) name: String,
     pub(crate) addr: Ipv4Addr,
+    /// The second interface's address and device name, when the topology has a path B.
+    pub(crate) path_b: Option<(Ipv4Addr, String)>,
     pub(crate) ns: Arc<NetNs>,
     pub(crate) congestion: String,
     pub(crate) ecn: bool,
@@ -27,6 +30,17 @@ impl Host {
 
     pub fn addr(&self) -> Ipv4Addr {
         self.addr
+    }
+
+    /// The address of this host's interface on path B (senders of a two-path topology):
+    /// a socket bound to it leaves through path B.
+    pub fn path_b_addr(&self) -> Option<Ipv4Addr> {
+        self.path_b.as_ref().map(|(a, _)| *a)
+    }
+
+    /// The device name of this host's path B interface (for `SO_BINDTODEVICE`).
+    pub fn path_b_device(&self) -> Option<&str> {
+        self.path_b.as_ref().map(|(_, d)| d.as_str())
     }
 
     /// The congestion control tools on this host set per socket.

@@ -39,7 +39,10 @@ pub mod timer;
 pub mod timing;
 pub mod trace;
 
-pub use config::{AqmConfig, HostConfig, LinkConfig, QueueLimit, TopologyConfig};
+pub use config::{
+    AqmConfig, HostConfig, LinkConfig, OutageConfig, OutageKind, PathConfig, QueueLimit,
+    TopologyConfig,
+};
 pub use dumbbell::{Dumbbell, RunOptions};
 pub use error::{ConfigError, NetemError};
 pub use failure::{Direction, EmulatorFailure, FailureWatch};

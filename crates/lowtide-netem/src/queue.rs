@@ -144,6 +144,14 @@ impl<P: Packet> LinkQueue<P> {
         true
     }
 
+    /// A packet that reached the link and was lost before the queue (a blackhole outage):
+    /// counted as arrived and dropped, as the queue's own drops are.
+    pub fn lose(&self, packet: &P, reason: Reason) {
+        self.stats.arrived(packet.l2_length());
+        let now = packet.get_timestamp().into_std();
+        self.stats.dropped_frame(reason, packet.as_slice(), now);
+    }
+
     /// The link takes the head packet at `now` (CoDel may drop packets on the way).
     pub fn dequeue_at(&mut self, now: Instant) -> Option<P> {
         while let Some(mut packet) = self.packets.pop_front() {

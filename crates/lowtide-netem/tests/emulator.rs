@@ -195,6 +195,97 @@ fn every_sender_reaches_every_receiver_and_back() {
     assert!(n.reverse().report().delivered_packets >= 8);
 }
 
+/// Minimum connect time (one round trip) from sender 0 to `dst`, leaving from `from` when given.
+fn connect_rtt_ms(
+    n: &Dumbbell,
+    dst: SocketAddr,
+    from: Option<std::net::Ipv4Addr>,
+    tries: usize,
+) -> Option<f64> {
+    n.sender(0)
+        .run(move || {
+            let mut best = None::<f64>;
+            for _ in 0..tries {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .ok()?;
+                if let Some(a) = from {
+                    s.bind(&SocketAddr::from((a, 0)).into()).ok()?;
+                }
+                let t = std::time::Instant::now();
+                if s.connect_timeout(&dst.into(), Duration::from_millis(400))
+                    .is_ok()
+                {
+                    let ms = t.elapsed().as_secs_f64() * 1000.0;
+                    best = Some(best.map_or(ms, |b| b.min(ms)));
+                }
+            }
+            best
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_second_path_carries_what_leaves_from_its_address_and_survives_the_first_going_dark() {
+    let _g = serial();
+    let mut cfg = TopologyConfig::symmetric(20.0, 10.0);
+    let mut b = lowtide_netem::LinkConfig::new(10.0, 25.0);
+    let dark = lowtide_netem::OutageConfig {
+        kind: lowtide_netem::OutageKind::Blackhole,
+        at_s: 2.0,
+        for_s: 2.0,
+        factor: None,
+    };
+    cfg.forward.outages = vec![dark];
+    cfg.reverse.outages = vec![dark];
+    b.queue = QueueLimit::Packets(50);
+    cfg.path_b = Some(lowtide_netem::PathConfig {
+        forward: b.clone(),
+        reverse: b,
+    });
+    let n = net(cfg);
+    let started = std::time::Instant::now();
+    let from_b = n.sender(0).path_b_addr().expect("a path B address");
+    assert_eq!(from_b, std::net::Ipv4Addr::new(10, 3, 1, 1));
+    let listener = n
+        .receiver(0)
+        .spawn("listen", || -> std::io::Result<()> {
+            let l = TcpListener::bind(("0.0.0.0", 7200))?;
+            l.set_nonblocking(true)?;
+            let end = std::time::Instant::now() + Duration::from_secs(4);
+            while std::time::Instant::now() < end {
+                match l.accept() {
+                    Ok((s, _)) => drop(s),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let dst = SocketAddr::from((n.receiver(0).addr(), 7200));
+    let a = connect_rtt_ms(&n, dst, None, 4).expect("path A answers");
+    let via_b = connect_rtt_ms(&n, dst, Some(from_b), 4).expect("path B answers");
+    assert!((a - 20.0).abs() <= 2.0, "path A RTT {a} ms");
+    assert!((via_b - 50.0).abs() <= 2.0, "path B RTT {via_b} ms");
+    let [b_fwd, b_rev] = n.path_b().expect("path B's links");
+    assert!(b_fwd.report().delivered_packets >= 4 && b_rev.report().delivered_packets >= 4);
+    // While path A is dark (2 to 4 s), it loses every packet; path B still connects.
+    std::thread::sleep(Duration::from_millis(2300).saturating_sub(started.elapsed()));
+    assert_eq!(connect_rtt_ms(&n, dst, None, 1), None, "path A is dark");
+    assert!(
+        connect_rtt_ms(&n, dst, Some(from_b), 2).is_some(),
+        "path B is not"
+    );
+    let lost = n
+        .forward()
+        .report()
+        .drops
+        .get("outage")
+        .copied()
+        .unwrap_or(0);
+    assert!(lost >= 1, "path A counts what the outage lost");
+    listener.join().unwrap().unwrap();
+}
+
 #[test]
 fn random_loss_is_counted_by_reason() {
     let _g = serial();

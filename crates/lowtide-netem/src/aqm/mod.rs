@@ -116,6 +116,8 @@ pub enum Reason {
     Codel,
     /// The link's configured random loss.
     RandomLoss,
+    /// The link was in a blackhole outage (`crate::link::outage`).
+    Outage,
     /// The emulator could not hand the packet to the destination host's interface: its send
     /// queue (1024 frames, rattan's) was full.
     InterfaceBusy,
@@ -137,7 +139,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::QueueFull,
         Reason::RedEarly,
         Reason::RedForced,
@@ -145,6 +147,7 @@ impl Reason {
         Reason::DrdCongest,
         Reason::Codel,
         Reason::RandomLoss,
+        Reason::Outage,
         Reason::InterfaceBusy,
         Reason::RdcBucketFull,
         Reason::RdcExcess,
@@ -164,6 +167,7 @@ impl Reason {
             Reason::DrdCongest => "drd_congest",
             Reason::Codel => "codel",
             Reason::RandomLoss => "random_loss",
+            Reason::Outage => "outage",
             Reason::InterfaceBusy => "interface_busy",
             Reason::RdcBucketFull => "rdc_bucket_full",
             Reason::RdcExcess => "rdc_excess",

@@ -18,7 +18,8 @@ use rattan_core::cells::{Cell, Egress, Packet, StdPacket};
 use tokio::sync::mpsc;
 
 use super::{channel, ChannelIngress, FixedConfig};
-use crate::link::{ConstantRate, Schedule, TraceReplay};
+use crate::aqm::Reason;
+use crate::link::{ConstantRate, Outages, Schedule, TraceReplay};
 use crate::queue::LinkQueue;
 use crate::timer::{Timer, WakeTail};
 use crate::trace::Trace;
@@ -43,6 +44,7 @@ impl RateCell {
     /// [`crate::Dumbbell::inject_fault`]).
     pub fn new(
         capacity: Capacity,
+        outages: Outages,
         queue: LinkQueue<StdPacket>,
         tail: WakeTail,
         fault: Arc<AtomicBool>,
@@ -54,6 +56,7 @@ impl RateCell {
                 rx,
                 queue,
                 capacity,
+                outages,
                 schedule: None,
                 out: VecDeque::new(),
                 timer: Timer::new(tail)?,
@@ -67,6 +70,8 @@ pub struct RateEgress {
     rx: mpsc::UnboundedReceiver<StdPacket>,
     queue: LinkQueue<StdPacket>,
     capacity: Capacity,
+    /// Blackholes drop arrivals here; `down` and `rate` windows go to a constant schedule.
+    outages: Outages,
     schedule: Option<Schedule<StdPacket>>,
     /// Packets that have left the link, in departure order.
     out: VecDeque<StdPacket>,
@@ -81,13 +86,16 @@ impl Egress<StdPacket> for RateEgress {
             rx,
             queue,
             capacity,
+            outages,
             schedule,
             out,
             timer,
             fault,
         } = self;
         let schedule = schedule.get_or_insert_with(|| match capacity {
-            Capacity::Constant { bps } => Schedule::Constant(ConstantRate::new(*bps)),
+            Capacity::Constant { bps } => {
+                Schedule::Constant(ConstantRate::new(*bps).with_outages(outages.clone()))
+            }
             Capacity::Trace(trace) => {
                 Schedule::Trace(TraceReplay::new(trace.clone(), Instant::now()))
             }
@@ -109,6 +117,10 @@ impl Egress<StdPacket> for RateEgress {
                         panic!("injected fault (Dumbbell::inject_fault)");
                     }
                     let arrival = packet.get_timestamp().into_std();
+                    if outages.blackholed(arrival) {
+                        queue.lose(&packet, Reason::Outage);
+                        continue;
+                    }
                     advance(schedule, queue, out, arrival);
                     queue.enqueue(packet);
                 }

@@ -3,11 +3,15 @@
 //! rattan's `BwCell`, mahimahi's fixed-rate links). Sizes are IP bytes: a 1500-byte packet at
 //! 12 Mbit/s takes exactly 1 ms.
 //!
+//! Outages ([`super::outage`]): no packet starts inside a `down` window, and a packet that
+//! starts inside a `rate` window is serialised at that window's fraction of the rate.
+//!
 //! Where we differ: nothing in the rule. Departure times are computed in whole nanoseconds
 //! (rounded down per packet: under 1 ns per packet, 0.001% at 100 Mbit/s).
 
 use std::time::{Duration, Instant};
 
+use super::outage::Outages;
 use super::Backlog;
 
 pub struct ConstantRate<P> {
@@ -16,6 +20,7 @@ pub struct ConstantRate<P> {
     in_transit: Option<(P, Instant)>,
     /// When the link finished its last packet.
     free_at: Option<Instant>,
+    outages: Outages,
 }
 
 impl<P> ConstantRate<P> {
@@ -25,7 +30,20 @@ impl<P> ConstantRate<P> {
             bps: bps.max(1),
             in_transit: None,
             free_at: None,
+            outages: Outages::default(),
         }
+    }
+
+    /// The same link with outages (`down` and `rate` windows change its service).
+    pub fn with_outages(mut self, outages: Outages) -> Self {
+        self.outages = outages;
+        self
+    }
+
+    /// When a packet waiting since `ready` may start: after the link is free and up.
+    fn start_time(&self, ready: Instant) -> Instant {
+        let ready = self.free_at.map_or(ready, |f| f.max(ready));
+        self.outages.serving_from(ready)
     }
 
     /// How long `bytes` take on this link.
@@ -55,15 +73,16 @@ impl<P> ConstantRate<P> {
             let Some(arrival) = backlog.head_arrival() else {
                 return;
             };
-            let start = self.free_at.map_or(arrival, |f| f.max(arrival));
+            let start = self.start_time(arrival);
             if start > now {
                 return;
             }
             if let Some(packet) = backlog.pop(start) {
                 // The head may have been dropped at dequeue (CoDel): never start a packet
                 // before it arrived.
-                let start = start.max(B::arrival(&packet));
-                let done = start + self.transmission_time(B::size(&packet));
+                let start = self.start_time(start.max(B::arrival(&packet)));
+                let time = self.transmission_time(B::size(&packet));
+                let done = start + time.div_f64(self.outages.rate_factor(start));
                 self.in_transit = Some((packet, done));
             }
         }
@@ -75,7 +94,7 @@ impl<P> ConstantRate<P> {
             return Some(*done);
         }
         let arrival = backlog.head_arrival()?;
-        Some(self.free_at.map_or(arrival, |f| f.max(arrival)))
+        Some(self.start_time(arrival))
     }
 }
 
@@ -121,6 +140,45 @@ mod tests {
         q.push(2, 250, t0 + ms(60));
         link.serve_until(t0 + ms(70), &mut q, &mut |p, t| out.push((p.id, t)));
         assert_eq!(out[1], (2, t0 + ms(62)));
+    }
+
+    #[test]
+    fn a_down_window_holds_the_queue_and_a_rate_window_slows_it() {
+        use crate::link::outage::{OutageConfig, OutageKind};
+        let t0 = Instant::now();
+        let window = |kind, at_s, for_s, factor| OutageConfig {
+            kind,
+            at_s,
+            for_s,
+            factor,
+        };
+        let outages = Outages::new(
+            &[
+                window(OutageKind::Down, 0.010, 0.020, None),
+                window(OutageKind::Rate, 0.100, 0.100, Some(0.5)),
+            ],
+            t0,
+        );
+        // 12 Mbit/s: 1 ms per 1500-byte packet outside the windows.
+        let mut link = ConstantRate::new(12_000_000).with_outages(outages);
+        let mut q = Fifo::backlogged(12, 1500, t0);
+        q.push(100, 1500, t0 + ms(100));
+        let mut out = vec![];
+        link.serve_until(t0 + ms(200), &mut q, &mut |p, t| out.push((p.id, t)));
+        // Ten leave by 10 ms; none starts from 10 to 30 ms; the last two at 31 and 32 ms.
+        assert_eq!(out[9], (9, t0 + ms(10)));
+        assert_eq!(out[10], (10, t0 + ms(31)));
+        assert_eq!(out[11], (11, t0 + ms(32)));
+        assert_eq!(out[12], (100, t0 + ms(102)), "half the rate: 2 ms");
+        // Asking while down: the next departure is after the window.
+        let mut link = ConstantRate::new(12_000_000).with_outages(Outages::new(
+            &[window(OutageKind::Down, 0.0, 0.050, None)],
+            t0,
+        ));
+        let q = Fifo::backlogged(1, 1500, t0 + ms(5));
+        assert_eq!(link.poll_timeout(&q), Some(t0 + ms(50)));
+        let mut q = q;
+        link.serve_until(t0 + ms(50), &mut q, &mut |_, _| panic!("left while down"));
     }
 
     #[test]

@@ -11,11 +11,13 @@
 //! time being served, and an arriving packet sees the queue as it is at its arrival.
 
 pub mod constant_rate;
+pub mod outage;
 pub mod trace_replay;
 
 use std::time::Instant;
 
 pub use constant_rate::ConstantRate;
+pub use outage::{OutageConfig, OutageKind, Outages};
 pub use trace_replay::TraceReplay;
 
 /// The queue a link drains (in the emulator: [`crate::queue::LinkQueue`]).
