@@ -51,6 +51,12 @@ pub struct ChannelConfig {
     pub record_decisions: usize,
     /// TLS 1.3 on the channel (`None`: plaintext). See [`TlsConfig`].
     pub tls: Option<TlsConfig>,
+    /// Connecting side: the local addresses of the host's network paths (one per uplink,
+    /// e.g. Wi-Fi and cellular). The primary connection leaves from the first; with
+    /// failover, each backup and the duplicate lane leave from an address other than the
+    /// connection in use's, so they cross another path. Empty: the kernel chooses. The host
+    /// routes by source address (a policy rule per address, as a multihomed host needs).
+    pub local_addrs: Vec<std::net::IpAddr>,
 }
 
 impl Default for ChannelConfig {
@@ -67,6 +73,7 @@ impl Default for ChannelConfig {
             max_events: 1 << 20,
             record_decisions: 0,
             tls: None,
+            local_addrs: vec![],
         }
     }
 }
@@ -131,6 +138,29 @@ impl ChannelConfig {
                 }
             }
         }
+        if self.local_addrs.len() > 8 {
+            return Err(config_error(
+                "local_addrs",
+                self.local_addrs.len(),
+                "at most 8 addresses, one per network path",
+            ));
+        }
+        for (k, a) in self.local_addrs.iter().enumerate() {
+            if self.local_addrs[..k].contains(a) {
+                return Err(config_error(
+                    "local_addrs",
+                    a,
+                    "each address once: two entries of one address are one path, not two",
+                ));
+            }
+            if a.is_unspecified() || a.is_multicast() {
+                return Err(config_error(
+                    "local_addrs",
+                    a,
+                    "an address of one of this host's interfaces",
+                ));
+            }
+        }
         if let Some(t) = &self.tls {
             t.validate()?;
             // Backup connections would each need their own handshake, and a resend after a
@@ -168,5 +198,14 @@ mod tests {
                 .unwrap();
         assert_eq!(c.validate().unwrap_err().field, "controller.min_buf.a");
         assert!(serde_json::from_str::<ChannelConfig>(r#"{"nodelay":true,"bogus":1}"#).is_err());
+        let two = |a: &str, b: &str| ChannelConfig {
+            local_addrs: vec![a.parse().unwrap(), b.parse().unwrap()],
+            ..Default::default()
+        };
+        two("10.1.1.1", "10.3.1.1").validate().unwrap();
+        let e = two("10.1.1.1", "10.1.1.1").validate().unwrap_err();
+        assert_eq!(e.field, "local_addrs");
+        assert!(e.to_string().contains("one path"), "{e}");
+        assert!(two("0.0.0.0", "10.3.1.1").validate().is_err());
     }
 }

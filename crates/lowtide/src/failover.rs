@@ -20,7 +20,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use lowtide_proto::wire::{Frame, FrameType, Hello, HelloOption, VERSION};
 use lowtide_proto::{Connection, ProtocolError};
 
-use crate::channel::{configure, tcp_socket};
+use crate::channel::{bind_local, configure, tcp_socket};
 use crate::config::ChannelConfig;
 use crate::error::Error;
 
@@ -125,8 +125,10 @@ async fn open_backup(
     cfg: ChannelConfig,
     token: u64,
     path: u64,
+    local: Option<IpAddr>,
 ) -> Result<TcpStream, Error> {
     let sock = tcp_socket(peer)?;
+    bind_local(&sock, peer, local)?;
     configure(sock.as_raw_fd(), &cfg)?;
     let mut s = sock
         .connect(peer)
@@ -177,6 +179,8 @@ pub(crate) struct ClientPaths {
     /// Ordinal of the connection in use: switches go to higher ones only (the peer ignores a
     /// SWITCH to a lower one, taking it for one overtaken by a later switch).
     in_use: u64,
+    /// The local address the connection in use left from (its network path).
+    in_use_local: Option<IpAddr>,
     results: mpsc::UnboundedReceiver<(u64, Result<TcpStream, Error>)>,
     results_tx: mpsc::UnboundedSender<(u64, Result<TcpStream, Error>)>,
     /// The connection abandoned at the last switch and until when it is read.
@@ -216,6 +220,7 @@ impl ClientPaths {
         token: u64,
         backups: u32,
         lane_wanted: bool,
+        in_use_local: Option<IpAddr>,
     ) -> Self {
         let (results_tx, results) = mpsc::unbounded_channel();
         let mut p = Self {
@@ -227,6 +232,7 @@ impl ClientPaths {
             opening: 0,
             ready: VecDeque::new(),
             in_use: 0,
+            in_use_local,
             results,
             results_tx,
             old: None,
@@ -246,6 +252,7 @@ impl ClientPaths {
             let path = self.next_path;
             self.next_path += 1;
             self.opening += 1;
+            let local = self.local_for(path);
             let (peer, cfg, token, tx) = (
                 self.peer,
                 self.cfg.clone(),
@@ -253,9 +260,25 @@ impl ClientPaths {
                 self.results_tx.clone(),
             );
             tokio::spawn(async move {
-                let r = open_backup(peer, cfg, token, path).await;
+                let r = open_backup(peer, cfg, token, path, local).await;
                 let _ = tx.send((path, r));
             });
+        }
+    }
+
+    /// The local address backup `path` leaves from: one of the configured addresses other
+    /// than the connection in use's (in turn by ordinal), so a backup crosses another network
+    /// path; the only one if one is configured; none if none is.
+    fn local_for(&self, path: u64) -> Option<IpAddr> {
+        let all = &self.cfg.local_addrs;
+        let others: Vec<IpAddr> = all
+            .iter()
+            .copied()
+            .filter(|a| Some(*a) != self.in_use_local)
+            .collect();
+        match others.len() {
+            0 => all.first().copied(),
+            n => Some(others[(path as usize) % n]),
         }
     }
 
@@ -267,8 +290,9 @@ impl ClientPaths {
     /// Takes the ready backup with the lowest ordinal for a switch (and opens a replacement).
     pub fn take_ready(&mut self) -> Option<(u64, TcpStream)> {
         let r = self.ready.pop_front();
-        if let Some((path, _)) = &r {
+        if let Some((path, s)) = &r {
             self.in_use = *path;
+            self.in_use_local = s.local_addr().ok().map(|a| a.ip());
             self.drop_passed();
         }
         self.top_up();

@@ -152,25 +152,20 @@ impl Netns {
         assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
     }
 
-    /// Drops (`add`) or stops dropping TCP packets from or to local port `port`.
-    fn blackhole(&self, port: u16, add: bool) {
+    /// Drops (`add`) or stops dropping TCP packets from or to `what`: the local port of the
+    /// connection in use, or the local address of its network path (all its connections).
+    fn blackhole(&self, what: Outage, add: bool) {
         let op = if add { "-I" } else { "-D" };
-        for dir in ["--sport", "--dport"] {
+        let (flags, value) = match what {
+            Outage::Port(p) => (["--sport", "--dport"], p.to_string()),
+            Outage::Path(a) => (["-s", "-d"], a.to_string()),
+        };
+        for dir in flags {
             run(
                 "ip",
                 &[
-                    "netns",
-                    "exec",
-                    &self.0,
-                    "iptables",
-                    op,
-                    "INPUT",
-                    "-p",
-                    "tcp",
-                    dir,
-                    &port.to_string(),
-                    "-j",
-                    "DROP",
+                    "netns", "exec", &self.0, "iptables", op, "INPUT", "-p", "tcp", dir, &value,
+                    "-j", "DROP",
                 ],
             );
         }
@@ -201,10 +196,18 @@ fn run(cmd: &str, args: &[&str]) {
     );
 }
 
+#[derive(Clone, Copy)]
+enum Outage {
+    Port(u16),
+    Path(std::net::IpAddr),
+}
+
 /// `failovers` forced failovers while a message goes out every 2 ms, then `quiet` of the
 /// same traffic without any blackhole; returns (messages, failovers during quiet, stats).
 /// Every other message has importance 7: with `duplicate`, those also go on the lane.
-fn forced_failovers(failovers: u64, quiet: Duration, duplicate: bool) {
+/// With `two_paths`, the client's connections leave from 127.0.0.1 or 127.0.0.2 (two network
+/// paths) and each outage blackholes the whole path of the connection in use.
+fn forced_failovers(failovers: u64, quiet: Duration, duplicate: bool, two_paths: bool) {
     let ns = std::sync::Arc::new(Netns::new());
     let ns2 = ns.clone();
     let t = std::thread::spawn(move || {
@@ -214,7 +217,11 @@ fn forced_failovers(failovers: u64, quiet: Duration, duplicate: bool) {
         rt.block_on(async {
             let floor = 100;
             let cfg = if duplicate { fo_dup(1, floor) } else { fo(1, floor) };
-            let (c, s, _l) = pair(cfg.clone(), cfg).await;
+            let mut client = cfg.clone();
+            if two_paths {
+                client.local_addrs = vec!["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()];
+            }
+            let (c, s, _l) = pair(client, cfg).await;
             let stream = c.open_stream(StreamConfig::default()).unwrap();
             let sender = {
                 let c = c.clone();
@@ -255,10 +262,14 @@ fn forced_failovers(failovers: u64, quiet: Duration, duplicate: bool) {
             let t0 = Instant::now();
             for k in 0..failovers {
                 wait_for("a ready backup", Duration::from_secs(10), || c.backups() >= 1).await;
-                let port = c.active_local_addr().port();
-                ns.blackhole(port, true);
+                let in_use = c.active_local_addr();
+                let outage = if two_paths { Outage::Path(in_use.ip()) } else { Outage::Port(in_use.port()) };
+                ns.blackhole(outage, true);
                 wait_for("the failover", Duration::from_secs(10), || c.stats().failovers > k).await;
-                ns.blackhole(port, false);
+                ns.blackhole(outage, false);
+                if two_paths {
+                    assert_ne!(c.active_local_addr().ip(), in_use.ip(), "switch {k} moved to the other path");
+                }
                 assert_eq!(
                     local_port(active.get()),
                     c.active_local_addr().port(),
@@ -327,7 +338,15 @@ fn forced_failovers(failovers: u64, quiet: Duration, duplicate: bool) {
 /// of the same traffic without a blackhole (about 20 s in all).
 #[test]
 fn hundred_forced_failovers_lose_and_duplicate_nothing() {
-    forced_failovers(100, Duration::from_secs(3), false);
+    forced_failovers(100, Duration::from_secs(3), false, false);
+}
+
+/// Two network paths (two local addresses): each outage darkens the whole path in use, and
+/// the channel moves to the backup on the other one, 10 times in a row, nothing lost or
+/// delivered twice.
+#[test]
+fn failovers_between_two_paths_lose_and_duplicate_nothing() {
+    forced_failovers(10, Duration::from_secs(1), false, true);
 }
 
 /// The same with a duplicate lane for the important half of the messages: 20 forced
@@ -335,7 +354,7 @@ fn hundred_forced_failovers_lose_and_duplicate_nothing() {
 /// while the connection in use is blackholed.
 #[test]
 fn forced_failovers_with_a_duplicate_lane_lose_and_duplicate_nothing() {
-    forced_failovers(20, Duration::from_secs(1), true);
+    forced_failovers(20, Duration::from_secs(1), true, false);
 }
 
 /// The longer run: 500 failovers, then a minute without blackhole (at most 1 false failover
@@ -343,7 +362,7 @@ fn forced_failovers_with_a_duplicate_lane_lose_and_duplicate_nothing() {
 #[test]
 #[ignore = "about 2 minutes; run under lt-timing"]
 fn five_hundred_failovers_then_a_quiet_minute() {
-    forced_failovers(500, Duration::from_secs(60), false);
+    forced_failovers(500, Duration::from_secs(60), false, false);
 }
 
 /// Loopback: with a duplicate lane, every message arrives once, whichever connection brought

@@ -39,6 +39,6 @@ mod setup;
 mod shared;
 
 pub use handle::{ActiveFd, Channel, CLOSE_LINGER};
-pub(crate) use setup::{configure, tcp_socket};
+pub(crate) use setup::{bind_local, configure, tcp_socket};
 pub use setup::{connect, listen, Listener};
 pub use shared::ReadGate;

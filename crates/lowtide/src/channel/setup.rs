@@ -45,6 +45,7 @@ use crate::tls::{self, TlsSession};
 pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Error> {
     cfg.validate()?;
     let sock = tcp_socket(addr)?;
+    bind_local(&sock, addr, cfg.local_addrs.first().copied())?;
     configure(sock.as_raw_fd(), &cfg)?;
     let stream = sock
         .connect(addr)
@@ -58,7 +59,8 @@ pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Er
         Some(f) => {
             let token = failover::random_token();
             let lane = cfg.transport.duplicate.is_some();
-            let paths = ClientPaths::new(addr, cfg.clone(), token, f.backups, lane);
+            let local = stream.local_addr().ok().map(|a| a.ip());
+            let paths = ClientPaths::new(addr, cfg.clone(), token, f.backups, lane, local);
             (token, Some(Paths::Client(Box::new(paths))))
         }
         None => (0, None),
@@ -73,6 +75,30 @@ pub(crate) fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
         TcpSocket::new_v6()
     }
     .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))
+}
+
+/// Makes `sock` leave from `local` (a network path's address; any port), if given.
+pub(crate) fn bind_local(
+    sock: &TcpSocket,
+    peer: SocketAddr,
+    local: Option<std::net::IpAddr>,
+) -> Result<(), Error> {
+    let Some(local) = local else { return Ok(()) };
+    if local.is_ipv4() != peer.is_ipv4() {
+        return Err(Error::Config(lowtide_proto::ConfigError::new(
+            "local_addrs",
+            local,
+            "addresses of the peer's family (IPv4 or IPv6)",
+        )));
+    }
+    sock.bind(SocketAddr::new(local, 0)).map_err(|e| {
+        let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+            " (no interface of this host has that address: check local_addrs)"
+        } else {
+            ""
+        };
+        Error::io(format!("bind({local}){hint}"), e)
+    })
 }
 
 /// A listening socket that accepts lowtide channels.
