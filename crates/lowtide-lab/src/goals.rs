@@ -20,6 +20,10 @@ pub struct Goal {
     /// of taking the metric as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vs_baseline: Option<Relation>,
+    /// With `vs_baseline`: compare with this variant (same mode) instead of the baseline,
+    /// e.g. lowtide's handover against MPTCP's in the same run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<String>,
     #[serde(default)]
     pub min: Option<f64>,
     #[serde(default)]
@@ -89,6 +93,10 @@ pub enum Metric {
     ConferenceMeanLayers,
     /// The largest latency of a message sent in the window (censored ones as lower bounds).
     LatencyMaxMs,
+    /// Conference: the base layer's (importance 7) largest capture-to-arrival latency in the
+    /// window, pooled over runs (a handover's worst for the most important messages; pair it
+    /// with `conference_fps`, as base ADUs cancelled at the threshold never arrive).
+    BaseMaxMs,
     /// Bit-rate ladder: switches after the first rung, worst run (Hasan et al.).
     Switches,
     /// Bit-rate ladder: down-switches, worst run.
@@ -114,7 +122,7 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, for checks and documentation.
-    pub const ALL: [Metric; 32] = [
+    pub const ALL: [Metric; 33] = [
         Metric::LatencyP50Ms,
         Metric::LatencyP95Ms,
         Metric::LatencyP99Ms,
@@ -137,6 +145,7 @@ impl Metric {
         Metric::WorstImportanceP999MsMedianRun,
         Metric::ConferenceMeanLayers,
         Metric::LatencyMaxMs,
+        Metric::BaseMaxMs,
         Metric::Switches,
         Metric::DownSwitches,
         Metric::RebuffersAfterFirstS,
@@ -174,6 +183,7 @@ impl Metric {
             Metric::WorstImportanceP999MsMedianRun => "worst_importance_p999_ms_median_run",
             Metric::ConferenceMeanLayers => "conference_mean_layers",
             Metric::LatencyMaxMs => "latency_max_ms",
+            Metric::BaseMaxMs => "base_max_ms",
             Metric::Switches => "switches",
             Metric::DownSwitches => "down_switches",
             Metric::RebuffersAfterFirstS => "rebuffers_after_first_s",
@@ -262,6 +272,11 @@ impl Metric {
                 })
             }
             Metric::LatencyMaxMs => latency(l.max),
+            Metric::BaseMaxMs => v
+                .conference
+                .as_ref()
+                .and_then(|c| c.latency_by_importance_ms.get("7"))
+                .map_or(Measured::default(), |b| Measured::new(b.max, b.count)),
             Metric::Switches => ladder(&|l| l.switches.map(|x| x as f64)),
             Metric::DownSwitches => ladder(&|l| l.down_switches.map(|x| x as f64)),
             Metric::RebuffersAfterFirstS => {
@@ -445,9 +460,10 @@ pub fn check_goals(
             let m = match g.vs_baseline {
                 None => own,
                 Some(rel) => {
-                    let base = v
-                        .baseline
+                    let base = g
+                        .against
                         .as_deref()
+                        .or(v.baseline.as_deref())
                         .and_then(find)
                         .map_or(Measured::default(), |b| g.metric.measure(b, floor));
                     let value = own.value.zip(base.value).and_then(|(a, b)| match rel {
@@ -465,10 +481,11 @@ pub fn check_goals(
 
 /// How a goal reads in a table: `latency_p95_ms / baseline ≤ 0.5`.
 pub fn describe(g: &Goal) -> String {
+    let base = g.against.as_deref().unwrap_or("baseline");
     let metric = match g.vs_baseline {
         None => g.metric.as_str().to_string(),
-        Some(Relation::Ratio) => format!("{} / baseline", g.metric.as_str()),
-        Some(Relation::Difference) => format!("{} − baseline", g.metric.as_str()),
+        Some(Relation::Ratio) => format!("{} / {base}", g.metric.as_str()),
+        Some(Relation::Difference) => format!("{} − {base}", g.metric.as_str()),
     };
     let bound = match (g.min, g.max) {
         (Some(lo), Some(hi)) => format!("{lo} to {hi}"),

@@ -792,11 +792,22 @@ fn latency_plot(
         name: FLOOR,
         samples: floor,
     });
+    // One shade per path and window: an outage of both directions is one event.
+    let mut outages: Vec<(f64, f64, String)> = vec![];
+    for o in &s.outages {
+        let path = o.link.split(" forward").next().unwrap_or(&o.link);
+        let path = path.split(" reverse").next().unwrap_or(path);
+        let mark = (o.from_s, o.to_s, format!("{path} {}", o.kind));
+        if !outages.contains(&mark) {
+            outages.push(mark);
+        }
+    }
     report::latency_over_time(
         &dir.join(format!("latency-{tag}.svg")),
         "Latency of every delivered message against its send time (lines at 160 and 500 ms)",
         &series,
         s.duration_s,
+        &outages,
     )
 }
 

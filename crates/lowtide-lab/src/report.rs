@@ -52,12 +52,13 @@ pub(crate) fn plot_err(what: &str) -> impl FnOnce(String) -> LabError + '_ {
 }
 
 /// Latency of every message against its send time, log scale, with the paper's 160 and
-/// 500 ms lines.
+/// 500 ms lines and the links' outages shaded (from, to, label).
 pub fn latency_over_time(
     path: &Path,
     title: &str,
     series: &[Series],
     duration_s: f64,
+    outages: &[(f64, f64, String)],
 ) -> Result<(), LabError> {
     let ymax = latency_axis_max(series);
     draw(path, |root| {
@@ -70,6 +71,17 @@ pub fn latency_over_time(
             .y_desc("latency (ms, log)")
             .draw()
             .map_err(|e| e.to_string())?;
+        for (k, (from, to, label)) in outages.iter().enumerate() {
+            let shade = RGBColor(200, 60, 60).mix(0.12);
+            let area = chart
+                .draw_series([Rectangle::new([(*from, 1.0), (*to, ymax)], shade.filled())])
+                .map_err(|e| e.to_string())?;
+            if k == 0 || outages[..k].iter().all(|o| o.2 != *label) {
+                area.label(label.clone()).legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 4), (x + 10, y + 4)], shade.filled())
+                });
+            }
+        }
         for (i, s) in series.iter().enumerate() {
             let color = color_of(i, s.name);
             chart
@@ -442,7 +454,8 @@ mod tests {
             name: "plain TCP",
             samples: &s,
         }];
-        latency_over_time(&dir.join("t.svg"), "latency", &series, 10.0).unwrap();
+        let outage = [(2.0, 4.0, "outage".to_string())];
+        latency_over_time(&dir.join("t.svg"), "latency", &series, 10.0, &outage).unwrap();
         latency_cdf(&dir.join("c.svg"), "cdf", &series).unwrap();
         for f in ["t.svg", "c.svg"] {
             let svg = std::fs::read_to_string(dir.join(f)).unwrap();

@@ -87,6 +87,8 @@ pub struct Dumbbell {
     /// Path B's forward and reverse links, when the topology has a second path.
     path_b: Option<[Arc<LinkStats>; 2]>,
     start: Instant,
+    /// Time 0 of every link's outages, nanoseconds after `start` ([`Dumbbell::start_outages_at`]).
+    outage_shift: Arc<std::sync::atomic::AtomicU64>,
     timing: Timing,
     watch: FailureWatch,
     /// Per direction: make the rate cell fail at its next packet (tests).
@@ -131,6 +133,7 @@ impl Dumbbell {
                     Arc::new(LinkStats::new(start)),
                 ]
             }),
+            outage_shift: Arc::default(),
             config,
             senders: vec![],
             receivers: vec![],
@@ -510,7 +513,8 @@ impl Dumbbell {
                 tail: self.timing.tail,
                 fault: plan.fault.clone(),
                 failures: self.watch.failures.clone(),
-                outages: Outages::new(&plan.link.outages, epoch),
+                outages: Outages::new(&plan.link.outages, epoch)
+                    .shifted_by(self.outage_shift.clone()),
             };
             build_direction(&mut core, &plan, queue, parts, options)?;
         }
@@ -587,6 +591,12 @@ impl Dumbbell {
     /// When the network started: the zero of every time series.
     pub fn start(&self) -> Instant {
         self.start
+    }
+
+    /// Counts the links' outages (`at_s`) from `t` instead of the network's start: a run
+    /// that starts after the network is built calls this with its own start.
+    pub fn start_outages_at(&self, t: Instant) {
+        Outages::shift(&self.outage_shift, self.start, t);
     }
 
     /// How the emulator's worker is scheduled and waits.

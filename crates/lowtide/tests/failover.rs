@@ -349,6 +349,14 @@ fn failovers_between_two_paths_lose_and_duplicate_nothing() {
     forced_failovers(10, Duration::from_secs(1), false, true);
 }
 
+/// The count: 100 path outages in a row (about 2 minutes: each replacement backup
+/// on the path that was dark waits for its SYN's first retransmission, 1 s).
+#[test]
+#[ignore = "about 2 minutes; run under lt-timing"]
+fn hundred_path_outages_lose_and_duplicate_nothing() {
+    forced_failovers(100, Duration::from_secs(3), false, true);
+}
+
 /// The same with a duplicate lane for the important half of the messages: 20 forced
 /// failovers (about 4 s), nothing lost or delivered twice, the lane's copies delivered first
 /// while the connection in use is blackholed.

@@ -207,6 +207,9 @@ pub struct LabSummary {
     pub baseline: Option<String>,
     /// The bottleneck in words (rate, delay, queue, AQM), for the report.
     pub network: String,
+    /// The links' outages, marked on the latency plot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outages: Vec<OutageMark>,
     /// The floor probe over every run (pooled).
     pub floor: FloorSummary,
     pub variants: Vec<VariantSummary>,
@@ -218,6 +221,17 @@ pub struct LabSummary {
     pub trials: Vec<TrialNetwork>,
     /// Command line, revision, kernel, congestion control, seed, the machine's timer noise.
     pub provenance: Vec<(String, String)>,
+}
+
+/// One outage of one link, seconds from the run's start.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OutageMark {
+    /// "path A forward", "path B reverse", ...
+    pub link: String,
+    pub from_s: f64,
+    pub to_s: f64,
+    /// "blackhole", "down" or "rate x 0.1".
+    pub kind: String,
 }
 
 impl LabSummary {
@@ -435,6 +449,7 @@ pub struct SummaryInputs {
     pub modes: Vec<Mode>,
     pub baseline: Option<String>,
     pub network: String,
+    pub outages: Vec<OutageMark>,
     pub variants: Vec<VariantInfo>,
     pub goals: Vec<Goal>,
     pub provenance: Vec<(String, String)>,
@@ -461,6 +476,7 @@ pub fn summarize(
         failed,
         baseline: inputs.baseline.clone(),
         network: inputs.network.clone(),
+        outages: inputs.outages.clone(),
         floor,
         fairness: crate::fairness::of(&variants),
         variants,

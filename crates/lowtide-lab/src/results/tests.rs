@@ -71,6 +71,7 @@ fn inputs(goals: Vec<Goal>) -> SummaryInputs {
         modes: vec![Mode::SideBySide],
         baseline: Some("TCP".into()),
         network: String::new(),
+        outages: vec![],
         variants: infos(),
         goals,
         provenance: vec![],
@@ -82,6 +83,7 @@ fn goal(metric: Metric, max: f64) -> Goal {
         variant: "MB".into(),
         metric,
         vs_baseline: None,
+        against: None,
         min: None,
         max: Some(max),
         min_samples: None,
@@ -150,6 +152,7 @@ fn empty_variant_empty_floor_and_failed_sampler_are_no_data_and_goals_not_met() 
         goal(Metric::Undelivered, 0.01),
         Goal {
             vs_baseline: Some(Relation::Ratio),
+            against: None,
             ..goal(Metric::LatencyP95Ms, 0.5)
         },
     ];

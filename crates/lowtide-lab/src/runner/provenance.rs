@@ -72,6 +72,7 @@ pub fn summary_inputs(
         modes: s.run.modes.clone(),
         baseline: checked.baseline.map(|i| s.variants[i].name.clone()),
         network: describe_network(&s.topology),
+        outages: s.outage_marks(),
         variants,
         goals: s.goals.clone(),
         provenance,
@@ -93,8 +94,7 @@ pub fn controller_name(c: &lowtide::ControllerConfig) -> String {
 /// The bottleneck in words, queue included: the paper does not give its router queue, so the
 /// report must say which one we used.
 pub fn describe_network(t: &TopologyConfig) -> String {
-    let rtt = t.base_rtt();
-    let link = |name: &str, l: &lowtide_netem::LinkConfig| {
+    let link = |name: &str, l: &lowtide_netem::LinkConfig, rtt: std::time::Duration| {
         let queue = match l.queue {
             QueueLimit::Bdp(m) => format!("{m} BDP ({:.0} bytes)", m * l.bdp_bytes(rtt)),
             QueueLimit::Packets(p) => format!("{p} packets"),
@@ -113,19 +113,39 @@ pub fn describe_network(t: &TopologyConfig) -> String {
             ),
             other => other.name().to_string(),
         };
+        let outages: String = l
+            .outages
+            .iter()
+            .map(|o| {
+                let what = match (o.kind, o.factor) {
+                    (lowtide_netem::OutageKind::Rate, Some(f)) => format!("rate x {f}"),
+                    (k, _) => format!("{k:?}").to_lowercase(),
+                };
+                format!(", {what} from {} s for {} s", o.at_s, o.for_s)
+            })
+            .collect();
         format!(
-            "{name} {:.1} Mbit/s, {} ms one way, {aqm} queue of {queue}",
+            "{name} {:.1} Mbit/s, {} ms one way, {aqm} queue of {queue}{outages}",
             l.nominal_rate_bps() / 1e6,
             l.delay_ms
         )
     };
+    let rtt = t.base_rtt();
+    let path_b = t.path_b.as_ref().map_or(String::new(), |b| {
+        format!(
+            "; path B (base RTT {:.0} ms): {}; {}",
+            b.base_rtt().as_secs_f64() * 1e3,
+            link("forward", &b.forward, b.base_rtt()),
+            link("reverse", &b.reverse, b.base_rtt())
+        )
+    });
     format!(
-        "{} sender(s), {} receiver(s), base RTT {:.0} ms; {}; {}; hosts: {}{}",
+        "{} sender(s), {} receiver(s), base RTT {:.0} ms; {}; {}{path_b}; hosts: {}{}",
         t.senders,
         t.receivers,
         rtt.as_secs_f64() * 1e3,
-        link("forward", &t.forward),
-        link("reverse", &t.reverse),
+        link("forward", &t.forward, rtt),
+        link("reverse", &t.reverse, rtt),
         t.hosts.congestion,
         if t.hosts.ecn { ", ECN" } else { "" }
     )

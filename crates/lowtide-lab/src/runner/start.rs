@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lowtide::ChannelConfig;
-use lowtide_netem::Dumbbell;
+use lowtide_netem::{Dumbbell, Host};
 use lowtide_traffic::runner::{run_schedule, Target};
 use lowtide_traffic::schedule::Plan;
 use lowtide_traffic::Stop;
@@ -13,7 +13,7 @@ use lowtide_traffic::Stop;
 use super::threads::{traffic_err, Sinks};
 use super::trial::TrialThreads;
 use super::{Measured, Task, FLOOR_PORT, GRACE};
-use crate::scenario::{ApplicationKind, Checked, Scenario, STREAM_PORT};
+use crate::scenario::{ApplicationKind, Checked, NetPath, Scenario, Variant, STREAM_PORT};
 use crate::stream::{self};
 use crate::{conference, floor, ladder_flow, live_video, quic, tfrc_flow, video, LabError};
 
@@ -60,6 +60,22 @@ fn start_quic(
             })?,
         },
     })
+}
+
+/// The sender's address on each of the variant's network paths, in its order.
+fn local_addrs(v: &Variant, host: &Host) -> Result<Vec<std::net::IpAddr>, LabError> {
+    v.paths
+        .iter()
+        .map(|p| match p {
+            NetPath::A => Ok(host.addr().into()),
+            NetPath::B => host.path_b_addr().map(Into::into).ok_or_else(|| {
+                LabError::io(
+                    format!("variant {}: path B", v.name),
+                    "the network has no second path ([topology.path_b])",
+                )
+            }),
+        })
+        .collect()
 }
 
 /// Starts every thread of a trial: sinks, measured streams, floor probe, cross traffic.
@@ -120,6 +136,7 @@ pub(super) fn start_trial(
         let one_segment = v.one_segment_messages;
         let tx_host = net.sender(v.sender);
         let (mut rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
+        cfg.local_addrs = local_addrs(v, tx_host)?;
         if let (true, Some(files)) = (v.tls, &tls_files) {
             cfg.tls = Some(files.client());
             rcfg.tls = Some(files.server());

@@ -72,6 +72,8 @@ pub(super) fn run_trial(
     let duration = Duration::from_secs_f64(s.run.duration_s);
     let start = Instant::now() + LEAD_IN;
     let end = start + duration;
+    // A scenario's outages count from the run's start, as its other times do.
+    net.start_outages_at(start);
     if let Some(dir) = &pcap_dir {
         // The pcap's timestamps are the wall clock; the records count from `start`.
         let secs = crate::clock::wall_us(start) as f64 / 1e6;

@@ -198,6 +198,13 @@ impl Scenario {
                     "min, max or both",
                 ));
             }
+            if g.against.is_some() && g.vs_baseline.is_none() {
+                return Err(invalid(
+                    format!("goal[{i}].against"),
+                    "without vs_baseline",
+                    "vs_baseline = \"ratio\" or \"difference\" to say how to compare",
+                ));
+            }
             if g.vs_baseline.is_some() {
                 if g.metric.is_relative() {
                     return Err(invalid(
@@ -205,6 +212,16 @@ impl Scenario {
                         g.metric.as_str(),
                         "a metric that is not already relative to the baseline",
                     ));
+                }
+                if let Some(other) = &g.against {
+                    if !self.variants.iter().any(|v| v.name == *other) || *other == g.variant {
+                        return Err(invalid(
+                            format!("goal[{i}].against"),
+                            format!("{other:?}"),
+                            "the name of another variant of this scenario",
+                        ));
+                    }
+                    continue;
                 }
                 let v = self.variants.iter().find(|v| v.name == g.variant);
                 let has_baseline = v.is_some_and(|v| {

@@ -64,7 +64,7 @@ pub use check::Checked;
 pub use error::ScenarioError;
 pub(crate) use error::{check_name_and_topology, check_range, check_tcp_sysctls, invalid};
 pub use sweep::{FpsGoal, Overrides, SweepConfig, MAX_SWEEP_VALUES};
-pub use variant::{PaperNumbers, Variant};
+pub use variant::{NetPath, PaperNumbers, Variant};
 
 /// Variants per scenario at most (each side-by-side variant is one more stream in the queue;
 /// the report has ten colours besides the floor's grey).
@@ -263,7 +263,45 @@ impl Scenario {
             f.start_s *= k;
             f.stop_s *= k;
         }
+        let t = &mut s.topology;
+        let path_b = t
+            .path_b
+            .iter_mut()
+            .flat_map(|p| [&mut p.forward, &mut p.reverse]);
+        for link in [&mut t.forward, &mut t.reverse].into_iter().chain(path_b) {
+            for o in &mut link.outages {
+                o.at_s *= k;
+                o.for_s *= k;
+            }
+        }
         s
+    }
+
+    /// Every link's outages, for reports: (which link, from, to, what), seconds of the run.
+    pub fn outage_marks(&self) -> Vec<crate::results::OutageMark> {
+        let t = &self.topology;
+        let mut links = vec![
+            ("path A forward", &t.forward),
+            ("path A reverse", &t.reverse),
+        ];
+        if let Some(b) = &t.path_b {
+            links.push(("path B forward", &b.forward));
+            links.push(("path B reverse", &b.reverse));
+        }
+        links
+            .into_iter()
+            .flat_map(|(name, l)| {
+                l.outages.iter().map(move |o| crate::results::OutageMark {
+                    link: name.to_string(),
+                    from_s: o.at_s,
+                    to_s: o.at_s + o.for_s,
+                    kind: match o.factor {
+                        Some(f) => format!("rate x {f}"),
+                        None => format!("{:?}", o.kind).to_lowercase(),
+                    },
+                })
+            })
+            .collect()
     }
 
     /// End of the measurement window, seconds.

@@ -270,6 +270,35 @@ fn failover_variants_are_checked() {
 }
 
 #[test]
+fn two_path_variants_are_checked_and_outages_scale_with_quick() {
+    let text = include_str!("../../../../scenarios/handover.toml");
+    let c = Scenario::from_toml(text).unwrap();
+    let v = &c.scenario.variants[2];
+    assert_eq!(v.paths, vec![NetPath::A, NetPath::B]);
+    let q = c.scenario.quick();
+    assert_eq!(q.topology.forward.outages[0].at_s, 10.0);
+    assert_eq!(q.topology.forward.outages[0].for_s, 2.5);
+    let marks = c.scenario.outage_marks();
+    assert_eq!(marks.len(), 4);
+    assert_eq!(
+        (marks[0].link.as_str(), marks[0].from_s, marks[0].to_s),
+        ("path A forward", 20.0, 25.0)
+    );
+    assert_eq!(marks[1].kind, "rate x 0.1");
+    let fo = |extra: &str| format!("{GOOD}[[variant]]\nname = \"FO\"\n{extra}\n");
+    let e = err(&fo("failover = {}\npaths = [\"a\", \"b\"]"));
+    assert!(
+        e.contains("variant[2].paths") && e.contains("topology.path_b"),
+        "{e}"
+    );
+    let e = err(&fo("paths = [\"a\", \"c\"]"));
+    assert!(e.contains("variant"), "{e}");
+    let two = text.replace("paths = [\"a\", \"b\"]", "paths = [\"b\", \"b\"]");
+    let e = err(&two);
+    assert!(e.contains("paths") && e.contains("at most once"), "{e}");
+}
+
+#[test]
 fn importance_reserve_variants_are_checked() {
     let r = |extra: &str| format!("{GOOD}[[variant]]\nname = \"R\"\n{extra}\n");
     let mb = "controller = { min_buf = { a = 1, b = 3 } }";

@@ -44,6 +44,12 @@ pub struct Variant {
     /// `failover = { backups = 1, floor_ms = 200 }`; both ends of the variant's channel use it.
     #[serde(default)]
     pub failover: Option<lowtide::proto::FailoverConfig>,
+    /// The network paths of the variant's connections, in order (`paths = ["a", "b"]`): the
+    /// primary on the first, backups and the duplicate lane on another than the one in use
+    /// (`lowtide::ChannelConfig::local_addrs`). Default: path A only. Path B needs
+    /// `[topology.path_b]`; lowtide's TCP variants only.
+    #[serde(default)]
+    pub paths: Vec<NetPath>,
     /// Segments of the controller's kernel-queue limit kept for important messages, e.g.
     /// `importance_reserve = { segments = 2, min_importance = 7 }` (`lowtide_proto::reserve`).
     #[serde(default)]
@@ -90,6 +96,16 @@ pub struct Variant {
     /// The paper's numbers for this variant, where it gives them.
     #[serde(default)]
     pub paper: Option<PaperNumbers>,
+}
+
+/// One of a two-path topology's network paths.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NetPath {
+    /// The dumbbell's own bottleneck (`[topology.forward]`, `[topology.reverse]`).
+    A,
+    /// The second path (`[topology.path_b]`).
+    B,
 }
 
 /// What the paper reports for one variant; its numbers are approximate ("about 30%",
@@ -212,6 +228,30 @@ impl Scenario {
                 }
                 f.validate()
                     .map_err(|e| invalid(field("failover"), format!("{f:?}"), e.to_string()))?;
+            }
+            if !v.paths.is_empty() {
+                let lowtide_tcp = v.quic.is_none() && v.tfrc.is_none() && v.live.is_none();
+                if !lowtide_tcp {
+                    return Err(invalid(
+                        field("paths"),
+                        format!("{:?}", v.paths),
+                        "paths on lowtide's TCP variants only",
+                    ));
+                }
+                if v.paths.contains(&NetPath::B) && self.topology.path_b.is_none() {
+                    return Err(invalid(
+                        field("paths"),
+                        "[\"b\"] without a second path",
+                        "a [topology.path_b] to put path B's connections on",
+                    ));
+                }
+                if v.paths.len() > 2 || (v.paths.len() == 2 && v.paths[0] == v.paths[1]) {
+                    return Err(invalid(
+                        field("paths"),
+                        format!("{:?}", v.paths),
+                        "each of \"a\" and \"b\" at most once",
+                    ));
+                }
             }
             if let Some(d) = &v.duplicate {
                 if v.failover.is_none() {

@@ -15,6 +15,8 @@
 //! or in flight still arrives). `down` and `rate` change how a constant-rate link serves its
 //! queue; a trace link takes only blackholes (its capacity is the trace's).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -117,10 +119,20 @@ impl OutageConfig {
 }
 
 /// A link's outages on the network's clock (sans-IO: every question takes the time).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Outages {
-    /// (start, end, kind, factor), sorted, not overlapping.
-    windows: Vec<(Instant, Instant, OutageKind, f64)>,
+    /// Time 0 of the windows is `epoch` plus `shift` nanoseconds: a run that starts after the
+    /// network is built moves every link's outages to its own start ([`Outages::shift`]).
+    epoch: Instant,
+    shift: Arc<AtomicU64>,
+    /// (start, end, kind, factor) from time 0, sorted, not overlapping.
+    windows: Vec<(Duration, Duration, OutageKind, f64)>,
+}
+
+impl Default for Outages {
+    fn default() -> Self {
+        Self::new(&[], Instant::now())
+    }
 }
 
 impl Outages {
@@ -129,17 +141,42 @@ impl Outages {
         let mut windows: Vec<_> = outages
             .iter()
             .map(|o| {
-                let start = epoch + Duration::from_secs_f64(o.at_s);
+                let start = Duration::from_secs_f64(o.at_s);
                 let end = start + Duration::from_secs_f64(o.for_s);
                 (start, end, o.kind, o.factor.unwrap_or(1.0))
             })
             .collect();
         windows.sort_by_key(|w| w.0);
-        Self { windows }
+        Self {
+            epoch,
+            shift: Arc::default(),
+            windows,
+        }
     }
 
-    fn at(&self, t: Instant) -> Option<&(Instant, Instant, OutageKind, f64)> {
-        self.windows.iter().find(|w| w.0 <= t && t < w.1)
+    /// The same outages, with time 0 moved by whoever holds `shift` (nanoseconds after
+    /// `epoch`): one handle moves every link of a network at once.
+    pub fn shifted_by(mut self, shift: Arc<AtomicU64>) -> Self {
+        self.shift = shift;
+        self
+    }
+
+    /// Moves time 0 of every `Outages` sharing `shift` to `t` (at or after their epoch).
+    pub fn shift(shift: &AtomicU64, epoch: Instant, t: Instant) {
+        let ns = t.saturating_duration_since(epoch).as_nanos();
+        shift.store(ns.min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    fn at(&self, t: Instant) -> Option<(Instant, Instant, OutageKind, f64)> {
+        if self.windows.is_empty() {
+            return None;
+        }
+        let zero = self.epoch + Duration::from_nanos(self.shift.load(Ordering::Relaxed));
+        let since = t.checked_duration_since(zero)?;
+        self.windows
+            .iter()
+            .find(|w| w.0 <= since && since < w.1)
+            .map(|w| (zero + w.0, zero + w.1, w.2, w.3))
     }
 
     /// Whether a packet arriving at `t` is lost to a blackhole.
@@ -151,7 +188,7 @@ impl Outages {
     /// of a `down` window that holds `t`).
     pub fn serving_from(&self, t: Instant) -> Instant {
         match self.at(t) {
-            Some(&(_, end, OutageKind::Down, _)) => end,
+            Some((_, end, OutageKind::Down, _)) => end,
             _ => t,
         }
     }
@@ -159,7 +196,7 @@ impl Outages {
     /// The fraction of the link's rate at `t`.
     pub fn rate_factor(&self, t: Instant) -> f64 {
         match self.at(t) {
-            Some(&(_, _, OutageKind::Rate, f)) => f,
+            Some((_, _, OutageKind::Rate, f)) => f,
             _ => 1.0,
         }
     }
@@ -206,6 +243,12 @@ mod tests {
         assert_eq!(o.rate_factor(s(6.5)), 0.1);
         assert_eq!(o.rate_factor(s(7.0)), 1.0);
         assert!(Outages::default().is_empty() && !o.is_empty());
+        // Moving time 0 by 10 s moves every window.
+        let shift = Arc::new(AtomicU64::new(0));
+        let o = o.shifted_by(shift.clone());
+        Outages::shift(&shift, t0, s(10.0));
+        assert!(!o.blackholed(s(1.5)) && o.blackholed(s(11.5)));
+        assert_eq!(o.serving_from(s(14.2)), s(15.0));
     }
 
     #[test]
