@@ -57,6 +57,11 @@ pub struct ChannelConfig {
     /// connection in use's, so they cross another path. Empty: the kernel chooses. The host
     /// routes by source address (a policy rule per address, as a multihomed host needs).
     pub local_addrs: Vec<std::net::IpAddr>,
+    /// Multipath TCP (`IPPROTO_MPTCP`, RFC 8684) instead of TCP on both ends: the kernel's
+    /// path manager spreads the connection over subflows on the host's endpoints (`ip mptcp
+    /// endpoint`). A peer without MPTCP falls back to TCP. Not with `transport.failover`
+    /// (lowtide's own paths).
+    pub mptcp: bool,
 }
 
 impl Default for ChannelConfig {
@@ -74,6 +79,7 @@ impl Default for ChannelConfig {
             record_decisions: 0,
             tls: None,
             local_addrs: vec![],
+            mptcp: false,
         }
     }
 }
@@ -160,6 +166,13 @@ impl ChannelConfig {
                     "an address of one of this host's interfaces",
                 ));
             }
+        }
+        if self.mptcp && self.transport.failover.is_some() {
+            return Err(config_error(
+                "mptcp",
+                "with transport.failover",
+                "MPTCP (the kernel's subflows) or lowtide's failover, not both",
+            ));
         }
         if let Some(t) = &self.tls {
             t.validate()?;

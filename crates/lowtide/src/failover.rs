@@ -127,7 +127,7 @@ async fn open_backup(
     path: u64,
     local: Option<IpAddr>,
 ) -> Result<TcpStream, Error> {
-    let sock = tcp_socket(peer)?;
+    let sock = tcp_socket(peer, cfg.mptcp)?;
     bind_local(&sock, peer, local)?;
     configure(sock.as_raw_fd(), &cfg)?;
     let mut s = sock

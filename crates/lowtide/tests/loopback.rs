@@ -50,6 +50,41 @@ async fn every_controller_round_trips_messages_with_write_and_receive_times() {
     }
 }
 
+/// MPTCP on both ends (`ChannelConfig::mptcp`): the channel's socket is an MPTCP one, and
+/// every controller still round-trips (the kernel answers TCP_INFO and SIOCOUTQ for it).
+#[tokio::test(flavor = "current_thread")]
+async fn mptcp_channels_round_trip_on_mptcp_sockets() {
+    for ctl in [
+        ControllerConfig::Unlimited,
+        ControllerConfig::MinBuf { a: 1, b: 3 },
+    ] {
+        let cfg = ChannelConfig {
+            mptcp: true,
+            ..with_controller(ctl)
+        };
+        let (c, s) = pair(cfg.clone(), cfg.clone()).await;
+        // SO_PROTOCOL names the socket's protocol: IPPROTO_MPTCP (262), not IPPROTO_TCP.
+        let fd = c.active_fd().get();
+        // SAFETY: the channel keeps `fd` open while it lives; the test only reads an option.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let proto = socket2::SockRef::from(&fd).protocol().unwrap();
+        assert_eq!(proto, Some(socket2::Protocol::MPTCP));
+        c.close(0, "checked").await;
+        drop(s);
+        round_trip(cfg.clone(), cfg).await;
+    }
+    let both = ChannelConfig {
+        mptcp: true,
+        transport: Config {
+            failover: Some(lowtide::proto::FailoverConfig::default()),
+            ..Config::default()
+        },
+        ..ChannelConfig::default()
+    };
+    let e = lowtide::connect(any_port(), both).await.unwrap_err();
+    assert!(e.to_string().contains("mptcp"), "{e}");
+}
+
 async fn round_trip(cfg: ChannelConfig, server: ChannelConfig) {
     let (c, s) = pair(cfg, server).await;
     let st = c.open_stream(StreamConfig::default()).unwrap();

@@ -129,6 +129,7 @@ pub(super) fn start_trial(
         cfg.transport.importance_reserve = v.importance_reserve;
         cfg.transport.duplicate = v.duplicate;
         cfg.sndbuf = v.sndbuf;
+        cfg.mptcp = v.mptcp.is_some();
         if s.application_of(v) == ApplicationKind::Conference {
             cfg.transport.fairness = s.application.conference.fairness;
         }
@@ -286,6 +287,63 @@ pub(super) fn set_ecn(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Resul
 
 /// A variant's `sender_sysctls` on its sender host (the scenario check keeps them off hosts
 /// that send cross traffic, and off hosts shared side by side with other values).
+/// MPTCP variants: every host accepts two subflows, and the sender's path B address is an
+/// endpoint of the in-kernel path manager (`ip mptcp endpoint ... subflow [backup]`), so each
+/// MPTCP connection from path A adds a subflow on path B.
+pub(super) fn set_mptcp(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Result<(), LabError> {
+    let ip = |host: &Host, args: &[&str]| -> Result<(), LabError> {
+        let what = || format!("ip -n {} {}", host.name(), args.join(" "));
+        let out = std::process::Command::new("ip")
+            .arg("-n")
+            .arg(host.name())
+            .args(args)
+            .output()
+            .map_err(|e| LabError::io(what(), e))?;
+        if !out.status.success() {
+            return Err(LabError::io(
+                what(),
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ));
+        }
+        Ok(())
+    };
+    let mut done = vec![];
+    for &i in variants {
+        let v = &s.variants[i];
+        let Some(mode) = v.mptcp else { continue };
+        if done.contains(&v.sender) {
+            continue;
+        }
+        done.push(v.sender);
+        let limits = [
+            "mptcp",
+            "limits",
+            "set",
+            "subflows",
+            "2",
+            "add_addr_accepted",
+            "2",
+        ];
+        let tx = net.sender(v.sender);
+        for host in [tx, net.receiver(s.application.receiver)] {
+            ip(host, &limits)?;
+        }
+        let (Some(addr), Some(dev)) = (tx.path_b_addr(), tx.path_b_device()) else {
+            return Err(LabError::io(
+                format!("variant {}: MPTCP", v.name),
+                "the network has no second path ([topology.path_b])",
+            ));
+        };
+        let addr = addr.to_string();
+        let mut endpoint = vec!["mptcp", "endpoint", "add", &addr, "dev", dev, "subflow"];
+        if mode == crate::scenario::MptcpMode::Backup {
+            endpoint.push("backup");
+        }
+        ip(tx, &endpoint)?;
+    }
+    Ok(())
+}
+
 pub(super) fn set_sender_sysctls(
     s: &Scenario,
     net: &Dumbbell,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use lowtide_netem::{Dumbbell, RunOptions};
 use lowtide_traffic::Stop;
 
-use super::start::{set_ecn, set_sender_sysctls, start_trial};
+use super::start::{set_ecn, set_mptcp, set_sender_sysctls, start_trial};
 use super::threads::{Sinks, StopOnDrop};
 use super::{Measured, Task, GRACE, LEAD_IN};
 use crate::results::{TrialNetwork, TrialRecord};
@@ -67,6 +67,9 @@ pub(super) fn run_trial(
         return failed(e);
     }
     if let Err(e) = set_sender_sysctls(s, &net, variants) {
+        return failed(e);
+    }
+    if let Err(e) = set_mptcp(s, &net, variants) {
         return failed(e);
     }
     let duration = Duration::from_secs_f64(s.run.duration_s);

@@ -64,7 +64,7 @@ pub use check::Checked;
 pub use error::ScenarioError;
 pub(crate) use error::{check_name_and_topology, check_range, check_tcp_sysctls, invalid};
 pub use sweep::{FpsGoal, Overrides, SweepConfig, MAX_SWEEP_VALUES};
-pub use variant::{NetPath, PaperNumbers, Variant};
+pub use variant::{MptcpMode, NetPath, PaperNumbers, Variant};
 
 /// Variants per scenario at most (each side-by-side variant is one more stream in the queue;
 /// the report has ten colours besides the floor's grey).

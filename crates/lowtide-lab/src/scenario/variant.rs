@@ -50,6 +50,12 @@ pub struct Variant {
     /// `[topology.path_b]`; lowtide's TCP variants only.
     #[serde(default)]
     pub paths: Vec<NetPath>,
+    /// Multipath TCP instead of TCP under the same application (`lowtide::ChannelConfig::
+    /// mptcp`), with the in-kernel path manager adding a subflow on path B: `"backup"` (path B
+    /// only when path A's subflow fails: main/backup) or `"active"` (both carry data). Needs
+    /// `[topology.path_b]`; not with `failover` or `paths`.
+    #[serde(default)]
+    pub mptcp: Option<MptcpMode>,
     /// Segments of the controller's kernel-queue limit kept for important messages, e.g.
     /// `importance_reserve = { segments = 2, min_importance = 7 }` (`lowtide_proto::reserve`).
     #[serde(default)]
@@ -96,6 +102,16 @@ pub struct Variant {
     /// The paper's numbers for this variant, where it gives them.
     #[serde(default)]
     pub paper: Option<PaperNumbers>,
+}
+
+/// How an MPTCP variant uses path B.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MptcpMode {
+    /// Path B's subflow has the backup flag: data goes there only when path A's is stale.
+    Backup,
+    /// Both subflows carry data (the kernel's default scheduler).
+    Active,
 }
 
 /// One of a two-path topology's network paths.
@@ -250,6 +266,34 @@ impl Scenario {
                         field("paths"),
                         format!("{:?}", v.paths),
                         "each of \"a\" and \"b\" at most once",
+                    ));
+                }
+            }
+            if v.mptcp.is_some() {
+                let lowtide_tcp = v.quic.is_none() && v.tfrc.is_none() && v.live.is_none();
+                let why = if !lowtide_tcp {
+                    Some("MPTCP on lowtide's TCP variants only")
+                } else if self.topology.path_b.is_none() {
+                    Some("a [topology.path_b] for the second subflow")
+                } else if v.failover.is_some() || !v.paths.is_empty() {
+                    Some("MPTCP without failover or paths (the kernel picks the paths)")
+                } else if v.tls {
+                    Some("MPTCP without TLS (not measured yet)")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    return Err(invalid(field("mptcp"), format!("{:?}", v.mptcp), why));
+                }
+                let clash = self
+                    .variants
+                    .iter()
+                    .any(|o| o.sender == v.sender && o.mptcp.is_some() && o.mptcp != v.mptcp);
+                if clash && self.run.modes.contains(&super::Mode::SideBySide) {
+                    return Err(invalid(
+                        field("mptcp"),
+                        format!("{:?}", v.mptcp),
+                        "one MPTCP mode per sender host side by side (the endpoint is the host's)",
                     ));
                 }
             }

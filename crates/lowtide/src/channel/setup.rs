@@ -44,7 +44,7 @@ use crate::tls::{self, TlsSession};
 /// ```
 pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Error> {
     cfg.validate()?;
-    let sock = tcp_socket(addr)?;
+    let sock = tcp_socket(addr, cfg.mptcp)?;
     bind_local(&sock, addr, cfg.local_addrs.first().copied())?;
     configure(sock.as_raw_fd(), &cfg)?;
     let stream = sock
@@ -68,7 +68,33 @@ pub async fn connect(addr: SocketAddr, cfg: ChannelConfig) -> Result<Channel, Er
     Channel::start(stream, cfg, Side::Client, token, paths, &[], session)
 }
 
-pub(crate) fn tcp_socket(addr: SocketAddr) -> Result<TcpSocket, Error> {
+/// A TCP socket for `addr`'s family; with `mptcp`, an MPTCP one (RFC 8684: the kernel's
+/// path manager adds subflows on the host's other addresses, `ip mptcp endpoint`).
+pub(crate) fn tcp_socket(addr: SocketAddr, mptcp: bool) -> Result<TcpSocket, Error> {
+    if mptcp {
+        let domain = if addr.is_ipv4() {
+            socket2::Domain::IPV4
+        } else {
+            socket2::Domain::IPV6
+        };
+        let s = socket2::Socket::new(
+            domain,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::MPTCP),
+        )
+        .map_err(|e| {
+            let hint = match e.raw_os_error() {
+                Some(libc::EPROTONOSUPPORT) | Some(libc::ENOPROTOOPT) => {
+                    " (MPTCP is off or not built into this kernel: sysctl net.mptcp.enabled=1)"
+                }
+                _ => "",
+            };
+            Error::io(format!("socket(IPPROTO_MPTCP){hint}"), e)
+        })?;
+        s.set_nonblocking(true)
+            .map_err(|e| Error::io("fcntl(O_NONBLOCK)", e))?;
+        return Ok(TcpSocket::from_std_stream(s.into()));
+    }
     if addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
@@ -164,7 +190,7 @@ enum ListenerKind {
 pub async fn listen(addr: SocketAddr, cfg: ChannelConfig) -> Result<Listener, Error> {
     cfg.validate()?;
     let tls = cfg.tls.as_ref().map(|t| t.server_config()).transpose()?;
-    let sock = tcp_socket(addr)?;
+    let sock = tcp_socket(addr, cfg.mptcp)?;
     sock.set_reuseaddr(true)
         .map_err(|e| Error::io("setsockopt(SO_REUSEADDR)", e))?;
     configure(sock.as_raw_fd(), &cfg)?;
