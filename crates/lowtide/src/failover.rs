@@ -29,6 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+use lowtide_proto::failover::network_path::backup_path;
 use lowtide_proto::wire::{Frame, FrameType, Hello, HelloOption, VERSION};
 use lowtide_proto::{Connection, ProtocolError};
 
@@ -266,20 +267,10 @@ impl ClientPaths {
         }
     }
 
-    /// The local address backup `path` leaves from: one of the configured addresses other
-    /// than the connection in use's (in turn by ordinal), so a backup crosses another network
-    /// path; the only one if one is configured; none if none is.
+    /// The local address backup `path` leaves from: another network path than the
+    /// connection in use's (`lowtide_proto::failover::network_path`).
     fn local_for(&self, path: u64) -> Option<IpAddr> {
-        let all = &self.cfg.local_addrs;
-        let others: Vec<IpAddr> = all
-            .iter()
-            .copied()
-            .filter(|a| Some(*a) != self.in_use_local)
-            .collect();
-        match others.len() {
-            0 => all.first().copied(),
-            n => Some(others[(path as usize) % n]),
-        }
+        backup_path(&self.cfg.local_addrs, self.in_use_local, path)
     }
 
     /// Ready backups.

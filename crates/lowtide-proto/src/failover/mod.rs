@@ -77,6 +77,7 @@
 
 pub mod delivered;
 pub mod duplicate;
+pub mod network_path;
 pub mod old_path;
 pub mod stall;
 
