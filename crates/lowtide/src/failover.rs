@@ -194,6 +194,18 @@ pub(crate) struct ClientPaths {
     lane_held: bool,
     /// A backup was refused: no more are opened (the peer does not accept them).
     refused: bool,
+    /// Backups that failed to open in a row, and when the next may be tried: a path that
+    /// fails at once (its interface gone, its address removed) is retried with back-off, not
+    /// in a loop.
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+/// The wait before opening a backup again after `failures` failed in a row: 100 ms doubling
+/// to 10 s.
+fn retry_delay(failures: u32) -> Duration {
+    let ms = 100u64.saturating_mul(1 << failures.saturating_sub(1).min(7));
+    Duration::from_millis(ms.min(10_000))
 }
 
 /// What happened on the connections around the one in use.
@@ -241,6 +253,8 @@ impl ClientPaths {
             lane: None,
             lane_held: false,
             refused: false,
+            failures: 0,
+            retry_at: None,
         };
         p.top_up();
         p
@@ -248,6 +262,9 @@ impl ClientPaths {
 
     /// Opens backups until `backups` are ready or opening (and a lane, if wanted and none).
     fn top_up(&mut self) {
+        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
         let want = self.backups + usize::from(self.needs_lane());
         while !self.refused && self.ready.len() + self.opening < want {
             let path = self.next_path;
@@ -346,10 +363,19 @@ impl ClientPaths {
                 None => std::future::pending().await,
             }
         };
+        let retry = self.retry_at;
         tokio::select! {
+            _ = tokio::time::sleep_until(retry.unwrap_or_else(Instant::now).into()), if retry.is_some() => {
+                self.retry_at = None;
+                self.top_up();
+                PathEvent::Backup
+            }
             r = self.results.recv() => {
                 if let Some((path, r)) = r {
                     self.opening -= 1;
+                    if r.is_ok() {
+                        self.failures = 0;
+                    }
                     match r {
                         Ok(s) if self.needs_lane() => {
                             tracing::debug!(path, "duplicate lane ready");
@@ -362,11 +388,13 @@ impl ClientPaths {
                             self.top_up();
                         }
                         Err(e) => {
-                            tracing::warn!(error = %e, path, "backup connection failed");
+                            self.failures += 1;
+                            let wait = retry_delay(self.failures);
+                            tracing::warn!(error = %e, path, retry_in_ms = wait.as_millis() as u64, "backup connection failed");
                             if matches!(e, Error::BackupRefused { .. }) {
                                 self.refused = true;
                             } else {
-                                self.top_up();
+                                self.retry_at = Some(Instant::now() + wait);
                             }
                         }
                     }
@@ -639,5 +667,19 @@ impl Paths {
             Paths::Client(c) => Some(c.next().await),
             Paths::Server(s) => s.next().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_delay;
+    use std::time::Duration;
+
+    #[test]
+    fn failed_backups_are_retried_with_back_off_up_to_ten_seconds() {
+        let ms = |n| retry_delay(n).as_millis();
+        assert_eq!((ms(1), ms(2), ms(3), ms(7)), (100, 200, 400, 6400));
+        assert_eq!(retry_delay(8), Duration::from_secs(10));
+        assert_eq!(retry_delay(u32::MAX), Duration::from_secs(10));
     }
 }

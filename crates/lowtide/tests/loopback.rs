@@ -85,6 +85,35 @@ async fn mptcp_channels_round_trip_on_mptcp_sockets() {
     assert!(e.to_string().contains("mptcp"), "{e}");
 }
 
+/// A network path whose address no interface has: the connect fails before any packet, and
+/// the error says which setting to check.
+#[tokio::test(flavor = "current_thread")]
+async fn a_local_address_the_host_lacks_is_named() {
+    let l = lowtide::listen(any_port(), ChannelConfig::default())
+        .await
+        .unwrap();
+    let cfg = ChannelConfig {
+        local_addrs: vec!["192.0.2.77".parse().unwrap()],
+        ..ChannelConfig::default()
+    };
+    let e = lowtide::connect(l.local_addr().unwrap(), cfg)
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("192.0.2.77") && text.contains("check local_addrs"),
+        "{text}"
+    );
+    let v6 = ChannelConfig {
+        local_addrs: vec!["::1".parse().unwrap()],
+        ..ChannelConfig::default()
+    };
+    let e = lowtide::connect(l.local_addr().unwrap(), v6)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("family"), "{e}");
+}
+
 async fn round_trip(cfg: ChannelConfig, server: ChannelConfig) {
     let (c, s) = pair(cfg, server).await;
     let st = c.open_stream(StreamConfig::default()).unwrap();
