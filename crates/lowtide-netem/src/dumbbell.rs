@@ -461,10 +461,9 @@ impl Dumbbell {
                 seed: seed_of(1),
             },
         ];
-        if let (Some(PathConfig { forward, reverse }), Some([fwd_stats, rev_stats])) =
-            (&self.config.path_b, &self.path_b)
-        {
-            let rtt_b = Duration::from_secs_f64((forward.delay_ms + reverse.delay_ms) / 1000.0);
+        if let (Some(b), Some([fwd_stats, rev_stats])) = (&self.config.path_b, &self.path_b) {
+            let PathConfig { forward, reverse } = b;
+            let rtt_b = b.base_rtt();
             plans.push(LinkPlan {
                 direction: Direction::Forward,
                 name: "forward_b".into(),
