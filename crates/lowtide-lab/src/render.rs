@@ -717,11 +717,12 @@ fn goal_table(s: &LabSummary) -> String {
 }
 
 fn trial_table(s: &LabSummary) -> String {
+    let two_paths = s.trials.iter().any(|t| t.path_b_forward_packets.is_some());
     let rows: Vec<Vec<String>> = s
         .trials
         .iter()
         .map(|t| {
-            vec![
+            let mut row = vec![
                 t.mode.map_or("-", Mode::as_str).into(),
                 t.run.to_string(),
                 t.variants.join(", "),
@@ -736,23 +737,30 @@ fn trial_table(s: &LabSummary) -> String {
                 } else {
                     NO_DATA.into()
                 },
-            ]
+            ];
+            if two_paths {
+                let n = |x: Option<u64>| x.map_or(NO_DATA.into(), |x| x.to_string());
+                row.push(n(t.path_b_forward_packets));
+                row.push(n(t.path_b_drops));
+            }
+            row
         })
         .collect();
-    report::html_table(
-        &[
-            "mode",
-            "run",
-            "streams",
-            "forward drops",
-            "forward ECN marks",
-            "reverse drops",
-            "forward max queue (packets)",
-            "forward sojourn p99 ms",
-            "cross traffic Mbit/s",
-        ],
-        &rows,
-    )
+    let mut header = vec![
+        "mode",
+        "run",
+        "streams",
+        "forward drops",
+        "forward ECN marks",
+        "reverse drops",
+        "forward max queue (packets)",
+        "forward sojourn p99 ms",
+        "cross traffic Mbit/s",
+    ];
+    if two_paths {
+        header.extend(["path B forward packets", "path B drops"]);
+    }
+    report::html_table(&header, &rows)
 }
 
 /// Run 1 of a mode: its streams' delivered messages (each variant's own network,

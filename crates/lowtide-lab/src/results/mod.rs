@@ -414,6 +414,12 @@ pub struct TrialNetwork {
     pub forward_sojourn_p99_ms: Option<f64>,
     /// Bytes the cross-traffic sinks received, as bits/s over the run.
     pub cross_traffic_bps: f64,
+    /// With a second path: packets path B's forward link delivered, and the drops of both its
+    /// directions (outages included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_b_forward_packets: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_b_drops: Option<u64>,
 }
 
 /// Facts about the variants the summary needs besides the records.

@@ -285,6 +285,10 @@ impl TrialThreads {
             cross_traffic_bps: cross_bytes
                 .as_ref()
                 .map_or(f64::NAN, |b| *b as f64 * 8.0 / s.run.duration_s),
+            path_b_forward_packets: net.path_b().map(|[f, _]| f.report().delivered_packets),
+            path_b_drops: net
+                .path_b()
+                .map(|[f, r]| f.report().total_drops() + r.report().total_drops()),
             ..TrialNetwork::default()
         };
         note("the cross traffic's sinks", cross_bytes.map(drop));
