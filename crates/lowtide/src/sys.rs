@@ -722,8 +722,8 @@ pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
     // SAFETY: written by the kernel.
     let set = unsafe { set.assume_init() };
     let max = libc::CPU_SETSIZE as usize;
-    // SAFETY: `CPU_ISSET` reads the set within its size.
     Ok((0..max)
+        // SAFETY: `c` < CPU_SETSIZE, so `CPU_ISSET` reads within the set.
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect())
 }
