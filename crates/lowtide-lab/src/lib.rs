@@ -70,11 +70,8 @@ pub mod video;
 pub enum LabError {
     #[error(transparent)]
     Netem(#[from] lowtide_netem::NetemError),
-    #[error("the transport failed during {what}: {source}")]
-    Transport {
-        what: String,
-        source: lowtide::Error,
-    },
+    #[error("the transport failed during {what}: {error}")]
+    Transport { what: String, error: lowtide::Error },
     #[error("cross traffic: {0}")]
     Traffic(String),
     #[error("{what}: {reason}")]
