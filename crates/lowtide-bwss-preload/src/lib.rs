@@ -23,6 +23,7 @@
 //!   the daemon dies (its heartbeat stops); once one is back, flows register again.
 
 #![allow(clippy::missing_safety_doc)]
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
 
 mod readiness;
 mod state;

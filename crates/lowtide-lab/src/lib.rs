@@ -30,6 +30,8 @@
 //! - [`render`]: a run folder's `report.html`, from its summary and CSV alone;
 //! - [`rdc`]: the RDC experiments (Hsiao, Kung, Tan): bulk flows, the agent in the receivers.
 
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
+
 pub mod bwss;
 pub mod chromium;
 pub mod clock;

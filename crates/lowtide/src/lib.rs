@@ -39,6 +39,7 @@
 //! Design notes: `docs/transport.md`; wire format: `docs/wire.md`.
 
 #![warn(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
 
 pub mod bench;
 pub mod channel;
