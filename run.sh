@@ -93,8 +93,20 @@ case "${1:-}" in
       "${fuzz[@]}" run "$target" -- -max_total_time="$seconds"
     done
     ;;
+  miri)
+    # Miri (rustc's interpreter that detects undefined behaviour: out-of-bounds or misaligned
+    # access, use after free, data races) on the pure logic next to lowtide's unsafe code: the
+    # BWSS shared-memory layout (crates/lowtide-bwss/src/shm.rs, on an ordinary allocation:
+    # Miri cannot map a memfd) and the C API's handle table (crates/lowtide-ffi/src/handles.rs).
+    # Not part of `test`: it interprets, and building the dependencies for it takes minutes.
+    rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^miri' ||
+      rustup component add --toolchain nightly miri rust-src
+    cargo +nightly miri setup
+    cargo +nightly miri test --locked -p lowtide-bwss --lib shm::tests
+    cargo +nightly miri test --locked -p lowtide-ffi --lib handles::tests
+    ;;
   *)
-    echo "usage: bash run.sh demo | test | fuzz [SECONDS]" >&2
+    echo "usage: bash run.sh demo | test | fuzz [SECONDS] | miri" >&2
     exit 2
     ;;
 esac

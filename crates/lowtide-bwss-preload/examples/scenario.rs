@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 fn cpu_secs() -> f64 {
     // SAFETY: `u` is valid for writes.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable rusage for the kernel to fill.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(u.ru_utime) + tv(u.ru_stime)
@@ -130,6 +131,7 @@ fn fork_dup(addr: SocketAddr, secs: f64) {
     // SAFETY: plain dup/close of our own descriptor.
     let copy = unsafe { libc::dup(orig) };
     assert!(copy >= 0);
+    // SAFETY: `orig` came from `into_raw_fd` and nothing else owns or uses it.
     unsafe { libc::close(orig) };
     // SAFETY: `copy` is ours from here on.
     let mut s = unsafe { TcpStream::from_raw_fd(copy) };

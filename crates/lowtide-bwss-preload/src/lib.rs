@@ -23,6 +23,7 @@
 //!   the daemon dies (its heartbeat stops); once one is back, flows register again.
 
 #![allow(clippy::missing_safety_doc)]
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
 
 mod readiness;
 mod state;
@@ -214,6 +215,8 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
     paced(fd, total, 0, |n| {
         // SAFETY: a prefix of the caller's iovecs.
         let (v, _) = unsafe { cut_iov(iov, cnt as usize, n) };
+        // SAFETY: `v` is that prefix, in our own array, alive for the call; its buffers are
+        // the caller's, valid for writes.
         unsafe { f(fd, v.as_ptr(), v.len() as c_int) }
     })
 }
@@ -227,6 +230,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
     }
     // SAFETY: the caller's msghdr and its iovecs are valid.
     let (iov, cnt) = unsafe { ((*msg).msg_iov, (*msg).msg_iovlen) };
+    // SAFETY: the caller's msghdr holds `cnt` valid iovecs at `iov`.
     let (_, total) = unsafe { cut_iov(iov, cnt, usize::MAX) };
     paced(fd, total, flags, |n| {
         // SAFETY: a prefix of the caller's iovecs, restored before returning.

@@ -62,6 +62,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
         }
         // SAFETY: as above; the events we changed are restored right after.
         let r = unsafe { f(fds, n, wait_ms(now, deadline, wake)) };
+        // SAFETY: `fds` is the caller's array of `n` entries, which `saved` indexes into.
         unsafe { restore(fds, &saved) };
         if r != 0 || deadline.is_some_and(|d| Instant::now() >= d) {
             return r;
@@ -110,6 +111,7 @@ pub unsafe extern "C" fn ppoll(
             .map_or(std::ptr::null(), |t| t as *const timespec);
         // SAFETY: as for poll.
         let r = unsafe { f(fds, n, tp, mask) };
+        // SAFETY: `fds` is the caller's array of `n` entries, which `saved` indexes into.
         unsafe { restore(fds, &saved) };
         if r != 0 || saved.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
             return r;

@@ -16,6 +16,8 @@
 //!
 //! Design and measurements: `docs/bwss.md`.
 
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
+
 pub mod allocation;
 pub mod client;
 pub mod config;

@@ -51,6 +51,35 @@ pub struct Slot {
 
 const LEN: usize = size_of::<Header>() + SLOTS * size_of::<Slot>();
 
+// The layout every process maps: a 64-byte header, then 64-byte slots, all 8-byte atomics
+// (so a slot starts 8-aligned wherever the header ends, and a page-aligned mapping aligns all).
+const _: () = assert!(size_of::<Header>() == 64 && size_of::<Slot>() == 64);
+const _: () = assert!(align_of::<Header>() == 8 && align_of::<Slot>() == 8);
+
+/// The header of the region at `base`.
+///
+/// # Safety
+/// `base` is 8-aligned and valid for reads and writes of [`LEN`] bytes for `'a`, and those
+/// bytes are only accessed through atomics (every field of `Header` and `Slot` is one).
+unsafe fn header_at<'a>(base: *mut u8) -> &'a Header {
+    // SAFETY: by the contract, `base` holds a Header (LEN >= its size, aligned); any bit
+    // pattern is a valid AtomicU64.
+    unsafe { &*(base as *const Header) }
+}
+
+/// Slot `i` of the region at `base`, if it exists.
+///
+/// # Safety
+/// As for [`header_at`].
+unsafe fn slot_at<'a>(base: *mut u8, i: u32) -> Option<&'a Slot> {
+    let i = i as usize;
+    (i < SLOTS).then(|| {
+        // SAFETY: slot `i` < SLOTS lies within the LEN bytes after the header; it is 8-aligned
+        // (the header's size and a slot's are multiples of 8, checked above).
+        unsafe { &*(base.add(size_of::<Header>()) as *const Slot).add(i) }
+    })
+}
+
 /// A mapping of the shared memory.
 pub struct Region {
     ptr: *mut u8,
@@ -117,17 +146,15 @@ impl Region {
     }
 
     fn header(&self) -> &Header {
-        // SAFETY: the mapping is at least LEN bytes and page-aligned; Header is atomics.
-        unsafe { &*(self.ptr as *const Header) }
+        // SAFETY: the mapping is LEN bytes, page-aligned, lives as long as `self`, and every
+        // process maps it as atomics only.
+        unsafe { header_at(self.ptr) }
     }
 
     /// Slot `i`, if it exists.
     pub fn slot(&self, i: u32) -> Option<&Slot> {
-        let i = i as usize;
-        (i < SLOTS).then(|| {
-            // SAFETY: within the mapping; Slot is atomics, suitably aligned after Header.
-            unsafe { &*(self.ptr.add(size_of::<Header>()) as *const Slot).add(i) }
-        })
+        // SAFETY: as for `header`.
+        unsafe { slot_at(self.ptr, i) }
     }
 
     /// The daemon marks itself alive.
@@ -166,7 +193,59 @@ pub fn monotonic_ns() -> u64 {
 mod tests {
     use super::*;
 
+    /// The layout alone, on an ordinary 8-aligned allocation of LEN bytes (Miri can run
+    /// this; it cannot map a memfd): every field of every slot is its own memory, none
+    /// overlaps the header or another slot, and the last slot ends at LEN.
+    /// `bash run.sh miri` runs it under Miri.
     #[test]
+    fn slots_and_header_do_not_overlap() {
+        fn fields(s: &Slot) -> [&AtomicU64; 8] {
+            [
+                &s.inode,
+                &s.rate,
+                &s.depth,
+                &s.bytes_read,
+                &s.bytes_arrived,
+                &s.arrived_at_ns,
+                &s.clamp_milli_rtts,
+                &s.rtt_us,
+            ]
+        }
+        let words: Vec<AtomicU64> = (0..LEN / 8).map(|_| AtomicU64::new(0)).collect();
+        let base = words.as_ptr() as *mut u8;
+        // SAFETY: `words` is LEN bytes of 8-aligned atomics and outlives every use below.
+        let header = unsafe { header_at(base) };
+        // SAFETY: as above.
+        let slot = |i| unsafe { slot_at(base, i) };
+        header.magic.store(MAGIC, Ordering::Relaxed);
+        header.heartbeat_ns.store(1, Ordering::Relaxed);
+        header.slots.store(SLOTS as u64, Ordering::Relaxed);
+        for i in 0..SLOTS as u32 {
+            for (k, f) in fields(slot(i).unwrap()).into_iter().enumerate() {
+                f.store(
+                    (u64::from(i) << 8) | k as u64 | (1 << 40),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        assert!(slot(SLOTS as u32).is_none());
+        assert_eq!(header.magic.load(Ordering::Relaxed), MAGIC);
+        assert_eq!(header.heartbeat_ns.load(Ordering::Relaxed), 1);
+        assert_eq!(header.slots.load(Ordering::Relaxed), SLOTS as u64);
+        for i in 0..SLOTS as u32 {
+            for (k, f) in fields(slot(i).unwrap()).into_iter().enumerate() {
+                assert_eq!(
+                    f.load(Ordering::Relaxed),
+                    (u64::from(i) << 8) | k as u64 | (1 << 40)
+                );
+            }
+        }
+        let last = slot(SLOTS as u32 - 1).unwrap() as *const Slot as usize;
+        assert_eq!(last + size_of::<Slot>() - base as usize, LEN);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "memfd_create and a shared mmap: not under Miri")]
     fn a_second_mapping_sees_the_first() {
         let a = Region::create().unwrap();
         let fd = a.fd().try_clone().unwrap();

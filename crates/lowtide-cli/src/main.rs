@@ -1,5 +1,6 @@
 //! The `lowtide` command: thin wrappers over the libraries.
 
+mod advice;
 mod bench;
 mod bwss;
 mod demo;
@@ -78,6 +79,13 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let role = match &cli.command {
+        Command::Send(_) => advice::Role::Send,
+        Command::Recv(_) => advice::Role::Recv,
+        Command::Serve(_) => advice::Role::Serve,
+        Command::Watch(_) => advice::Role::Watch,
+        _ => advice::Role::Other,
+    };
     let result = match cli.command {
         Command::Bench(args) => bench::run(args).map(|()| 0),
         Command::Demo(args) => demo::run(args),
@@ -95,7 +103,11 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each layer of the chain says only its own part (see `advice`), then the fix.
+            match advice::advice(role, &e) {
+                Some(fix) => eprintln!("error: {e:#}; {fix}"),
+                None => eprintln!("error: {e:#}"),
+            }
             std::process::exit(2);
         }
     }

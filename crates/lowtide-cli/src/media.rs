@@ -207,9 +207,8 @@ pub fn send(args: SendArgs) -> anyhow::Result<i32> {
         if cfg.tls.is_some() { ", TLS 1.3" } else { "" }
     );
     lowtide::current_thread_runtime()?.block_on(async move {
-        let ch = lowtide::connect(args.to, cfg)
-            .await
-            .with_context(|| format!("connecting to {}", args.to))?;
+        // The error names the call and the address (`connect(ADDR)`).
+        let ch = lowtide::connect(args.to, cfg).await?;
         let start = Instant::now() + START_DELAY;
         let report = send_video(&ch, &video, args.window, start, |w, ledger| {
             if w % 30 == 0 && w > 0 {
@@ -252,9 +251,8 @@ pub fn recv(args: RecvArgs) -> anyhow::Result<i32> {
         return crate::pipe::recv(p, cfg);
     }
     lowtide::current_thread_runtime()?.block_on(async move {
-        let listener = lowtide::listen(args.listen, cfg)
-            .await
-            .with_context(|| format!("listening on {}", args.listen))?;
+        // The error names the call and the address (`bind(ADDR)`).
+        let listener = lowtide::listen(args.listen, cfg).await?;
         println!("waiting for senders on {}", args.listen);
         let tolerance = Duration::from_millis(args.tolerance_ms);
         let opts = ServeOptions {

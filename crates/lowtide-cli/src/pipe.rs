@@ -86,21 +86,15 @@ pub fn send(p: PipeSend, cfg: ChannelConfig) -> anyhow::Result<i32> {
         ..SendOptions::default()
     };
     lowtide::current_thread_runtime()?.block_on(async move {
-        let ch = lowtide::connect(p.to, cfg)
-            .await
-            .with_context(|| format!("connecting to {}", p.to))?;
+        // The error names the call and the address (`connect(ADDR)`).
+        let ch = lowtide::connect(p.to, cfg).await?;
         let result = pipe::send_encoded(&ch, tokio::io::stdin(), opts).await;
         let report = match result {
             Ok(r) => r,
             Err(e) => {
                 ch.close(1, "sender failed").await;
-                let hint = match &e {
-                    pipe::PipeError::Input(_) => {
-                        " (name the input's format with --format h264|h265|ivf)"
-                    }
-                    _ => "",
-                };
-                anyhow::bail!("{e}{hint}");
+                // Typed, so `advice` sees what it is (a transport error, an unreadable input).
+                return Err(e.into());
             }
         };
         ch.close(0, "stream over").await;
@@ -160,9 +154,8 @@ pub fn recv(p: PipeRecv, cfg: ChannelConfig) -> anyhow::Result<i32> {
     stdin_only(&p.output, "--output")?;
     provenance("recv", &p.describe);
     lowtide::current_thread_runtime()?.block_on(async move {
-        let listener = lowtide::listen(p.listen, cfg)
-            .await
-            .with_context(|| format!("listening on {}", p.listen))?;
+        // The error names the call and the address (`bind(ADDR)`).
+        let listener = lowtide::listen(p.listen, cfg).await?;
         eprintln!(
             "lowtide recv: listening on {} for one encoded-video sender",
             listener.local_addr()?

@@ -233,7 +233,7 @@ pub fn watch(a: WatchArgs) -> anyhow::Result<i32> {
                 None => client::watch(a.server, &a.path, opts).await,
             }
         })
-        .with_context(|| format!("watching {} at {}", a.path, a.server))?;
+        .with_context(|| format!("watching {}", a.path))?;
     let lat: Vec<f64> = r
         .units
         .iter()

@@ -15,6 +15,7 @@
 //! locks and its event loop's rules do not hold; an fd fits every event loop.
 
 #![allow(clippy::missing_safety_doc)] // each `unsafe extern` fn documents its contract
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
 
 mod args;
 pub mod channel;

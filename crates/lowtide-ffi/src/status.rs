@@ -60,20 +60,47 @@ pub(crate) fn fail<T>(status: lowtide_status, message: impl Into<String>) -> Res
 }
 
 impl From<lowtide::Error> for Fail {
+    /// The error's message says what happened (each cause once: lowtide's errors show their
+    /// cause rather than chain it); for a common set-up mistake the fix follows, in the C
+    /// API's terms (`docs/errors.md`).
     fn from(e: lowtide::Error) -> Self {
         let status = match &e {
             lowtide::Error::Config(_) => LOWTIDE_ERR_CONFIG,
             lowtide::Error::Io { .. } => LOWTIDE_ERR_IO,
-            lowtide::Error::Protocol(_) | lowtide::Error::PeerGone => LOWTIDE_ERR_PROTOCOL,
+            lowtide::Error::Protocol(_)
+            | lowtide::Error::PeerGone
+            | lowtide::Error::PeerNotTls { .. } => LOWTIDE_ERR_PROTOCOL,
             lowtide::Error::Send(_) | lowtide::Error::Stream(_) => LOWTIDE_ERR_REFUSED,
             lowtide::Error::Closed => LOWTIDE_ERR_CLOSED,
             _ => LOWTIDE_ERR_INTERNAL,
         };
-        Fail {
-            status,
-            message: e.to_string(),
-        }
+        let message = match e.mistake().and_then(advice) {
+            Some(fix) => format!("{e}; {fix}"),
+            None => e.to_string(),
+        };
+        Fail { status, message }
     }
+}
+
+/// The fix for a common mistake, naming the configuration's JSON fields (`ChannelConfig`).
+fn advice(m: lowtide::Mistake) -> Option<&'static str> {
+    use lowtide::Mistake;
+    Some(match m {
+        Mistake::PeerSpeaksTls => "give config_json {\"tls\": {\"ca\": \"CA.pem\"}}",
+        Mistake::PeerSpeaksPlaintext => {
+            "leave \"tls\" out of config_json, or give the peer's listener \
+             {\"tls\": {\"cert\": ..., \"key\": ...}}"
+        }
+        Mistake::NothingListening => {
+            "nothing listens there: start the listener (lowtide_listen) first, or check addr"
+        }
+        Mistake::AddressInUse => "another program holds that port: stop it, or pick another addr",
+        Mistake::NotPermitted => {
+            "this needs more privilege: run as root, or (for \"congestion\") pick one listed in \
+             /proc/sys/net/ipv4/tcp_allowed_congestion_control"
+        }
+        _ => return None,
+    })
 }
 
 thread_local! {

@@ -423,3 +423,52 @@ fn writable_event_on_request() {
     }
     assert_eq!(lowtide_ctx_free(ctx), LOWTIDE_OK);
 }
+
+/// The last error says once what happened, then what to do (`docs/errors.md`): no clause of
+/// the message repeats an earlier one.
+#[track_caller]
+fn says_once_then_fix(status: lowtide_status, want: lowtide_status, fix: &str) {
+    expect(status, want, fix);
+    let e = last_error();
+    let clauses: Vec<&str> = e.split([':', ';']).map(str::trim).collect();
+    for (i, a) in clauses.iter().enumerate() {
+        for b in &clauses[i + 1..] {
+            assert!(
+                a.len() < 8 || !b.contains(a),
+                "{e:?} repeats {a:?} in {b:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn common_mistakes_are_named_with_their_fix() {
+    let ctx = ctx();
+    // A port nobody listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let addr = c(&port.to_string());
+    let mut ch = 0;
+    // SAFETY: every pointer is valid for the call.
+    unsafe {
+        says_once_then_fix(
+            lowtide_connect(ctx, addr.as_ptr(), null(), 2000, &mut ch),
+            LOWTIDE_ERR_IO,
+            "nothing listens there: start the listener (lowtide_listen) first",
+        );
+    }
+    // A port another socket holds.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = c(&held.local_addr().unwrap().to_string());
+    let mut l = 0;
+    // SAFETY: every pointer is valid for the call.
+    unsafe {
+        says_once_then_fix(
+            lowtide_listen(ctx, addr.as_ptr(), null(), &mut l),
+            LOWTIDE_ERR_IO,
+            "another program holds that port",
+        );
+    }
+}

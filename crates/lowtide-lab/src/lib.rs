@@ -30,6 +30,8 @@
 //! - [`render`]: a run folder's `report.html`, from its summary and CSV alone;
 //! - [`rdc`]: the RDC experiments (Hsiao, Kung, Tan): bulk flows, the agent in the receivers.
 
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
+
 pub mod bwss;
 pub mod chromium;
 pub mod clock;
@@ -70,11 +72,8 @@ pub mod video;
 pub enum LabError {
     #[error(transparent)]
     Netem(#[from] lowtide_netem::NetemError),
-    #[error("the transport failed during {what}: {source}")]
-    Transport {
-        what: String,
-        source: lowtide::Error,
-    },
+    #[error("the transport failed during {what}: {error}")]
+    Transport { what: String, error: lowtide::Error },
     #[error("cross traffic: {0}")]
     Traffic(String),
     #[error("{what}: {reason}")]

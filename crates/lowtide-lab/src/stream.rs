@@ -123,9 +123,9 @@ pub struct DeliveryErrors {
 }
 
 pub(crate) fn transport(what: &str) -> impl FnOnce(lowtide::Error) -> LabError + '_ {
-    move |source| LabError::Transport {
+    move |error| LabError::Transport {
         what: what.to_string(),
-        source,
+        error,
     }
 }
 

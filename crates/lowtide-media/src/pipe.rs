@@ -45,13 +45,13 @@ pub enum PipeError {
     Write(std::io::Error),
     /// A message from the peer broke the stream.
     #[error("from the sender: {0}")]
-    Receive(#[from] ReceiveError),
+    Receive(ReceiveError),
     /// The channel failed or closed early.
     #[error(transparent)]
     Transport(#[from] lowtide::Error),
     /// The publish message cannot carry this path or token.
     #[error("publish: {0}")]
-    Publish(#[from] crate::encoded::wire::WireError),
+    Publish(crate::encoded::wire::WireError),
     /// The consumer of [`receive_units`] dropped its end of the queue.
     #[error("the consumer of the received units went away")]
     ConsumerGone,
@@ -62,6 +62,20 @@ pub enum PipeError {
     /// The channel ended while messages were still in flight.
     #[error("the channel closed with {0} units in flight")]
     Closed(usize),
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a printer
+// of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<ReceiveError> for PipeError {
+    fn from(e: ReceiveError) -> Self {
+        PipeError::Receive(e)
+    }
+}
+
+impl From<crate::encoded::wire::WireError> for PipeError {
+    fn from(e: crate::encoded::wire::WireError) -> Self {
+        PipeError::Publish(e)
+    }
 }
 
 /// How [`send_encoded`] reads and schedules.

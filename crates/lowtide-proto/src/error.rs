@@ -20,9 +20,10 @@ use crate::wire::DecodeError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
-    /// Bytes that do not parse.
+    /// Bytes that do not parse. (The message shows the decode error; `source()` does not
+    /// return it again, so a printer of the whole chain says it once.)
     #[error("malformed input: {0}")]
-    Decode(#[from] DecodeError),
+    Decode(DecodeError),
     /// A message longer than `max_message_size`.
     #[error("message {stream}/{seq} declares {size} bytes, limit is {max}")]
     MessageTooLarge {
@@ -134,6 +135,12 @@ pub enum ProtocolError {
         /// What arrived.
         got: String,
     },
+}
+
+impl From<DecodeError> for ProtocolError {
+    fn from(e: DecodeError) -> Self {
+        ProtocolError::Decode(e)
+    }
 }
 
 impl ProtocolError {

@@ -101,9 +101,9 @@ pub struct BenchReport {
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> AgentError + '_ {
-    move |source| AgentError::System {
+    move |error| AgentError::System {
         what: what.to_string(),
-        source,
+        error,
     }
 }
 

@@ -22,6 +22,8 @@
 //! - [`driver`]: the thin NFQUEUE shell and [`iptables`]: the rules of its own chain;
 //! - [`bench`](mod@bench): the agent measured on real packets over loopback.
 
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
+
 pub mod agent;
 pub mod bench;
 pub mod config;

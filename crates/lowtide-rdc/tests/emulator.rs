@@ -68,6 +68,7 @@ fn tcp_info(fd: i32) -> Option<libc::tcp_info> {
     // SAFETY: a zeroed tcp_info is valid; getsockopt writes at most `len` bytes.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is writable for `len` bytes, and `len` is writable.
     let rc = unsafe {
         libc::getsockopt(
             fd,

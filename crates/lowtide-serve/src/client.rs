@@ -115,10 +115,10 @@ impl WatchReport {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WatchError {
-    #[error("connecting to {addr}: {source}")]
+    #[error("connecting to {addr}: {error}")]
     Connect {
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("TLS with {addr}: {error}")]
     Tls {
@@ -130,11 +130,31 @@ pub enum WatchError {
     #[error("the server's handshake is not RFC 6455: {0}")]
     Handshake(String),
     #[error("WebSocket: {0}")]
-    Frame(#[from] websocket::FrameError),
+    Frame(websocket::FrameError),
     #[error("server message: {0}")]
-    Wire(#[from] viewer_wire::ServerWireError),
+    Wire(viewer_wire::ServerWireError),
     #[error("socket: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a printer
+// of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<websocket::FrameError> for WatchError {
+    fn from(e: websocket::FrameError) -> Self {
+        WatchError::Frame(e)
+    }
+}
+
+impl From<viewer_wire::ServerWireError> for WatchError {
+    fn from(e: viewer_wire::ServerWireError) -> Self {
+        WatchError::Wire(e)
+    }
+}
+
+impl From<std::io::Error> for WatchError {
+    fn from(e: std::io::Error) -> Self {
+        WatchError::Io(e)
+    }
 }
 
 /// Watches `path` on the server at `addr` (see the module doc).
@@ -173,7 +193,7 @@ async fn watch_with(
     let tcp = socket
         .connect(addr)
         .await
-        .map_err(|source| WatchError::Connect { addr, source })?;
+        .map_err(|error| WatchError::Connect { addr, error })?;
     tcp.set_nodelay(true)?;
     let mut s = match tls {
         None => Transport::plain(tcp),

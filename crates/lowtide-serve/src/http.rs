@@ -38,7 +38,15 @@ pub enum RequestError {
     #[error("the client closed before a request")]
     Closed,
     #[error("reading the request: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a printer
+// of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<std::io::Error> for RequestError {
+    fn from(e: std::io::Error) -> Self {
+        RequestError::Io(e)
+    }
 }
 
 impl RequestError {

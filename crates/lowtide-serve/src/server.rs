@@ -71,23 +71,24 @@ impl Default for ServeConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
-    #[error("listening for viewers on {addr}: {source}")]
+    // Here and below the messages show the inner error, so it is not a `source` either.
+    #[error("listening for viewers on {addr}: {error}")]
     Http {
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("listening for publishers on {addr}: {source}")]
+    #[error("listening for publishers on {addr}: {error}")]
     Ingest {
         addr: SocketAddr,
-        source: lowtide::Error,
+        error: lowtide::Error,
     },
     // Not a `source`: the message is whole (an error chain would print it twice).
     #[error("HTTPS: {0}")]
     Tls(TlsConfigError),
-    #[error("the shown log {path}: {source}")]
+    #[error("the shown log {path}: {error}")]
     Log {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(
         "the viewers' controller {0}: a browser sends no P-ACKs; use min-buf, notsent-lowat or tcp"
@@ -140,34 +141,34 @@ impl Server {
         let http_listener =
             TcpListener::bind(cfg.http)
                 .await
-                .map_err(|source| ServeError::Http {
+                .map_err(|error| ServeError::Http {
                     addr: cfg.http,
-                    source,
+                    error,
                 })?;
         let ingest_listener = lowtide::listen(cfg.ingest, cfg.ingest_channel.clone())
             .await
-            .map_err(|source| ServeError::Ingest {
+            .map_err(|error| ServeError::Ingest {
                 addr: cfg.ingest,
-                source,
+                error,
             })?;
         let shown_log = match &cfg.shown_log {
-            Some(p) => Some(CsvShown::create(p).map_err(|source| ServeError::Log {
+            Some(p) => Some(CsvShown::create(p).map_err(|error| ServeError::Log {
                 path: p.clone(),
-                source,
+                error,
             })?),
             None => None,
         };
         let http_addr = http_listener
             .local_addr()
-            .map_err(|source| ServeError::Http {
+            .map_err(|error| ServeError::Http {
                 addr: cfg.http,
-                source,
+                error,
             })?;
         let ingest_addr = ingest_listener
             .local_addr()
-            .map_err(|source| ServeError::Ingest {
+            .map_err(|error| ServeError::Ingest {
                 addr: cfg.ingest,
-                source,
+                error,
             })?;
         let ctx = Arc::new(Ctx {
             hub: Arc::new(Hub::new(cfg.hub)),

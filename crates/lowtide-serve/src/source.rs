@@ -41,16 +41,44 @@ pub fn test_pattern_command(width: u32, height: u32, kbps: u32, frames: Option<u
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SourceError {
-    #[error("starting the source {cmd:?}: {source} (is it installed?)")]
-    Spawn { cmd: String, source: std::io::Error },
+    #[error("starting the source {cmd:?}: {error}{hint}", hint = spawn_hint(.error))]
+    Spawn { cmd: String, error: std::io::Error },
     #[error("reading the source: {0}")]
     Read(std::io::Error),
     #[error("the source's output is not H.264 Annex-B: {0}")]
-    Input(#[from] lowtide_media::encoded::input::InputError),
+    Input(lowtide_media::encoded::input::InputError),
     #[error(transparent)]
     Publish(#[from] PublishError),
-    #[error("the source exited ({0}); its errors are above")]
+    #[error("the source exited ({0}){hint}; its errors are above", hint = exit_hint(.0))]
     Exited(std::process::ExitStatus),
+}
+
+/// What to do when the source's program cannot be started.
+fn spawn_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => ": is it installed and on PATH?",
+        std::io::ErrorKind::PermissionDenied => ": is it executable?",
+        _ => "",
+    }
+}
+
+/// Exit status 127 is the shell's "command not found" (POSIX `sh`, "Command Search and
+/// Execution").
+fn exit_hint(status: &std::process::ExitStatus) -> &'static str {
+    if status.code() == Some(127) {
+        ": a program it runs was not found; install it (ffmpeg: apt-get install ffmpeg, \
+         gst-launch-1.0: apt-get install gstreamer1.0-tools)"
+    } else {
+        ""
+    }
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a printer
+// of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<lowtide_media::encoded::input::InputError> for SourceError {
+    fn from(e: lowtide_media::encoded::input::InputError) -> Self {
+        SourceError::Input(e)
+    }
 }
 
 /// Runs `cmd` (a shell command) and publishes its output at `path` until it exits.
@@ -72,7 +100,7 @@ pub async fn run_command(
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| SourceError::Spawn { cmd: shown, source })?;
+        .map_err(|error| SourceError::Spawn { cmd: shown, error })?;
     let mut out = child.stdout.take().expect("stdout is piped");
     let stream = hub.publish(path, Codec::H264)?;
     let result = pump(&hub, &stream, &mut out).await;

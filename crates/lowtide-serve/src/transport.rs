@@ -150,7 +150,15 @@ pub enum HandshakeError {
     #[error("TLS: {0}{hint}", hint = hint(.0))]
     Tls(rustls::Error),
     #[error("socket: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a printer
+// of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<io::Error> for HandshakeError {
+    fn from(e: io::Error) -> Self {
+        HandshakeError::Io(e)
+    }
 }
 
 impl From<rustls::Error> for HandshakeError {

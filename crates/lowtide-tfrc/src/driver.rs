@@ -29,17 +29,17 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] lowtide_proto::ConfigError),
     /// A socket call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Io {
         /// What was attempted.
         what: &'static str,
-        /// The system's error.
-        source: std::io::Error,
+        /// The system's error (shown in the message, so not a `source()` too).
+        error: std::io::Error,
     },
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
-    move |source| Error::Io { what, source }
+    move |error| Error::Io { what, error }
 }
 
 #[derive(Debug)]

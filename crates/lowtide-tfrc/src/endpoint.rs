@@ -154,13 +154,27 @@ pub enum Event {
 pub enum TfrcError {
     /// It could not be parsed.
     #[error("malformed datagram: {0}")]
-    Decode(#[from] DecodeError),
+    Decode(DecodeError),
     /// A feedback packet that cannot be true.
     #[error("bad feedback: {0}")]
-    Feedback(#[from] FeedbackError),
+    Feedback(FeedbackError),
     /// A data packet's sequence number jumped too far.
     #[error("data sequence number {} jumps more than allowed past {}", .0.seq, .0.highest)]
     SeqJump(SeqJump),
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a printer
+// of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<DecodeError> for TfrcError {
+    fn from(e: DecodeError) -> Self {
+        TfrcError::Decode(e)
+    }
+}
+
+impl From<FeedbackError> for TfrcError {
+    fn from(e: FeedbackError) -> Self {
+        TfrcError::Feedback(e)
+    }
 }
 
 /// Counters, by reason.

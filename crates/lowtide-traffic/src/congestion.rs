@@ -50,12 +50,12 @@ pub fn set_congestion_control<'s>(
     check_name(name)?;
     let sock: SockRef<'s> = socket.into();
     sock.set_tcp_congestion(name.as_bytes())
-        .map_err(|source| TrafficError::CongestionControl {
+        .map_err(|error| TrafficError::CongestionControl {
             algorithm: name.to_owned(),
             available: proc_line(PROC_AVAILABLE),
             allowed: proc_line(PROC_ALLOWED),
             default: proc_line(PROC_DEFAULT),
-            source,
+            error,
         })
 }
 

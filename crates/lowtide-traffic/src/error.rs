@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 pub enum TrafficError {
     /// `TCP_CONGESTION` could not be set on a socket.
     #[error(
-        "cannot set TCP congestion control {algorithm:?}: {source}; the algorithm must be \
+        "cannot set TCP congestion control {algorithm:?}: {error}; the algorithm must be \
          listed in /proc/sys/net/ipv4/tcp_available_congestion_control (here: {available}), \
          and any algorithm other than the kernel default ({default}) needs CAP_NET_ADMIN unless \
          it is listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (here: {allowed})"
@@ -24,9 +24,8 @@ pub enum TrafficError {
         allowed: String,
         /// The kernel default (`tcp_congestion_control`), or "unknown".
         default: String,
-        /// The error from `setsockopt`.
-        #[source]
-        source: io::Error,
+        /// The error from `setsockopt` (shown in the message, so not a `source()` too).
+        error: io::Error,
     },
     /// A congestion-control name that cannot be valid (empty, too long, odd characters).
     #[error(
@@ -59,15 +58,14 @@ pub enum TrafficError {
         allowed: &'static str,
     },
     /// A system call failed.
-    #[error("{what} ({addr}): {source}")]
+    #[error("{what} ({addr}): {error}")]
     Io {
         /// What was attempted.
         what: &'static str,
         /// The local or remote address involved.
         addr: SocketAddr,
-        /// The error.
-        #[source]
-        source: io::Error,
+        /// The error (shown in the message, so not a `source()` too).
+        error: io::Error,
     },
     /// The peer answered with something that is not our protocol.
     #[error("protocol error with {addr}: {what}")]
@@ -80,7 +78,7 @@ pub enum TrafficError {
 }
 
 impl TrafficError {
-    pub(crate) fn io(what: &'static str, addr: SocketAddr, source: io::Error) -> Self {
-        TrafficError::Io { what, addr, source }
+    pub(crate) fn io(what: &'static str, addr: SocketAddr, error: io::Error) -> Self {
+        TrafficError::Io { what, addr, error }
     }
 }

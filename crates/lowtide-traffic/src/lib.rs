@@ -30,6 +30,8 @@
 //! Bounds: every loop checks a [`Stop`] (a shared flag plus a deadline) at least every
 //! [`POLL_INTERVAL`]; flow counts, connections, per-flow tables and stored samples are capped.
 
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
+
 pub mod cbr;
 pub mod congestion;
 pub mod elephant;

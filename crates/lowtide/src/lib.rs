@@ -39,6 +39,7 @@
 //! Design notes: `docs/transport.md`; wire format: `docs/wire.md`.
 
 #![warn(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
 
 pub mod bench;
 pub mod channel;
@@ -52,7 +53,7 @@ mod tls;
 
 pub use channel::{connect, listen, ActiveFd, Channel, Listener, ReadGate};
 pub use config::ChannelConfig;
-pub use error::Error;
+pub use error::{Error, Mistake};
 pub use handles::{Messages, SendStream};
 /// The sans-IO core, for types not re-exported here.
 pub use lowtide_proto as proto;
@@ -81,6 +82,6 @@ pub fn current_thread_runtime() -> Result<tokio::runtime::Runtime, Error> {
         .build()
         .map_err(|e| Error::Io {
             what: "building a current-thread tokio runtime".into(),
-            source: std::sync::Arc::new(e),
+            error: std::sync::Arc::new(e),
         })
 }

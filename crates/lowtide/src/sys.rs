@@ -34,23 +34,22 @@ const SIOCOUTQNSD: libc::c_ulong = 0x894B;
 /// ```
 /// let e = lowtide::sys::outq(-1).unwrap_err();
 /// assert_eq!(e.to_string(), "ioctl(SIOCOUTQ) on fd -1: Bad file descriptor (os error 9)");
-/// assert_eq!(e.source.raw_os_error(), Some(9)); // EBADF
+/// assert_eq!(e.error.raw_os_error(), Some(9)); // EBADF
 /// ```
 #[derive(Debug, thiserror::Error)]
-#[error("{what}: {source}")]
+#[error("{what}: {error}")]
 pub struct SysError {
     /// The call, e.g. `setsockopt(TCP_CONGESTION, "cubic")`.
     pub what: String,
-    /// The OS error.
-    #[source]
-    pub source: io::Error,
+    /// The OS error (shown in the message, so not returned again by `source()`).
+    pub error: io::Error,
 }
 
 fn check(ret: libc::c_int, what: impl FnOnce() -> String) -> Result<libc::c_int, SysError> {
     if ret < 0 {
         Err(SysError {
             what: what(),
-            source: io::Error::last_os_error(),
+            error: io::Error::last_os_error(),
         })
     } else {
         Ok(ret)
@@ -722,8 +721,8 @@ pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
     // SAFETY: written by the kernel.
     let set = unsafe { set.assume_init() };
     let max = libc::CPU_SETSIZE as usize;
-    // SAFETY: `CPU_ISSET` reads the set within its size.
     Ok((0..max)
+        // SAFETY: `c` < CPU_SETSIZE, so `CPU_ISSET` reads within the set.
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect())
 }
@@ -739,7 +738,7 @@ pub fn pin_thread(cpu: usize) -> Result<(), SysError> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(SysError {
             what: format!("sched_setaffinity(cpu {cpu})"),
-            source: io::ErrorKind::InvalidInput.into(),
+            error: io::ErrorKind::InvalidInput.into(),
         });
     }
     let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();

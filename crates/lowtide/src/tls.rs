@@ -39,6 +39,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
+use lowtide_proto::wire::MAGIC;
 use lowtide_proto::{ConfigError, TcpState};
 
 use crate::error::Error;
@@ -278,6 +279,21 @@ impl Read for Socket<'_> {
     }
 }
 
+/// A [`Socket`] that keeps a copy of the first bytes read (up to the magic's length).
+struct FirstBytes<'a, 'b> {
+    socket: Socket<'a>,
+    first: &'b mut Vec<u8>,
+}
+
+impl Read for FirstBytes<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.socket.read(buf)?;
+        let keep = (MAGIC.len() - self.first.len()).min(n);
+        self.first.extend_from_slice(&buf[..keep]);
+        Ok(n)
+    }
+}
+
 impl Write for Socket<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.0.try_write(buf)
@@ -339,6 +355,8 @@ async fn drive_handshake(
     peer: SocketAddr,
 ) -> Result<u64, Error> {
     let mut sent = 0u64;
+    // The peer's first bytes: the lowtide magic there means it speaks plaintext lowtide.
+    let mut first = Vec::with_capacity(MAGIC.len());
     loop {
         while conn.wants_write() {
             match conn.write_tls(&mut Socket(stream)) {
@@ -357,7 +375,11 @@ async fn drive_handshake(
             .readable()
             .await
             .map_err(|e| Error::io("epoll(readable)", e))?;
-        match conn.read_tls(&mut Socket(stream)) {
+        let mut socket = FirstBytes {
+            socket: Socket(stream),
+            first: &mut first,
+        };
+        match conn.read_tls(&mut socket) {
             Ok(0) => {
                 return Err(Error::Tls(format!(
                     "{peer} closed the connection during the TLS handshake \
@@ -371,6 +393,9 @@ async fn drive_handshake(
         if let Err(e) = conn.process_new_packets() {
             // Tell the peer why (an alert), best effort.
             let _ = conn.write_tls(&mut Socket(stream));
+            if first.starts_with(&MAGIC) {
+                return Err(Error::PeerNotTls { peer });
+            }
             let hint = match e {
                 rustls::Error::InvalidCertificate(_) | rustls::Error::AlertReceived(_) => "",
                 _ => " (does the peer speak TLS 1.3?)",

@@ -523,7 +523,7 @@ async fn handshake(
 
 fn tls_error(r: &Result<lowtide::Channel, Error>) -> String {
     match r {
-        Err(e @ Error::Tls(_)) => e.to_string(),
+        Err(e @ (Error::Tls(_) | Error::PeerNotTls { .. })) => e.to_string(),
         Err(e) => panic!("not a TLS error: {e}"),
         Ok(_) => panic!("the handshake should fail"),
     }
@@ -553,17 +553,22 @@ async fn tls_bad_peers_get_clear_errors_without_hanging() {
     // A plaintext client on the TLS port: the server refuses it, the client's channel ends.
     let (c, s, _) = handshake(ChannelConfig::default(), tls_server.clone()).await;
     let e = tls_error(&s);
-    assert!(e.contains("TLS"), "{e}");
+    assert!(e.contains("plaintext lowtide, not TLS"), "{e}");
     let c = c.unwrap();
     tokio::time::timeout(Duration::from_secs(5), c.finished())
         .await
         .expect("the plaintext client's channel ends");
-    assert!(c.error().is_some());
+    let e = c.error().expect("the plaintext client's channel failed");
+    assert_eq!(e.mistake(), Some(lowtide::Mistake::PeerSpeaksTls), "{e}");
 
     // A TLS client to a plaintext server: an error within the handshake timeout.
     let (c, s, took) = handshake(tls_client(&ours), ChannelConfig::default()).await;
+    assert_eq!(
+        c.as_ref().err().and_then(Error::mistake),
+        Some(lowtide::Mistake::PeerSpeaksPlaintext)
+    );
     let e = tls_error(&c);
-    assert!(e.contains("TLS"), "{e}");
+    assert!(e.contains("plaintext lowtide, not TLS"), "{e}");
     assert!(took < Duration::from_secs(3), "{took:?}");
     let s = s.unwrap();
     tokio::time::timeout(Duration::from_secs(5), s.finished())

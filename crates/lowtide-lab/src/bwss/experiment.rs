@@ -35,7 +35,7 @@ impl Experiment for Bwss {
         let flag = |flag| {
             move |e: crate::scenario::ScenarioError| PlanError::FlagValue {
                 flag,
-                source: Box::new(e),
+                error: Box::new(e),
             }
         };
         if request.quick {

@@ -177,35 +177,34 @@ impl From<LabError> for RunError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
-    /// The kind's own checks refused the file; the source names the field, the value and what
-    /// is allowed.
-    #[error("checking scenario {}", file.display())]
+    /// The kind's own checks refused the file; `error` names the field, the value and what
+    /// is allowed. (Shown in the message, so not a `source()` too: a chain printer says it
+    /// once.)
+    #[error("checking scenario {}: {error}", file.display())]
     Scenario {
         file: std::path::PathBuf,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A flag this kind does not take, or a value outside what it allows.
     #[error("{0}")]
     Flag(String),
     /// A flag's value that made the scenario fail its checks (`--quick`'s form, `--runs`).
-    #[error("{flag}")]
+    #[error("{flag}: {error}")]
     FlagValue {
         flag: &'static str,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
 impl PlanError {
-    /// The kind's check of the request's file failed with `source`.
+    /// The kind's check of the request's file failed with `error`.
     pub fn scenario(
         request: &RunRequest,
-        source: impl std::error::Error + Send + Sync + 'static,
+        error: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         PlanError::Scenario {
             file: request.file.clone(),
-            source: Box::new(source),
+            error: Box::new(error),
         }
     }
 }

@@ -44,7 +44,7 @@ impl Resolved {
 #[non_exhaustive]
 pub enum KindError {
     #[error("the scenario does not parse: {0}")]
-    Toml(#[from] toml::de::Error),
+    Toml(toml::de::Error),
     #[error("kind = {value} is not a name: the known kinds are {}", known())]
     NotAName { value: String },
     #[error(
@@ -71,6 +71,14 @@ pub enum KindError {
         known()
     )]
     Ambiguous { sections: String },
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a printer
+// of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<toml::de::Error> for KindError {
+    fn from(e: toml::de::Error) -> Self {
+        KindError::Toml(e)
+    }
 }
 
 /// The kind of a scenario file's text: its `kind`, checked against the tables it has, or

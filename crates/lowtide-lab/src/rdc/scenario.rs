@@ -311,7 +311,7 @@ impl RdcMetric {
 /// A field outside what is allowed.
 #[derive(Debug, thiserror::Error)]
 pub enum RdcScenarioError {
-    #[error("{0}")]
+    #[error(transparent)]
     Toml(#[from] toml::de::Error),
     #[error("`{field}` = {value}: allowed is {allowed}")]
     Field {

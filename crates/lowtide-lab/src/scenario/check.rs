@@ -261,7 +261,7 @@ impl Scenario {
     ) -> Result<Plan, ScenarioError> {
         let plan = schedule
             .validate()
-            .map_err(|source| ScenarioError::Schedule { which, source })?;
+            .map_err(|error| ScenarioError::Schedule { which, error })?;
         for f in &plan.flows {
             if f.target >= hosts {
                 return Err(invalid(

@@ -25,10 +25,10 @@ pub enum ScenarioError {
     /// The topology's own check failed in a way that is not about one field.
     #[error("topology: {0}")]
     Topology(ConfigError),
-    #[error("{which}.{source}")]
+    #[error("{which}.{error}")]
     Schedule {
         which: &'static str,
-        source: ScheduleError,
+        error: ScheduleError,
     },
 }
 

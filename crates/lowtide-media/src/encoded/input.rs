@@ -156,9 +156,23 @@ pub enum InputError {
     #[error(transparent)]
     Detect(#[from] DetectError),
     #[error("Annex-B input: {0}")]
-    AnnexB(#[from] ReadError),
+    AnnexB(ReadError),
     #[error("IVF input: {0}")]
-    Ivf(#[from] IvfError),
+    Ivf(IvfError),
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a
+// printer of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<ReadError> for InputError {
+    fn from(e: ReadError) -> Self {
+        InputError::AnnexB(e)
+    }
+}
+
+impl From<IvfError> for InputError {
+    fn from(e: IvfError) -> Self {
+        InputError::Ivf(e)
+    }
 }
 
 #[derive(Debug, Clone)]

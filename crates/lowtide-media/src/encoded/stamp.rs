@@ -84,7 +84,7 @@ fn nal_units(data: &[u8]) -> Vec<Vec<u8>> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StampError {
     /// Not Annex-B (no start code, a forbidden sequence, an empty NAL unit).
-    #[error("{0}")]
+    #[error(transparent)]
     AnnexB(#[from] AnnexBError),
     /// A NAL unit whose header does not parse (forbidden bit set, too short).
     #[error("NAL unit {nal} of the access unit has no valid {codec:?} header")]

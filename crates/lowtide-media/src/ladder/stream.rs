@@ -23,10 +23,10 @@ use super::{Ladder, Switch, SwitchPolicy};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StreamError {
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Io {
         what: &'static str,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Wire(#[from] LadderWireError),
@@ -41,7 +41,7 @@ pub enum StreamError {
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> StreamError {
-    move |source| StreamError::Io { what, source }
+    move |error| StreamError::Io { what, error }
 }
 
 /// Clients served at once, at most (a thread each); more are refused.
@@ -117,7 +117,7 @@ pub fn serve(
             Err(e) => {
                 return Err(StreamError::Io {
                     what: "accepting",
-                    source: e,
+                    error: e,
                 })
             }
         }

@@ -28,7 +28,7 @@ pub enum LadderWireError {
     #[error("manifest version {0}: this client speaks version {VERSION}")]
     Version(u8),
     #[error("manifest: {0}")]
-    Ladder(#[from] LadderError),
+    Ladder(LadderError),
     #[error("switch request: {0}")]
     Switch(LadderError),
     #[error("unknown message tag {0:#04x}")]
@@ -37,6 +37,13 @@ pub enum LadderWireError {
     FrameTooLong { len: usize },
     #[error("media for rung {rung}, but the ladder has {len} rungs")]
     NoSuchRung { rung: u8, len: usize },
+}
+
+// `Ladder` shows the inner error, so `source()` does not return it again: `From` by hand.
+impl From<LadderError> for LadderWireError {
+    fn from(e: LadderError) -> Self {
+        LadderWireError::Ladder(e)
+    }
 }
 
 pub fn manifest(ladder: &Ladder) -> Vec<u8> {

@@ -101,10 +101,10 @@ pub enum TcpSourceError {
     Config(#[from] SourceConfigError),
     #[error("payload_bytes = {0}: allowed is 1 to 65536")]
     Payload(usize),
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Io {
         what: &'static str,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -124,15 +124,15 @@ pub fn run(
     let room = opts.source.buffer_packets as usize * opts.payload_bytes;
     socket2::SockRef::from(&*stream)
         .set_send_buffer_size(4 * room)
-        .map_err(|source| TcpSourceError::Io {
+        .map_err(|error| TcpSourceError::Io {
             what: "SO_SNDBUF",
-            source,
+            error,
         })?;
     stream
         .set_nonblocking(true)
-        .map_err(|source| TcpSourceError::Io {
+        .map_err(|error| TcpSourceError::Io {
             what: "non-blocking socket",
-            source,
+            error,
         })?;
     let mut source = LayeredSource::new(opts.source.clone(), Instant::now())?;
     let at = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
@@ -211,8 +211,8 @@ fn flush_until(
     record: &mut TcpSourceRecord,
 ) -> Result<bool, TcpSourceError> {
     match flush(stream, window_bytes, segments, held, record) {
-        Err(TcpSourceError::Io { source, .. })
-            if window::reset_at_end(&source, Instant::now(), end) =>
+        Err(TcpSourceError::Io { error, .. })
+            if window::reset_at_end(&error, Instant::now(), end) =>
         {
             Ok(true)
         }
@@ -234,7 +234,7 @@ fn flush(
             None => 0,
             Some(_) => lowtide::sys::outq(stream.as_raw_fd()).map_err(|e| TcpSourceError::Io {
                 what: "reading SIOCOUTQ",
-                source: e.source,
+                error: e.error,
             })?,
         };
         let n = window::room(window_bytes, u64::from(outq), left);
@@ -242,9 +242,9 @@ fn flush(
             return Ok(());
         }
         let done =
-            write_whole(stream, &segments[layer][..n]).map_err(|source| TcpSourceError::Io {
+            write_whole(stream, &segments[layer][..n]).map_err(|error| TcpSourceError::Io {
                 what: "writing a segment",
-                source,
+                error,
             })?;
         record.bytes_written += done as u64;
         if done < n {

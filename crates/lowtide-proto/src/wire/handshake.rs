@@ -177,6 +177,15 @@ mod tests {
             Hello::decode(b"HTTP/1.1"),
             Err(DecodeError::BadMagic(*b"HTTP"))
         );
+        // A TLS alert record (a TLS server's answer to our hello) is named as TLS.
+        let tls = Hello::decode(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32]).unwrap_err();
+        assert_eq!(
+            tls.to_string(),
+            "bad magic [15, 03, 03, 00]: a TLS record: the peer speaks TLS"
+        );
+        assert!(DecodeError::BadMagic(*b"HTTP")
+            .to_string()
+            .ends_with("peer does not speak lowtide"));
         assert_eq!(
             Hello::decode(b"LWTD\x09\x00"),
             Err(DecodeError::UnsupportedVersion(9))

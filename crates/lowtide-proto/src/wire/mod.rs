@@ -77,12 +77,43 @@ pub enum DecodeError {
     /// The close reason is not UTF-8.
     #[error("close reason is not UTF-8")]
     ReasonNotUtf8,
-    /// The handshake did not start with the lowtide magic.
-    #[error("bad magic {0:02x?}: peer does not speak lowtide")]
+    /// The handshake did not start with the lowtide magic. The message says when the bytes
+    /// are a TLS record's header (a peer that speaks TLS on the channel, this side not).
+    #[error("bad magic {0:02x?}: {speaks}", speaks = what_speaks(.0))]
     BadMagic([u8; 4]),
     /// The peer speaks a version we do not.
     #[error("unsupported protocol version {0} (we speak {VERSION})")]
     UnsupportedVersion(u8),
+}
+
+/// Whether a peer's first bytes are a TLS record's: its content type (20 to 23:
+/// change_cipher_spec, alert, handshake, application_data), then the major version 3
+/// (RFC 8446, section 5.1).
+fn is_tls_record(first: &[u8; 4]) -> bool {
+    (20..=23).contains(&first[0]) && first[1] == 3
+}
+
+impl DecodeError {
+    /// A [`DecodeError::BadMagic`] whose bytes are a TLS record's header: the peer speaks TLS
+    /// on a channel where this side does not.
+    ///
+    /// ```
+    /// use lowtide_proto::wire::DecodeError;
+    /// assert!(DecodeError::BadMagic([0x15, 0x03, 0x03, 0x00]).peer_speaks_tls()); // an alert
+    /// assert!(!DecodeError::BadMagic(*b"GET ").peer_speaks_tls());
+    /// ```
+    pub fn peer_speaks_tls(&self) -> bool {
+        matches!(self, DecodeError::BadMagic(m) if is_tls_record(m))
+    }
+}
+
+/// Whose first bytes these are, for [`DecodeError::BadMagic`].
+fn what_speaks(magic: &[u8; 4]) -> &'static str {
+    if is_tls_record(magic) {
+        "a TLS record: the peer speaks TLS"
+    } else {
+        "peer does not speak lowtide"
+    }
 }
 
 /// Internal parse outcome: either "need more bytes" or a hard error.

@@ -95,19 +95,15 @@ pub enum AgentError {
     Iptables { command: String, reason: String },
     #[error("NFQUEUE queue {queue} is in use by another program; pick another with --queue")]
     QueueInUse { queue: u16 },
-    #[error("{what} failed: {source}")]
-    System {
-        what: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{what} failed: {error}")]
+    System { what: String, error: io::Error },
     #[error("the agent thread panicked")]
     Panicked,
 }
 
 fn system(what: impl Into<String>) -> impl FnOnce(io::Error) -> AgentError {
     let what = what.into();
-    move |source| AgentError::System { what, source }
+    move |error| AgentError::System { what, error }
 }
 
 /// Stops a running agent from anywhere (another thread, a signal handler).
@@ -223,7 +219,7 @@ fn bind(num: u16, copy: u16, max_len: u32) -> Result<Bound, AgentError> {
         Some(libc::EPERM) => AgentError::NotPrivileged,
         _ => AgentError::System {
             what: "opening a netfilter netlink socket".into(),
-            source: e,
+            error: e,
         },
     })?;
     // Root was checked: the kernel answers EPERM when another socket owns the queue.
@@ -231,12 +227,12 @@ fn bind(num: u16, copy: u16, max_len: u32) -> Result<Bound, AgentError> {
         Some(libc::EPERM | libc::EBUSY) => AgentError::QueueInUse { queue: num },
         _ => AgentError::System {
             what: format!("binding NFQUEUE {num}"),
-            source: e,
+            error: e,
         },
     })?;
     let fd = netlink::queue_socket(num).ok_or_else(|| AgentError::System {
         what: format!("finding the socket of NFQUEUE {num}"),
-        source: io::Error::other("no netfilter socket of ours is listed for the queue"),
+        error: io::Error::other("no netfilter socket of ours is listed for the queue"),
     })?;
     let what = |s: &str| format!("setting {s} of NFQUEUE {num}");
     queue

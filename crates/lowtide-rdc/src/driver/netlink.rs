@@ -66,6 +66,7 @@ fn netlink_portid(fd: RawFd) -> Option<u32> {
     // SAFETY: a zeroed sockaddr_nl is valid; getsockname writes at most `len` bytes.
     let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+    // SAFETY: `addr` is writable for `len` bytes, and `len` is writable.
     let rc =
         unsafe { libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_nl).cast(), &mut len) };
     (rc == 0 && i32::from(addr.nl_family) == libc::AF_NETLINK).then_some(addr.nl_pid)
@@ -82,6 +83,7 @@ fn in_this_namespace(fd: RawFd) -> bool {
     if ns < 0 {
         return false;
     }
+    // SAFETY: `ns` is a new descriptor (checked non-negative) that nothing else owns.
     let ns = unsafe { OwnedFd::from_raw_fd(ns) };
     let theirs = std::fs::metadata(format!("/proc/self/fd/{}", ns.as_raw_fd()));
     let ours = std::fs::metadata("/proc/thread-self/ns/net");
@@ -132,6 +134,7 @@ impl StopFd {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: `fd` is a new descriptor (checked non-negative) that nothing else owns.
         Ok(StopFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
@@ -188,6 +191,7 @@ pub fn wait(fds: &[RawFd], stop: RawFd, timeout: Option<Duration>) -> io::Result
 pub fn thread_cpu_time() -> Duration {
     // SAFETY: a zeroed timespec is valid; clock_gettime writes into it.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid, writable timespec.
     if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
         return Duration::ZERO;
     }

@@ -45,13 +45,33 @@ pub enum ViewerEnd {
     #[error("the viewer's socket took nothing for {0:?} (a viewer that stopped reading)")]
     Stalled(Duration),
     #[error("the viewer broke the WebSocket protocol: {0}")]
-    Protocol(#[from] websocket::FrameError),
+    Protocol(websocket::FrameError),
     #[error("the viewer sent a bad report: {0}")]
-    BadReport(#[from] viewer_wire::ViewerWireError),
+    BadReport(viewer_wire::ViewerWireError),
     #[error("socket: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     #[error("the latency controller: {0}")]
     Controller(String),
+}
+
+// The messages above show the inner error, so `source()` does not return it again (a printer
+// of the whole chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<websocket::FrameError> for ViewerEnd {
+    fn from(e: websocket::FrameError) -> Self {
+        ViewerEnd::Protocol(e)
+    }
+}
+
+impl From<viewer_wire::ViewerWireError> for ViewerEnd {
+    fn from(e: viewer_wire::ViewerWireError) -> Self {
+        ViewerEnd::BadReport(e)
+    }
+}
+
+impl From<io::Error> for ViewerEnd {
+    fn from(e: io::Error) -> Self {
+        ViewerEnd::Io(e)
+    }
 }
 
 /// Where shown reports go besides the viewer's statistics (the lab's per-frame log).
