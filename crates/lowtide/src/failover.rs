@@ -45,6 +45,9 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// least [`OLD_PATH_MIN_WATCH`].
 const OLD_PATH_WATCH_THRESHOLDS: u32 = 4;
 const OLD_PATH_MIN_WATCH: Duration = Duration::from_secs(1);
+/// Abandoned connections kept open while the peer has not been heard since (see
+/// `ClientPaths::parked`).
+const PARKED_MAX: usize = 8;
 
 /// A nonzero channel token, random per process and call.
 pub(crate) fn random_token() -> u64 {
@@ -186,6 +189,11 @@ pub(crate) struct ClientPaths {
     results_tx: mpsc::UnboundedSender<(u64, Result<TcpStream, Error>)>,
     /// The connection abandoned at the last switch and until when it is read.
     old: Option<(TcpStream, Instant)>,
+    /// Connections abandoned at switches, no longer read but kept open until the peer is
+    /// heard on the connection in use: closing one earlier would tell the accepting side,
+    /// which follows only once the SWITCH arrives (on a path that may have been dark as long
+    /// as the old one), that the peer is gone, and it would end the channel.
+    parked: VecDeque<TcpStream>,
     /// Duplicate lane: one more connection is opened and handed to the driver as the lane.
     lane_wanted: bool,
     /// The lane, ready and not yet taken by the driver.
@@ -249,6 +257,7 @@ impl ClientPaths {
             results,
             results_tx,
             old: None,
+            parked: VecDeque::new(),
             lane_wanted,
             lane: None,
             lane_held: false,
@@ -341,6 +350,7 @@ impl ClientPaths {
     /// Keeps reading the connection just abandoned, for a while.
     pub fn watch_old(&mut self, old: TcpStream, now: Instant, threshold: Duration) {
         let watch = (threshold * OLD_PATH_WATCH_THRESHOLDS).max(OLD_PATH_MIN_WATCH);
+        self.end_old();
         self.old = Some((old, now + watch));
     }
 
@@ -348,8 +358,21 @@ impl ClientPaths {
         self.old.as_ref().map(|(s, _)| s)
     }
 
+    /// Stops reading the old connection; it stays open until the peer is heard on the
+    /// connection in use ([`Self::peer_heard`]; at most `PARKED_MAX` are kept).
     pub fn end_old(&mut self) {
-        self.old = None;
+        if let Some((s, _)) = self.old.take() {
+            if self.parked.len() == PARKED_MAX {
+                self.parked.pop_front();
+            }
+            self.parked.push_back(s);
+        }
+    }
+
+    /// Bytes arrived on the connection in use: the accepting side follows it (before a
+    /// SWITCH it writes nothing there but the hello's answer), so the abandoned ones close.
+    pub fn peer_heard(&mut self) {
+        self.parked.clear();
     }
 
     /// Waits for the next event (cancel-safe).

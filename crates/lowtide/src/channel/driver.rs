@@ -233,6 +233,9 @@ impl Driver {
             if let (Some(gate), true) = (&gate, n > 0) {
                 gate.consumed(Instant::now(), n);
             }
+            if let (Some(Paths::Client(p)), true) = (&mut self.paths, n > 0) {
+                p.peer_heard();
+            }
             if let Err(e) = handled {
                 log_protocol_error(&e);
                 // keep going: the CLOSE frame is staged and flushed by the write phase
