@@ -116,6 +116,26 @@ impl Host {
         cmd
     }
 
+    /// Runs `ip -n HOST ARGS` (policy routing, MPTCP endpoints: what rattan's netlink
+    /// helpers do not cover); an error carries the command and what `ip` printed.
+    pub fn ip(&self, args: &[&str]) -> Result<(), NetemError> {
+        let what = || format!("ip -n {} {}", self.name, args.join(" "));
+        let out = Command::new("ip")
+            .arg("-n")
+            .arg(&self.name)
+            .args(args)
+            .output()
+            .map_err(|e| NetemError::setup(what(), format!("{e} (install iproute2)")))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(NetemError::setup(
+                what(),
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ))
+        }
+    }
+
     /// Sets a sysctl of this host's network stack (`net.ipv4.tcp_ecn` → /proc/sys/net/ipv4/tcp_ecn).
     pub fn sysctl(&self, key: &str, value: &str) -> Result<(), NetemError> {
         let path = format!("/proc/sys/{}", key.replace('.', "/"));

@@ -116,13 +116,7 @@ pub fn describe_network(t: &TopologyConfig) -> String {
         let outages: String = l
             .outages
             .iter()
-            .map(|o| {
-                let what = match (o.kind, o.factor) {
-                    (lowtide_netem::OutageKind::Rate, Some(f)) => format!("rate x {f}"),
-                    (k, _) => format!("{k:?}").to_lowercase(),
-                };
-                format!(", {what} from {} s for {} s", o.at_s, o.for_s)
-            })
+            .map(|o| format!(", {} from {} s for {} s", o.describe(), o.at_s, o.for_s))
             .collect();
         format!(
             "{name} {:.1} Mbit/s, {} ms one way, {aqm} queue of {queue}{outages}",

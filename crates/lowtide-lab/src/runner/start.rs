@@ -291,22 +291,6 @@ pub(super) fn set_ecn(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Resul
 /// endpoint of the in-kernel path manager (`ip mptcp endpoint ... subflow [backup]`), so each
 /// MPTCP connection from path A adds a subflow on path B.
 pub(super) fn set_mptcp(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Result<(), LabError> {
-    let ip = |host: &Host, args: &[&str]| -> Result<(), LabError> {
-        let what = || format!("ip -n {} {}", host.name(), args.join(" "));
-        let out = std::process::Command::new("ip")
-            .arg("-n")
-            .arg(host.name())
-            .args(args)
-            .output()
-            .map_err(|e| LabError::io(what(), e))?;
-        if !out.status.success() {
-            return Err(LabError::io(
-                what(),
-                String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            ));
-        }
-        Ok(())
-    };
     let mut done = vec![];
     for &i in variants {
         let v = &s.variants[i];
@@ -326,7 +310,7 @@ pub(super) fn set_mptcp(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Res
         ];
         let tx = net.sender(v.sender);
         for host in [tx, net.receiver(s.application.receiver)] {
-            ip(host, &limits)?;
+            host.ip(&limits)?;
         }
         let (Some(addr), Some(dev)) = (tx.path_b_addr(), tx.path_b_device()) else {
             return Err(LabError::io(
@@ -339,7 +323,7 @@ pub(super) fn set_mptcp(s: &Scenario, net: &Dumbbell, variants: &[usize]) -> Res
         if mode == crate::scenario::MptcpMode::Backup {
             endpoint.push("backup");
         }
-        ip(tx, &endpoint)?;
+        tx.ip(&endpoint)?;
     }
     Ok(())
 }

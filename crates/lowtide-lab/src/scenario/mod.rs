@@ -295,10 +295,7 @@ impl Scenario {
                     link: name.to_string(),
                     from_s: o.at_s,
                     to_s: o.at_s + o.for_s,
-                    kind: match o.factor {
-                        Some(f) => format!("rate x {f}"),
-                        None => format!("{:?}", o.kind).to_lowercase(),
-                    },
+                    kind: o.describe(),
                 })
             })
             .collect()

@@ -48,7 +48,25 @@ pub enum OutageKind {
     Rate,
 }
 
+impl OutageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutageKind::Blackhole => "blackhole",
+            OutageKind::Down => "down",
+            OutageKind::Rate => "rate",
+        }
+    }
+}
+
 impl OutageConfig {
+    /// What it does, for reports: "blackhole", "down" or "rate x 0.1".
+    pub fn describe(&self) -> String {
+        match (self.kind, self.factor) {
+            (OutageKind::Rate, Some(f)) => format!("rate x {f}"),
+            (k, _) => k.as_str().to_string(),
+        }
+    }
+
     /// Checks one link's outages: each in range, `factor` only and always for `rate`, no two
     /// overlapping, and only blackholes on a trace link.
     pub fn validate_all(
@@ -94,7 +112,7 @@ impl OutageConfig {
             if trace_link && o.kind != OutageKind::Blackhole {
                 return Err(ConfigError::invalid(
                     name("kind"),
-                    format!("{:?}", o.kind).to_lowercase(),
+                    o.kind.as_str(),
                     "\"blackhole\" on a trace link (its capacity comes from the trace: \
                      write the outage into the trace)",
                 ));

@@ -7,9 +7,9 @@
 //!     …           │            reverse  router ← tap ← delay ← queue+AQM   │        …
 //! ```
 //!
-//! Each direction is a chain of rattan-core cells: our [`RateCell`] (the bottleneck queue
-//! drained at the link's rate or by its capacity trace), our [`DelayCell`], our
-//! [`LinkTap`] (random loss, counters, lateness, pcap), and rattan's
+//! Each direction is a chain of rattan-core cells: our [`RateCell`](crate::cells::rate::RateCell) (the bottleneck queue
+//! drained at the link's rate or by its capacity trace), our [`DelayCell`](crate::cells::delay::DelayCell), our
+//! [`LinkTap`](crate::tap::LinkTap) (random loss, counters, lateness, pcap), and rattan's
 //! router to the destination host's veth. Frames cross unchanged: each host has static
 //! neighbour entries with the far hosts' MAC addresses, as rattan's own environments do.
 //! Senders are 10.1.i.1, receivers 10.2.j.1, inside namespaces this process made.
@@ -50,21 +50,21 @@ use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
 use crate::access;
-use crate::aqm::{Aqm, Codel, Drd, DropTail, Rdc, Red};
-use crate::cells::delay::DelayCell;
 use crate::cells::guard::{Guarded, Watch};
-use crate::cells::rate::{Capacity, RateCell};
 use crate::cleanup;
-use crate::config::{AqmConfig, LinkConfig, PathConfig, TopologyConfig};
+use crate::config::{PathConfig, TopologyConfig};
 use crate::error::NetemError;
-use crate::failure::{Direction, FailureSlot, FailureWatch, Site};
+use crate::failure::{Direction, FailureWatch, Site};
 use crate::host::Host;
 use crate::link::Outages;
-use crate::queue::{LinkQueue, LinkQueueLimits};
 use crate::stats::LinkStats;
-use crate::tap::LinkTap;
 use crate::timing::{worker_runtime, Timing, WorkerInfo};
-use crate::trace::Trace;
+
+mod links;
+mod path_b;
+
+use links::{bottleneck_queue, build_direction, LinkParts, LinkPlan};
+use path_b::{path_b_addr, path_b_cell_id};
 
 pub(crate) type Core = RattanCore<AfPacketDriver>;
 
@@ -208,87 +208,6 @@ impl Dumbbell {
             host.sysctl("net.ipv4.tcp_no_metrics_save", "1")?;
         }
         self.start_emulator(emu, options)
-    }
-
-    /// Sender `i`'s interface on path B: 10.3.i.1, its own veth into the emulator.
-    fn second_interface(
-        &mut self,
-        id: &str,
-        i: usize,
-        host_ns: &Arc<NetNs>,
-        emu: &Arc<NetNs>,
-    ) -> Result<(Ipv4Addr, String), NetemError> {
-        let device = format!("lt{id}s{i}bh");
-        let pair = VethPairBuilder::new()
-            .name(device.clone(), format!("lt{id}s{i}be"))
-            .namespace(Some(host_ns.clone()), Some(emu.clone()))
-            .mac_addr(path_b_mac(i, 1).into(), path_b_mac(i, 2).into())
-            .ip_addr(
-                (IpAddr::V4(path_b_addr(i, 1)), 32),
-                (IpAddr::V4(path_b_addr(i, 2)), 32),
-            )
-            .build(i)
-            .map_err(|e| {
-                NetemError::setup(format!("creating the path B veth pair of sender {i}"), e)
-            })?;
-        self.veths_b.push(pair);
-        Ok((path_b_addr(i, 1), device))
-    }
-
-    /// Path B's routes: each receiver reaches 10.3.i.1 through its one veth; each sender
-    /// sends what leaves from 10.3.i.1 (or is bound to its second device) out of that device.
-    fn route_path_b(&self) -> Result<(), NetemError> {
-        let receivers = &self.veths[self.senders.len()..];
-        for (sender, b) in self.senders.iter().zip(&self.veths_b) {
-            let (addr, device) = sender.path_b.clone().expect("a path B interface");
-            for r in receivers {
-                let what = || format!("routing {device} to {}", r.left.ip_addr.0);
-                let dest = r.left.ip_addr.0.to_string();
-                let mac = r.left.mac_addr.to_string();
-                let ns = &sender.name;
-                for args in [
-                    vec!["route", "add", &dest, "dev", &device, "table", "100"],
-                    vec!["route", "add", &dest, "dev", &device, "metric", "100"],
-                    vec![
-                        "neigh",
-                        "replace",
-                        &dest,
-                        "lladdr",
-                        &mac,
-                        "dev",
-                        &device,
-                        "nud",
-                        "permanent",
-                    ],
-                ] {
-                    ip(ns, &args).map_err(|e| NetemError::setup(what(), e))?;
-                }
-                let what = || format!("routing {} to {addr}", r.left.name);
-                let (ns, index) = (r.left.namespace.clone(), r.left.index);
-                add_route_with_netns(
-                    (IpAddr::V4(addr), 32),
-                    None,
-                    index,
-                    ns.clone(),
-                    RouteScope::Link,
-                )
-                .map_err(|e| NetemError::setup(what(), e))?;
-                add_arp_entry_with_netns(IpAddr::V4(addr), b.left.mac_addr, index, ns)
-                    .map_err(|e| NetemError::setup(what(), e))?;
-            }
-            let from = addr.to_string();
-            ip(
-                &sender.name,
-                &["rule", "add", "from", &from, "lookup", "100"],
-            )
-            .map_err(|e| NetemError::setup(format!("a source rule for {addr}"), e))?;
-            // Replies on path B come from receivers that path A also routes: no reverse-path
-            // filter may drop them.
-            for dev in ["all", "default", device.as_str()] {
-                sender.sysctl(&format!("net.ipv4.conf.{dev}.rp_filter"), "0")?;
-            }
-        }
-        Ok(())
     }
 
     fn namespace(&mut self, name: &str) -> Result<Arc<NetNs>, NetemError> {
@@ -715,38 +634,6 @@ impl Side {
     }
 }
 
-/// Sender `i`'s path B address (`end` 1) and the emulator's side of it (2).
-fn path_b_addr(i: usize, end: u8) -> Ipv4Addr {
-    Ipv4Addr::new(10, 3, i as u8, end)
-}
-
-fn path_b_mac(i: usize, end: u8) -> [u8; 6] {
-    [0x38, 0x7e, 0x58, 3, i as u8, end]
-}
-
-fn path_b_cell_id(i: usize) -> String {
-    format!("s{i}b")
-}
-
-/// Runs `ip -n NS ARGS` (policy routing, which rattan's netlink helpers do not cover).
-fn ip(ns: &str, args: &[&str]) -> Result<(), String> {
-    let out = std::process::Command::new("ip")
-        .arg("-n")
-        .arg(ns)
-        .args(args)
-        .output()
-        .map_err(|e| format!("running ip (install iproute2): {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 pub(crate) fn veth_cell_id(side: u8, i: usize) -> String {
     format!("{}{i}", if side == 1 { "s" } else { "r" })
 }
@@ -794,208 +681,6 @@ fn emulator_runtime(
         .map_err(|e| NetemError::setup("starting the emulator thread", e))?
         .map_err(|e| NetemError::setup("starting the emulator", e))?;
     Ok((runtime, worker, thread))
-}
-
-fn aqm_for(
-    link: &LinkConfig,
-    name: &str,
-    rtt: Duration,
-    seed: u64,
-) -> Result<Box<dyn Aqm>, NetemError> {
-    let (min, max, hard) = link.aqm_thresholds(name, rtt)?;
-    Ok(match &link.aqm {
-        AqmConfig::DropTail => Box::new(DropTail),
-        AqmConfig::Red {
-            max_p,
-            weight,
-            gentle,
-            ecn,
-            mark_p,
-            ..
-        } => Box::new(
-            Red::new(
-                min,
-                max,
-                *max_p,
-                *weight,
-                *gentle,
-                *ecn,
-                link.nominal_rate_bps(),
-                seed,
-            )
-            .with_mark_p(*mark_p),
-        ),
-        AqmConfig::Drd { ecn, .. } => Box::new(Drd::new(min, max, hard, *ecn, seed)),
-        AqmConfig::Rdc(rdc) => Box::new(Rdc::new(rdc, link.nominal_rate_bps(), seed)),
-        AqmConfig::Codel {
-            target_ms,
-            interval_ms,
-            ecn,
-        } => Box::new(Codel::new(
-            Duration::from_secs_f64(target_ms / 1000.0),
-            Duration::from_secs_f64(interval_ms / 1000.0),
-            *ecn,
-        )),
-    })
-}
-
-/// What a direction's cells share.
-struct LinkParts {
-    direction: Direction,
-    /// "" for path A, "path B " for path B: the start of the cells' names in failures.
-    label: &'static str,
-    tail: crate::timer::WakeTail,
-    fault: Arc<AtomicBool>,
-    failures: Arc<FailureSlot>,
-    outages: Outages,
-}
-
-/// One direction of one path: its link, the cells that feed it and where it delivers.
-struct LinkPlan {
-    direction: Direction,
-    /// The cells' id prefix (`forward`, `reverse_b`, ...) and the pcap file's name.
-    name: String,
-    label: &'static str,
-    link: LinkConfig,
-    /// The path's base RTT, for queue limits and thresholds in BDPs.
-    rtt: Duration,
-    stats: Arc<LinkStats>,
-    /// Cells whose output enters this link.
-    entries: Vec<String>,
-    /// Destination host address and the cell that hands it its packets.
-    exits: Vec<(Ipv4Addr, String)>,
-    fault: Arc<AtomicBool>,
-    seed: u64,
-}
-
-/// Builds a direction's cells: rate (draining `queue`), propagation delay, tap and router.
-fn build_direction(
-    core: &mut Core,
-    plan: &LinkPlan,
-    queue: LinkQueue<StdPacket>,
-    parts: LinkParts,
-    options: &RunOptions,
-) -> Result<(), NetemError> {
-    let name = plan.name.as_str();
-    let what = || format!("building the emulator's {name}");
-    let failures = parts.failures.clone();
-    let (direction, label) = (parts.direction, parts.label);
-    let watch =
-        |cell: &str| Watch::inside(Site::new(direction, format!("{label}{cell}")), &failures);
-    build_link(core, name, &plan.link, queue, parts)?;
-    let tap_stats = plan.stats.clone();
-    let pcap = options
-        .pcap_dir
-        .as_ref()
-        .map(|d| d.join(format!("{name}.pcap")));
-    let (loss, seed) = (plan.link.loss, plan.seed);
-    let mut tap_err = None;
-    let tap_watch = watch("exit");
-    core.build_cell(format!("{name}_tap"), |rt: &tokio::runtime::Handle| {
-        let _rt = rt.enter();
-        let tap = LinkTap::<StdPacket>::new(loss, seed ^ 0x7a9, tap_stats, pcap.as_deref())
-            .map_err(|e| {
-                tap_err = Some(e.to_string());
-                rattan_core::error::Error::ConfigError(e.to_string())
-            })?;
-        Ok(Guarded::new(tap, tap_watch))
-    })
-    .map_err(|e| NetemError::setup(what(), tap_err.clone().unwrap_or(e.to_string())))?;
-    let receivers = plan
-        .exits
-        .iter()
-        .map(|(_, cell)| core.get_receiver(cell))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| NetemError::setup(what(), e))?;
-    let table = plan
-        .exits
-        .iter()
-        .enumerate()
-        .map(|(k, (addr, _))| RoutingEntry::new(ipnet::IpNet::from(IpAddr::V4(*addr)), Some(k)))
-        .collect();
-    let router_watch = watch("router");
-    core.build_cell(
-        format!("{name}_router"),
-        move |rt: &tokio::runtime::Handle| {
-            let _rt = rt.enter();
-            let router = RouterCell::<StdPacket, SimpleRoutingTable>::new(receivers, table)?;
-            Ok(Guarded::new(router, router_watch))
-        },
-    )
-    .map_err(|e| NetemError::setup(what(), e))?;
-    for entry in &plan.entries {
-        core.link_cell(entry.clone(), format!("{name}_bw"));
-    }
-    core.link_cell(format!("{name}_bw"), format!("{name}_delay"));
-    core.link_cell(format!("{name}_delay"), format!("{name}_tap"));
-    core.link_cell(format!("{name}_tap"), format!("{name}_router"));
-    Ok(())
-}
-
-/// A direction's bottleneck queue with its AQM.
-fn bottleneck_queue(
-    link: &LinkConfig,
-    name: &str,
-    rtt: Duration,
-    seed: u64,
-    stats: &Arc<LinkStats>,
-) -> Result<LinkQueue<StdPacket>, NetemError> {
-    let (packets, bytes) = link.queue_limit(rtt);
-    Ok(LinkQueue::new(
-        LinkQueueLimits { packets, bytes },
-        aqm_for(link, name, rtt, seed)?,
-        stats.clone(),
-    ))
-}
-
-/// The rate and delay cells of one direction, `{name}_bw` (draining `queue`) and
-/// `{name}_delay`.
-fn build_link(
-    core: &mut Core,
-    name: &str,
-    link: &LinkConfig,
-    queue: LinkQueue<StdPacket>,
-    parts: LinkParts,
-) -> Result<(), NetemError> {
-    let capacity = match &link.trace {
-        Some(path) => Capacity::Trace(Trace::load(path).map_err(|error| {
-            crate::error::ConfigError::Trace {
-                field: format!("{name}.trace"),
-                error,
-            }
-        })?),
-        None => Capacity::Constant {
-            bps: (link.rate_mbps.unwrap_or(0.0) * 1e6).round() as u64,
-        },
-    };
-    let err =
-        |e: rattan_core::error::Error| NetemError::setup(format!("building the {name} link"), e);
-    let label = parts.label;
-    let site = |cell: &str| {
-        Watch::inside(
-            Site::new(parts.direction, format!("{label}{cell}")),
-            &parts.failures,
-        )
-    };
-    let (rate_watch, tail, fault) = (site("rate"), parts.tail, parts.fault);
-    let outages = parts.outages;
-    core.build_cell(format!("{name}_bw"), move |rt: &tokio::runtime::Handle| {
-        let _rt = rt.enter();
-        let cell = RateCell::new(capacity, outages, queue, tail, fault)?;
-        Ok(Guarded::new(cell, rate_watch))
-    })
-    .map_err(err)?;
-    let delay = Duration::from_secs_f64(link.delay_ms / 1000.0);
-    let delay_watch = site("propagation delay");
-    core.build_cell(
-        format!("{name}_delay"),
-        move |rt: &tokio::runtime::Handle| {
-            let _rt = rt.enter();
-            Ok(Guarded::new(DelayCell::new(delay, tail)?, delay_watch))
-        },
-    )
-    .map_err(err)?;
-    Ok(())
 }
 
 /// Namespaces need CAP_SYS_ADMIN and devices CAP_NET_ADMIN; say so before trying.
