@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo build --release -p lowtide-bwss --example steering
-//! scripts/lt-timing ./target/release/examples/steering --rtt 20,200 --targets 0.1,1,10
+//! tools/lt-timing ./target/release/examples/steering --rtt 20,200 --targets 0.1,1,10
 //! ```
 //!
 //! Mechanisms (`--mech`), with `W` = target × RTT:

@@ -639,7 +639,7 @@ mod tests {
         (run.outside_kbps, b.status(Instant::now()).counters)
     }
 
-    /// The lab's "BWSS + outside" (`docs/bwss.md`, branch `bwss-start`): the video's
+    /// The lab's "BWSS + outside" (`docs/bwss.md`): the video's
     /// player on its 262 kbit/s rung (301 with the 1.15 × the lab's player asks) beside
     /// another host's download cannot reach its 520 kbit/s minimum even when the
     /// downloads give way; the yield is undone, and the video is capped at what it takes

@@ -58,7 +58,7 @@ pub struct RunArgs {
     variant: Vec<String>,
     /// Write every packet leaving the bottleneck, per trial, to OUT/pcap/trial-N/ (forward.pcap,
     /// reverse.pcap, start.txt: the trial's start on the pcap's wall clock); for
-    /// scripts/conference-split.py and scripts/stream-split.py. About 90 MB per minute at 12
+    /// crates/lowtide-lab/analysis/conference-split.py and crates/lowtide-lab/analysis/stream-split.py. About 90 MB per minute at 12
     /// Mbit/s.
     #[arg(long)]
     pcap: bool,

@@ -10,7 +10,7 @@ use lowtide_lab::runner::{self, LabOptions};
 use lowtide_lab::scenario::{Mode, Scenario};
 
 /// The bounds, and what eight quick runs measured on this kind of machine (2 cores, Linux 6.18,
-/// 2026-11-24, four other engineers' lab runs and compiles sharing the machine; `cargo test -p
+/// other lab runs and compiles sharing the machine; `cargo test -p
 /// lowtide-lab --test lab_run -- --nocapture` prints the `lab-run-measured` line). The demo's
 /// video (`mandelbrot-4layer`, 2.9 Mbit/s in four layers) needs more than a fair share, so both
 /// videos must adapt; with the lighter trace it had before (1.1 Mbit/s, at the fair share)

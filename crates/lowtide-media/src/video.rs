@@ -63,7 +63,7 @@ impl Video {
             .collect()
     }
 
-    /// Loads a trace CSV written by `scripts/make-traces.sh`: a header
+    /// Loads a trace CSV written by `traces/make-traces.sh`: a header
     /// `frame,layer0,layer1,…` then one line per frame with the bytes of each layer.
     pub fn from_csv(path: &Path, fps: f64) -> Result<Video, VideoError> {
         let text = std::fs::read_to_string(path).map_err(|e| VideoError::Read {
@@ -149,7 +149,7 @@ impl Video {
     }
 }
 
-/// The traces in `traces/` (made by `scripts/make-traces.sh`), by name.
+/// The traces in `traces/` (made by `traces/make-traces.sh`), by name.
 pub const BUILTIN_TRACES: [(&str, &str); 2] = [
     (
         "testsrc2-4layer",

@@ -18,7 +18,7 @@
 //!   TCP-friendliness comparison of several runs decides the default (one run each: TFRC's
 //!   share 0.56 of cubic's with it, 0.63 without, `docs/tfrc.md`).
 //! - Before the first report with a rate, `X_target` is the receive rate of the interval so far.
-//!   Until 2026-11-24 it was the larger of the last report's `X_recv` and the interval so far:
+//!   Not the larger of the last report's `X_recv` and the interval so far (as it once was):
 //!   for an application-limited stream whose first loss comes while the bottleneck queue
 //!   rises, that is below the stream's rate (77 kbit/s for the lab's 86 kbit/s rung), and
 //!   TFRC then ran below the stream for about two seconds (`docs/dbat.md`).

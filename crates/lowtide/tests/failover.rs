@@ -3,7 +3,7 @@
 //! test creates (and removes, also on panic).
 //!
 //! Needs root and `iptables` (`bash run.sh` installs it). Timing-sensitive: run under
-//! `scripts/lt-timing` on a shared machine.
+//! `tools/lt-timing` on a shared machine.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -52,8 +52,8 @@ const CHECK_CONGESTION_AT_S: usize = 3;
 
 /// Every established connection of the servers on `server` (the ladder server's and the
 /// HTTP server's ports) runs `declared`, as `ss -tin` shows it: a sender on the machine's
-/// default (BBR here) instead of the scenario's made every figure of this lab before
-/// 2026-11-24 (night) one of BBR senders.
+/// default (BBR on some machines) instead of the scenario's would make every figure of the
+/// run one of BBR senders, as it once did unnoticed.
 fn check_congestion(server: &Host, declared: &str) -> Result<(), LabError> {
     let what = format!(
         "checking the congestion control of the servers in {}",

@@ -196,25 +196,7 @@ fn write_folder(
         }
     }
     csv.flush().map_err(io(FLOWS_CSV))?;
-    if trials.iter().any(|t| !t.agent_delays.is_empty()) {
-        let mut csv = std::io::BufWriter::new(
-            std::fs::File::create(dir.join(AGENT_DELAYS_CSV)).map_err(io(AGENT_DELAYS_CSV))?,
-        );
-        writeln!(csv, "variant,t_s,receiver,remote_port,delay_ms,mark_share")
-            .map_err(io(AGENT_DELAYS_CSV))?;
-        for t in trials {
-            for d in &t.agent_delays {
-                writeln!(
-                    csv,
-                    "{},{:.3},{},{},{:.3},{:.4}",
-                    t.variant, d.t_s, d.receiver, d.remote_port, d.delay_ms, d.mark_share
-                )
-                .map_err(io(AGENT_DELAYS_CSV))?;
-            }
-        }
-        csv.flush().map_err(io(AGENT_DELAYS_CSV))?;
-    }
-    write_timing(dir, trials)?;
+    write_analysis_files(dir, trials)?;
     let panels: Vec<(String, Vec<&[u64]>)> = trials
         .iter()
         .map(|t| {
@@ -236,9 +218,36 @@ fn write_folder(
     std::fs::write(dir.join(REPORT), page).map_err(io(REPORT))
 }
 
-/// What the timing analysis of the queue reads (`scripts/rdc-queue-causes.py`):
+/// The files the analysers in `crates/lowtide-lab/analysis/` read of an RDC run (besides
+/// `layers.csv`): the agents' delays, and [`write_timing`]'s. Public so that their test
+/// writes a folder through these very writers.
+pub fn write_analysis_files(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabError> {
+    let io =
+        |name: &'static str| move |e: std::io::Error| LabError::io(format!("writing {name}"), e);
+    if trials.iter().any(|t| !t.agent_delays.is_empty()) {
+        let mut csv = std::io::BufWriter::new(
+            std::fs::File::create(dir.join(AGENT_DELAYS_CSV)).map_err(io(AGENT_DELAYS_CSV))?,
+        );
+        writeln!(csv, "variant,t_s,receiver,remote_port,delay_ms,mark_share")
+            .map_err(io(AGENT_DELAYS_CSV))?;
+        for t in trials {
+            for d in &t.agent_delays {
+                writeln!(
+                    csv,
+                    "{},{:.3},{},{},{:.3},{:.4}",
+                    t.variant, d.t_s, d.receiver, d.remote_port, d.delay_ms, d.mark_share
+                )
+                .map_err(io(AGENT_DELAYS_CSV))?;
+            }
+        }
+        csv.flush().map_err(io(AGENT_DELAYS_CSV))?;
+    }
+    write_timing(dir, trials)
+}
+
+/// What the timing analysis of the queue reads (`crates/lowtide-lab/analysis/rdc-queue-causes.py`):
 /// `queue.csv`, `releases.csv` (with an agent), `late-deliveries.csv`; times in µs from
-/// the flows' origin. And what the analysis of timeouts reads (`scripts/rdc-timeouts.py`):
+/// the flows' origin. And what the analysis of timeouts reads (`crates/lowtide-lab/analysis/rdc-timeouts.py`):
 /// `tcpinfo.csv` (s from the origin) and `drops.csv` (µs).
 fn write_timing(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabError> {
     let file = |name: &str| -> Result<_, LabError> {

@@ -249,7 +249,7 @@ pub struct BulkPair {
 /// to whichever thread was running there, to `ksoftirqd` when deferred, or to no thread on an
 /// idle CPU. The ends' own CPUs ([`MachineCpu::sender_side_s_per_gb`],
 /// [`MachineCpu::receiver_side_s_per_gb`]) say what each end costs only when each end's
-/// incoming segments are also processed on its own CPU: `scripts/bench-separate-ends.sh`
+/// incoming segments are also processed on its own CPU: `tools/bench-separate-ends.sh`
 /// runs the bench so (two CPUs, receive flow steering in a network namespace of its own).
 ///
 /// ```

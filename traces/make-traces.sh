@@ -19,7 +19,7 @@ for src in testsrc2 mandelbrot; do
   done
   out="traces/$src-4layer.csv"
   {
-    echo "# made by scripts/make-traces.sh: x264 CRF ${crfs[*]}, 640x360, 30 fps, GOP 30, 20 s"
+    echo "# made by traces/make-traces.sh: x264 CRF ${crfs[*]}, 640x360, 30 fps, GOP 30, 20 s"
     echo "frame,layer0,layer1,layer2,layer3"
     paste -d, "$tmp/$src-38.sizes" "$tmp/$src-32.sizes" "$tmp/$src-26.sizes" "$tmp/$src-20.sizes" |
       awk -F, '{ d1=$2-$1; d2=$3-$2; d3=$4-$3; if (d1<0) d1=0; if (d2<0) d2=0; if (d3<0) d3=0;

@@ -2,7 +2,7 @@
 """Makes the cellular-like capacity traces in traces/links/ (mahimahi format) and their README.
 
 Deterministic: a fixed seed per trace and only random.Random.random(), so the same Python 3
-writes the same files. Run from anywhere: python3 scripts/make-link-traces.py
+writes the same files. Run from anywhere: python3 traces/make-link-traces.py
 
 The model, per millisecond (one LTE transmission time interval):
 - a base rate that the trace's story sets (steady, a collapse, an outage, a slow ramp);
@@ -26,7 +26,7 @@ import random
 
 PERIOD_MS = 180_000
 PACKET_BITS = 1500 * 8
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "traces", "links")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "links")
 
 
 def steady(t_ms):
@@ -174,7 +174,7 @@ def main():
         print(f"wrote traces/links/{name}.mahi: {s['lines']} lines, {s['mean']:.2f} Mbit/s mean")
     with open(os.path.join(OUT, "README.md"), "w") as f:
         f.write("# Capacity traces (mahimahi format)\n\n")
-        f.write("Made by `scripts/make-link-traces.py` (deterministic, seeded; its docstring has the model).\n")
+        f.write("Made by `traces/make-link-traces.py` (deterministic, seeded; its docstring has the model).\n")
         f.write("Each line is a millisecond at which one 1500-byte packet may leave; repeated lines are\n")
         f.write("several packets in that millisecond; a trace loops, its last line is the period (3 minutes\n")
         f.write("for the cellular ones, 60 s and 30 s for the steps). Use one as a link's `trace = \"...\"` (see\n")

@@ -8,8 +8,8 @@
 # (the bench's `sender_side_s_per_gb` / `receiver_side_s_per_gb`) is what that end costs, as
 # when the two run on different hosts (docs/transport.md, "Which CPU per GB").
 #
-# Usage (root; on a shared machine under scripts/lt-timing):
-#   scripts/bench-separate-ends.sh [lowtide bench options...]
+# Usage (root; on a shared machine under tools/lt-timing):
+#   tools/bench-separate-ends.sh [lowtide bench options...]
 # LOWTIDE=path/to/lowtide selects the binary (default ./target/release/lowtide).
 # Changes nothing outside its namespace except net.core.rps_sock_flow_entries (RFS's global
 # table size, 0 by default: RFS then acts nowhere else), which it restores on exit.
