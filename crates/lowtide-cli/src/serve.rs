@@ -34,6 +34,28 @@ pub struct ServeArgs {
     /// one, printed at start).
     #[arg(long, env = "LOWTIDE_PUBLISH_TOKEN", hide_env_values = true)]
     publish_token: Option<String>,
+    /// Pull a stream from another `lowtide serve` and serve it again (this server is an edge
+    /// of that origin): lowtide://HOST:PORT/PATH, PORT being the origin's --ingest port.
+    /// Repeat for several streams. Pulled again after the origin's stream ends or fails.
+    #[arg(long, value_name = "URL")]
+    upstream: Vec<String>,
+    /// The relay token of the --upstream servers (their --relay-token).
+    #[arg(
+        long,
+        env = "LOWTIDE_UPSTREAM_TOKEN",
+        hide_env_values = true,
+        default_value = ""
+    )]
+    upstream_token: String,
+    /// The token edges must present to pull streams from this server with --upstream
+    /// (default: none, anyone who reaches --ingest may pull, as anyone may watch).
+    #[arg(
+        long,
+        env = "LOWTIDE_RELAY_TOKEN",
+        hide_env_values = true,
+        default_value = ""
+    )]
+    relay_token: String,
     /// Publish a local encoder's output: `test` (a GStreamer test pattern with a running
     /// clock) or a shell command writing H.264 Annex-B to its standard output.
     #[arg(long)]
@@ -114,6 +136,11 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         }
         other => other.map(str::to_owned),
     };
+    let upstreams = a
+        .upstream
+        .iter()
+        .map(|u| lowtide_serve::relay::Upstream::parse(u, &a.upstream_token))
+        .collect::<Result<Vec<_>, _>>()?;
     let cfg = ServeConfig {
         http: a.listen,
         tls: a
@@ -123,6 +150,13 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .map(|(c, k)| TlsFiles::new(c, k)),
         ingest: a.ingest,
         publish_token: token.clone(),
+        relay_token: a.relay_token.clone(),
+        pull: lowtide_serve::relay::PullServing {
+            budget: Duration::from_millis(a.latency_ms),
+            keyframe_request_interval: Duration::from_millis(a.keyframe_interval_ms),
+            ..Default::default()
+        },
+        upstreams: upstreams.clone(),
         hub: HubConfig {
             queue,
             max_viewers: a.max_viewers,
@@ -160,6 +194,12 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
                 format!(" --token {token}")
             }
         );
+        for u in &upstreams {
+            eprintln!(
+                "  pulling lowtide://{}/{} at {scheme}://{http}/watch/{}",
+                u.addr, u.path, u.path
+            );
+        }
         let src = source_cmd.map(|cmd| {
             eprintln!("  --source at {scheme}://{http}/watch/{}: {cmd}", a.source_path);
             let hub = server.hub().clone();

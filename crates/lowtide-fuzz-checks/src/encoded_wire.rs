@@ -4,14 +4,14 @@
 //! holds no more out-of-order bytes than its limit plus one unit. A publish message that
 //! decodes names a valid stream path (`check_stream_path`: 1 to 255 bytes of
 //! `[A-Za-z0-9._-/]`, no leading `/`, no empty, `.` or `..` segment) and re-encodes
-//! (`encode_publish`) to the bytes it was read from.
+//! (`encode_publish`) to the bytes it was read from; a pull message likewise (`encode_pull`).
 
 use std::time::{Duration, Instant};
 
 use lowtide_media::encoded::receiver::EncodedReceiver;
 use lowtide_media::encoded::wire::{
-    check_stream_path, decode, encode_publish, encode_start, encode_unit, StreamStart, WireMessage,
-    TAG_PUBLISH,
+    check_stream_path, decode, encode_publish, encode_pull, encode_start, encode_unit, StreamStart,
+    WireMessage, TAG_PUBLISH,
 };
 use lowtide_media::encoded::Codec;
 
@@ -34,6 +34,11 @@ pub fn check(data: &[u8]) {
             // Bytes after the token are not read: the message is the front of the input.
             assert_eq!(&data[..m.len()], &m[..]);
             assert_eq!(decode(&m), Ok(WireMessage::Publish { path, token }));
+        }
+        Ok(WireMessage::Pull { path, token }) => {
+            assert!(check_stream_path(path).is_ok(), "{path:?}");
+            let m = encode_pull(path, token).expect("a decoded pull re-encodes");
+            assert_eq!(&data[..m.len()], &m[..]);
         }
         _ => {}
     }

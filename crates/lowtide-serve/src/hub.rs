@@ -93,6 +93,7 @@ impl Default for HubConfig {
 #[derive(Debug)]
 pub struct Stream {
     pub path: String,
+    pub codec: lowtide_media::encoded::Codec,
     /// [`crate::viewer_wire::codec_byte`].
     pub codec_byte: u8,
     state: Mutex<StreamState>,
@@ -200,6 +201,7 @@ impl Hub {
         }
         let s = Arc::new(Stream {
             path: path.into(),
+            codec,
             codec_byte,
             state: Mutex::default(),
             ended: AtomicBool::new(false),

@@ -2,11 +2,13 @@
 //! token, [`lowtide_media::encoded::wire::encode_publish`]), then an encoded stream as
 //! `lowtide send --input --publish` and `lowtidesink publish=` send it. The units the
 //! server's own gate passes (a unit the publisher dropped takes what depends on it) go to the
-//! hub; viewers' keyframe wants go back to the publisher as keyframe requests.
+//! hub; viewers' keyframe wants go back to the publisher as keyframe requests. A channel
+//! whose first message is a pull message is a relay ([`crate::relay`]): it gets the stream.
 //!
 //! A peer is refused with the channel's close reason, which its error shows: no publish
 //! message within the first-message timeout, a wrong token, a path already published, a
-//! codec browsers cannot decode.
+//! codec browsers cannot decode; for a relay, a wrong relay token, no such stream, or the
+//! server's viewer limits.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +27,9 @@ use crate::wall_us;
 pub struct IngestConfig {
     /// The token a publish message must carry.
     pub token: String,
+    /// The token a relay's pull message must carry (empty: relays are as open as viewers).
+    pub relay_token: String,
+    pub pull: crate::relay::PullServing,
     /// A peer that sends no publish message and stream start within this is dropped.
     pub first_message_timeout: Duration,
     pub receive: ReceiveOptions,
@@ -36,6 +41,10 @@ pub mod close_code {
     pub const BAD_TOKEN: u64 = 11;
     pub const PATH_TAKEN: u64 = 12;
     pub const CODEC: u64 = 13;
+    /// A relay pulled a path no one publishes.
+    pub const NO_STREAM: u64 = 14;
+    /// A relay met the server's viewer limits.
+    pub const FULL: u64 = 15;
 }
 
 /// Why a publisher's session ended.
@@ -74,6 +83,17 @@ pub async fn publisher(ch: Channel, hub: Arc<Hub>, cfg: IngestConfig) -> Result<
                 return refuse(close_code::BAD_TOKEN, "wrong publish token".into()).await;
             }
             path.to_owned()
+        }
+        Ok(WireMessage::Pull { path, token }) => {
+            if !same_secret(token.as_bytes(), cfg.relay_token.as_bytes()) {
+                return refuse(
+                    close_code::BAD_TOKEN,
+                    "wrong relay token (an edge's --upstream-token must be this server's --relay-token)".into(),
+                )
+                .await;
+            }
+            let path = path.to_owned();
+            return crate::relay::serve_pull(ch, hub, &path, cfg.pull).await;
         }
         Ok(_) => {
             return refuse(
@@ -120,8 +140,9 @@ pub async fn publisher(ch: Channel, hub: Arc<Hub>, cfg: IngestConfig) -> Result<
     result.map_err(IngestError::from)
 }
 
-/// The stream's units into the hub; keyframe wants out to the publisher.
-async fn relay(
+/// The stream's units into the hub; keyframe wants out to the publisher (or, for a relay,
+/// to the server it pulls from).
+pub(crate) async fn relay(
     ch: &Channel,
     start: lowtide::Received,
     codec: Codec,

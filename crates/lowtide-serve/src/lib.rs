@@ -16,6 +16,8 @@
 //!   controller; [`http`], [`websocket`]: the request head and the WebSocket frames;
 //!   [`viewer_wire`]: the messages between the server and a viewer;
 //! - [`metrics`]: the Prometheus page; [`server`]: the listeners and routes;
+//! - [`relay`]: relay chains, an edge server pulling a stream from an origin over a lowtide
+//!   channel (`--upstream`) and the origin serving it as one more viewer;
 //! - [`client`]: a light viewer that times and checks units without decoding them.
 //!
 //! Design and numbers: `docs/serve.md`.
@@ -25,6 +27,7 @@ pub mod http;
 pub mod hub;
 pub mod ingest;
 pub mod metrics;
+pub mod relay;
 pub mod server;
 pub mod source;
 pub mod transport;

@@ -16,6 +16,7 @@ use crate::http::{self, Request};
 use crate::hub::{Hub, HubConfig, JoinError};
 use crate::ingest::{self, IngestConfig};
 use crate::metrics::{self, ServerCounters};
+use crate::relay::{PullServing, Upstream};
 use crate::transport::{self, TlsConfigError, TlsFiles, Transport};
 use crate::viewer::connection::{self, ShownRecord, ShownSink, ViewerEnd};
 use crate::viewer::ViewerConfig;
@@ -39,6 +40,15 @@ pub struct ServeConfig {
     pub ingest_channel: ChannelConfig,
     /// The token publishers must present.
     pub publish_token: String,
+    /// The token relays pulling from this server must present (empty: anyone may pull, as
+    /// anyone may watch).
+    pub relay_token: String,
+    /// How streams are served to relays that pull them.
+    pub pull: PullServing,
+    /// Streams this server pulls from other servers and serves again (an edge).
+    pub upstreams: Vec<Upstream>,
+    /// The channels to upstream servers.
+    pub upstream_channel: ChannelConfig,
     pub hub: HubConfig,
     pub viewer: ViewerConfig,
     /// A client that sends no complete request head within this is dropped (and, with TLS,
@@ -58,6 +68,10 @@ impl Default for ServeConfig {
             ingest: SocketAddr::from(([127, 0, 0, 1], 7000)),
             ingest_channel: ChannelConfig::default(),
             publish_token: String::new(),
+            relay_token: String::new(),
+            pull: PullServing::default(),
+            upstreams: Vec::new(),
+            upstream_channel: ChannelConfig::default(),
             hub: HubConfig::default(),
             viewer: ViewerConfig::default(),
             request_timeout: Duration::from_secs(5),
@@ -201,6 +215,8 @@ impl Server {
                         tokio::spawn(async move {
                             let icfg = IngestConfig {
                                 token: c.cfg.publish_token.clone(),
+                                relay_token: c.cfg.relay_token.clone(),
+                                pull: c.cfg.pull,
                                 first_message_timeout: c.cfg.first_message_timeout,
                                 receive: ReceiveOptions::default(),
                             };
@@ -221,11 +237,20 @@ impl Server {
                 }
             }
         });
+        let mut tasks = vec![http_task, ingest_task];
+        for up in &ctx.cfg.upstreams {
+            let pull = crate::relay::pull_forever(
+                up.clone(),
+                ctx.hub.clone(),
+                ctx.cfg.upstream_channel.clone(),
+            );
+            tasks.push(tokio::spawn(pull));
+        }
         Ok(Self {
             ctx,
             http_addr,
             ingest_addr,
-            tasks: vec![http_task, ingest_task],
+            tasks,
         })
     }
 

@@ -235,6 +235,11 @@ impl EncodedReceiver {
                     "a publish message, which goes to a server (lowtide serve)",
                 ));
             }
+            WireMessage::Pull { .. } => {
+                return Err(ReceiveError::OutOfSequence(
+                    "a pull message, which goes to a server (lowtide serve)",
+                ));
+            }
         }
         self.release(now);
         Ok(())

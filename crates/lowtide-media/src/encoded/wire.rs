@@ -11,6 +11,7 @@
 //! end:      0x23 | units u64
 //! keyframe: 0x24 | reason u8 | index u64 | dropped_since u64      (receiver to sender)
 //! publish:  0x25 | path_len u8 | path (UTF-8) | token_len u8 | token (UTF-8)
+//! pull:     0x26 | path_len u8 | path (UTF-8) | token_len u8 | token (UTF-8)
 //! ```
 //!
 //! - `codec`: 1 H.264, 2 H.265, 3 VP8, 4 VP9, 5 AV1. `kind`: 0 parameter sets, 1 keyframe,
@@ -30,6 +31,10 @@
 //! - `publish` comes before `start` on a stream sent to a server (`lowtide serve`): the
 //!   stream's path there and the publish token that allows it ([`encode_publish`]). A plain
 //!   receiver refuses it; the server reads it and hands the rest to its receiver.
+//! - `pull` is the first message a relay (`lowtide serve --upstream`) sends to another server:
+//!   the path of the stream it wants and the server's relay token. The server answers on
+//!   the same channel with that stream (`start`, units, `dropped`, `end`), and the relay's
+//!   keyframe requests go back to it ([`encode_pull`]).
 //!
 //! # When decoding fails
 //! [`decode`] never panics: a message shorter than its fixed part or its `count`, an unknown
@@ -51,6 +56,8 @@ pub const TAG_END: u8 = 0x23;
 pub const TAG_KEYFRAME_REQUEST: u8 = 0x24;
 /// Tag of a publish message (sender to a server, before [`TAG_START`]).
 pub const TAG_PUBLISH: u8 = 0x25;
+/// Tag of a pull message (a relay to the server it pulls a stream from).
+pub const TAG_PULL: u8 = 0x26;
 /// The header version this module writes and reads.
 pub const VERSION: u8 = 1;
 /// A unit message's header without the optional `pts`.
@@ -71,7 +78,7 @@ pub enum WireError {
     #[error("encoded-video message of {len} bytes ends inside its {what}")]
     Short { what: &'static str, len: usize },
     /// A tag none of [`TAG_START`], [`TAG_UNIT`], [`TAG_DROPPED`], [`TAG_END`],
-    /// [`TAG_KEYFRAME_REQUEST`].
+    /// [`TAG_KEYFRAME_REQUEST`], [`TAG_PUBLISH`], [`TAG_PULL`].
     #[error("unknown encoded-video message tag {0:#04x} (not an encoded-video stream?)")]
     UnknownTag(u8),
     /// A start message of another version.
@@ -86,8 +93,8 @@ pub enum WireError {
     /// A keyframe request's reason byte outside 0..=1.
     #[error("unknown keyframe request reason {0}")]
     UnknownReason(u8),
-    /// A publish message whose path or token is not UTF-8, or a path that is empty, holds
-    /// something other than `[A-Za-z0-9._-]` and `/`, or starts with `/`.
+    /// A publish or pull message whose path or token is not UTF-8, or a path that is empty,
+    /// holds something other than `[A-Za-z0-9._-]` and `/`, or starts with `/`.
     #[error("bad publish {what}: {why}")]
     BadPublish {
         what: &'static str,
@@ -133,6 +140,7 @@ pub enum WireMessage<'a> {
     End { units: u64 },
     KeyframeRequest(KeyframeRequest),
     Publish { path: &'a str, token: &'a str },
+    Pull { path: &'a str, token: &'a str },
 }
 
 fn codec_byte(c: Codec) -> u8 {
@@ -288,6 +296,23 @@ pub fn encode_keyframe_request(r: &KeyframeRequest) -> Vec<u8> {
 /// # Ok::<(), lowtide_media::encoded::wire::WireError>(())
 /// ```
 pub fn encode_publish(path: &str, token: &str) -> Result<Vec<u8>, WireError> {
+    encode_path_and_token(TAG_PUBLISH, path, token)
+}
+
+/// Encodes a pull message: what a relay asks of the server it pulls `path` from. Errors as
+/// [`encode_publish`] does.
+///
+/// ```
+/// use lowtide_media::encoded::wire::{decode, encode_pull, WireMessage};
+/// let m = encode_pull("cam/1", "")?;
+/// assert_eq!(decode(&m), Ok(WireMessage::Pull { path: "cam/1", token: "" }));
+/// # Ok::<(), lowtide_media::encoded::wire::WireError>(())
+/// ```
+pub fn encode_pull(path: &str, token: &str) -> Result<Vec<u8>, WireError> {
+    encode_path_and_token(TAG_PULL, path, token)
+}
+
+fn encode_path_and_token(tag: u8, path: &str, token: &str) -> Result<Vec<u8>, WireError> {
     check_stream_path(path)?;
     if token.len() > usize::from(u8::MAX) {
         return Err(WireError::BadPublish {
@@ -296,7 +321,7 @@ pub fn encode_publish(path: &str, token: &str) -> Result<Vec<u8>, WireError> {
         });
     }
     let mut out = Vec::with_capacity(3 + path.len() + token.len());
-    out.push(TAG_PUBLISH);
+    out.push(tag);
     out.push(path.len() as u8);
     out.extend_from_slice(path.as_bytes());
     out.push(token.len() as u8);
@@ -373,7 +398,8 @@ impl<'a> Cursor<'a> {
 /// Decodes one message (see the module doc for when it fails).
 pub fn decode(bytes: &[u8]) -> Result<WireMessage<'_>, WireError> {
     let mut c = Cursor { bytes, at: 0 };
-    match c.u8("tag")? {
+    let tag = c.u8("tag")?;
+    match tag {
         TAG_START => {
             let version = c.u8("version")?;
             if version != VERSION {
@@ -469,7 +495,7 @@ pub fn decode(bytes: &[u8]) -> Result<WireMessage<'_>, WireError> {
                 dropped_since,
             }))
         }
-        TAG_PUBLISH => {
+        TAG_PUBLISH | TAG_PULL => {
             let n = c.u8("path length")?;
             let path = std::str::from_utf8(c.take(usize::from(n), "path")?).map_err(|_| {
                 WireError::BadPublish {
@@ -485,7 +511,11 @@ pub fn decode(bytes: &[u8]) -> Result<WireMessage<'_>, WireError> {
                     why: "not UTF-8",
                 }
             })?;
-            Ok(WireMessage::Publish { path, token })
+            Ok(if tag == TAG_PUBLISH {
+                WireMessage::Publish { path, token }
+            } else {
+                WireMessage::Pull { path, token }
+            })
         }
         t => Err(WireError::UnknownTag(t)),
     }
