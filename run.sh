@@ -76,9 +76,15 @@ case "${1:-}" in
     cargo test --workspace --locked -- --test-threads=2
     ;;
   fuzz)
-    # A short coverage-guided run of every decoder's fuzz target (cargo-fuzz, libFuzzer): not
-    # part of `test`, because its result depends on time, not on the code alone.
+    # Coverage-guided fuzzing of every parser of outside bytes (cargo-fuzz, libFuzzer, built
+    # with AddressSanitizer, which also reports leaks): each target until it has run RUNS
+    # inputs or SECONDS have passed, whichever comes first. Not part of `test`: its result
+    # depends on time, not on the code alone. New inputs go to a scratch corpus (the committed
+    # seeds in fuzz/corpus/ are read, not written); a crash stops the target and is kept in
+    # fuzz/artifacts/. Ends with one line per target: executions, executions per second,
+    # coverage (libFuzzer's `cov`: edges reached) and peak memory.
     seconds="${2:-60}"
+    runs="${3:-10000000}"
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
     # cargo-fuzz needs a nightly compiler's -Z flags: nightly when rustup has it, else the
     # stable compiler with RUSTC_BOOTSTRAP (the same flags, without the nightly label).
@@ -88,10 +94,36 @@ case "${1:-}" in
       export RUSTC_BOOTSTRAP=1
       fuzz=(cargo fuzz)
     fi
+    # -O: optimised as shipped, without debug assertions (the corpus replay in `test` runs
+    # every input with overflow checks on).
+    "${fuzz[@]}" build -O
+    scratch="$(mktemp -d /tmp/lowtide-fuzz.XXXXXX)"
+    trap 'rm -rf "$scratch"' EXIT
+    summary="$scratch/summary"
+    failed=0
     for target in $("${fuzz[@]}" list); do
-      echo "fuzzing $target for ${seconds} s" >&2
-      "${fuzz[@]}" run "$target" -- -max_total_time="$seconds"
+      echo "fuzzing $target: up to $runs inputs or $seconds s" >&2
+      mkdir -p "$scratch/corpus/$target"
+      log="$scratch/$target.log"
+      if "${fuzz[@]}" run -O "$target" "$scratch/corpus/$target" "fuzz/corpus/$target" -- \
+          -runs="$runs" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=2048 \
+          >"$log" 2>&1; then
+        verdict=ok
+      else
+        verdict=FAILED
+        failed=1
+        tail -40 "$log" >&2
+      fi
+      execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+      rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+      rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+      cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+      printf '%-20s %12s %10s %8s %8s  %s\n' "$target" "${execs:-?}" "${rate:-?}" \
+        "${cov:-?}" "${rss:-?}" "$verdict" >>"$summary"
     done
+    printf '%-20s %12s %10s %8s %8s  %s\n' target executions "execs/s" edges "peak MB" result
+    cat "$summary"
+    exit "$failed"
     ;;
   miri)
     # Miri (rustc's interpreter that detects undefined behaviour: out-of-bounds or misaligned
@@ -106,7 +138,7 @@ case "${1:-}" in
     cargo +nightly miri test --locked -p lowtide-ffi --lib handles::tests
     ;;
   *)
-    echo "usage: bash run.sh demo | test | fuzz [SECONDS] | miri" >&2
+    echo "usage: bash run.sh demo | test | fuzz [SECONDS [RUNS]] | miri" >&2
     exit 2
     ;;
 esac

@@ -22,6 +22,10 @@ use clap::{Parser, Subcommand};
     about = "Low-latency adaptive streaming over TCP, and the lab that measures it"
 )]
 struct Cli {
+    /// Logs as JSON lines on standard error (one object per event: time, level, target,
+    /// fields), for a log collector; the level filter is RUST_LOG's (default: warnings).
+    #[arg(long, global = true)]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -67,18 +71,21 @@ enum Command {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                // tiny_skia warns of zero-length strokes (a one-run confidence whisker).
-                tracing_subscriber::EnvFilter::new(
-                    "warn,rattan_core=error,rattan_env=error,tiny_skia=error",
-                )
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        // tiny_skia warns of zero-length strokes (a one-run confidence whisker).
+        tracing_subscriber::EnvFilter::new(
+            "warn,rattan_core=error,rattan_env=error,tiny_skia=error",
+        )
+    });
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cli.log_json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     let role = match &cli.command {
         Command::Send(_) => advice::Role::Send,
         Command::Recv(_) => advice::Role::Recv,
