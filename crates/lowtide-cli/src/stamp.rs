@@ -20,12 +20,14 @@ use anyhow::{bail, Context};
 use clap::Args;
 use lowtide_lab::summary::LatencySummary;
 use lowtide_media::encoded::input::{InputFormat, UnitReader};
+use lowtide_media::encoded::ivf::write_ivf_frame;
 use lowtide_media::encoded::{stamp, Codec};
 use lowtide_media::wall_clock::now_us as wall_us;
 
 #[derive(Args)]
 pub struct StampArgs {
-    /// h264 or h265 (default: detected from the first bytes).
+    /// h264, h265 or ivf (AV1 in IVF; default: detected from the first bytes). VP8 and VP9
+    /// have no place for user data and are refused.
     #[arg(long)]
     format: Option<InputFormat>,
     /// Do not stamp: read the stamps, pass the stream through unchanged, and write a CSV line
@@ -59,6 +61,7 @@ pub fn run(args: StampArgs) -> anyhow::Result<i32> {
     };
     let mut latencies = Vec::new();
     let (mut units, mut stamped) = (0u64, 0u64);
+    let mut wrote_ivf_header = false;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match input.read(&mut buf) {
@@ -73,9 +76,17 @@ pub fn run(args: StampArgs) -> anyhow::Result<i32> {
         }
         .context("reading the encoded stream on standard input")?;
         if let Some(codec) = reader.codec() {
-            if !matches!(codec, Codec::H264 | Codec::H265) {
-                bail!("{codec:?} has no SEI to carry a stamp: only H.264 and H.265 are stamped");
+            if !matches!(codec, Codec::H264 | Codec::H265 | Codec::Av1) {
+                bail!("{codec:?} has no place for user data to carry a stamp: H.264, H.265 and AV1 are stamped");
             }
+        }
+        // IVF (AV1): the file header once, then each frame with its (new) size.
+        let ivf = reader.ivf_header();
+        if let (Some(h), false, None) = (ivf, wrote_ivf_header, &log) {
+            output
+                .write_all(&h.to_bytes())
+                .context("writing standard output")?;
+            wrote_ivf_header = true;
         }
         let (now, wall) = (Instant::now(), wall_us());
         if log.is_some() {
@@ -98,8 +109,15 @@ pub fn run(args: StampArgs) -> anyhow::Result<i32> {
                 }
                 None => {
                     stamped += u64::from(stamp::stamp(&mut u, at));
+                    let bytes = if ivf.is_some() {
+                        let mut framed = Vec::with_capacity(12 + u.data.len());
+                        write_ivf_frame(&mut framed, u.pts.unwrap_or(0), &u.data);
+                        framed
+                    } else {
+                        std::mem::take(&mut u.data)
+                    };
                     output
-                        .write_all(&u.data)
+                        .write_all(&bytes)
                         .context("writing standard output")?;
                 }
             }

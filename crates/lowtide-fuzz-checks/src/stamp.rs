@@ -8,16 +8,16 @@ pub fn check(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    let codec = if pick & 1 == 0 {
-        Codec::H264
-    } else {
-        Codec::H265
+    let codec = match pick % 3 {
+        0 => Codec::H264,
+        1 => Codec::H265,
+        _ => Codec::Av1,
     };
     let capture_us = u64::from(pick) << 32 | rest.len() as u64;
-    let _ = stamp::read_annexb(codec, rest);
-    if let Ok(Some(stamped)) = stamp::stamp_annexb(codec, rest, capture_us) {
+    let _ = stamp::read_unit_bytes(codec, rest);
+    if let Ok(Some(stamped)) = stamp::stamp_unit_bytes(codec, rest, capture_us) {
         assert_eq!(
-            stamp::read_annexb(codec, &stamped).ok().flatten(),
+            stamp::read_unit_bytes(codec, &stamped).ok().flatten(),
             Some(capture_us),
             "a stamped unit reads back its stamp"
         );

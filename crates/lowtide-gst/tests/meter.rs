@@ -291,6 +291,22 @@ fn h265_through_lowtide_every_decoded_frame_has_its_latency() {
 }
 
 #[test]
+fn av1_through_lowtide_every_decoded_frame_has_its_latency() {
+    setup_or_skip!();
+    require(&["videotestsrc", "av1enc", "av1parse", "av1dec", "fakesink"]);
+    let dir = scratch("av1-lowtide");
+    let (tx, rx) = through_lowtide(
+        "av1enc cpu-used=8 usage-profile=realtime end-usage=vbr target-bitrate=300 \
+         keyframe-max-dist=30 ! av1parse ! video/x-av1,stream-format=obu-stream,alignment=tu",
+        "av1dec",
+        &dir,
+    );
+    check_frames("av1 over lowtide", &tx, &rx, &dir.join("frames.csv"));
+    tx.set_state(gst::State::Null).unwrap();
+    rx.set_state(gst::State::Null).unwrap();
+}
+
+#[test]
 fn h264_through_gdppay_and_tcpserversink_is_measured_by_the_same_rule() {
     setup_or_skip!();
     require(&[

@@ -189,7 +189,7 @@ pub(crate) async fn relay(
 
 /// A received unit as the hub holds it: its in-band capture stamp read once here.
 pub fn hub_unit(u: OutputUnit, codec: Codec) -> HubUnit {
-    let capture_us = stamp::read_annexb(codec, &u.data)
+    let capture_us = stamp::read_unit_bytes(codec, &u.data)
         .ok()
         .flatten()
         .unwrap_or(0);

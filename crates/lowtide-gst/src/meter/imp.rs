@@ -165,7 +165,7 @@ impl BaseTransformImpl for LowtideMeter {
 
     fn set_caps(&self, incaps: &gst::Caps, _outcaps: &gst::Caps) -> Result<(), gst::LoggableError> {
         let codec = match caps::codec_of(incaps) {
-            Some(c @ (Codec::H264 | Codec::H265)) => Some(c),
+            Some(c @ (Codec::H264 | Codec::H265 | Codec::Av1)) => Some(c),
             Some(_) => return Err(gst::loggable_error!(CAT, "caps {} refused", incaps)),
             None => None,
         };
@@ -185,7 +185,7 @@ impl BaseTransformImpl for LowtideMeter {
         let (stamp_us, arrived_us, decoded_us) = match state.codec {
             Some(codec) => {
                 let read = match buf.map_readable() {
-                    Ok(map) => stamp::read_annexb(codec, &map),
+                    Ok(map) => stamp::read_unit_bytes(codec, &map),
                     Err(_) => Ok(None),
                 };
                 let stamp_us = match read {

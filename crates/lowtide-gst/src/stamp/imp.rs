@@ -48,6 +48,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub fn stamp_caps() -> gst::Caps {
     let mut c = caps::caps_for(Codec::H264, None);
     c.merge(caps::caps_for(Codec::H265, None));
+    c.merge(caps::caps_for(Codec::Av1, None));
     c
 }
 
@@ -142,7 +143,7 @@ impl BaseTransformImpl for LowtideStamp {
 
     fn set_caps(&self, incaps: &gst::Caps, _outcaps: &gst::Caps) -> Result<(), gst::LoggableError> {
         match caps::codec_of(incaps) {
-            Some(c @ (Codec::H264 | Codec::H265)) => {
+            Some(c @ (Codec::H264 | Codec::H265 | Codec::Av1)) => {
                 *lock(&self.codec) = Some(c);
                 Ok(())
             }
@@ -166,7 +167,7 @@ impl BaseTransformImpl for LowtideStamp {
                 gst::element_imp_error!(self, gst::StreamError::Failed, ("buffer not readable"));
                 gst::FlowError::Error
             })?;
-            stamp::stamp_annexb(codec, &map, now_us)
+            stamp::stamp_unit_bytes(codec, &map, now_us)
         };
         let stamped = match stamped {
             Ok(s) => s,
@@ -175,7 +176,7 @@ impl BaseTransformImpl for LowtideStamp {
                     self,
                     gst::StreamError::Decode,
                     (
-                        "lowtidestamp: the buffer at PTS {} is not an Annex-B {:?} access unit: {}",
+                        "lowtidestamp: the buffer at PTS {} is not a {:?} access unit (Annex-B, or AV1 OBUs with sizes): {}",
                         buf.pts().display(),
                         codec,
                         e

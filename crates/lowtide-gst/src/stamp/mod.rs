@@ -1,4 +1,4 @@
-//! `lowtidestamp`: stamps each H.264/H.265 access unit with the wall-clock instant it
+//! `lowtidestamp`: stamps each H.264/H.265 access unit or AV1 temporal unit with the wall-clock instant it
 //! reached the element, in band (`lowtide_media::encoded::stamp`), for `lowtidemeter` to read
 //! after the transport. Properties: `docs/video.md`.
 

@@ -11,8 +11,14 @@
 //!
 //! Why in band: the capture time must survive whatever carries the stream (a lowtide channel,
 //! GStreamer's `tcpserversink`, an MPEG-TS pipe) without each transport's own timestamps, which
-//! differ. Only H.264 and H.265 are stamped; VP8, VP9 and AV1 have no SEI (AV1's metadata OBUs
-//! could carry it; not built).
+//! differ.
+//!
+//! AV1 has no SEI; its stamp is a metadata OBU (AV1 Bitstream & Decoding Process
+//! Specification §5.8.1, `obu_type` 5) of an unregistered user private `metadata_type` (6):
+//! the same UUID and time, then trailing bits, placed just before the temporal unit's first
+//! frame (header) OBU. Decoders skip metadata they do not know (dav1d and libaom do: test
+//! `a_stamped_av1_stream_decodes_to_the_same_pictures` in `lowtide-cli`'s ffmpeg tests). VP8
+//! and VP9 have no place for user data in the frame and are not stamped.
 
 use super::access_unit::AccessUnit;
 use super::annexb::{write_nal, AnnexBError, AnnexBSplitter};
@@ -89,9 +95,15 @@ pub enum StampError {
     /// A NAL unit whose header does not parse (forbidden bit set, too short).
     #[error("NAL unit {nal} of the access unit has no valid {codec:?} header")]
     NalHeader { nal: usize, codec: Codec },
-    /// A codec without SEI.
-    #[error("{0:?} has no SEI to carry a stamp (only H.264 and H.265 are stamped)")]
+    /// A codec without a place for user data (VP8, VP9).
+    #[error(
+        "{0:?} has no place for user data to carry a stamp (H.264, H.265 and AV1 are stamped)"
+    )]
     Codec(Codec),
+    /// An AV1 temporal unit whose OBUs do not parse (a forbidden bit, a size past the end,
+    /// an OBU without its size field before the last).
+    #[error("AV1 OBU {obu} of the temporal unit: {why}")]
+    Obu { obu: usize, why: &'static str },
 }
 
 /// The NAL units of one Annex-B access unit, checked: every NAL unit has a header of `codec`.
@@ -106,6 +118,29 @@ fn checked_nal_units(codec: Codec, data: &[u8]) -> Result<Vec<Vec<u8>>, StampErr
         return Err(StampError::NalHeader { nal, codec });
     }
     Ok(v)
+}
+
+/// [`stamp`] on the bytes of one unit as a GStreamer buffer holds it: an Annex-B access unit
+/// of H.264 or H.265 (`alignment=au`, [`stamp_annexb`]), or an AV1 temporal unit of OBUs with
+/// size fields (`stream-format=obu-stream,alignment=tu`). `None`: left as it is (no picture,
+/// or stamped already). Bytes that are not a unit of `codec` are an error.
+pub fn stamp_unit_bytes(
+    codec: Codec,
+    data: &[u8],
+    capture_us: u64,
+) -> Result<Option<Vec<u8>>, StampError> {
+    match codec {
+        Codec::Av1 => av1_stamp(data, capture_us),
+        _ => stamp_annexb(codec, data, capture_us),
+    }
+}
+
+/// [`read`] on the bytes of one unit as [`stamp_unit_bytes`] takes them.
+pub fn read_unit_bytes(codec: Codec, data: &[u8]) -> Result<Option<u64>, StampError> {
+    match codec {
+        Codec::Av1 => Ok(av1_read(&av1_obus(data)?)),
+        _ => read_annexb(codec, data),
+    }
 }
 
 /// [`stamp`] on the bytes of one Annex-B access unit (a GStreamer buffer with
@@ -143,6 +178,15 @@ pub fn read_annexb(codec: Codec, data: &[u8]) -> Result<Option<u64>, StampError>
 /// without a picture (parameter sets alone), units already stamped and codecs without SEI are
 /// left as they are; returns whether the unit was stamped.
 pub fn stamp(unit: &mut AccessUnit, capture_us: u64) -> bool {
+    if unit.codec == Codec::Av1 {
+        return match av1_stamp(&unit.data, capture_us) {
+            Ok(Some(data)) => {
+                unit.data = data;
+                true
+            }
+            _ => false,
+        };
+    }
     let Some(sei) = stamp_nal(unit.codec, capture_us) else {
         return false;
     };
@@ -166,6 +210,9 @@ pub fn stamp(unit: &mut AccessUnit, capture_us: u64) -> bool {
 
 /// The capture time a unit's stamp carries, if it has one.
 pub fn read(unit: &AccessUnit) -> Option<u64> {
+    if unit.codec == Codec::Av1 {
+        return av1_obus(&unit.data).ok().and_then(|o| av1_read(&o));
+    }
     read_nals(unit.codec, &nal_units(&unit.data))
 }
 
@@ -203,6 +250,101 @@ fn read_sei(rbsp: &[u8]) -> Option<u64> {
         }
     }
     None
+}
+
+const OBU_METADATA: u8 = 5;
+const OBU_FRAME_HEADER: u8 = 3;
+const OBU_FRAME: u8 = 6;
+/// The first of AV1's unregistered user private metadata types.
+const METADATA_USER_PRIVATE: u8 = 6;
+
+/// The metadata OBU (header with size field, size, payload) that stamps `capture_us`.
+pub fn av1_stamp_obu(capture_us: u64) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(1 + PAYLOAD_LEN + 1);
+    payload.push(METADATA_USER_PRIVATE); // leb128 of 6: one byte
+    payload.extend_from_slice(&STAMP_UUID);
+    payload.extend_from_slice(&capture_us.to_be_bytes());
+    payload.push(0x80); // trailing_bits
+    let mut obu = vec![(OBU_METADATA << 3) | 0x02, payload.len() as u8];
+    obu.extend_from_slice(&payload);
+    obu
+}
+
+/// One OBU of a temporal unit: its type and its bytes (header, size and payload).
+struct Obu<'a> {
+    kind: u8,
+    bytes: &'a [u8],
+    payload: &'a [u8],
+}
+
+/// The OBUs of an AV1 temporal unit; every OBU but the last must carry its size.
+fn av1_obus(data: &[u8]) -> Result<Vec<Obu<'_>>, StampError> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() {
+        let obu = out.len();
+        let bad = |why| StampError::Obu { obu, why };
+        let h = rest[0];
+        if h & 0x80 != 0 {
+            return Err(bad("forbidden bit set"));
+        }
+        let mut at = 1 + usize::from(h & 0x04 != 0);
+        if at > rest.len() {
+            return Err(bad("ends inside its extension header"));
+        }
+        let size = if h & 0x02 != 0 {
+            let (v, n) = super::bits::leb128(&rest[at..]).ok_or(bad("bad or truncated size"))?;
+            at += n;
+            usize::try_from(v).map_err(|_| bad("size out of range"))?
+        } else {
+            rest.len() - at
+        };
+        let end = at.checked_add(size).filter(|&e| e <= rest.len());
+        let end = end.ok_or(bad("size runs past the end of the unit"))?;
+        out.push(Obu {
+            kind: (h >> 3) & 0x0f,
+            bytes: &rest[..end],
+            payload: &rest[at..end],
+        });
+        rest = &rest[end..];
+    }
+    Ok(out)
+}
+
+fn av1_read(obus: &[Obu<'_>]) -> Option<u64> {
+    obus.iter()
+        .filter(|o| o.kind == OBU_METADATA)
+        .find_map(|o| {
+            let p = o.payload;
+            (p.len() > PAYLOAD_LEN && p[0] == METADATA_USER_PRIVATE && p[1..17] == STAMP_UUID)
+                .then(|| {
+                    let mut us = [0u8; 8];
+                    us.copy_from_slice(&p[17..25]);
+                    u64::from_be_bytes(us)
+                })
+        })
+}
+
+fn av1_stamp(data: &[u8], capture_us: u64) -> Result<Option<Vec<u8>>, StampError> {
+    let obus = av1_obus(data)?;
+    if av1_read(&obus).is_some() {
+        return Ok(None);
+    }
+    let Some(first) = obus
+        .iter()
+        .position(|o| o.kind == OBU_FRAME || o.kind == OBU_FRAME_HEADER)
+    else {
+        return Ok(None);
+    };
+    let stamp = av1_stamp_obu(capture_us);
+    let mut out = Vec::with_capacity(data.len() + stamp.len());
+    for (i, o) in obus.iter().enumerate() {
+        if i == first {
+            out.extend_from_slice(&stamp);
+        }
+        out.extend_from_slice(o.bytes);
+    }
+    Ok(Some(out))
 }
 
 /// Emulation prevention (H.264 §7.4.1, H.265 §7.4.2): a 0x03 after two zero bytes when the
@@ -336,7 +478,54 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_av1_temporal_unit_gets_a_metadata_obu_before_its_frame() {
+        // Temporal delimiter, sequence header (3 bytes), frame (4 bytes), each with a size.
+        let td: &[u8] = &[0x12, 0x00];
+        let seq: &[u8] = &[0x0a, 0x03, 0x00, 0x00, 0x00];
+        let frame: &[u8] = &[0x32, 0x04, 0x10, 0x00, 0x00, 0x00];
+        let tu = [td, seq, frame].concat();
+        assert_eq!(read_unit_bytes(Codec::Av1, &tu), Ok(None));
+        let stamped = stamp_unit_bytes(Codec::Av1, &tu, 1_764_000_000_654_321)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            read_unit_bytes(Codec::Av1, &stamped),
+            Ok(Some(1_764_000_000_654_321))
+        );
+        let obu = av1_stamp_obu(1_764_000_000_654_321);
+        assert_eq!(stamped, [td, seq, &obu, frame].concat());
+        // Once only; a unit without a frame is left; a truncated OBU is an error naming it.
+        assert_eq!(stamp_unit_bytes(Codec::Av1, &stamped, 5), Ok(None));
+        assert_eq!(
+            stamp_unit_bytes(Codec::Av1, &[td, seq].concat(), 5),
+            Ok(None)
+        );
+        assert!(matches!(
+            stamp_unit_bytes(Codec::Av1, &[0x32, 0x09, 0x10], 5),
+            Err(StampError::Obu { obu: 0, .. })
+        ));
+        // The AccessUnit form, and the codecs without a place for it.
+        let mut u = unit(Codec::Av1, &[]);
+        u.data = tu.clone();
+        assert!(stamp(&mut u, 77));
+        assert_eq!(read(&u), Some(77));
+        assert_eq!(
+            read_unit_bytes(Codec::Vp9, &[0x82, 0x49]),
+            Err(StampError::Codec(Codec::Vp9))
+        );
+    }
+
     proptest! {
+        /// Arbitrary bytes as an AV1 temporal unit never panic, and a stamp reads back.
+        #[test]
+        fn arbitrary_av1_bytes_do_not_panic(body in proptest::collection::vec(any::<u8>(), 0..200), us in any::<u64>()) {
+            let _ = read_unit_bytes(Codec::Av1, &body);
+            if let Ok(Some(s)) = stamp_unit_bytes(Codec::Av1, &body, us) {
+                prop_assert_eq!(read_unit_bytes(Codec::Av1, &s), Ok(Some(us)));
+            }
+        }
+
         /// Any time round-trips, also those whose bytes need emulation prevention.
         #[test]
         fn any_time_round_trips(us in prop_oneof![any::<u64>(), (0u64..4).prop_map(|x| x << 8), Just(0u64)]) {
