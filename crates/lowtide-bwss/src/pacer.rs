@@ -52,18 +52,20 @@ impl Pacer {
             self.bucket = None;
             return None;
         }
-        let depth = slot.depth.load(Ordering::Relaxed).max(1);
+        let depth_bytes = slot.depth.load(Ordering::Relaxed).max(1);
         self.clamp_rtts = slot.clamp_milli_rtts.load(Ordering::Relaxed) as f64 / 1e3;
-        let (rate, depth) = (rate as f64, depth as f64);
+        let (rate, depth) = (rate as f64, depth_bytes as f64);
         let bucket = self
             .bucket
             .get_or_insert_with(|| TokenBucket::new(now, rate, depth));
         if bucket.rate != rate || bucket.depth != depth {
             bucket.set(now, rate, depth);
         }
-        let chunk = (rate * CHUNK_SECS).max(MIN_DEPTH).min(depth) as u64;
+        // Any process can write the slot: a depth above 2^53 is not exact as an f64 and
+        // could round up, so both are bounded by the integer the slot holds.
+        let chunk = ((rate * CHUNK_SECS).max(MIN_DEPTH).min(depth) as u64).min(depth_bytes);
         Some(Allowance {
-            bytes: bucket.available(now),
+            bytes: bucket.available(now).min(depth_bytes),
             chunk,
             ready: bucket.ready_at(now, chunk),
         })
@@ -120,6 +122,49 @@ impl Pacer {
         slot.bytes_read.fetch_add(n, Ordering::Relaxed);
         if let Some(b) = &mut self.bucket {
             b.take(now, n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// Found by the `bwss_slot` fuzz target: a hostile depth near 2^64 rounded up as an f64
+    /// and the allowance came out one byte over it.
+    #[test]
+    fn an_allowance_never_exceeds_the_depth_the_slot_holds() {
+        let z = || AtomicU64::new(0);
+        let slot = Slot {
+            inode: z(),
+            rate: z(),
+            depth: z(),
+            clamp_milli_rtts: z(),
+            bytes_read: z(),
+            bytes_arrived: z(),
+            arrived_at_ns: z(),
+            rtt_us: z(),
+        };
+        let now = Instant::now();
+        for depth in [
+            1,
+            1500,
+            1 << 53,
+            (1 << 53) + 1,
+            18_446_744_070_488_326_143,
+            u64::MAX,
+        ] {
+            slot.depth.store(depth, Ordering::Relaxed);
+            for rate in [1, 1_000_000, u64::MAX] {
+                slot.rate.store(rate, Ordering::Release);
+                let a = Pacer::default().allowance(&slot, now).expect("a rate");
+                assert!(
+                    a.bytes <= depth && a.chunk <= depth,
+                    "{a:?} from depth {depth}"
+                );
+                assert!(a.ready >= now);
+            }
         }
     }
 }
