@@ -341,11 +341,11 @@ mod tests {
         /// In proportion to what each flow may read (the downloads' rates also at most
         /// double per 200 ms); arrivals are reads.
         Proportional,
-        /// The lab's onset in the `bwss-min` runs: the downloads' windows keep their
+        /// The lab's onset in one set of runs (docs/notes/bwss.md): the downloads' windows keep their
         /// arrivals at what they read, so they lose nothing to the drop-tail queue; the
         /// video gets what the link leaves. Arrivals are reads.
         VideoLoses,
-        /// The lab's onset in main's run `main-1` (docs/bwss.md): the video keeps its
+        /// The lab's onset in a later run (docs/notes/bwss.md): the video keeps its
         /// rate and the losses fall on the downloads, which go on reading their budgets out of the
         /// [`BACKLOG`] waiting in their receive buffers until it is gone (while it is not
         /// full their windows let twice their budget arrive). The daemon hears their

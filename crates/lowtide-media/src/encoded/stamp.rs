@@ -316,12 +316,13 @@ fn av1_read(obus: &[Obu<'_>]) -> Option<u64> {
         .filter(|o| o.kind == OBU_METADATA)
         .find_map(|o| {
             let p = o.payload;
-            (p.len() > PAYLOAD_LEN && p[0] == METADATA_USER_PRIVATE && p[1..17] == STAMP_UUID)
-                .then(|| {
+            (p.len() > PAYLOAD_LEN && p[0] == METADATA_USER_PRIVATE && p[1..17] == STAMP_UUID).then(
+                || {
                     let mut us = [0u8; 8];
                     us.copy_from_slice(&p[17..25]);
                     u64::from_be_bytes(us)
-                })
+                },
+            )
         })
 }
 
