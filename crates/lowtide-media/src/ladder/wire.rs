@@ -37,6 +37,10 @@ pub enum LadderWireError {
     FrameTooLong { len: usize },
     #[error("media for rung {rung}, but the ladder has {len} rungs")]
     NoSuchRung { rung: u8, len: usize },
+    /// Rungs are named by their index in the manifest, lowest rate first: a manifest in
+    /// another order would have the client count every rung's bytes against another rung.
+    #[error("manifest: rung {index} ({bps} bit/s) is not above the rung before it; rates go lowest first")]
+    Unordered { index: usize, bps: u64 },
 }
 
 // `Ladder` shows the inner error, so `source()` does not return it again: `From` by hand.
@@ -202,12 +206,42 @@ fn parse_manifest(buf: &[u8]) -> Result<Option<Ladder>, LadderWireError> {
         .chunks_exact(8)
         .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
         .collect();
-    Ok(Some(Ladder::new(&rates)?))
+    let ladder = Ladder::new(&rates)?;
+    if let Some(index) = (1..rates.len()).find(|&i| rates[i] <= rates[i - 1]) {
+        return Err(LadderWireError::Unordered {
+            index,
+            bps: rates[index],
+        });
+    }
+    Ok(Some(ladder))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `media_wire` fuzz target: an unordered manifest was read as the sorted
+    /// ladder, so its rung indices named other rates than the sender's.
+    #[test]
+    fn a_manifest_out_of_order_is_refused() {
+        let mut m = vec![MANIFEST_TAG, VERSION, 2];
+        m.extend_from_slice(&262_000u64.to_be_bytes());
+        m.extend_from_slice(&60_000u64.to_be_bytes());
+        assert_eq!(
+            MediaParser::default().feed(&m),
+            Err(LadderWireError::Unordered {
+                index: 1,
+                bps: 60_000
+            })
+        );
+        // The same rates lowest first, as `manifest` writes them, are a ladder.
+        let mut p = MediaParser::default();
+        assert_eq!(
+            p.feed(&manifest(&Ladder::new(&[262_000, 60_000]).unwrap())),
+            Ok(())
+        );
+        assert_eq!(p.ladder().map(Ladder::len), Some(2));
+    }
 
     fn stream() -> Vec<u8> {
         let mut s = manifest(&Ladder::mehra());
