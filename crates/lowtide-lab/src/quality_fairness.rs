@@ -4,7 +4,7 @@
 //! over time while their bandwidth shares differ, because quality fairness advances a
 //! stream's virtual time by an indicator of application quality instead of by bytes.
 //!
-//! Here every ADU costs 1 (`lowtide_media::session::send_conference`), so under
+//! Here every ADU costs 1 (`crate::conference`'s sender), so under
 //! `Fairness::Quality` the channel's virtual-time scheduler gives every backlogged video the
 //! same ADU rate whatever its ADU size. From the ADUs of a run this module computes, per
 //! video, the frame rate and the share of the bytes that arrived: over the measurement window

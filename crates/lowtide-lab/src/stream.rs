@@ -6,11 +6,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lowtide::{Channel, ChannelConfig, Message, StreamConfig};
+use lowtide::Message;
 use lowtide_traffic::Stop;
 use serde::{Deserialize, Serialize};
 
-use crate::tcpinfo::{self, TcpTimeline};
+use crate::pipe::{Offer, PipeEvent, RecvPipe, SendPipe, Transport};
+use crate::tcpinfo::TcpTimeline;
 use crate::{clock, LabError};
 
 /// Payload of one message: one MSS of a 1500-byte MTU path. It starts with the send time
@@ -122,13 +123,6 @@ pub struct DeliveryErrors {
     pub unknown: u64,
 }
 
-pub(crate) fn transport(what: &str) -> impl FnOnce(lowtide::Error) -> LabError + '_ {
-    move |error| LabError::Transport {
-        what: what.to_string(),
-        error,
-    }
-}
-
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, LabError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -219,147 +213,18 @@ pub(crate) async fn stopped(stop: &Stop) {
     }
 }
 
-/// Connects to a stream receiver, retrying for 5 s while its listener comes up.
-pub(crate) async fn connect(dst: SocketAddr, cfg: ChannelConfig) -> Result<Channel, LabError> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match lowtide::connect(dst, cfg.clone()).await {
-            Ok(ch) => return Ok(ch),
-            Err(e) if Instant::now() < deadline => {
-                tracing::debug!("connect to {dst}: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => return Err(transport("connecting")(e)),
-        }
-    }
-}
-
-/// Accepts channels on `listener` until one delivers its first message, and returns it with
-/// that message. A peer that fails before (garbage, a wrong protocol, a close) is logged and
-/// the next connection accepted, so a bad peer cannot end the measurement.
-pub(crate) async fn accept_first(
-    listener: &lowtide::Listener,
-    deadline: Instant,
-    stop: &Stop,
-) -> Result<(Channel, lowtide::Received), LabError> {
-    let deadline_t = tokio::time::Instant::from_std(deadline);
-    loop {
-        let ch = tokio::select! {
-            r = listener.accept() => r.map_err(transport("accepting"))?,
-            _ = tokio::time::sleep_until(deadline_t) => {
-                return Err(LabError::io("accepting the measured stream", "no sender within the run"));
-            }
-            _ = stopped(stop) => return Err(LabError::Stopped),
-        };
-        let first = tokio::select! {
-            m = ch.recv() => m,
-            _ = tokio::time::sleep_until(deadline_t) => None,
-            _ = stopped(stop) => return Err(LabError::Stopped),
-        };
-        match first {
-            Some(m) => return Ok((ch, m)),
-            None => {
-                let why = ch.error().map_or_else(
-                    || "closed before its first message".to_string(),
-                    |e| e.to_string(),
-                );
-                tracing::warn!(peer = %ch.peer_addr(), "a peer of the measured stream failed: {why}; accepting the next");
-            }
-        }
-    }
-}
-
-/// Binds the measured stream's listener.
-pub(crate) async fn listen(
-    addr: SocketAddr,
-    cfg: ChannelConfig,
-) -> Result<lowtide::Listener, LabError> {
-    lowtide::listen(addr, cfg)
-        .await
-        .map_err(transport("listening"))
-}
-
-/// Measures a sender thread's [`SendCost`] from its creation to [`CostMeter::finish`].
-pub(crate) struct CostMeter(Option<(f64, f64)>);
-
-impl CostMeter {
-    pub(crate) fn start() -> Self {
-        Self(thread_cpu_s())
-    }
-
-    pub(crate) fn finish(&self, ch: &Channel, messages: u64) -> SendCost {
-        let stats = ch.stats();
-        let cpu = thread_cpu_s()
-            .zip(self.0)
-            .map(|((u1, s1), (u0, s0))| (u1 - u0, s1 - s0));
-        SendCost {
-            messages,
-            cpu_user_s: cpu.map(|c| c.0),
-            cpu_system_s: cpu.map(|c| c.1),
-            driver_wakeups: ch.driver_wakeups(),
-            write_calls: stats.write_calls,
-            bytes_written: stats.bytes_written,
-            controller_blocked: stats.controller_blocked,
-            failovers: stats.failovers,
-            false_failovers: stats.false_failovers,
-            stalls_held_by_acks: stats.stalls_held_by_acks,
-            reserve_held: stats.reserve_held,
-            reserve_bytes_used: stats.reserve_bytes_used,
-            copies_sent: stats.lane.copies_sent,
-            copy_bytes: stats.lane.copy_bytes,
-            copies_first: 0,
-            copies_late: 0,
-            quick_acks: 0,
-        }
-    }
-}
-
-/// The sender's `TCP_INFO` sampler, on the sender's runtime.
-pub(crate) struct Sampler {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<TcpTimeline>,
-}
-
-impl Sampler {
-    pub(crate) fn start(ch: &Channel, start: Instant) -> Self {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(tcpinfo::sample_until(ch.active_fd(), start, rx));
-        Self {
-            stop: Some(tx),
-            task,
-        }
-    }
-
-    /// Stops sampling (before the channel closes) and returns what was sampled.
-    pub(crate) async fn finish(mut self) -> TcpTimeline {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        self.task.await.unwrap_or_else(|e| TcpTimeline {
-            errors: 1,
-            first_error: Some(format!("the TCP_INFO sampler failed: {e}")),
-            ..TcpTimeline::default()
-        })
-    }
-}
-
-/// Ends a sender's channel gracefully: what is queued keeps flowing until `until` (the
-/// receiver's end) or the trial stops, so the receiver can still count it; then it closes.
-pub(crate) async fn finish_gracefully(ch: &Channel, until: Instant, stop: &Stop) {
-    tokio::select! {
-        _ = tokio::time::timeout_at(tokio::time::Instant::from_std(until), ch.flush()) => {}
-        _ = stopped(stop) => {}
-    }
-    ch.close(0, "measurement over").await;
-}
-
-/// Streams from `start` until `end`, then lets what is queued flow until `receive_end`;
-/// blocking (builds its own runtime), for a thread inside a sender host. Each message is
-/// [`MESSAGE_BYTES`], or with `one_segment` what fills exactly one segment with lowtide's
-/// frame header (`Channel::one_segment_payload`).
+/// Streams from `start` until `end` over any pipe, then lets what is queued flow until
+/// `receive_end`; blocking (builds its own runtime), for a thread inside a sender host.
+/// A message goes whenever the transport takes one (lowtide: `Channel::writable`; QUIC: a
+/// stream of its window; TFRC: a full buffer refuses it and the sender retries after
+/// 2 ms (`FULL_WAIT`), keeping the buffer full as a bulk sender does).
+///
+/// Each message is [`MESSAGE_BYTES`], except: with `one_segment` (lowtide), what fills exactly
+/// one segment with lowtide's frame header (`Channel::one_segment_payload`); over TFRC, at most
+/// one data packet (a bigger message would leave as a full packet and a tiny one).
 pub fn send(
     dst: SocketAddr,
-    cfg: ChannelConfig,
+    transport: Transport,
     one_segment: bool,
     start: Instant,
     end: Instant,
@@ -367,38 +232,43 @@ pub fn send(
     stop: Stop,
 ) -> Result<StreamSent, LabError> {
     runtime()?.block_on(async move {
-        let ch = connect(dst, cfg).await?;
-        let stream = ch
-            .open_stream(StreamConfig::default())
-            .map_err(transport("opening a stream"))?;
+        let mut pipe = SendPipe::connect(dst, transport, 1).await?;
         tokio::time::sleep_until(tokio::time::Instant::from_std(start)).await;
-        let sampler = Sampler::start(&ch, start);
-        let mut payload = vec![0x5a; MESSAGE_BYTES];
+        let waits = pipe.capabilities().waits_for_room;
+        let meter = pipe.start_meter(start);
+        let mut payload = vec![0x5a; message_bytes(&pipe, one_segment)];
         let mut sent_s = vec![];
         let mut written_s = vec![];
-        let meter = CostMeter::start();
         let end_t = tokio::time::Instant::from_std(end);
         loop {
+            if !waits && (Instant::now() >= end || stop.is_stopped()) {
+                break;
+            }
             tokio::select! {
-                r = ch.writable() => r.map_err(transport("waiting to write"))?,
+                r = pipe.writable() => r?,
                 _ = tokio::time::sleep_until(end_t) => break,
                 _ = stopped(&stop) => break,
             }
             if one_segment {
-                let n = ch.one_segment_payload(stream, 0).unwrap_or(MESSAGE_BYTES);
-                payload.resize(n.max(STAMP_BYTES), 0x5a);
+                payload.resize(message_bytes(&pipe, true), 0x5a);
             }
             let now = Instant::now();
             stamp(&mut payload, now, sent_s.len() as u64);
-            ch.send(stream, Message::new(payload.clone()))
-                .map_err(transport("sending"))?;
-            sent_s.push(now.saturating_duration_since(start).as_secs_f64());
-            note_writes(&ch, start, &mut written_s);
+            match pipe.send(Message::new(payload.clone()), end, &stop).await? {
+                Offer::Taken(_) => sent_s.push(now.saturating_duration_since(start).as_secs_f64()),
+                Offer::Full => tokio::time::sleep(FULL_WAIT).await,
+                // Not taken whole by the end: withdrawn, so no truncated message is delivered
+                // (it counts as undelivered, sent at the measurement's end).
+                Offer::CutOff => {
+                    sent_s.push(now.saturating_duration_since(start).as_secs_f64());
+                    break;
+                }
+            }
+            note_writes(pipe.events(), start, &mut written_s);
         }
-        let cost = meter.finish(&ch, sent_s.len() as u64);
-        let tcp = sampler.finish().await;
-        finish_gracefully(&ch, receive_end, &stop).await;
-        note_writes(&ch, start, &mut written_s);
+        let (cost, tcp) = pipe.stop_meter(meter, sent_s.len() as u64).await;
+        let late = pipe.finish(receive_end, &stop).await;
+        note_writes(late, start, &mut written_s);
         written_s.resize(sent_s.len(), None);
         Ok(StreamSent {
             cost,
@@ -409,13 +279,25 @@ pub fn send(
     })
 }
 
-/// Keeps the last write into the kernel of every message the channel reports written whole
-/// (`Event::Written`; a resent copy after a failover replaces the first), as seconds since
-/// `start`, at the message's number; drains the channel's other events.
-fn note_writes(ch: &Channel, start: Instant, written_s: &mut Vec<Option<f64>>) {
-    for e in ch.drain_events() {
-        if let lowtide::Event::Written { id, times } = e {
-            let (Some(w), Ok(k)) = (times.last_write, usize::try_from(id.seq)) else {
+/// How long a writer facing a full send buffer (TFRC) waits before it tries again.
+const FULL_WAIT: Duration = Duration::from_millis(2);
+
+/// Bytes of the next message (see [`send`]).
+fn message_bytes(pipe: &SendPipe, one_segment: bool) -> usize {
+    match pipe.packet_payload() {
+        Some(n) if one_segment => n.max(STAMP_BYTES),
+        Some(n) if matches!(pipe, SendPipe::Tfrc(_)) => n.min(MESSAGE_BYTES),
+        _ => MESSAGE_BYTES,
+    }
+}
+
+/// Keeps the last write into the kernel of every message the pipe reports written whole
+/// (a resent copy after a failover replaces the first), as seconds since `start`, at the
+/// message's number.
+fn note_writes(events: Vec<PipeEvent>, start: Instant, written_s: &mut Vec<Option<f64>>) {
+    for e in events {
+        if let PipeEvent::Written { id, last_write } = e {
+            let (Some(w), Ok(k)) = (last_write, usize::try_from(id.seq())) else {
                 continue;
             };
             if written_s.len() <= k {
@@ -450,31 +332,26 @@ pub(crate) fn stamped_sample(data: &[u8], at: Instant, start: Instant) -> Option
     ))
 }
 
-/// Accepts the stream on `addr` and reads until `end`; blocking, for a receiver host.
+/// Accepts the stream on `addr` over any pipe and reads until `end`; blocking, for a
+/// receiver host.
 pub fn receive(
     addr: SocketAddr,
-    cfg: ChannelConfig,
+    transport: Transport,
     start: Instant,
     end: Instant,
     stop: Stop,
 ) -> Result<Received, LabError> {
     runtime()?.block_on(async move {
-        let listener = listen(addr, cfg).await?;
-        let (ch, first) = accept_first(&listener, end, &stop).await?;
+        let mut pipe = RecvPipe::accept(addr, transport, MESSAGE_BYTES, end, &stop).await?;
         let mut out = Received::default();
-        let end_t = tokio::time::Instant::from_std(end);
-        let mut next = Some(first);
-        while let Some(msg) = next {
-            if let Some(x) = stamped_sample(&msg.data, msg.received_at, start) {
-                out.bytes += msg.data.len() as u64;
+        pipe.recv_until(end, &stop, |m| {
+            if let Some(x) = stamped_sample(&m.data, m.at, start) {
+                out.bytes += m.data.len() as u64;
                 out.messages.push(x);
             }
-            next = tokio::select! {
-                m = ch.recv() => m,
-                _ = tokio::time::sleep_until(end_t) => None,
-                _ = stopped(&stop) => None,
-            };
-        }
+        })
+        .await;
+        pipe.close().await;
         Ok(out)
     })
 }

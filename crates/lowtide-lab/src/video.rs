@@ -15,7 +15,8 @@ use lowtide_media::video::Video;
 use lowtide_traffic::Stop;
 use serde::{Deserialize, Serialize};
 
-use crate::stream::{self, CostMeter, Sample, Sampler, SendCost};
+use crate::pipe::lowtide::{self as channel, CostMeter, Sampler};
+use crate::stream::{self, Sample, SendCost};
 use crate::tcpinfo::TcpTimeline;
 use crate::LabError;
 
@@ -92,7 +93,7 @@ pub fn send(
     stop: Stop,
 ) -> Result<VideoSent, LabError> {
     stream::runtime()?.block_on(async move {
-        let ch = stream::connect(dst, cfg).await?;
+        let ch = channel::connect(dst, cfg).await?;
         let meter = CostMeter::start();
         let sampler = Sampler::start(&ch, start);
         let report = tokio::select! {
@@ -106,7 +107,7 @@ pub fn send(
             .sum();
         let cost = meter.finish(&ch, messages);
         let tcp = sampler.finish().await;
-        stream::finish_gracefully(&ch, receive_end, &stop).await;
+        channel::finish_gracefully(&ch, receive_end, &stop).await;
         Ok(VideoSent {
             cost,
             ledger: report.ledger,
@@ -126,8 +127,8 @@ pub fn receive(
     stop: Stop,
 ) -> Result<Playout, LabError> {
     stream::runtime()?.block_on(async move {
-        let listener = stream::listen(addr, cfg).await?;
-        let (ch, first) = stream::accept_first(&listener, end, &stop).await?;
+        let listener = channel::listen(addr, cfg).await?;
+        let (ch, first) = channel::accept_first(&listener, end, &stop).await?;
         let playout = tokio::select! {
             p = receive_video(&ch, Some(first), FPS, window_frames, tolerance, start, end, |_| {}) => p,
             _ = stream::stopped(&stop) => return Err(LabError::Stopped),

@@ -1,4 +1,4 @@
-//! The QUIC reference variant (`lowtide_lab::quic`) over loopback, without the emulator: the
+//! The QUIC reference variant (`lowtide_lab::pipe::quic`) over loopback, without the emulator: the
 //! latency stream delivers every message it sent exactly once, and the conference shows every
 //! frame with all its layers on an idle path.
 
@@ -6,8 +6,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lowtide_lab::conference::ConferenceApp;
-use lowtide_lab::quic::{self, Credentials, QuicConfig};
+use lowtide_lab::conference::{self, ConferenceApp};
+use lowtide_lab::pipe::quic::{Credentials, QuicConfig};
+use lowtide_lab::pipe::Transport;
 use lowtide_lab::stream;
 use lowtide_traffic::Stop;
 
@@ -31,11 +32,10 @@ fn the_latency_stream_over_quic_delivers_each_message_once() {
         Arc::new(AtomicBool::new(false)),
         receive_end + Duration::from_secs(2),
     );
-    let (rq, rcreds, rstop) = (q.clone(), creds.clone(), stop.clone());
-    let rx = std::thread::spawn(move || {
-        quic::receive_stream(addr, rq, rcreds, start, receive_end, rstop)
-    });
-    let sent = quic::send_stream(addr, q, creds, start, end, receive_end, stop).unwrap();
+    let (rx_t, rstop) = (Transport::Quic(q.clone(), creds.clone()), stop.clone());
+    let rx = std::thread::spawn(move || stream::receive(addr, rx_t, start, receive_end, rstop));
+    let tx_t = Transport::Quic(q, creds);
+    let sent = stream::send(addr, tx_t, false, start, end, receive_end, stop).unwrap();
     let received = rx.join().unwrap().unwrap();
     let (samples, errors) = stream::join_sent_and_received(&sent, &received, 1.5);
     assert!(
@@ -74,12 +74,15 @@ fn a_conference_over_quic_shows_every_frame_on_an_idle_path() {
         Arc::new(AtomicBool::new(false)),
         receive_end + Duration::from_secs(2),
     );
-    let (rq, rcreds, rstop) = (q.clone(), creds.clone(), stop.clone());
+    let (rx_t, rstop) = (Transport::Quic(q.clone(), creds.clone()), stop.clone());
+    let frames = conf.frames_in(1.0);
     let rx = std::thread::spawn(move || {
-        quic::receive_conference(addr, rq, rcreds, conf, start, receive_end, rstop)
+        conference::receive(addr, rx_t, vec![conf], frames, start, receive_end, rstop)
     });
-    let run = quic::send_conference(addr, q, creds, conf, start, end, receive_end, stop).unwrap();
-    let viewer = rx.join().unwrap().unwrap();
+    let tx_t = Transport::Quic(q, creds);
+    let run = conference::send(addr, tx_t, vec![conf], start, end, receive_end, stop).unwrap();
+    let seen = rx.join().unwrap().unwrap();
+    let viewer = &seen.viewers[0];
     assert_eq!(run.sent.frames, 30);
     assert_eq!(run.sent.written, run.sent.sent, "{:?}", run.sent);
     assert_eq!((viewer.duplicated, viewer.unknown), (0, 0));

@@ -20,8 +20,9 @@
 //!   within the threshold of its capture, with the enhancement layers whose whole prefix
 //!   arrived by then; the frame rate is shown frames per second ([`Viewer`]).
 //!
-//! Pure logic with explicit time; the two ends over a channel are in
-//! [`crate::session::send_conference`] and [`crate::session::receive_conference`].
+//! Pure logic with explicit time; the two ends over a transport are the lab's
+//! (`lowtide_lab::conference`, over lowtide's channel or QUIC); [`crate::session`] keeps the
+//! sender's counts ([`crate::session::ConferenceSent`]).
 //!
 //! Where we differ:
 //! - the paper gives neither ADU sizes nor frame dependencies: our ADUs are equal (the

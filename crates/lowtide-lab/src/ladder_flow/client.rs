@@ -13,7 +13,7 @@ use super::wire::encode_report;
 use super::{LadderApp, LadderSeen, LadderTransport};
 use crate::results::files::round_us;
 use crate::stream::{self, stopped};
-use crate::{tfrc_flow, LabError};
+use crate::LabError;
 
 /// The client's side of the media connection.
 enum ClientLink {
@@ -46,8 +46,8 @@ pub fn play(
         // connections and duplicate lane are accepted on it.
         let (link, first, _listener) = match transport {
             LadderTransport::Lowtide(cfg) => {
-                let listener = stream::listen(addr, *cfg).await?;
-                let (ch, m) = stream::accept_first(&listener, end, &stop).await?;
+                let listener = crate::pipe::lowtide::listen(addr, *cfg).await?;
+                let (ch, m) = crate::pipe::lowtide::accept_first(&listener, end, &stop).await?;
                 (
                     ClientLink::Lowtide(ch),
                     Some((m.data, m.received_at)),
@@ -55,7 +55,7 @@ pub fn play(
                 )
             }
             LadderTransport::Tfrc(cfg) => (
-                ClientLink::Tfrc(tfrc_flow::accept(addr, cfg, end, &stop).await?),
+                ClientLink::Tfrc(crate::pipe::tfrc::accept(addr, cfg, end, &stop).await?),
                 None,
                 None,
             ),

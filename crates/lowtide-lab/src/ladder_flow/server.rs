@@ -18,9 +18,10 @@ use super::{
     FrameSent, LadderApp, LadderSent, LadderTransport, PolicyKind, SignalCounts, SwitchRecord,
     TransportSample,
 };
+use crate::pipe::{lowtide as channel, tfrc};
 use crate::results::files::round_us;
 use crate::stream::{self, stopped};
-use crate::{tfrc_flow, LabError};
+use crate::LabError;
 
 /// Transport samples kept per variant, at most (one per report: 90 in the paper's run).
 const MAX_TRANSPORT_SAMPLES: usize = 100_000;
@@ -52,9 +53,9 @@ impl ServerLink {
                 match tokio::time::timeout(Duration::ZERO, ch.writable()).await {
                     Err(_) => Ok(false),
                     Ok(r) => {
-                        r.map_err(stream::transport("waiting to write"))?;
+                        r.map_err(channel::transport("waiting to write"))?;
                         ch.send(*stream, lowtide::Message::new(data))
-                            .map_err(stream::transport("sending a frame"))?;
+                            .map_err(channel::transport("sending a frame"))?;
                         Ok(true)
                     }
                 }
@@ -229,7 +230,7 @@ pub fn serve(
             _ = tokio::time::sleep_until(session_start.into()) => {}
             _ = stopped(&stop) => return Err(LabError::Stopped),
         }
-        let meter = stream::CostMeter::start();
+        let meter = channel::CostMeter::start();
         let kind = transport.policy();
         let (link, sampler) = match &transport {
             LadderTransport::Lowtide(cfg) => {
@@ -239,11 +240,11 @@ pub fn serve(
                     lowtide::ControllerConfig::Dbat(d) => Some(d),
                     _ => None,
                 };
-                let ch = stream::connect(dst, *cfg).await?;
+                let ch = channel::connect(dst, *cfg).await?;
                 let stream = ch
                     .open_stream(StreamConfig::default())
-                    .map_err(stream::transport("opening a stream"))?;
-                let sampler = stream::Sampler::start(&ch, start);
+                    .map_err(channel::transport("opening a stream"))?;
+                let sampler = channel::Sampler::start(&ch, start);
                 (
                     ServerLink::Lowtide {
                         ch,
@@ -255,7 +256,7 @@ pub fn serve(
                 )
             }
             LadderTransport::Tfrc(cfg) => {
-                (ServerLink::Tfrc(tfrc_flow::connect(dst, *cfg).await?), None)
+                (ServerLink::Tfrc(tfrc::connect(dst, *cfg).await?), None)
             }
         };
         let now = Instant::now();
@@ -368,9 +369,9 @@ pub fn serve(
         }
         match &link {
             ServerLink::Lowtide { ch, .. } => {
-                stream::finish_gracefully(ch, receive_end, &stop).await
+                channel::finish_gracefully(ch, receive_end, &stop).await
             }
-            ServerLink::Tfrc(s) => tfrc_flow::finish(s, receive_end, &stop).await,
+            ServerLink::Tfrc(s) => tfrc::finish(s, receive_end, &stop).await,
         }
         Ok(out)
     })

@@ -7,7 +7,6 @@ use super::LabOptions;
 use crate::render::SCENARIO;
 use crate::results::{SummaryInputs, VariantInfo, VideoInfo, Window};
 use crate::scenario::{ApplicationKind, Checked, Scenario};
-use crate::tfrc_flow;
 
 /// What the summary needs besides the records: the scenario as it ran, in words, and the
 /// provenance (with `extra` lines such as the machine's timer noise).
@@ -28,7 +27,7 @@ pub fn summary_inputs(
                     "QUIC (quinn), send window {} KB",
                     q.send_window_bytes / 1024
                 ),
-                _ if v.tfrc.is_some() => tfrc_flow::describe(v.tfrc.as_ref()),
+                _ if v.tfrc.is_some() => crate::pipe::tfrc::describe(v.tfrc.as_ref()),
                 (None, Some(b)) => format!("{}, SO_SNDBUF {b}", controller_name(&v.controller)),
                 (None, None) => controller_name(&v.controller),
             },

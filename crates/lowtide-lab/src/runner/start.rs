@@ -1,5 +1,5 @@
-//! A trial's threads started: sinks, measured streams (QUIC's two ends among them), floor
-//! probe, cross traffic; and the host settings of its variants.
+//! A trial's threads started: sinks, measured applications over their variant's transport,
+//! floor probe, cross traffic; and the host settings of its variants.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -13,53 +13,73 @@ use lowtide_traffic::Stop;
 use super::threads::{traffic_err, Sinks};
 use super::trial::TrialThreads;
 use super::{Measured, Task, FLOOR_PORT, GRACE};
-use crate::scenario::{ApplicationKind, Checked, NetPath, Scenario, Variant, STREAM_PORT};
+use crate::pipe::quic::Credentials;
+use crate::pipe::Transport;
+use crate::scenario::{
+    ApplicationKind, Checked, NetPath, Scenario, Variant, VariantTransport, STREAM_PORT,
+};
 use crate::stream::{self};
-use crate::{conference, floor, ladder_flow, live_video, quic, tfrc_flow, video, LabError};
+use crate::{conference, floor, ladder_flow, live_video, video, LabError};
 
-/// Starts a QUIC variant's two ends (`crate::quic`).
-#[allow(clippy::too_many_arguments)]
-fn start_quic(
+/// lowtide's channel settings of a variant's two ends (sender, receiver) in this trial: the
+/// variant's ([`Variant::transport`]) with what the trial decides: the topology's congestion
+/// control where the variant names none, the conference's fairness, the sender's addresses
+/// on the variant's paths, the trial's TLS files. Defaults for a QUIC or TFRC variant.
+fn channel_configs(
     s: &Scenario,
-    v: &crate::scenario::Variant,
-    q: &crate::quic::QuicConfig,
-    addr: SocketAddr,
-    tx_host: &lowtide_netem::Host,
-    rx_host: &lowtide_netem::Host,
-    start: Instant,
-    end: Instant,
-    stop: &Stop,
-) -> Result<Measured, LabError> {
-    let creds = quic::Credentials::generate()?;
-    let receive_end = end + GRACE;
-    let (rq, rcreds, rstop, tstop) = (q.clone(), creds.clone(), stop.clone(), stop.clone());
-    let q = q.clone();
-    Ok(match s.application_of(v) {
-        ApplicationKind::Conference => {
-            let conf = s.application.conference.conference();
-            Measured::Conference {
-                rx: Task::spawn(rx_host, "QUIC conference receiver", move || {
-                    quic::receive_conference(addr, rq, rcreds, conf, start, receive_end, rstop).map(
-                        |v| conference::ConferenceSeen {
-                            viewers: vec![v],
-                            lane: Default::default(),
-                        },
-                    )
-                })?,
-                tx: Task::spawn(tx_host, "QUIC conference sender", move || {
-                    quic::send_conference(addr, q, creds, conf, start, end, receive_end, tstop)
-                })?,
-            }
+    v: &Variant,
+    tx_host: &Host,
+    tls_files: Option<&crate::tls::TlsFiles>,
+) -> Result<(ChannelConfig, ChannelConfig), LabError> {
+    let mut cfg = match v.transport() {
+        VariantTransport::Lowtide(cfg) => *cfg,
+        VariantTransport::Quic(_) | VariantTransport::Tfrc(_) => ChannelConfig::default(),
+    };
+    cfg.congestion
+        .get_or_insert_with(|| s.topology.hosts.congestion.clone());
+    if s.application_of(v) == ApplicationKind::Conference {
+        cfg.transport.fairness = s.application.conference.fairness;
+    }
+    let mut rcfg = cfg.clone();
+    cfg.local_addrs = local_addrs(v, tx_host)?;
+    if let (true, Some(files)) = (v.tls, tls_files) {
+        cfg.tls = Some(files.client());
+        rcfg.tls = Some(files.server());
+    }
+    Ok((cfg, rcfg))
+}
+
+/// The transport of a variant's two ends (sender, receiver): lowtide's channel as
+/// configured for the trial, QUIC with a certificate made for the trial, or TFRC.
+fn transports(
+    v: &Variant,
+    cfg: &ChannelConfig,
+    rcfg: &ChannelConfig,
+) -> Result<(Transport, Transport), LabError> {
+    Ok(match v.transport() {
+        VariantTransport::Quic(q) => {
+            let creds = Credentials::generate()?;
+            (
+                Transport::Quic(q.clone(), creds.clone()),
+                Transport::Quic(q, creds),
+            )
         }
-        _ => Measured::Stream {
-            rx: Task::spawn(rx_host, "QUIC stream receiver", move || {
-                quic::receive_stream(addr, rq, rcreds, start, receive_end, rstop)
-            })?,
-            tx: Task::spawn(tx_host, "QUIC stream sender", move || {
-                quic::send_stream(addr, q, creds, start, end, receive_end, tstop)
-            })?,
-        },
+        VariantTransport::Tfrc(t) => (Transport::Tfrc(t), Transport::Tfrc(t)),
+        VariantTransport::Lowtide(_) => (
+            Transport::Lowtide(Box::new(cfg.clone())),
+            Transport::Lowtide(Box::new(rcfg.clone())),
+        ),
     })
+}
+
+/// The names of an application's two threads (sender, receiver) over transport `t`, from
+/// `names` for lowtide, QUIC and TFRC in that order.
+fn thread_names(t: &Transport, names: [[&'static str; 2]; 3]) -> [&'static str; 2] {
+    names[match t {
+        Transport::Lowtide(_) => 0,
+        Transport::Quic(..) => 1,
+        Transport::Tfrc(_) => 2,
+    }]
 }
 
 /// The sender's address on each of the variant's network paths, in its order.
@@ -116,39 +136,11 @@ pub(super) fn start_trial(
         .transpose()?;
     for &i in variants {
         let v = &s.variants[i];
-        let mut cfg = ChannelConfig {
-            congestion: Some(
-                v.congestion
-                    .clone()
-                    .unwrap_or_else(|| s.topology.hosts.congestion.clone()),
-            ),
-            ..ChannelConfig::default()
-        };
-        cfg.transport.controller = v.controller;
-        cfg.transport.failover = v.failover;
-        cfg.transport.importance_reserve = v.importance_reserve;
-        cfg.transport.duplicate = v.duplicate;
-        cfg.sndbuf = v.sndbuf;
-        cfg.mptcp = v.mptcp.is_some();
-        if s.application_of(v) == ApplicationKind::Conference {
-            cfg.transport.fairness = s.application.conference.fairness;
-        }
         let addr = SocketAddr::from((rx_host.addr(), STREAM_PORT + i as u16));
         let one_segment = v.one_segment_messages;
         let tx_host = net.sender(v.sender);
-        let (mut rcfg, rstop, tstop) = (cfg.clone(), stop.clone(), stop.clone());
-        cfg.local_addrs = local_addrs(v, tx_host)?;
-        if let (true, Some(files)) = (v.tls, &tls_files) {
-            cfg.tls = Some(files.client());
-            rcfg.tls = Some(files.server());
-        }
-        if let Some(q) = &v.quic {
-            measured.push((
-                i,
-                start_quic(s, v, q, addr, tx_host, rx_host, start, end, stop)?,
-            ));
-            continue;
-        }
+        let (rstop, tstop) = (stop.clone(), stop.clone());
+        let (cfg, rcfg) = channel_configs(s, v, tx_host, tls_files.as_ref())?;
         let hosts = (tx_host, rx_host);
         if let Some(m) = ladder_flow::start(s, v, i, &cfg, addr, hosts, start, end, stop)? {
             measured.push((i, m));
@@ -159,21 +151,28 @@ pub(super) fn start_trial(
             measured.push((i, m));
             continue;
         }
-        if let Some(m) = tfrc_flow::start(v, addr, hosts, start, end, stop)? {
-            measured.push((i, m));
-            continue;
-        }
         measured.push((
             i,
             match s.application_of(v) {
-                ApplicationKind::LatencyStream => Measured::Stream {
-                    rx: Task::spawn(rx_host, "stream receiver", move || {
-                        stream::receive(addr, rcfg, start, receive_end, rstop)
-                    })?,
-                    tx: Task::spawn(tx_host, "stream sender", move || {
-                        stream::send(addr, cfg, one_segment, start, end, receive_end, tstop)
-                    })?,
-                },
+                ApplicationKind::LatencyStream => {
+                    let (tx_t, rx_t) = transports(v, &cfg, &rcfg)?;
+                    let [tx_name, rx_name] = thread_names(
+                        &tx_t,
+                        [
+                            ["stream sender", "stream receiver"],
+                            ["QUIC stream sender", "QUIC stream receiver"],
+                            ["TFRC stream sender", "TFRC stream receiver"],
+                        ],
+                    );
+                    Measured::Stream {
+                        rx: Task::spawn(rx_host, rx_name, move || {
+                            stream::receive(addr, rx_t, start, receive_end, rstop)
+                        })?,
+                        tx: Task::spawn(tx_host, tx_name, move || {
+                            stream::send(addr, tx_t, one_segment, start, end, receive_end, tstop)
+                        })?,
+                    }
+                }
                 ApplicationKind::LayeredVideo => {
                     let clip = clip
                         .clone()
@@ -199,11 +198,20 @@ pub(super) fn start_trial(
                     let videos = s.conference_videos(v);
                     let frames = videos[0].frames_in(s.run.duration_s);
                     let rvideos = videos.clone();
+                    let (tx_t, rx_t) = transports(v, &cfg, &rcfg)?;
+                    let [tx_name, rx_name] = thread_names(
+                        &tx_t,
+                        [
+                            ["conference sender", "conference receiver"],
+                            ["QUIC conference sender", "QUIC conference receiver"],
+                            ["TFRC conference sender", "TFRC conference receiver"],
+                        ],
+                    );
                     Measured::Conference {
-                        rx: Task::spawn(rx_host, "conference receiver", move || {
+                        rx: Task::spawn(rx_host, rx_name, move || {
                             conference::receive(
                                 addr,
-                                rcfg,
+                                rx_t,
                                 rvideos,
                                 frames,
                                 start,
@@ -211,8 +219,8 @@ pub(super) fn start_trial(
                                 rstop,
                             )
                         })?,
-                        tx: Task::spawn(tx_host, "conference sender", move || {
-                            conference::send(addr, cfg, videos, start, end, receive_end, tstop)
+                        tx: Task::spawn(tx_host, tx_name, move || {
+                            conference::send(addr, tx_t, videos, start, end, receive_end, tstop)
                         })?,
                     }
                 }

@@ -40,7 +40,7 @@
 //! Every error names the field, the value and what is allowed.
 //!
 //! The parts: `application.rs` (what a variant streams), `variant.rs` (one way of sending it
-//! and its checks), `sweep.rs` (`[sweep]` and the command line's overrides), `error.rs` (the
+//! and its checks), `transport.rs` (the variant's transport as one typed value, checked once), `sweep.rs` (`[sweep]` and the command line's overrides), `error.rs` (the
 //! error and the field checks every scenario kind shares) and `check.rs` (the whole scenario
 //! checked into a [`Checked`]).
 
@@ -50,6 +50,7 @@ mod error;
 mod sweep;
 #[cfg(test)]
 mod tests;
+mod transport;
 mod variant;
 
 use std::path::Path;
@@ -64,6 +65,7 @@ pub use check::Checked;
 pub use error::ScenarioError;
 pub(crate) use error::{check_name_and_topology, check_range, check_tcp_sysctls, invalid};
 pub use sweep::{FpsGoal, Overrides, SweepConfig, MAX_SWEEP_VALUES};
+pub use transport::VariantTransport;
 pub use variant::{MptcpMode, NetPath, PaperNumbers, Variant};
 
 /// Variants per scenario at most (each side-by-side variant is one more stream in the queue;

@@ -1,7 +1,7 @@
 use super::*;
 use lowtide::ControllerConfig;
 
-const GOOD: &str = r#"
+pub(super) const GOOD: &str = r#"
 kind = "streams"
 name = "t"
 [run]

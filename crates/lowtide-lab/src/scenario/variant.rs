@@ -37,9 +37,9 @@ pub struct Variant {
     #[serde(default)]
     pub application: Option<ApplicationKind>,
     /// Run the application over QUIC (quinn) instead of lowtide over TCP: the clean-slate
-    /// reference (`crate::quic`); `controller`, `congestion` and `sndbuf` then do not apply.
+    /// reference (`crate::pipe::quic`); `controller`, `congestion` and `sndbuf` then do not apply.
     #[serde(default)]
-    pub quic: Option<crate::quic::QuicConfig>,
+    pub quic: Option<crate::pipe::quic::QuicConfig>,
     /// Failover to backup TCP connections (Paceline's connection manager), e.g.
     /// `failover = { backups = 1, floor_ms = 200 }`; both ends of the variant's channel use it.
     #[serde(default)]
@@ -78,7 +78,7 @@ pub struct Variant {
     #[serde(default)]
     pub one_segment_messages: bool,
     /// Run the application over TFRC (`lowtide-tfrc`, RFC 5348) instead of lowtide over TCP
-    /// (`crate::tfrc_flow`; latency stream and bit-rate ladder); `controller`, `congestion` and
+    /// (`crate::pipe::tfrc`; latency stream and bit-rate ladder); `controller`, `congestion` and
     /// `sndbuf` then do not apply.
     #[serde(default)]
     pub tfrc: Option<lowtide_tfrc::TfrcConfig>,
@@ -183,8 +183,7 @@ impl Scenario {
                     "a name no other variant has",
                 ));
             }
-            if let Some(q) = &v.quic {
-                q.check().map_err(|e| invalid(field("quic"), "", e))?;
+            if v.quic.is_some() {
                 if v.tls {
                     return Err(invalid(
                         field("tls"),
@@ -227,7 +226,7 @@ impl Scenario {
                     ));
                 }
             }
-            if let Some(f) = &v.failover {
+            if v.failover.is_some() {
                 if v.tls {
                     return Err(invalid(
                         field("tls"),
@@ -242,8 +241,6 @@ impl Scenario {
                         "failover on lowtide's TCP variants only",
                     ));
                 }
-                f.validate()
-                    .map_err(|e| invalid(field("failover"), format!("{f:?}"), e.to_string()))?;
             }
             if !v.paths.is_empty() {
                 let lowtide_tcp = v.quic.is_none() && v.tfrc.is_none() && v.live.is_none();
@@ -297,17 +294,6 @@ impl Scenario {
                     ));
                 }
             }
-            if let Some(d) = &v.duplicate {
-                if v.failover.is_none() {
-                    return Err(invalid(
-                        field("duplicate"),
-                        "without failover",
-                        "with failover = { ... } (the lane is a backup connection)",
-                    ));
-                }
-                d.validate()
-                    .map_err(|e| invalid(field("duplicate"), format!("{d:?}"), e.to_string()))?;
-            }
             if let Some(ms) = v.age_cancel_ms {
                 if v.quic.is_some() || self.application_of(v) != ApplicationKind::Conference {
                     return Err(invalid(
@@ -336,21 +322,21 @@ impl Scenario {
                     "one-segment messages on lowtide's latency-stream variants over TCP without TLS only",
                 ));
             }
-            if let Some(r) = &v.importance_reserve {
-                if v.quic.is_some() || v.tfrc.is_some() {
-                    return Err(invalid(
-                        field("importance_reserve"),
-                        "with quic or tfrc",
-                        "an importance reserve on lowtide's TCP variants only",
-                    ));
-                }
-                r.validate(&v.controller).map_err(|e| {
-                    invalid(field("importance_reserve"), format!("{r:?}"), e.to_string())
-                })?;
+            if v.duplicate.is_some() && !v.is_lowtide() {
+                return Err(invalid(
+                    field("duplicate"),
+                    "with quic or tfrc",
+                    "a duplicate lane on lowtide's TCP variants only",
+                ));
             }
-            if let Some(t) = &v.tfrc {
-                t.validate()
-                    .map_err(|e| invalid(field("tfrc"), "", e.to_string()))?;
+            if v.importance_reserve.is_some() && !v.is_lowtide() {
+                return Err(invalid(
+                    field("importance_reserve"),
+                    "with quic or tfrc",
+                    "an importance reserve on lowtide's TCP variants only",
+                ));
+            }
+            if v.tfrc.is_some() {
                 let app = self.application_of(v);
                 if !matches!(
                     app,
@@ -376,13 +362,10 @@ impl Scenario {
                     ));
                 }
             }
-            v.controller.validate().map_err(|e| {
-                invalid(
-                    field("controller"),
-                    format!("{:?}", v.controller),
-                    e.to_string(),
-                )
-            })?;
+            // The transport's own settings, checked once by its library: the controller,
+            // failover, duplicate lane and importance reserve of a lowtide variant, QUIC's or
+            // TFRC's settings; the fields above are how they combine with the scenario.
+            v.transport().validate(&format!("variant[{i}]"))?;
             if let Some(cc) = &v.congestion {
                 if !lowtide_traffic::congestion::is_valid_name(cc) {
                     return Err(invalid(

@@ -2,6 +2,8 @@
 //! Buffers and the Case for Multimedia Adaptation", evaluation): each variant's channel
 //! carries lowtide-media's conference stream ([`lowtide_media::conference`]): frames of eight
 //! ADUs with importance by layer, each expiring at the sender after the latency threshold.
+//! The sender ([`send`]) and the receiver ([`receive`]) run over any message pipe
+//! ([`crate::pipe`]): lowtide's channel, or QUIC as the clean-slate reference.
 //! Every ADU sent becomes one [`AduRecord`] (`adus.csv`), from which the summary takes the
 //! frame rate a viewer saw, the layers, and the latency of each importance bucket (Fig. 5
 //! and Fig. 6). Several videos share one channel, one stream each (Fig. 7, quality fairness:
@@ -11,18 +13,22 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lowtide::{ChannelConfig, Fairness};
+use lowtide::Fairness;
 use lowtide_media::conference::{importance, Conference, Viewer, ADUS_PER_FRAME};
-use lowtide_media::session::{receive_conference, send_conference, AduWritten, ConferenceSent};
+use lowtide_media::session::{AduWritten, ConferenceSent};
 use lowtide_traffic::Stop;
 use serde::{Deserialize, Serialize};
 
+use crate::pipe::{RecvPipe, SendPipe, Transport};
 use crate::results::Window;
 use crate::stats::MeanCi;
-use crate::stream::{self, CostMeter, Sample, Sampler, SendCost};
+use crate::stream::{self, Sample, SendCost};
 use crate::summary::LatencySummary;
 use crate::tcpinfo::TcpTimeline;
 use crate::LabError;
+
+mod receive;
+mod send;
 
 /// One ADU as both ends saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -64,12 +70,13 @@ pub struct ConferenceRun {
     pub tcp: TcpTimeline,
 }
 
-/// Streams the frames of `videos` captured from `start` to `end`; blocking, for a thread inside
-/// a sender host. After the last frame's deadline (at the latest at `end`: a threshold longer
-/// than what is left of the run ends with it), queued ADUs keep flowing until `receive_end`.
+/// Streams the frames of `videos` captured from `start` to `end` over `transport`, video `i`
+/// on the pipe's stream `i`; blocking, for a thread inside a sender host. After the last
+/// frame's deadline (at the latest at `end`: a threshold longer than what is left of the run
+/// ends with it), what the transport holds keeps flowing until `receive_end`.
 pub fn send(
     dst: SocketAddr,
-    cfg: ChannelConfig,
+    transport: Transport,
     videos: Vec<Conference>,
     start: Instant,
     end: Instant,
@@ -80,27 +87,23 @@ pub fn send(
         c.frames_in(end.saturating_duration_since(start).as_secs_f64())
     });
     stream::runtime()?.block_on(async move {
-        let ch = stream::connect(dst, cfg).await?;
-        let meter = CostMeter::start();
-        let sampler = Sampler::start(&ch, start);
+        let mut pipe = SendPipe::connect(dst, transport, videos.len()).await?;
+        let meter = pipe.start_meter(start);
         let sent = tokio::select! {
-            r = send_conference(&ch, &videos, frames, start, end) => {
-                ConferenceSent::total(&r.map_err(|e| LabError::io("streaming the conference", e))?)
-            }
+            r = send::send_adus(&mut pipe, &videos, frames, start, end) => ConferenceSent::total(&r?),
             _ = stream::stopped(&stop) => return Err(LabError::Stopped),
         };
-        let cost = meter.finish(&ch, sent.sent.iter().sum());
-        let tcp = sampler.finish().await;
-        stream::finish_gracefully(&ch, receive_end, &stop).await;
+        let (cost, tcp) = pipe.stop_meter(meter, sent.sent.iter().sum()).await;
+        pipe.finish(receive_end, &stop).await;
         Ok(ConferenceRun { cost, sent, tcp })
     })
 }
 
-/// Receives the conference's videos on `addr` until `end`, one viewer per video; blocking,
-/// for a receiver host.
+/// Receives the conference's videos on `addr` over `transport` until `end`, one viewer per
+/// video; blocking, for a receiver host.
 pub fn receive(
     addr: SocketAddr,
-    cfg: ChannelConfig,
+    transport: Transport,
     videos: Vec<Conference>,
     frames: u32,
     start: Instant,
@@ -108,14 +111,14 @@ pub fn receive(
     stop: Stop,
 ) -> Result<ConferenceSeen, LabError> {
     stream::runtime()?.block_on(async move {
-        let listener = stream::listen(addr, cfg).await?;
-        let (ch, first) = stream::accept_first(&listener, end, &stop).await?;
+        let largest = videos.iter().map(Conference::adu_bytes).max().unwrap_or(0);
+        let mut pipe = RecvPipe::accept(addr, transport, largest, end, &stop).await?;
         let viewers = tokio::select! {
-            v = receive_conference(&ch, Some(first), &videos, frames, start, end) => v,
+            v = receive::receive_adus(&mut pipe, &videos, frames, start, end) => v,
             _ = stream::stopped(&stop) => return Err(LabError::Stopped),
         };
-        let lane = ch.stats().lane;
-        ch.close(0, "measurement over").await;
+        let lane = pipe.lane();
+        pipe.close().await;
         Ok(ConferenceSeen { viewers, lane })
     })
 }
