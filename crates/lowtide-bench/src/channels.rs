@@ -432,7 +432,7 @@ fn measure(cfg: &ChannelsConfig, n: usize, variant: Variant) -> Result<Many, Err
     let (mut lat, received, client_cpu) = join(client)?;
     lat.sort_unstable();
     let pct = |p: f64| -> Option<f64> {
-        (!lat.is_empty()).then(|| lat[((lat.len() - 1) as f64 * p) as usize] as f64 / 1e3)
+        lowtide::proto::quantile::of_sorted(&lat, p).map(|us| us as f64 / 1e3)
     };
     let wall_s = wall.as_secs_f64();
     let delivered_bits = received as f64 * 8.0;

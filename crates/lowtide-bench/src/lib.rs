@@ -407,8 +407,7 @@ fn kernel_release() -> String {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    lowtide::proto::quantile::of(&mut v, 0.5).expect("at least one round")
 }
 
 /// The CPUs of [`BenchConfig::placement`], among those this process may use.

@@ -25,6 +25,8 @@
 //!   delivery across backup connections);
 //! - [`sim`]: a deterministic two-endpoint harness with a model of the kernel's send queue.
 //!
+//! Beside them, [`quantile`]: the one percentile convention of every lowtide report.
+//!
 //! Two endpoints in simulated time: a cancelled message never reaches the receiver, the
 //! important one does.
 //!
@@ -51,6 +53,7 @@ pub mod controller;
 mod error;
 pub mod failover;
 mod pack_gap;
+pub mod quantile;
 mod reassembly;
 pub mod reserve;
 pub mod scheduler;
