@@ -253,17 +253,8 @@ fn run(
 
 fn send_bulk(to: SocketAddr, duration: Duration) -> Result<(), String> {
     let s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    let cc = "cubic";
-    // SAFETY: pointer and length describe `cc`.
-    unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            cc.as_ptr().cast(),
-            cc.len() as u32,
-        );
-    }
+    // Errors ignored, as before: the system default then.
+    let _ = lowtide_sockopt::set_congestion(s.as_raw_fd(), "cubic");
     s.set_write_timeout(Some(Duration::from_millis(200)))
         .map_err(|e| e.to_string())?;
     let buf = vec![0u8; 64 << 10];

@@ -93,22 +93,9 @@ pub fn addresses(fd: RawFd) -> Option<(SocketAddr, SocketAddr)> {
     Some((sockaddr(fd, false)?, sockaddr(fd, true)?))
 }
 
-/// `TCP_INFO` of the socket.
+/// `TCP_INFO` of the socket (`lowtide_sockopt::tcp_info`); `None` when the call fails.
 pub fn tcp_info(fd: RawFd) -> Option<libc::tcp_info> {
-    // SAFETY: zeroed tcp_info is valid; the kernel writes at most `len` bytes.
-    let mut i: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: as above.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut i as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(i)
+    lowtide_sockopt::tcp_info(fd).ok()
 }
 
 /// The receiver's view of a connection, from one `TCP_INFO`.

@@ -1,10 +1,10 @@
 //! `lowtide bench`: transport benchmarks over loopback against raw TCP in the same run
-//! (logic in `lowtide::bench`).
+//! (logic in the `lowtide-bench` crate).
 
 use clap::{Args, ValueEnum};
 
-use lowtide::bench::channels::ChannelsConfig;
-use lowtide::bench::{BenchConfig, BenchReport, MachineCpu, Part, ThreadPlacement, Versus};
+use lowtide_bench::channels::ChannelsConfig;
+use lowtide_bench::{BenchConfig, BenchReport, MachineCpu, Part, ThreadPlacement, Versus};
 
 /// A part of the benchmark, as named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,7 +119,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if !args.json {
         println!("# {}", command_line.join(" "));
     }
-    let report = lowtide::bench::run(&cfg)?;
+    let report = lowtide_bench::run(&cfg)?;
     if args.json {
         let mut v = serde_json::to_value(&report)?;
         v["provenance"]["command_line"] = serde_json::json!(command_line);
@@ -178,7 +178,7 @@ fn print_table(r: &BenchReport) {
         row("  receiver wake-ups", "per GB", &g.receiver_wakeups_per_gb);
         row("  sender + receiver CPU", "s/GB", &g.both_cpu_s_per_gb);
         machine_rows(&g.machine);
-        let ratios = |f: fn(&lowtide::bench::BulkPair) -> Option<f64>| {
+        let ratios = |f: fn(&lowtide_bench::BulkPair) -> Option<f64>| {
             let v: Vec<String> = g
                 .pairs
                 .iter()
@@ -269,7 +269,7 @@ fn run_channels(args: &BenchArgs) -> anyhow::Result<()> {
     if !args.json {
         println!("# {}", command_line.join(" "));
     }
-    let report = lowtide::bench::channels::run(&cfg)?;
+    let report = lowtide_bench::channels::run(&cfg)?;
     if args.json {
         let mut v = serde_json::to_value(&report)?;
         v["command_line"] = serde_json::json!(command_line);

@@ -36,11 +36,7 @@ pub fn pipeline_delay_s(samples: &[Sample]) -> f64 {
         .filter(|s| !s.censored)
         .map(|s| s.latency_ms)
         .collect();
-    if ms.is_empty() {
-        return 0.0;
-    }
-    ms.sort_by(f64::total_cmp);
-    ms[ms.len() / 2] / 1e3
+    lowtide::proto::quantile::of(&mut ms, 0.5).map_or(0.0, |m| m / 1e3)
 }
 
 /// The seconds the rate match counts: all but the first and the last, the stream's partial

@@ -1,14 +1,9 @@
 //! Means with confidence intervals over runs, and the Student's t quantiles they need.
 
-/// The median of `sorted` (ascending): the middle value, or the mean of the two middle ones;
-/// `None` when empty.
+/// The median of `sorted` (ascending), by `lowtide::proto::quantile`'s rule: the middle value,
+/// of an even count the upper of the two middle ones; `None` when empty.
 pub fn median(sorted: &[f64]) -> Option<f64> {
-    let n = sorted.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(sorted[n / 2]),
-        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
-    }
+    lowtide::proto::quantile::of_sorted(sorted, 0.5)
 }
 
 use serde::{Deserialize, Serialize};

@@ -6,13 +6,15 @@
 //! measurement ended, a lower bound of their latency. A percentile (or a share over a
 //! threshold) that a censored sample could move is marked as a lower bound.
 //!
-//! Percentiles are taken by nearest rank (`round((n - 1) q)` of the sorted samples). A tail
+//! Percentiles are taken by `lowtide::proto::quantile`'s rule (`round((n - 1) q)` of the sorted
+//! samples). A tail
 //! percentile of few samples is one of the largest few: p99.9 over 15 samples is their
 //! maximum. Such a cell says so ("188 (max of 15)", "97 (3rd largest of 400)") whenever fewer
 //! than [`TAIL_SAMPLES`] samples lie above the percentile's rank.
 
 use std::collections::BTreeMap;
 
+use lowtide::proto::quantile;
 use serde::{Deserialize, Serialize};
 
 /// Percentiles in ms and the share of samples above each threshold.
@@ -85,7 +87,7 @@ impl LatencySummary {
         let n = v.len();
         let mut lower_bounds = vec![];
         let mut at = |name: &str, q: f64| {
-            let i = ((n - 1) as f64 * q).round() as usize;
+            let i = quantile::index(n, q).expect("n > 0");
             if censored_upto[i] {
                 lower_bounds.push(name.to_string());
             }
@@ -153,7 +155,7 @@ impl LatencySummary {
         if n == 0 {
             return None;
         }
-        let above = n - 1 - ((n - 1) as f64 * q).round() as usize;
+        let above = n - 1 - quantile::index(n, q).expect("n > 0");
         match above {
             0 => Some(format!("max of {n}")),
             a if a < TAIL_SAMPLES => Some(format!("{} largest of {n}", ordinal(a + 1))),

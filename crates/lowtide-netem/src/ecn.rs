@@ -1,12 +1,12 @@
 //! The IPv4 header fields the AQMs read and change, in the Ethernet frames the emulator moves
 //! (the IPv4 header starts at byte 14): the ECN field (CE marks), exact RDC's delay
 //! notification, and a TCP segment's ports and SYN/ECE flags. The field encodings and the
-//! checksum are [`lowtide_rdc::wire`]'s, shared with the RDC receiver agent.
+//! checksum are [`lowtide_rdc_wire`]'s, shared with the RDC receiver agent.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use lowtide_rdc::wire;
+use lowtide_rdc_wire as wire;
 
 use crate::aqm::{FlowKey, TcpFlow};
 

@@ -376,11 +376,12 @@ fn connect(
     loop {
         let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
             .map_err(io_err("creating a TCP socket"))?;
-        sock.set_tcp_congestion(cc.as_bytes())
-            .map_err(|e| NetemError::Congestion {
-                name: format!("{cc} ({e})"),
+        lowtide_sockopt::set_congestion(sock.as_raw_fd(), cc).map_err(|e| {
+            NetemError::Congestion {
+                name: format!("{cc} ({})", e.error),
                 available: crate::dumbbell::available_congestion(),
-            })?;
+            }
+        })?;
         if let Some(bytes) = lowat {
             set_notsent_lowat(sock.as_raw_fd(), bytes)?;
         }
@@ -428,28 +429,12 @@ fn wait_writable(fd: RawFd, timeout_ms: i32) -> bool {
     rc > 0 && pfd.revents & libc::POLLOUT != 0
 }
 
-fn tcp_info(fd: RawFd) -> Option<libc::tcp_info> {
-    // SAFETY: tcp_info is plain old data; the kernel fills at most `len` bytes.
-    unsafe {
-        let mut info: libc::tcp_info = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            &mut info as *mut libc::tcp_info as *mut libc::c_void,
-            &mut len,
-        );
-        (rc == 0).then_some(info)
-    }
-}
-
 /// Samples TCP_INFO every 10 ms until `done`; the fd must outlive the sampler.
 fn sample_tcp_info(fd: RawFd, done: Arc<AtomicBool>) -> std::thread::JoinHandle<TcpView> {
     std::thread::spawn(move || {
         let mut view = TcpView::unsampled();
         while !done.load(Ordering::Relaxed) {
-            if let Some(info) = tcp_info(fd) {
+            if let Ok(info) = lowtide_sockopt::tcp_info(fd) {
                 view.samples += 1;
                 view.flows_sampled = 1;
                 view.retransmits = info.tcpi_total_retrans;

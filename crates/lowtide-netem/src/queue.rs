@@ -429,7 +429,7 @@ mod tests {
         ip.extend([0u8; 8]);
         ip.extend([0x50, 0x10]);
         ip.extend([0u8; 6]);
-        lowtide_rdc::wire::set_echo(&mut ip).unwrap();
+        lowtide_rdc_wire::set_echo(&mut ip).unwrap();
         f[14..].copy_from_slice(&ip);
         StdPacket::from_raw_buffer(&f)
     }

@@ -371,8 +371,8 @@ impl Percentiles {
         }
         samples.sort_unstable();
         let at = |q: f64| {
-            let i = ((samples.len() - 1) as f64 * q).round() as usize;
-            samples[i] as f64 / 1000.0
+            let us = lowtide_proto::quantile::of_sorted(samples, q).expect("not empty");
+            f64::from(us) / 1000.0
         };
         Self {
             count: samples.len(),

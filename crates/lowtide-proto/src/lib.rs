@@ -23,7 +23,10 @@
 //! - [`Connection`]: the state machine tying them together;
 //! - [`failover`]: Paceline's connection manager (stall detection, resend, exactly-once
 //!   delivery across backup connections);
-//! - [`sim`]: a deterministic two-endpoint harness with a model of the kernel's send queue.
+//! - [`sim`] (cargo feature `sim`): a deterministic two-endpoint harness with a model of the
+//!   kernel's send queue, for tests.
+//!
+//! Beside them, [`quantile`]: the one percentile convention of every lowtide report.
 //!
 //! Two endpoints in simulated time: a cancelled message never reaches the receiver, the
 //! important one does.
@@ -51,9 +54,13 @@ pub mod controller;
 mod error;
 pub mod failover;
 mod pack_gap;
+pub mod quantile;
 mod reassembly;
 pub mod reserve;
 pub mod scheduler;
+// A test harness, not part of the transport: built for this crate's tests and documentation,
+// and for other crates with the `sim` feature.
+#[cfg(any(test, doc, feature = "sim"))]
 pub mod sim;
 mod stream;
 pub mod wire;

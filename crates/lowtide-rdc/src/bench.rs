@@ -58,12 +58,7 @@ pub struct Micros {
 impl Micros {
     fn of(samples: &mut [f64]) -> Self {
         samples.sort_by(f64::total_cmp);
-        let at = |q: f64| {
-            samples
-                .get(((samples.len().max(1) - 1) as f64 * q).round() as usize)
-                .copied()
-                .unwrap_or(0.0)
-        };
+        let at = |q: f64| lowtide_proto::quantile::of_sorted(samples, q).unwrap_or(0.0);
         Micros {
             count: samples.len(),
             p50: at(0.5),

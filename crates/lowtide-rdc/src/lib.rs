@@ -35,7 +35,9 @@ pub mod rto_guard;
 pub mod rtt;
 pub mod segment;
 pub mod status;
-pub mod wire;
+/// The IPv4 header fields RDC reads and writes (the `lowtide-rdc-wire` crate, shared with the
+/// router cell in lowtide-netem).
+pub use lowtide_rdc_wire as wire;
 
 pub use agent::{Agent, FlowKey, Rewrite};
 pub use config::{AgentConfig, ConfigError, Mode};

@@ -65,20 +65,7 @@ fn chains(net: &Dumbbell) -> Vec<String> {
 }
 
 fn tcp_info(fd: i32) -> Option<libc::tcp_info> {
-    // SAFETY: a zeroed tcp_info is valid; getsockopt writes at most `len` bytes.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `info` is writable for `len` bytes, and `len` is writable.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(info)
+    lowtide_sockopt::tcp_info(fd).ok()
 }
 
 fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
@@ -157,7 +144,7 @@ fn run_on(net: &Dumbbell, agent: Option<DriverConfig>, flows: usize, secs: u64) 
             net.sender(0)
                 .spawn("source", move || {
                     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
-                    s.set_tcp_congestion(b"cubic").unwrap();
+                    lowtide_sockopt::set_congestion(s.as_raw_fd(), "cubic").unwrap();
                     s.connect_timeout(&dst.into(), Duration::from_secs(3))
                         .unwrap();
                     s.set_write_timeout(Some(Duration::from_millis(20)))

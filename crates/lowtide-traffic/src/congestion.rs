@@ -10,6 +10,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::AsRawFd;
 
 use socket2::SockRef;
 
@@ -49,22 +50,21 @@ pub fn set_congestion_control<'s>(
 ) -> Result<(), TrafficError> {
     check_name(name)?;
     let sock: SockRef<'s> = socket.into();
-    sock.set_tcp_congestion(name.as_bytes())
-        .map_err(|error| TrafficError::CongestionControl {
+    lowtide_sockopt::set_congestion(sock.as_raw_fd(), name).map_err(|e| {
+        TrafficError::CongestionControl {
             algorithm: name.to_owned(),
             available: proc_line(PROC_AVAILABLE),
             allowed: proc_line(PROC_ALLOWED),
             default: proc_line(PROC_DEFAULT),
-            error,
-        })
+            error: e.error,
+        }
+    })
 }
 
 /// The congestion control currently set on a TCP socket.
 pub fn congestion_control<'s>(socket: impl Into<SockRef<'s>>) -> io::Result<String> {
     let sock: SockRef<'s> = socket.into();
-    let raw = sock.tcp_congestion()?;
-    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-    Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
+    lowtide_sockopt::congestion(sock.as_raw_fd()).map_err(|e| e.error)
 }
 
 /// The algorithms this kernel offers (`tcp_available_congestion_control`), if readable.

@@ -12,7 +12,8 @@ use crate::schedule::FlowKindName;
 use crate::sink::UdpSinkReport;
 use crate::Direction;
 
-/// Summary of a sample (seconds for completion times). Percentiles are nearest-rank.
+/// Summary of a sample (seconds for completion times). Percentiles by
+/// `lowtide_proto::quantile`'s rule (`round((n - 1) q)` of the sorted samples).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     /// Number of samples summarised.
@@ -21,9 +22,9 @@ pub struct Percentiles {
     pub mean: f64,
     /// Smallest.
     pub min: f64,
-    /// Median (nearest rank).
+    /// Median.
     pub p50: f64,
-    /// 99th percentile (nearest rank).
+    /// 99th percentile.
     pub p99: f64,
     /// Largest.
     pub max: f64,
@@ -37,7 +38,7 @@ impl Percentiles {
         }
         samples.sort_by(f64::total_cmp);
         let n = samples.len();
-        let rank = |p: f64| samples[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        let rank = |p: f64| lowtide_proto::quantile::of_sorted(samples, p).expect("n > 0");
         Some(Self {
             count: n as u64,
             mean: samples.iter().sum::<f64>() / n as f64,
@@ -144,10 +145,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentiles_nearest_rank() {
+    fn percentiles_by_the_nearest_sample() {
         let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
         let p = Percentiles::of(&mut v).unwrap();
-        assert_eq!((p.min, p.p50, p.p99, p.max), (1.0, 50.0, 99.0, 100.0));
+        // Index round(99 q): p50 is the 51st value, p99 the 99th.
+        assert_eq!((p.min, p.p50, p.p99, p.max), (1.0, 51.0, 99.0, 100.0));
         assert_eq!(p.mean, 50.5);
         let p = Percentiles::of(&mut [3.0]).unwrap();
         assert_eq!((p.p50, p.p99), (3.0, 3.0));

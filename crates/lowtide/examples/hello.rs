@@ -47,8 +47,8 @@ fn main() -> Result<(), Error> {
     let mut lat: Vec<f64> = (receiver.join().unwrap()?.iter())
         .map(|(s, t)| (*t - written[s]).as_secs_f64() * 1e6)
         .collect();
-    lat.sort_by(f64::total_cmp);
-    let (n, median, max) = (lat.len(), lat[lat.len() / 2], lat[lat.len() - 1]);
+    let median = lowtide::proto::quantile::of(&mut lat, 0.5).unwrap_or(f64::NAN);
+    let (n, max) = (lat.len(), lat.last().copied().unwrap_or(f64::NAN));
     println!("{n} messages, protocol latency median {median:.0} µs, max {max:.0} µs");
     Ok(())
 }

@@ -41,7 +41,6 @@
 #![warn(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
 
-pub mod bench;
 pub mod channel;
 mod config;
 mod error;

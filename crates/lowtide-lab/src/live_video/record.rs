@@ -346,10 +346,8 @@ impl LiveSummary {
                 (a, b) => a.or(b),
             };
         }
-        fps.sort_by(f64::total_cmp);
         out.fps_seconds = fps.len();
-        out.fps_p10 =
-            (!fps.is_empty()).then(|| fps[((fps.len() - 1) as f64 * 0.1).round() as usize]);
+        out.fps_p10 = lowtide::proto::quantile::of(&mut fps, 0.1);
         out.fps_min = fps.first().copied();
         out.encoded_bps =
             (!encoded.is_empty()).then(|| encoded.iter().sum::<f64>() / encoded.len() as f64);

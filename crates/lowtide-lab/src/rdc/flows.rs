@@ -201,8 +201,8 @@ pub fn send(plan: &FlowPlan, dst: SocketAddr, t0: Instant) -> Result<SenderRecor
     std::thread::sleep(start.saturating_duration_since(Instant::now()));
     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| format!("sender socket: {e}"))?;
-    s.set_tcp_congestion(plan.congestion.as_bytes())
-        .map_err(|e| format!("congestion control `{}`: {e}", plan.congestion))?;
+    lowtide::sys::set_congestion(s.as_raw_fd(), &plan.congestion)
+        .map_err(|e| format!("congestion control `{}`: {}", plan.congestion, e.error))?;
     set_int(
         s.as_raw_fd(),
         libc::TCP_MAXSEG,

@@ -68,14 +68,11 @@ pub fn share_ratio(totals: &[f64]) -> Measured {
     Measured::new((max > 0.0).then(|| min / max), totals.len())
 }
 
-/// The `p`-th percentile (0-100) of `xs` by nearest rank; `None` for no samples.
+/// The `p`-th percentile (0-100) of `xs` (`lowtide::proto::quantile`'s rule); `None` for no
+/// samples.
 pub fn percentile(xs: &mut [u32], p: f64) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
     xs.sort_unstable();
-    let rank = ((p / 100.0) * xs.len() as f64).ceil().max(1.0) as usize;
-    Some(f64::from(xs[rank.min(xs.len()) - 1]))
+    lowtide::proto::quantile::of_sorted(xs, p / 100.0).map(f64::from)
 }
 
 /// A stream's layers averaged over time in `[from_s, to_s)` (from its first point on, if
@@ -216,7 +213,8 @@ mod tests {
         assert_eq!(share_ratio(&[]).value, None);
         let mut q: Vec<u32> = (1..=100).collect();
         assert_eq!(percentile(&mut q, 99.0), Some(99.0));
-        assert_eq!(percentile(&mut q, 50.0), Some(50.0));
+        // Index round(99 q): 98 and 50, i.e. the values 99 and 51.
+        assert_eq!(percentile(&mut q, 50.0), Some(51.0));
         assert_eq!(percentile(&mut [], 50.0), None);
     }
 }

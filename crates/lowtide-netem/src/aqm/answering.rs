@@ -8,7 +8,7 @@
 //! whose receiver ignores its notifications differently from one that answers them, and for
 //! that it must know which is which. The paper does not say how.
 //!
-//! Our answer: the receiver agent marks the ACKs it sends with an echo (`lowtide_rdc::wire::
+//! Our answer: the receiver agent marks the ACKs it sends with an echo (`lowtide_rdc_wire::
 //! set_echo`: the RDC flag with a zero delay). The link carrying the ACKs reads the echo and
 //! clears it ([`crate::queue::LinkQueue`]); this table remembers, per data flow (the ACK's
 //! addresses and ports swapped), that it echoed.

@@ -8,7 +8,7 @@
 //!
 //! - Eq. (1): `D_local = T_transmission · (O_tb − O_FIFO)`;
 //! - Eq. (2): `D_outgoing = max(D_incoming, D_local)`, written into the packet (exact RDC;
-//!   the encoding is `lowtide_rdc::wire`'s, the receiver agent delays its ACKs by it);
+//!   the encoding is `lowtide_rdc_wire`'s, the receiver agent delays its ACKs by it);
 //! - 1-bit RDC: instead of a value, CE is set with probability `(O_tb − O_FIFO) / thresh_tb`,
 //!   capped at 1; the receiver learns the delay from the share of marks;
 //! - an arriving packet that finds the bucket above `size_tb` is dropped.

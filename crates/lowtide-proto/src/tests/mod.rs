@@ -30,7 +30,7 @@ pub(super) fn latencies_ms(p: &crate::sim::Pair, importance: u8) -> Vec<f64> {
     v
 }
 
-/// The `q` quantile of sorted values (nearest rank below).
+/// The `q` quantile of sorted values ([`crate::quantile`]'s convention).
 pub(super) fn quantile(v: &[f64], q: f64) -> f64 {
-    v[((v.len() - 1) as f64 * q) as usize]
+    crate::quantile::of_sorted(v, q).expect("samples")
 }

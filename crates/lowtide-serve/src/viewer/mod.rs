@@ -69,15 +69,11 @@ impl ViewerStats {
     }
 }
 
-/// The `q` quantile (nearest rank) of `v`, `None` when empty (no data, never 0).
+/// The `q` quantile of `v` (`lowtide::proto::quantile`'s rule), `None` when empty (no data,
+/// never 0).
 pub fn quantile<'a>(v: impl IntoIterator<Item = &'a f64>, q: f64) -> Option<f64> {
     let mut s: Vec<f64> = v.into_iter().copied().collect();
-    if s.is_empty() {
-        return None;
-    }
-    s.sort_by(f64::total_cmp);
-    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
-    Some(s[rank - 1])
+    lowtide::proto::quantile::of(&mut s, q)
 }
 
 #[cfg(test)]
@@ -85,10 +81,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantiles_are_nearest_rank_and_none_without_samples() {
+    fn quantiles_are_the_nearest_sample_and_none_without_samples() {
         assert_eq!(quantile(&VecDeque::new(), 0.5), None);
         let v: VecDeque<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&v, 0.5), Some(50.0));
+        assert_eq!(quantile(&v, 0.5), Some(51.0)); // index round(99 * 0.5) = 50
         assert_eq!(quantile(&v, 0.99), Some(99.0));
         assert_eq!(quantile(&v, 1.0), Some(100.0));
     }

@@ -21,7 +21,7 @@
 //! over N), and memory it freed can only help raw TCP's figure.
 //!
 //! ```
-//! use lowtide::bench::channels::ChannelsConfig;
+//! use lowtide_bench::channels::ChannelsConfig;
 //! // The issue's three points: 10, 100 and 1000 channels at 1 Mbit/s each.
 //! let cfg = ChannelsConfig::default();
 //! assert_eq!((cfg.counts.as_slice(), cfg.rate_bits), (&[10, 100, 1000][..], 1e6));
@@ -38,12 +38,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::transfer::join;
-use crate::{sys, ChannelConfig, Config, Error, Message, StreamConfig};
+use crate::io_error;
+use lowtide::{sys, ChannelConfig, Config, Error, Message, StreamConfig};
 
 /// What to measure.
 ///
 /// ```
-/// use lowtide::bench::channels::ChannelsConfig;
+/// use lowtide_bench::channels::ChannelsConfig;
 /// // `lowtide bench --channels 10,100 --channel-rate 2e6` in code:
 /// let cfg = ChannelsConfig { counts: vec![10, 100], rate_bits: 2e6, ..ChannelsConfig::default() };
 /// assert_eq!(cfg.message, 1250);
@@ -85,7 +86,7 @@ impl Default for ChannelsConfig {
 /// One variant at one N.
 ///
 /// ```
-/// fn memory(m: &lowtide::bench::channels::Many) -> String {
+/// fn memory(m: &lowtide_bench::channels::Many) -> String {
 ///     let p99 = m.p99_latency_ms.map_or("no data".to_string(), |ms| format!("{ms:.1} ms"));
 ///     format!("{:.1} KB idle, {:.1} KB active per channel; p99 {p99}", m.idle_kb_per_channel, m.active_kb_per_channel)
 /// }
@@ -123,7 +124,7 @@ pub struct Many {
 /// Both variants at one N.
 ///
 /// ```
-/// fn memory_ratio(row: &lowtide::bench::channels::ChannelsRow) -> f64 {
+/// fn memory_ratio(row: &lowtide_bench::channels::ChannelsRow) -> f64 {
 ///     row.lowtide.idle_kb_per_channel / row.raw_tcp.idle_kb_per_channel
 /// }
 /// ```
@@ -140,7 +141,7 @@ pub struct ChannelsRow {
 /// `lowtide bench --channels ... --json`.
 ///
 /// ```
-/// fn summary(r: &lowtide::bench::channels::ChannelsReport) {
+/// fn summary(r: &lowtide_bench::channels::ChannelsReport) {
 ///     for row in &r.rows {
 ///         println!("N = {}: {:.2} server cores", row.channels, row.lowtide.server_core_share);
 ///     }
@@ -185,7 +186,7 @@ impl Many {
 
 fn check(cfg: &ChannelsConfig) -> Result<(), Error> {
     let bad = |field, value: String, allowed| -> Result<(), Error> {
-        Err(lowtide_proto::ConfigError::new(field, value, allowed).into())
+        Err(lowtide::proto::ConfigError::new(field, value, allowed).into())
     };
     if cfg.counts.is_empty() || cfg.counts.iter().any(|&n| !(1..=10_000).contains(&n)) {
         return bad("channels", format!("{:?}", cfg.counts), "1..=10000 each");
@@ -217,7 +218,7 @@ fn check(cfg: &ChannelsConfig) -> Result<(), Error> {
 /// Runs every N, lowtide then raw TCP.
 ///
 /// ```
-/// use lowtide::bench::channels::{run, ChannelsConfig};
+/// use lowtide_bench::channels::{run, ChannelsConfig};
 /// // Two channels at 1 Mbit/s each for 0.3 s, then two raw TCP connections.
 /// let cfg = ChannelsConfig { counts: vec![2], seconds: 0.3, ..ChannelsConfig::default() };
 /// let report = run(&cfg)?;
@@ -334,13 +335,13 @@ enum Variant {
 /// Resident set size of this process, bytes.
 fn rss_bytes() -> Result<u64, Error> {
     let statm = std::fs::read_to_string("/proc/self/statm")
-        .map_err(|e| Error::io("reading /proc/self/statm", e))?;
+        .map_err(|e| io_error("reading /proc/self/statm", e))?;
     let pages: u64 = statm
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| {
-            Error::io(
+            io_error(
                 "parsing /proc/self/statm",
                 std::io::ErrorKind::InvalidData.into(),
             )
@@ -391,7 +392,7 @@ fn measure(cfg: &ChannelsConfig, n: usize, variant: Variant) -> Result<Many, Err
     let server = thread::Builder::new()
         .name("lt-many-server".into())
         .spawn(move || -> Result<ServerOut, Error> {
-            crate::current_thread_runtime()?.block_on(async move {
+            lowtide::current_thread_runtime()?.block_on(async move {
                 serve(
                     &scfg,
                     n,
@@ -411,7 +412,7 @@ fn measure(cfg: &ChannelsConfig, n: usize, variant: Variant) -> Result<Many, Err
     let client = thread::Builder::new()
         .name("lt-many-client".into())
         .spawn(move || -> Result<ClientOut, Error> {
-            crate::current_thread_runtime()?
+            lowtide::current_thread_runtime()?
                 .block_on(async move { receive(&ccfg, n, variant, addr, epoch, ready_tx).await })
         })
         .expect("spawning a bench thread");
@@ -431,7 +432,7 @@ fn measure(cfg: &ChannelsConfig, n: usize, variant: Variant) -> Result<Many, Err
     let (mut lat, received, client_cpu) = join(client)?;
     lat.sort_unstable();
     let pct = |p: f64| -> Option<f64> {
-        (!lat.is_empty()).then(|| lat[((lat.len() - 1) as f64 * p) as usize] as f64 / 1e3)
+        lowtide::proto::quantile::of_sorted(&lat, p).map(|us| us as f64 / 1e3)
     };
     let wall_s = wall.as_secs_f64();
     let delivered_bits = received as f64 * 8.0;
@@ -487,7 +488,7 @@ async fn serve(
     let go_at = |t0: Instant, i: usize| t0 + interval.mul_f64(i as f64 / n as f64);
     let t0 = match variant {
         Variant::Lowtide => {
-            let l = crate::listen(any, channel_cfg(cfg)).await?;
+            let l = lowtide::listen(any, channel_cfg(cfg)).await?;
             let _ = addr_tx.send(l.local_addr()?);
             let mut chans = Vec::with_capacity(n);
             for _ in 0..n {
@@ -518,11 +519,11 @@ async fn serve(
         Variant::RawTcp => {
             let l = TcpListener::bind(any)
                 .await
-                .map_err(|e| Error::io("bind(127.0.0.1:0)", e))?;
-            let _ = addr_tx.send(l.local_addr().map_err(|e| Error::io("getsockname", e))?);
+                .map_err(|e| io_error("bind(127.0.0.1:0)", e))?;
+            let _ = addr_tx.send(l.local_addr().map_err(|e| io_error("getsockname", e))?);
             let mut socks = Vec::with_capacity(n);
             for _ in 0..n {
-                let (s, _) = l.accept().await.map_err(|e| Error::io("accept", e))?;
+                let (s, _) = l.accept().await.map_err(|e| io_error("accept", e))?;
                 set_socket_options(&s, &cfg.congestion)?;
                 socks.push(s);
             }
@@ -536,7 +537,7 @@ async fn serve(
                     while next_tick(&mut tick, t0 + secs).await {
                         s.write_all(&stamped(epoch, size))
                             .await
-                            .map_err(|e| Error::io("write", e))?;
+                            .map_err(|e| io_error("write", e))?;
                         sent += size as u64;
                     }
                     Ok::<u64, Error>(sent)
@@ -551,7 +552,7 @@ async fn serve(
     let wall = t0.elapsed();
     let mut sent = 0;
     while let Some(r) = tasks.join_next().await {
-        sent += r.map_err(|e| Error::io("bench task", std::io::Error::other(e)))??;
+        sent += r.map_err(|e| io_error("bench task", std::io::Error::other(e)))??;
     }
     let offered = (0..n)
         .map(|i| ticks_before(go_at(t0, i) - t0, interval, secs))
@@ -592,7 +593,7 @@ async fn receive(
         Variant::Lowtide => {
             let mut chans = Vec::with_capacity(n);
             for _ in 0..n {
-                chans.push(crate::connect(addr, channel_cfg(cfg)).await?);
+                chans.push(lowtide::connect(addr, channel_cfg(cfg)).await?);
             }
             let _ = ready.send(());
             for ch in chans {
@@ -613,7 +614,7 @@ async fn receive(
             for _ in 0..n {
                 let s = TcpStream::connect(addr)
                     .await
-                    .map_err(|e| Error::io(format!("connect({addr})"), e))?;
+                    .map_err(|e| io_error(format!("connect({addr})"), e))?;
                 set_socket_options(&s, &cfg.congestion)?;
                 socks.push(s);
             }
@@ -633,7 +634,7 @@ async fn receive(
     let cpu0 = sys::thread_cpu_time()?;
     let (mut all, mut bytes) = (Vec::new(), 0);
     while let Some(r) = tasks.join_next().await {
-        let (lat, b) = r.map_err(|e| Error::io("bench task", std::io::Error::other(e)))?;
+        let (lat, b) = r.map_err(|e| io_error("bench task", std::io::Error::other(e)))?;
         all.extend(lat);
         bytes += b;
     }

@@ -12,7 +12,8 @@ use bytes::Bytes;
 
 use super::machine::{MachineUsage, Probe};
 use super::BenchConfig;
-use crate::{sys, Channel, ChannelConfig, Config, ControllerConfig, Error, StreamConfig};
+use crate::io_error;
+use lowtide::{sys, Channel, ChannelConfig, Config, ControllerConfig, Error, StreamConfig};
 
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Pattern {
@@ -100,7 +101,7 @@ impl Transfer {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
-    crate::current_thread_runtime()
+    lowtide::current_thread_runtime()
 }
 
 /// Where a transfer's two threads run: the sender on the first CPU, the receiver on the
@@ -159,7 +160,7 @@ fn finish(
 
 pub(super) fn join<T>(h: thread::JoinHandle<Result<T, Error>>) -> Result<T, Error> {
     h.join()
-        .unwrap_or_else(|_| Err(Error::io("bench thread", std::io::Error::other("panicked"))))
+        .unwrap_or_else(|_| Err(io_error("bench thread", std::io::Error::other("panicked"))))
 }
 
 pub(super) fn lowtide_transfer(
@@ -180,7 +181,8 @@ pub(super) fn lowtide_transfer(
         cpus.map(|c| c[1]),
         move || -> Result<Received, Error> {
             runtime()?.block_on(async move {
-                let l = crate::listen("127.0.0.1:0".parse().expect("literal"), server_cfg).await?;
+                let l =
+                    lowtide::listen("127.0.0.1:0".parse().expect("literal"), server_cfg).await?;
                 let _ = tx.send(l.local_addr()?);
                 let ch = l.accept().await?;
                 let usage0 = sys::thread_usage()?;
@@ -213,7 +215,7 @@ pub(super) fn lowtide_transfer(
         cpus.map(|c| c[0]),
         move || -> Result<Duration, Error> {
             runtime()?.block_on(async move {
-                let ch = crate::connect(addr, cfg).await?;
+                let ch = lowtide::connect(addr, cfg).await?;
                 let cpu0 = sys::thread_cpu_time()?;
                 drive_sender(&ch, pattern, secs).await?;
                 let cpu = sys::thread_cpu_time()? - cpu0;
@@ -275,22 +277,22 @@ pub(super) fn raw_transfer(
     let cpus = run.cpus;
     let start = run.probe.read();
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+        .map_err(|e| io_error("socket(AF_INET, SOCK_STREAM)", e))?;
     if let Some(m) = mss {
         sys::set_maxseg(sock.as_raw_fd(), m)?;
     }
     let any: SocketAddr = "127.0.0.1:0".parse().expect("literal");
     sock.bind(&any.into())
-        .map_err(|e| Error::io("bind(127.0.0.1:0)", e))?;
-    sock.listen(16).map_err(|e| Error::io("listen", e))?;
+        .map_err(|e| io_error("bind(127.0.0.1:0)", e))?;
+    sock.listen(16).map_err(|e| io_error("listen", e))?;
     let l: TcpListener = sock.into();
-    let addr = l.local_addr().map_err(|e| Error::io("getsockname", e))?;
+    let addr = l.local_addr().map_err(|e| io_error("getsockname", e))?;
     let cc = congestion.clone();
     let receiver = spawn(
         "raw-recv",
         cpus.map(|c| c[1]),
         move || -> Result<Received, Error> {
-            let (mut s, _) = l.accept().map_err(|e| Error::io("accept", e))?;
+            let (mut s, _) = l.accept().map_err(|e| io_error("accept", e))?;
             let usage0 = sys::thread_usage()?;
             if let Some(cc) = &cc {
                 sys::set_congestion(s.as_raw_fd(), cc)?;
@@ -300,7 +302,7 @@ pub(super) fn raw_transfer(
             // framing state: bytes left in the current record (header or payload)
             let (mut hdr, mut hdr_len, mut left) = ([0u8; 4], 0usize, 0usize);
             loop {
-                let n = s.read(&mut buf).map_err(|e| Error::io("read", e))?;
+                let n = s.read(&mut buf).map_err(|e| io_error("read", e))?;
                 if n == 0 {
                     break;
                 }
@@ -349,7 +351,7 @@ pub(super) fn raw_transfer(
         cpus.map(|c| c[0]),
         move || -> Result<Duration, Error> {
             let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-                .map_err(|e| Error::io("socket(AF_INET, SOCK_STREAM)", e))?;
+                .map_err(|e| io_error("socket(AF_INET, SOCK_STREAM)", e))?;
             if let Some(cc) = &congestion {
                 sys::set_congestion(sock.as_raw_fd(), cc)?;
             }
@@ -357,10 +359,10 @@ pub(super) fn raw_transfer(
                 sys::set_maxseg(sock.as_raw_fd(), m)?;
             }
             sock.connect(&addr.into())
-                .map_err(|e| Error::io(format!("connect({addr})"), e))?;
+                .map_err(|e| io_error(format!("connect({addr})"), e))?;
             let s: TcpStream = sock.into();
             s.set_nodelay(true)
-                .map_err(|e| Error::io("setsockopt(TCP_NODELAY)", e))?;
+                .map_err(|e| io_error("setsockopt(TCP_NODELAY)", e))?;
             let cpu0 = sys::thread_cpu_time()?;
             let t0 = Instant::now();
             let end = t0 + Duration::from_secs_f64(secs);
@@ -374,9 +376,9 @@ pub(super) fn raw_transfer(
             let write_one = |w: &mut BufWriter<&TcpStream>| -> Result<(), Error> {
                 if framed {
                     w.write_all(&(size as u32).to_le_bytes())
-                        .map_err(|e| Error::io("write", e))?;
+                        .map_err(|e| io_error("write", e))?;
                 }
-                w.write_all(&payload).map_err(|e| Error::io("write", e))
+                w.write_all(&payload).map_err(|e| io_error("write", e))
             };
             while Instant::now() < end {
                 match rate {
@@ -391,16 +393,16 @@ pub(super) fn raw_transfer(
                             write_one(&mut w)?;
                             sent += size as u64;
                         }
-                        w.flush().map_err(|e| Error::io("write", e))?;
+                        w.flush().map_err(|e| io_error("write", e))?;
                         thread::sleep(Duration::from_millis(1));
                     }
                 }
             }
-            w.flush().map_err(|e| Error::io("write", e))?;
+            w.flush().map_err(|e| io_error("write", e))?;
             drop(w);
             let cpu = sys::thread_cpu_time()? - cpu0;
             s.shutdown(std::net::Shutdown::Write)
-                .map_err(|e| Error::io("shutdown(SHUT_WR)", e))?;
+                .map_err(|e| io_error("shutdown(SHUT_WR)", e))?;
             Ok(cpu)
         },
     );

@@ -23,7 +23,7 @@
 //! `lowtide bench` prints it.
 //!
 //! ```
-//! use lowtide::bench::{BenchConfig, Part};
+//! use lowtide_bench::{BenchConfig, Part};
 //! // What `lowtide bench --json` measures by default, as configuration:
 //! let cfg = BenchConfig::default();
 //! assert_eq!(cfg.parts, [Part::Goodput, Part::Small, Part::Cpu]);
@@ -46,6 +46,13 @@
 //! [`ThreadPlacement::OneCpu`] fixes that (both threads on one CPU, for both variants). Hardware
 //! counters (instructions, cycles through `perf_event_open`) would be steadier still; virtual
 //! machines without a PMU (as the one these notes were measured on) do not have them.
+//!
+//! A crate of its own so that the product crate `lowtide` carries only what a library user
+//! needs: everything here goes through `lowtide`'s public API (channels, [`lowtide::sys`]),
+//! and errors are [`lowtide::Error`]s, as a channel's.
+
+#![warn(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)] // every unsafe block states its invariant
 
 pub mod channels;
 mod machine;
@@ -53,13 +60,13 @@ mod transfer;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ControllerConfig, Error};
+use lowtide::{ControllerConfig, Error};
 use transfer::{lowtide_transfer, raw_transfer, Pattern, Placement, Run, Transfer};
 
 /// The parts of the benchmark.
 ///
 /// ```
-/// use lowtide::bench::{BenchConfig, Part};
+/// use lowtide_bench::{BenchConfig, Part};
 /// // `lowtide bench --parts small,cpu` in code:
 /// let cfg = BenchConfig { parts: vec![Part::Small, Part::Cpu], ..BenchConfig::default() };
 /// assert_eq!(serde_json::to_string(&cfg.parts).unwrap(), r#"["small","cpu"]"#);
@@ -78,13 +85,13 @@ pub enum Part {
 /// What to measure.
 ///
 /// ```
-/// use lowtide::bench::{BenchConfig, Part};
+/// use lowtide_bench::{BenchConfig, Part};
 /// // Goodput only, 64 KB messages, 3 rounds of 1 s per variant.
 /// let cfg = BenchConfig { seconds: 3.0, parts: vec![Part::Goodput], ..BenchConfig::default() };
 /// assert_eq!((cfg.rounds, cfg.bulk_message), (3, 64 << 10));
 /// // Checked when run: seconds must be in (0, 600].
 /// let bad = BenchConfig { seconds: 0.0, ..BenchConfig::default() };
-/// assert!(lowtide::bench::run(&bad).is_err());
+/// assert!(lowtide_bench::run(&bad).is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -118,7 +125,7 @@ pub struct BenchConfig {
 /// Where a transfer's two threads run.
 ///
 /// ```
-/// use lowtide::bench::{BenchConfig, ThreadPlacement};
+/// use lowtide_bench::{BenchConfig, ThreadPlacement};
 /// let cfg = BenchConfig { placement: ThreadPlacement::OneCpu, ..BenchConfig::default() };
 /// assert_eq!(serde_json::to_string(&cfg.placement).unwrap(), r#""one_cpu""#);
 /// ```
@@ -156,7 +163,7 @@ impl Default for BenchConfig {
 /// Where and how the numbers were produced.
 ///
 /// ```
-/// fn header(r: &lowtide::bench::BenchReport) -> String {
+/// fn header(r: &lowtide_bench::BenchReport) -> String {
 ///     let p = &r.provenance;
 ///     format!("lowtide {} on Linux {}, {} s per measurement", p.version, p.kernel, p.config.seconds)
 /// }
@@ -174,7 +181,7 @@ pub struct Provenance {
 /// One figure for lowtide and for raw TCP, measured in the same run.
 ///
 /// ```
-/// use lowtide::bench::Versus;
+/// use lowtide_bench::Versus;
 /// fn line(what: &str, v: &Versus) -> String {
 ///     format!("{what}: lowtide {:.0}, raw TCP {:.0} ({:.2}x)", v.lowtide, v.raw_tcp, v.ratio)
 /// }
@@ -194,7 +201,7 @@ pub struct Versus {
 /// Goodput with bulk messages.
 ///
 /// ```
-/// fn cheaper_than_raw_tcp(r: &lowtide::bench::BenchReport) -> Option<bool> {
+/// fn cheaper_than_raw_tcp(r: &lowtide_bench::BenchReport) -> Option<bool> {
 ///     let g = r.goodput.as_ref()?; // `None` unless Part::Goodput ran
 ///     Some(g.sender_cpu_s_per_gb.ratio <= 1.0)
 /// }
@@ -225,7 +232,7 @@ pub struct Goodput {
 /// [`Versus`] here holds that pair's two transfers and their ratio (no medians).
 ///
 /// ```
-/// fn receiver_ratios(g: &lowtide::bench::Goodput) -> Vec<f64> {
+/// fn receiver_ratios(g: &lowtide_bench::Goodput) -> Vec<f64> {
 ///     g.pairs.iter().map(|p| p.receiver_cpu_s_per_gb.ratio).collect()
 /// }
 /// ```
@@ -253,7 +260,7 @@ pub struct BulkPair {
 /// runs the bench so (two CPUs, receive flow steering in a network namespace of its own).
 ///
 /// ```
-/// fn whole_machine_ratio(g: &lowtide::bench::Goodput) -> Option<f64> {
+/// fn whole_machine_ratio(g: &lowtide_bench::Goodput) -> Option<f64> {
 ///     Some(g.machine.machine_s_per_gb?.ratio)
 /// }
 /// ```
@@ -282,7 +289,7 @@ pub struct MachineCpu {
 /// Small-message rate.
 ///
 /// ```
-/// fn rate(r: &lowtide::bench::BenchReport) -> Option<f64> {
+/// fn rate(r: &lowtide_bench::BenchReport) -> Option<f64> {
 ///     Some(r.small_messages.as_ref()?.msgs_s.lowtide) // messages per second
 /// }
 /// ```
@@ -297,7 +304,7 @@ pub struct SmallMessages {
 /// Sender CPU per GB at a paced rate.
 ///
 /// ```
-/// fn min_buf_overhead(r: &lowtide::bench::BenchReport) -> Option<f64> {
+/// fn min_buf_overhead(r: &lowtide_bench::BenchReport) -> Option<f64> {
 ///     // Goel et al. Table I: MIN_BUF(1,0) cost 2.7x TCP's CPU.
 ///     Some(r.cpu.as_ref()?.min_buf.ratio)
 /// }
@@ -324,7 +331,7 @@ pub struct CpuCost {
 /// data") and is never met: the goal stays in the report rather than vanishing.
 ///
 /// ```
-/// fn unmet(goals: &[lowtide::bench::Goal]) -> Vec<String> {
+/// fn unmet(goals: &[lowtide_bench::Goal]) -> Vec<String> {
 ///     goals
 ///         .iter()
 ///         .filter(|g| !g.met)
@@ -361,7 +368,7 @@ impl Goal {
 /// The whole report (`lowtide bench --json`).
 ///
 /// ```
-/// use lowtide::bench::{run, BenchConfig, Part};
+/// use lowtide_bench::{run, BenchConfig, Part};
 /// // A short run (0.2 s per variant, one round): the small-message part only.
 /// let cfg = BenchConfig { seconds: 0.2, rounds: 1, parts: vec![Part::Small], ..BenchConfig::default() };
 /// let report = run(&cfg)?;
@@ -385,6 +392,14 @@ pub struct BenchReport {
     pub goals: Vec<Goal>,
 }
 
+/// An [`Error::Io`] naming what was attempted.
+fn io_error(what: impl Into<String>, error: std::io::Error) -> Error {
+    Error::Io {
+        what: what.into(),
+        error: std::sync::Arc::new(error),
+    }
+}
+
 fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
@@ -392,15 +407,14 @@ fn kernel_release() -> String {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    lowtide::proto::quantile::of(&mut v, 0.5).expect("at least one round")
 }
 
 /// The CPUs of [`BenchConfig::placement`], among those this process may use.
 fn placement(cfg: &BenchConfig) -> Result<Placement, Error> {
     let cpus = match cfg.placement {
         ThreadPlacement::Scheduler => return Ok(None),
-        _ => crate::sys::allowed_cpus()?,
+        _ => lowtide::sys::allowed_cpus()?,
     };
     let Some(&first) = cpus.first() else {
         return Ok(None);
@@ -526,10 +540,10 @@ fn both_ends_goal(what: &'static str, m: &MachineCpu, samples: usize) -> Goal {
 /// Runs the configured parts.
 ///
 /// ```
-/// use lowtide::bench::{BenchConfig, Part};
+/// use lowtide_bench::{BenchConfig, Part};
 /// // Goodput of 64 KB messages against raw TCP, 0.2 s per variant.
 /// let cfg = BenchConfig { seconds: 0.2, rounds: 1, parts: vec![Part::Goodput], ..BenchConfig::default() };
-/// let report = lowtide::bench::run(&cfg)?;
+/// let report = lowtide_bench::run(&cfg)?;
 /// let g = report.goodput.expect("the part ran");
 /// println!("lowtide/raw TCP goodput: {:.2}", g.mb_s.ratio);
 /// assert!(g.mb_s.ratio > 0.0);
@@ -538,14 +552,14 @@ fn both_ends_goal(what: &'static str, m: &MachineCpu, samples: usize) -> Goal {
 pub fn run(cfg: &BenchConfig) -> Result<BenchReport, Error> {
     if !(cfg.seconds > 0.0 && cfg.seconds <= 600.0) {
         return Err(
-            lowtide_proto::ConfigError::new("bench.seconds", cfg.seconds, "(0, 600]").into(),
+            lowtide::proto::ConfigError::new("bench.seconds", cfg.seconds, "(0, 600]").into(),
         );
     }
     if !(1..=100).contains(&cfg.rounds) {
-        return Err(lowtide_proto::ConfigError::new("bench.rounds", cfg.rounds, "1..=100").into());
+        return Err(lowtide::proto::ConfigError::new("bench.rounds", cfg.rounds, "1..=100").into());
     }
     if !(1..=100).contains(&cfg.bulk_pairs) {
-        let e = lowtide_proto::ConfigError::new("bench.bulk_pairs", cfg.bulk_pairs, "1..=100");
+        let e = lowtide::proto::ConfigError::new("bench.bulk_pairs", cfg.bulk_pairs, "1..=100");
         return Err(e.into());
     }
     let n = cfg.rounds;

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::sys;
+use lowtide::sys;
 
 /// Busy clock ticks of one CPU, from a `cpuN` line of `/proc/stat`.
 fn busy_ticks(line: &str, count_nice: bool) -> Option<u64> {

@@ -1,7 +1,12 @@
 //! What RDC changes in an IPv4 header, shared by the router (lowtide-netem's RDC cell writes
-//! it) and the receiver agent (reads and removes it): the ECN field and the exact-RDC delay
-//! notification. Functions take the IPv4 packet (header first) and fix the header checksum
-//! after every change; TCP's checksum does not cover these fields.
+//! it) and the receiver agent (lowtide-rdc reads and removes it): the ECN field and the
+//! exact-RDC delay notification. Functions take the IPv4 packet (header first) and fix the
+//! header checksum after every change; TCP's checksum does not cover these fields.
+//!
+//! A crate of its own, below both: the emulator and the agent are two programs that speak this
+//! format to each other, and neither should depend on the other for it (the agent brings
+//! NFQUEUE and iptables, the emulator rattan and namespaces). lowtide-rdc re-exports it as
+//! `lowtide_rdc::wire`.
 //!
 //! ## The exact-RDC delay notification
 //!
