@@ -98,8 +98,11 @@ case "${1:-}" in
     # every input with overflow checks on).
     "${fuzz[@]}" build -O
     scratch="$(mktemp -d /tmp/lowtide-fuzz.XXXXXX)"
-    trap 'rm -rf "$scratch"' EXIT
     summary="$scratch/summary"
+    touch "$summary"
+    # The table also when a target fails to build or the run is interrupted.
+    trap 'printf "%-20s %12s %10s %8s %8s  %s\n" target executions "execs/s" edges "peak MB" result;
+          cat "$summary"; rm -rf "$scratch"' EXIT
     failed=0
     for target in $("${fuzz[@]}" list); do
       echo "fuzzing $target: up to $runs inputs or $seconds s" >&2
@@ -114,15 +117,14 @@ case "${1:-}" in
         failed=1
         tail -40 "$log" >&2
       fi
-      execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-      rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-      rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
-      cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+      # A target that did not build or start has none of these lines: "?" then.
+      execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1 || true)
+      rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1 || true)
+      rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1 || true)
+      cov=$({ grep -o 'cov: [0-9]*' "$log" || true; } | tail -1 | cut -d' ' -f2)
       printf '%-20s %12s %10s %8s %8s  %s\n' "$target" "${execs:-?}" "${rate:-?}" \
         "${cov:-?}" "${rss:-?}" "$verdict" >>"$summary"
     done
-    printf '%-20s %12s %10s %8s %8s  %s\n' target executions "execs/s" edges "peak MB" result
-    cat "$summary"
     exit "$failed"
     ;;
   miri)
@@ -131,14 +133,63 @@ case "${1:-}" in
     # BWSS shared-memory layout (crates/lowtide-bwss/src/shm.rs, on an ordinary allocation:
     # Miri cannot map a memfd) and the C API's handle table (crates/lowtide-ffi/src/handles.rs).
     # Not part of `test`: it interprets, and building the dependencies for it takes minutes.
+    # lowtide-bwss without its default feature (the lowtide channel: tokio, rustls) and
+    # without the dev-dependencies its unit tests do not need (Cargo.toml: cfg(not(miri))):
+    # 31 crates to build for Miri instead of 252.
     rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^miri' ||
       rustup component add --toolchain nightly miri rust-src
     cargo +nightly miri setup
-    cargo +nightly miri test --locked -p lowtide-bwss --lib shm::tests
+    cargo +nightly miri test --locked -p lowtide-bwss --no-default-features --lib shm::tests
     cargo +nightly miri test --locked -p lowtide-ffi --lib handles::tests
     ;;
+  asan)
+    # AddressSanitizer (out-of-bounds access, use after free, double free; LeakSanitizer when
+    # each process exits) on the code that runs inside other people's programs:
+    # - the C API (crates/lowtide-ffi): its unit tests, its bad-input tests, and its C
+    #   examples, compiled with `cc -fsanitize=address` (LOWTIDE_TEST_CFLAGS) against a
+    #   liblowtide_c.so built with the sanitizer, sending and receiving over loopback;
+    # - the LD_PRELOAD library (crates/lowtide-bwss-preload): its tests, with the daemon a
+    #   thread of the test process: real curl fetching from `python3 -m http.server` under the
+    #   library (curl, not built with the sanitizer, loads gcc's ASan runtime first:
+    #   LOWTIDE_TEST_ASAN_RUNTIME), and the `scenario` example (epoll, poll, fork, dup, UDP).
+    # The Rust code, the standard library included (-Zbuild-std), is built with nightly's
+    # -Zsanitizer=address in a target directory of its own (target/asan). A finding ends the
+    # process that made it with an error, and its test fails.
+    # Leak checks (detect_leaks=1) that mean something: the C examples free every handle and
+    # the test processes drop what they made, so a leak there is lowtide's; curl's report
+    # covers curl and libcurl as well as the library (python's http.server does not run
+    # under the library or the sanitizer).
+    # Not part of `test`: nightly, and a second build of everything these crates use.
+    asan_missing=()
+    command -v curl >/dev/null || asan_missing+=(curl)
+    command -v python3 >/dev/null || asan_missing+=(python3)
+    command -v cc >/dev/null || asan_missing+=(gcc libc6-dev)
+    command -v pkg-config >/dev/null || asan_missing+=(pkgconf)
+    if [ ${#asan_missing[@]} -gt 0 ]; then
+      echo "installing ${asan_missing[*]} (apt-get)" >&2
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${asan_missing[@]}" >/dev/null
+    fi
+    rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src' ||
+      rustup component add --toolchain nightly rust-src
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/asan"
+    # --export-dynamic: a Rust executable (the `scenario` example) links the ASan runtime
+    # statically and must export it to the instrumented .so preloaded into it (without it:
+    # "undefined symbol: __asan_option_detect_stack_use_after_return").
+    export RUSTFLAGS="-Zsanitizer=address -Cforce-frame-pointers=yes -Clink-arg=-Wl,--export-dynamic"
+    export ASAN_OPTIONS="detect_leaks=1"
+    export LOWTIDE_TEST_CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g"
+    LOWTIDE_TEST_ASAN_RUNTIME="$(cc -print-file-name=libasan.so)"
+    export LOWTIDE_TEST_ASAN_RUNTIME
+    asan=(-Zbuild-std --target x86_64-unknown-linux-gnu --locked -p lowtide-ffi -p lowtide-bwss-preload)
+    # The libraries and the scenario example first (`cargo test` builds neither cdylib for
+    # the tests that load it); then the tests, without doctests (rustdoc would link them
+    # against the instrumented crates without the sanitizer's runtime).
+    cargo +nightly build "${asan[@]}" --lib --examples
+    cargo +nightly test "${asan[@]}" --lib --tests -- --test-threads=1
+    ;;
   *)
-    echo "usage: bash run.sh demo | test | fuzz [SECONDS [RUNS]] | miri" >&2
+    echo "usage: bash run.sh demo | test | fuzz [SECONDS [RUNS]] | miri | asan" >&2
     exit 2
     ;;
 esac

@@ -282,6 +282,14 @@ fn preloaded(program: &Path, socket: &str) -> Command {
 
 fn curl(socket: &str, url: &str) -> Command {
     let mut c = preloaded(Path::new("curl"), socket);
+    // `bash run.sh asan` builds the library with AddressSanitizer: curl, not built with it,
+    // loads the sanitizer's runtime first (the Rust programs here link their own).
+    if let Some(runtime) = std::env::var_os("LOWTIDE_TEST_ASAN_RUNTIME") {
+        let mut both = runtime;
+        both.push(":");
+        both.push(lib());
+        c.env("LD_PRELOAD", both);
+    }
     c.args([
         "-sS",
         "--max-time",

@@ -86,7 +86,6 @@ pub fn allocate_capped(sigma: f64, classes: &[Class], caps: &[Option<f64>]) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     fn class(priority: i32, min_kbps: f64, weight: f64) -> Class {
         Class {
@@ -144,52 +143,59 @@ mod tests {
         );
     }
 
-    fn classes() -> impl Strategy<Value = Vec<Class>> {
-        prop::collection::vec(
-            (-3i32..3, 0.0f64..2000.0, 0.0f64..5.0).prop_map(|(p, m, w)| class(p, m, w)),
-            0..12,
-        )
-    }
+    /// Properties over random classes (proptest, which `bash run.sh miri` does not build).
+    #[cfg(not(miri))]
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
 
-    proptest! {
-        #[test]
-        fn targets_sum_to_at_most_sigma(sigma in 0.0f64..1e8, c in classes()) {
-            let t = allocate(sigma, &c);
-            let sum: f64 = t.iter().sum();
-            prop_assert!(sum <= sigma * (1.0 + 1e-9) + 1e-6, "{sum} > {sigma}");
-            prop_assert!(t.iter().all(|&x| x >= 0.0));
-            // With a positive weight somewhere, nothing is left over.
-            if c.iter().any(|c| c.weight > 0.0) && !c.is_empty() {
-                prop_assert!((sum - sigma).abs() <= sigma * 1e-9 + 1e-6);
-            }
+        fn classes() -> impl Strategy<Value = Vec<Class>> {
+            prop::collection::vec(
+                (-3i32..3, 0.0f64..2000.0, 0.0f64..5.0).prop_map(|(p, m, w)| class(p, m, w)),
+                0..12,
+            )
         }
 
-        #[test]
-        fn a_flow_short_of_its_minimum_means_no_lower_priority_flow_has_any(
-            sigma in 0.0f64..5e6, c in classes()
-        ) {
-            let t = allocate(sigma, &c);
-            for (i, a) in c.iter().enumerate() {
-                if t[i] + 1e-6 < a.min_kbps * 1e3 {
-                    for (j, b) in c.iter().enumerate() {
-                        if b.priority < a.priority {
-                            prop_assert!(t[j] <= 1e-6, "{t:?} {c:?}");
+        proptest! {
+            #[test]
+            fn targets_sum_to_at_most_sigma(sigma in 0.0f64..1e8, c in classes()) {
+                let t = allocate(sigma, &c);
+                let sum: f64 = t.iter().sum();
+                prop_assert!(sum <= sigma * (1.0 + 1e-9) + 1e-6, "{sum} > {sigma}");
+                prop_assert!(t.iter().all(|&x| x >= 0.0));
+                // With a positive weight somewhere, nothing is left over.
+                if c.iter().any(|c| c.weight > 0.0) && !c.is_empty() {
+                    prop_assert!((sum - sigma).abs() <= sigma * 1e-9 + 1e-6);
+                }
+            }
+
+            #[test]
+            fn a_flow_short_of_its_minimum_means_no_lower_priority_flow_has_any(
+                sigma in 0.0f64..5e6, c in classes()
+            ) {
+                let t = allocate(sigma, &c);
+                for (i, a) in c.iter().enumerate() {
+                    if t[i] + 1e-6 < a.min_kbps * 1e3 {
+                        for (j, b) in c.iter().enumerate() {
+                            if b.priority < a.priority {
+                                prop_assert!(t[j] <= 1e-6, "{t:?} {c:?}");
+                            }
                         }
                     }
                 }
             }
-        }
 
-        #[test]
-        fn above_minimums_shares_follow_weights(sigma in 0.0f64..1e8, c in classes()) {
-            let t = allocate(sigma, &c);
-            let mins: f64 = c.iter().map(|c| c.min_kbps * 1e3).sum();
-            if sigma > mins {
-                let w: f64 = c.iter().map(|c| c.weight).sum();
-                for (i, a) in c.iter().enumerate() {
-                    let extra = t[i] - a.min_kbps * 1e3;
-                    let want = if w > 0.0 { (sigma - mins) * a.weight / w } else { 0.0 };
-                    prop_assert!((extra - want).abs() <= 1e-6 * sigma.max(1.0), "{t:?} {c:?}");
+            #[test]
+            fn above_minimums_shares_follow_weights(sigma in 0.0f64..1e8, c in classes()) {
+                let t = allocate(sigma, &c);
+                let mins: f64 = c.iter().map(|c| c.min_kbps * 1e3).sum();
+                if sigma > mins {
+                    let w: f64 = c.iter().map(|c| c.weight).sum();
+                    for (i, a) in c.iter().enumerate() {
+                        let extra = t[i] - a.min_kbps * 1e3;
+                        let want = if w > 0.0 { (sigma - mins) * a.weight / w } else { 0.0 };
+                        prop_assert!((extra - want).abs() <= 1e-6 * sigma.max(1.0), "{t:?} {c:?}");
+                    }
                 }
             }
         }

@@ -76,6 +76,16 @@ fn pkg_config(prefix: &Path) -> Vec<String> {
         .collect()
 }
 
+/// More flags for cc from `LOWTIDE_TEST_CFLAGS`: `bash run.sh asan` builds the examples with
+/// `-fsanitize=address` against a library built with the same.
+fn extra_cflags() -> Vec<String> {
+    std::env::var("LOWTIDE_TEST_CFLAGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
 fn compile(example: &str, prefix: &Path, out: &Path) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/c")
@@ -90,6 +100,7 @@ fn compile(example: &str, prefix: &Path, out: &Path) {
         ])
         .arg(&src)
         .args(pkg_config(prefix))
+        .args(extra_cflags())
         .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
         .arg("-o")
         .arg(out)
