@@ -191,7 +191,7 @@ pub struct ConferenceSent {
     pub frames: u32,
     /// ADUs handed to lowtide, written whole to the kernel, and cancelled: expired at their
     /// deadline (`cancelled`), superseded by a newer frame ([`crate::supersede`]), or
-    /// expired at the age budget ([`Conference::age_cancel`], `aged`).
+    /// expired at the age budget ([`crate::conference::Conference::age_cancel`], `aged`).
     pub sent: [u64; ADUS_PER_FRAME as usize],
     pub written: [u64; ADUS_PER_FRAME as usize],
     pub cancelled: [u64; ADUS_PER_FRAME as usize],

@@ -219,7 +219,7 @@ fn write_folder(
 }
 
 /// The files the analysers in `crates/lowtide-lab/analysis/` read of an RDC run (besides
-/// `layers.csv`): the agents' delays, and [`write_timing`]'s. Public so that their test
+/// `layers.csv`): the agents' delays, and the queue, late deliveries, drops, `TCP_INFO` and released ACKs. Public so that their test
 /// writes a folder through these very writers.
 pub fn write_analysis_files(dir: &Path, trials: &[trial::TrialRecord]) -> Result<(), LabError> {
     let io =
