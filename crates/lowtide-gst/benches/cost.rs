@@ -94,15 +94,13 @@ struct Run {
     cpu: Duration,
 }
 
+/// The lab's percentile rule (`lowtide::proto::quantile`); NaN for no samples.
 fn quantile(xs: &[f64], q: f64) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * q).round() as usize]
+    lowtide::proto::quantile::of(&mut xs.to_vec(), q).unwrap_or(f64::NAN)
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
+fn median(xs: Vec<f64>) -> f64 {
+    quantile(&xs, 0.5)
 }
 
 fn run(t: Transport, a: &Args, dir: &Path) -> Run {

@@ -37,11 +37,6 @@ async fn wait_for_stream(server: &Server, path: &str) {
     panic!("no stream at {path} within 10 s");
 }
 
-fn quantile(mut xs: Vec<i64>, q: f64) -> i64 {
-    xs.sort_unstable();
-    xs[((xs.len() - 1) as f64 * q).round() as usize]
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn an_edge_serves_the_origins_stream_whole_and_decodable() {
     let origin = Server::start(origin_config()).await.unwrap();
@@ -102,7 +97,10 @@ async fn an_edge_serves_the_origins_stream_whole_and_decodable() {
         })
         .collect();
     assert!(hop.len() >= 100, "{} pictures seen at both", hop.len());
-    let (p50, p99) = (quantile(hop.clone(), 0.5), quantile(hop.clone(), 0.99));
+    let mut sorted = hop.clone();
+    sorted.sort_unstable();
+    let q = |q| lowtide::proto::quantile::of_sorted(&sorted, q).expect("samples");
+    let (p50, p99) = (q(0.5), q(0.99));
     println!(
         "relay-hop: {} pictures, the edge's viewer later than the origin's by p50 {:.2} ms, p99 {:.2} ms",
         hop.len(),
