@@ -300,6 +300,35 @@ fn input_of_no_known_format_is_refused_naming_the_flag() {
     let _ = recv.wait();
 }
 
+/// Two seconds of ffmpeg's 160x90 test pattern at 30 fps, encoded by `codec` (output options
+/// up to the format) into `out`.
+fn two_seconds_of(codec: &[&str], out: &Path) {
+    run(Command::new("ffmpeg")
+        .args([
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=160x90:rate=30",
+            "-t",
+            "2",
+        ])
+        .args(codec)
+        .arg("-y")
+        .arg(out));
+}
+
+/// `lowtide stamp ARGS < from > to`; what it said on standard error.
+fn stamp(args: &[&str], from: &Path, to: &Path) -> String {
+    let out = run(Command::new(LOWTIDE)
+        .arg("stamp")
+        .args(args)
+        .stdin(std::fs::File::open(from).expect("input"))
+        .stdout(std::fs::File::create(to).expect("output")));
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
 /// `lowtide stamp` puts an SEI stamp in every picture of an x264 stream; the stamped stream
 /// decodes to the same pictures, and `lowtide stamp --measure` passes it through byte for
 /// byte and reads one stamp per picture, each in the past and recent.
@@ -316,18 +345,8 @@ fn a_stamped_stream_decodes_to_the_same_pictures() {
         dir.join("measured.h264"),
         dir.join("latency.csv"),
     );
-    run(Command::new("ffmpeg")
-        .args([
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=160x90:rate=30",
-            "-t",
-            "2",
-        ])
-        .args([
+    two_seconds_of(
+        &[
             "-c:v",
             "libx264",
             "-tune",
@@ -336,17 +355,9 @@ fn a_stamped_stream_decodes_to_the_same_pictures() {
             "15",
             "-f",
             "h264",
-            "-y",
-        ])
-        .arg(&plain));
-    let stamp = |args: &[&str], from: &Path, to: &Path| {
-        let out = run(Command::new(LOWTIDE)
-            .arg("stamp")
-            .args(args)
-            .stdin(std::fs::File::open(from).expect("input"))
-            .stdout(std::fs::File::create(to).expect("output")));
-        String::from_utf8_lossy(&out.stderr).to_string()
-    };
+        ],
+        &plain,
+    );
     let said = stamp(&[], &plain, &stamped);
     assert!(said.contains("60 of"), "{said}");
     let said = stamp(
@@ -400,18 +411,8 @@ fn a_stamped_av1_stream_decodes_to_the_same_pictures() {
         dir.join("stamped.ivf"),
         dir.join("latency.csv"),
     );
-    run(Command::new("ffmpeg")
-        .args([
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=160x90:rate=30",
-            "-t",
-            "2",
-        ])
-        .args([
+    two_seconds_of(
+        &[
             "-c:v",
             "libaom-av1",
             "-cpu-used",
@@ -420,21 +421,19 @@ fn a_stamped_av1_stream_decodes_to_the_same_pictures() {
             "realtime",
             "-g",
             "15",
-        ])
-        .args(["-f", "ivf", "-y"])
-        .arg(&plain));
-    let out = run(Command::new(LOWTIDE)
-        .arg("stamp")
-        .stdin(std::fs::File::open(&plain).expect("input"))
-        .stdout(std::fs::File::create(&stamped).expect("output")));
-    let said = String::from_utf8_lossy(&out.stderr);
+            "-f",
+            "ivf",
+        ],
+        &plain,
+    );
+    let said = stamp(&[], &plain, &stamped);
     assert!(said.contains("60 of 60 units stamped"), "{said}");
-    let out = run(Command::new(LOWTIDE)
-        .args(["stamp", "--measure"])
-        .arg(&csv)
-        .stdin(std::fs::File::open(&stamped).expect("input"))
-        .stdout(Stdio::null()));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let measured = dir.join("measured.ivf");
+    let said = stamp(
+        &["--measure", csv.to_str().expect("a UTF-8 path")],
+        &stamped,
+        &measured,
+    );
     assert!(said.contains("60 of 60 units stamped; latency"), "{said}");
     let hashes = |decoder: &str, file: &Path| {
         let out = run(Command::new("ffmpeg")
