@@ -176,9 +176,13 @@ impl BaseTransformImpl for LowtideStamp {
                     self,
                     gst::StreamError::Decode,
                     (
-                        "lowtidestamp: the buffer at PTS {} is not a {:?} access unit (Annex-B, or AV1 OBUs with sizes): {}",
+                        "lowtidestamp: the buffer at PTS {} is not {}: {}",
                         buf.pts().display(),
-                        codec,
+                        if codec == Codec::Av1 {
+                            "an AV1 temporal unit of OBUs with sizes".to_owned()
+                        } else {
+                            format!("an Annex-B {codec:?} access unit")
+                        },
                         e
                     ),
                     ["lowtidestamp takes {}", stamp_caps()]
