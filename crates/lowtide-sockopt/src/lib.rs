@@ -42,7 +42,9 @@ pub struct SysError {
     pub error: io::Error,
 }
 
-fn check(ret: libc::c_int, what: impl FnOnce() -> String) -> Result<libc::c_int, SysError> {
+/// A libc call's return value as a result: negative is the OS error (`errno`) with `what`
+/// the call was; the driver's other socket calls (`lowtide::sys`) use it too.
+pub fn check(ret: libc::c_int, what: impl FnOnce() -> String) -> Result<libc::c_int, SysError> {
     if ret < 0 {
         Err(SysError {
             what: what(),

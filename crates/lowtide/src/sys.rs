@@ -23,6 +23,7 @@ use std::time::Duration;
 use lowtide_proto::controller::CA_LOSS;
 use lowtide_proto::failover::AckClock;
 use lowtide_proto::TcpState;
+use lowtide_sockopt::check;
 /// `TCP_INFO` and `TCP_CONGESTION`: the one implementation every lowtide crate uses
 /// (`lowtide-sockopt`), here as part of the driver's OS surface.
 pub use lowtide_sockopt::{
@@ -33,17 +34,6 @@ pub use lowtide_sockopt::{
 const SIOCOUTQ: libc::c_ulong = 0x5411;
 /// `SIOCOUTQNSD`: bytes in the send queue not yet sent.
 const SIOCOUTQNSD: libc::c_ulong = 0x894B;
-
-fn check(ret: libc::c_int, what: impl FnOnce() -> String) -> Result<libc::c_int, SysError> {
-    if ret < 0 {
-        Err(SysError {
-            what: what(),
-            error: io::Error::last_os_error(),
-        })
-    } else {
-        Ok(ret)
-    }
-}
 
 fn setsockopt_int(
     fd: RawFd,
