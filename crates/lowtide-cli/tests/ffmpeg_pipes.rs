@@ -130,16 +130,7 @@ fn through_lowtide(name: &str, encode: &[&str], ext: &str) {
         .spawn()
         .expect("lowtide send starts");
     let mut ffmpeg = Command::new("ffmpeg")
-        .args([
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=160x90:rate=30",
-            "-t",
-            "2",
-        ])
+        .args(TEST_PATTERN)
         .args(encode)
         .arg("-")
         .stdout(Stdio::piped())
@@ -300,20 +291,22 @@ fn input_of_no_known_format_is_refused_naming_the_flag() {
     let _ = recv.wait();
 }
 
-/// Two seconds of ffmpeg's 160x90 test pattern at 30 fps, encoded by `codec` (output options
-/// up to the format) into `out`.
+/// ffmpeg's input options for two seconds of its 160x90 test pattern at 30 fps.
+const TEST_PATTERN: [&str; 8] = [
+    "-v",
+    "error",
+    "-f",
+    "lavfi",
+    "-i",
+    "testsrc=size=160x90:rate=30",
+    "-t",
+    "2",
+];
+
+/// [`TEST_PATTERN`] encoded by `codec` (output options up to the format) into `out`.
 fn two_seconds_of(codec: &[&str], out: &Path) {
     run(Command::new("ffmpeg")
-        .args([
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=160x90:rate=30",
-            "-t",
-            "2",
-        ])
+        .args(TEST_PATTERN)
         .args(codec)
         .arg("-y")
         .arg(out));
@@ -464,19 +457,7 @@ fn a_stream_without_sei_is_refused_by_stamp() {
     }
     let dir = scratch("stamp-vp8");
     let ivf = dir.join("in.ivf");
-    run(Command::new("ffmpeg")
-        .args([
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=160x90:rate=30",
-            "-t",
-            "1",
-        ])
-        .args(["-c:v", "libvpx", "-f", "ivf", "-y"])
-        .arg(&ivf));
+    two_seconds_of(&["-c:v", "libvpx", "-f", "ivf"], &ivf);
     let out = Command::new(LOWTIDE)
         .arg("stamp")
         .stdin(std::fs::File::open(&ivf).expect("input"))
