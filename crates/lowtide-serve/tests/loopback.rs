@@ -12,14 +12,10 @@ use lowtide_serve::source;
 use lowtide_serve::{ServeConfig, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn loopback() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
 fn config() -> ServeConfig {
     ServeConfig {
-        http: loopback(),
-        ingest: loopback(),
+        http: common::loopback(),
+        ingest: common::loopback(),
         publish_token: "s3cret".into(),
         ..ServeConfig::default()
     }
@@ -33,16 +29,6 @@ async fn get(addr: SocketAddr, head: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn wait_for_stream(server: &Server, path: &str) {
-    for _ in 0..200 {
-        if server.hub().get(path).is_some() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("no stream at {path} within 5 s");
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn a_live_source_reaches_viewers_whole_and_decodable() {
     let server = Server::start(config()).await.unwrap();
@@ -50,7 +36,7 @@ async fn a_live_source_reaches_viewers_whole_and_decodable() {
     let cmd = source::test_pattern_command(640, 360, 1000, Some(120));
     let hub = server.hub().clone();
     let src = tokio::spawn(async move { source::run(hub, "test", &cmd).await });
-    wait_for_stream(&server, "test").await;
+    common::wait_for_stream(&server, "test", Duration::from_secs(5)).await;
     let addr = server.http_addr();
     let opts = WatchOptions {
         duration: Duration::from_secs(20),
@@ -135,7 +121,7 @@ async fn a_publisher_needs_the_token_and_its_stream_reaches_a_viewer() {
         r
     };
     let watch = async {
-        wait_for_stream(&server, "cam").await;
+        common::wait_for_stream(&server, "cam", Duration::from_secs(5)).await;
         let opts = WatchOptions {
             duration: Duration::from_secs(20),
             ..WatchOptions::default()
@@ -163,7 +149,7 @@ async fn a_viewer_that_stops_reading_is_dropped_and_the_other_viewer_notices_not
         .replace("pattern=ball", "pattern=snow");
     let hub = server.hub().clone();
     let src = tokio::spawn(async move { source::run(hub, "test", &cmd).await });
-    wait_for_stream(&server, "test").await;
+    common::wait_for_stream(&server, "test", Duration::from_secs(5)).await;
     let addr = server.http_addr();
     let steady = WatchOptions {
         duration: Duration::from_secs(20),

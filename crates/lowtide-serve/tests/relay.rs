@@ -3,8 +3,9 @@
 //! stream whole and decodable, ended when the origin's ends; what the hop adds is printed per
 //! unit (matched by capture stamp). And the pulls an origin must refuse.
 
+mod common;
+
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use lowtide::ChannelConfig;
@@ -13,28 +14,14 @@ use lowtide_serve::relay::{self, PullError, Upstream};
 use lowtide_serve::source;
 use lowtide_serve::{ServeConfig, Server};
 
-fn loopback() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
 fn origin_config() -> ServeConfig {
     ServeConfig {
-        http: loopback(),
-        ingest: loopback(),
+        http: common::loopback(),
+        ingest: common::loopback(),
         publish_token: "pub".into(),
         relay_token: "relay".into(),
         ..ServeConfig::default()
     }
-}
-
-async fn wait_for_stream(server: &Server, path: &str) {
-    for _ in 0..400 {
-        if server.hub().get(path).is_some() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("no stream at {path} within 10 s");
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -44,10 +31,10 @@ async fn an_edge_serves_the_origins_stream_whole_and_decodable() {
     let cmd = source::test_pattern_command(640, 360, 1000, Some(180));
     let hub = origin.hub().clone();
     let src = tokio::spawn(async move { source::run(hub, "cam", &cmd).await });
-    wait_for_stream(&origin, "cam").await;
+    common::wait_for_stream(&origin, "cam", Duration::from_secs(10)).await;
     let edge = Server::start(ServeConfig {
-        http: loopback(),
-        ingest: loopback(),
+        http: common::loopback(),
+        ingest: common::loopback(),
         upstreams: vec![Upstream {
             addr: origin.ingest_addr(),
             path: "cam".into(),
@@ -57,7 +44,7 @@ async fn an_edge_serves_the_origins_stream_whole_and_decodable() {
     })
     .await
     .unwrap();
-    wait_for_stream(&edge, "cam").await;
+    common::wait_for_stream(&edge, "cam", Duration::from_secs(10)).await;
     let opts = WatchOptions {
         duration: Duration::from_secs(30),
         ..WatchOptions::default()
@@ -123,7 +110,7 @@ async fn an_origin_refuses_a_wrong_relay_token_and_an_unpublished_path() {
     let cmd = source::test_pattern_command(320, 180, 300, Some(300));
     let hub = origin.hub().clone();
     let src = tokio::spawn(async move { source::run(hub, "cam", &cmd).await });
-    wait_for_stream(&origin, "cam").await;
+    common::wait_for_stream(&origin, "cam", Duration::from_secs(10)).await;
     let edge_hub = lowtide_serve::hub::Hub::new(Default::default());
     let pull = |path: &str, token: &str| Upstream {
         addr: origin.ingest_addr(),

@@ -53,10 +53,9 @@ impl Drop for Cert {
 }
 
 fn config(cert: &Cert) -> ServeConfig {
-    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     ServeConfig {
-        http: loopback,
-        ingest: loopback,
+        http: common::loopback(),
+        ingest: common::loopback(),
         tls: Some(cert.files()),
         publish_token: "s3cret".into(),
         ..ServeConfig::default()
